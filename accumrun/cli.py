@@ -1,0 +1,179 @@
+"""The command line: parse, load the config, call the runner, map failures to exit codes.
+
+TensorFlow is imported inside the command bodies only, so ``accumrun --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from accumrun import __version__
+
+
+class _BatchSize(click.ParamType):
+    name = "N|full"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        if text == "full" or (text.isdigit() and int(text) >= 1):
+            return text
+        self.fail(f"{value!r} is neither a positive integer nor 'full'", param, ctx)
+
+
+class _Group(click.Group):
+    """Turns any unexpected exception into a one-line error instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as error:
+            if os.environ.get("ACCUMRUN_TRACEBACK"):
+                traceback.print_exc()
+            raise click.ClickException(_explain_unexpected(error)) from None
+
+
+def _explain_unexpected(error: Exception) -> str:
+    if type(error).__name__ == "ResourceExhaustedError":
+        return "out of memory: raise training.subdivisions to shrink the sub-batch"
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    return f"unexpected {type(error).__name__}: {first_line} (set ACCUMRUN_TRACEBACK=1 to see where)"
+
+
+def _config_options(command):
+    """The options shared by the commands that read a config: all of them are overrides of its keys."""
+    options = [
+        click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False)),
+        click.option("--subdivisions", type=click.IntRange(min=1), help="Override training.subdivisions."),
+        click.option("--no-subdivisions", is_flag=True, help="Train with subdivisions: 1 (plain training)."),
+        click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs."),
+        click.option("--batch-size", type=_BatchSize(), help="Override training.batch_size (N or 'full')."),
+        click.option(
+            "--set",
+            "assignments",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Override any key, e.g. --set optimizer.learning_rate=0.01 (repeatable).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _overrides(
+    assignments: tuple[str, ...],
+    subdivisions: int | None,
+    no_subdivisions: bool,
+    epochs: int | None,
+    batch_size: str | None,
+) -> list[str]:
+    """The ``--set`` assignments, then the dedicated flags (which win, being more specific)."""
+    if no_subdivisions and subdivisions is not None:
+        raise click.UsageError("--subdivisions and --no-subdivisions exclude each other")
+    overrides = list(assignments)
+    if no_subdivisions:
+        overrides.append("training.subdivisions=1")
+    if subdivisions is not None:
+        overrides.append(f"training.subdivisions={subdivisions}")
+    if epochs is not None:
+        overrides.append(f"training.epochs={epochs}")
+    if batch_size is not None:
+        overrides.append(f"training.batch_size={batch_size}")
+    return overrides
+
+
+def _quiet_tensorflow() -> None:
+    """Import TensorFlow and create its devices with the C++ start-up chatter hidden.
+
+    TensorFlow prints CUDA probing and CPU-feature notes to file descriptor 2 before its logging is set up,
+    so no environment variable silences them; a failed import still raises its Python exception afterwards.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    saved_stderr, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow as tf
+
+        tf.config.list_logical_devices()
+    finally:
+        os.dup2(saved_stderr, 2)
+        os.close(saved_stderr)
+        os.close(devnull)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="accumrun")
+def main() -> None:
+    """Train TensorFlow models with exact darknet-style gradient accumulation (subdivisions)."""
+
+
+@main.command()
+@_config_options
+@click.option(
+    "--run-dir", type=click.Path(file_okay=False), help="Write the run here instead of output.run_dir."
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+def train(
+    config_path: str,
+    subdivisions: int | None,
+    no_subdivisions: bool,
+    epochs: int | None,
+    batch_size: str | None,
+    assignments: tuple[str, ...],
+    run_dir: str | None,
+    quiet: bool,
+) -> None:
+    """Train the model that CONFIG describes."""
+    from accumrun.config import load_config
+
+    overrides = _overrides(assignments, subdivisions, no_subdivisions, epochs, batch_size)
+    config = load_config(config_path, overrides)
+    _quiet_tensorflow()
+    from accumrun.run import resolve_run_dir
+    from accumrun.run import train as run_training
+
+    target = Path(run_dir) if run_dir else resolve_run_dir(config.output.run_dir, Path(config_path).stem)
+    try:
+        run_training(config, target, quiet=quiet)
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted; the run in {target} is incomplete", err=True)
+        sys.exit(130)
+
+
+@main.command()
+@_config_options
+def check(
+    config_path: str,
+    subdivisions: int | None,
+    no_subdivisions: bool,
+    epochs: int | None,
+    batch_size: str | None,
+    assignments: tuple[str, ...],
+) -> None:
+    """Validate CONFIG and print it resolved, with the derived batch sizes."""
+    from accumrun.config import load_config
+    from accumrun.data import load_dataset
+
+    overrides = _overrides(assignments, subdivisions, no_subdivisions, epochs, batch_size)
+    config = load_config(config_path, overrides)
+    dataset = load_dataset(config.data, config.seed)
+    _quiet_tensorflow()
+    from accumrun.models import build_model
+    from accumrun.optimizers import build_optimizer
+    from accumrun.run import describe_setup, resolve_batch_size
+
+    batch_size = resolve_batch_size(config.training, dataset.train_size)
+    model = build_model(config.model, dataset.sample_shape, dataset.classes)
+    build_optimizer(config.optimizer)  # only to validate its name and keywords
+    click.echo(config.to_yaml().rstrip())
+    click.echo("---")
+    click.echo("\n".join(describe_setup(config, dataset, model, batch_size)))

@@ -1,0 +1,46 @@
+"""User-facing errors. Each prints as one line: ``Error: <key path>: <what is wrong> (got <value>)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+_NO_VALUE = object()
+
+
+def describe(path: str, what: str, value: Any = _NO_VALUE) -> str:
+    """Format one problem as ``path: what (got value)``; the value part is left out when not given."""
+    text = f"{path}: {what}" if path else what
+    if value is not _NO_VALUE:
+        text += f" (got {value!r})"
+    return text
+
+
+class AccumrunError(click.ClickException):
+    """Base of the errors that reach the user as ``Error: ...`` with exit code 1."""
+
+    exit_code = 1
+
+    def __init__(self, path: str, what: str, value: Any = _NO_VALUE) -> None:
+        super().__init__(describe(path, what, value))
+
+
+class ConfigError(AccumrunError):
+    """The configuration (file, overrides or a value in it) is invalid."""
+
+
+class DataError(AccumrunError):
+    """The data cannot be loaded or does not fit the model."""
+
+
+class ConfigProblems(ConfigError):
+    """Several configuration problems, reported together."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        if len(problems) == 1:
+            click.ClickException.__init__(self, problems[0])
+        else:
+            lines = [f"{len(problems)} problems in {source}:"] + [f"  {p}" for p in problems]
+            click.ClickException.__init__(self, "\n".join(lines))
+        self.problems = problems

@@ -1,0 +1,117 @@
+"""The accumulation step: one compiled call per batch, one optimizer update per batch.
+
+The rule: a batch of ``n`` samples is cut into ``s = min(subdivisions, n)`` sub-batches (see
+:mod:`accumrun.split`). Each sub-batch runs forward and backward on the *sum* of its per-sample losses divided
+by ``n``, the whole batch's sample count. Summing those gradients over the sub-batches therefore gives exactly
+the gradient of the batch's mean loss, however unevenly the batch splits: it is the sample-weighted mean of the
+sub-batch mean gradients. Recipes that average the ``s`` sub-batch means (divide by ``s``) are wrong whenever
+the sub-batches differ in size.
+
+All sub-batches run inside one ``tf.function`` (an autograph ``tf.while_loop``), slicing the batch where it
+already lives, on the device. Only one sub-batch's activations are alive at a time; the extra memory is one
+accumulator per trainable variable. This module knows nothing of configs, files or the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import tensorflow as tf
+
+LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+"""``loss_fn(labels, logits) -> per-sample losses`` (shape ``[n]``)."""
+
+
+def sparse_categorical_crossentropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    """Per-sample cross-entropy of integer labels against logits, computed in float32."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=tf.cast(logits, tf.float32))
+
+
+def _correct_count(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    predicted = tf.argmax(logits, axis=-1, output_type=labels.dtype)
+    return tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.int32))
+
+
+def make_gradient_fn(
+    model: keras.Model, loss_fn: LossFn, subdivisions: int
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]]:
+    """A function ``(x, y) -> (gradients, loss_sum, correct)`` that accumulates over the sub-batches.
+
+    ``gradients`` is the gradient of the batch's mean loss (plus the model's regularization losses) with
+    respect to ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses and ``correct``
+    the number of samples whose largest logit is their label. It is not compiled by itself: call it inside a
+    ``tf.function`` (as :func:`make_train_step` does) or eagerly in tests.
+    """
+    if subdivisions < 1:
+        raise ValueError(f"subdivisions must be >= 1, got {subdivisions}")
+    variables = model.trainable_variables
+
+    def accumulate(x: tf.Tensor, y: tf.Tensor) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+        n = tf.shape(x)[0]
+        s = tf.minimum(tf.constant(subdivisions, tf.int32), n)
+        n_float = tf.cast(n, tf.float32)
+        gradients = [tf.zeros_like(v, dtype=tf.float32) for v in variables]
+        loss_sum = tf.constant(0.0, tf.float32)
+        correct = tf.constant(0, tf.int32)
+        # Autograph turns this into a tf.while_loop: no Python round-trip per sub-batch.
+        for i in tf.range(s):
+            start, end = i * n // s, (i + 1) * n // s
+            x_sub, y_sub = x[start:end], y[start:end]
+            with tf.GradientTape() as tape:
+                logits = model(x_sub, training=True)
+                sub_loss_sum = tf.reduce_sum(loss_fn(y_sub, logits))
+                objective = sub_loss_sum / n_float
+                if model.losses:
+                    # Regularization belongs to the batch once; each sub-batch carries its share of it.
+                    share = tf.cast(end - start, tf.float32) / n_float
+                    objective += tf.cast(tf.add_n(model.losses), tf.float32) * share
+            sub_gradients = tape.gradient(
+                objective, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO
+            )
+            gradients = [
+                g + tf.cast(tf.convert_to_tensor(d), tf.float32) for g, d in zip(gradients, sub_gradients)
+            ]
+            loss_sum += sub_loss_sum
+            correct += _correct_count(y_sub, logits)
+        return gradients, loss_sum, correct
+
+    return accumulate
+
+
+def make_train_step(
+    model: keras.Model,
+    loss_fn: LossFn,
+    optimizer: keras.optimizers.Optimizer,
+    subdivisions: int,
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """Compile ``step(x, y) -> (loss_sum, correct)``: accumulate over sub-batches, then update once.
+
+    The optimizer sees one ``apply_gradients`` per call, so clipping, weight decay, its iteration counter and
+    learning-rate schedules all count batches. The function traces at most twice per run: once for full
+    batches and once, with a generalized shape, for a short last batch.
+    """
+    variables = model.trainable_variables
+    optimizer.build(variables)
+    accumulate = make_gradient_fn(model, loss_fn, subdivisions)
+
+    @tf.function(reduce_retracing=True)
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        gradients, loss_sum, correct = accumulate(x, y)
+        optimizer.apply_gradients(zip(gradients, variables))
+        return loss_sum, correct
+
+    return train_step
+
+
+def make_eval_step(
+    model: keras.Model, loss_fn: LossFn
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """Compile ``evaluate(x, y) -> (loss_sum, correct)`` in inference mode (BatchNorm uses moving stats)."""
+
+    @tf.function(reduce_retracing=True)
+    def eval_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        logits = model(x, training=False)
+        return tf.reduce_sum(loss_fn(y, logits)), _correct_count(y, logits)
+
+    return eval_step

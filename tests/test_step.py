@@ -1,0 +1,158 @@
+"""The accumulation step proves numbers: subdivided training equals full-batch training."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from accumrun.step import make_gradient_fn, make_train_step, sparse_categorical_crossentropy
+
+FEATURES, CLASSES = 5, 3
+
+
+def dense_model(seed: int = 0, regularized: bool = False) -> keras.Model:
+    """A BatchNorm-free float32 model, so subdivisions must not change its trajectory."""
+    keras.utils.set_random_seed(seed)
+    regularizer = keras.regularizers.L2(0.05) if regularized else None
+    return keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(7, activation="tanh", kernel_regularizer=regularizer),
+            keras.layers.Dense(CLASSES),
+        ]
+    )
+
+
+def make_data(samples: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(samples, FEATURES)).astype(np.float32)
+    y = rng.integers(CLASSES, size=samples).astype(np.int32)
+    return x, y
+
+
+OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(0.2, momentum=0.5),
+    "adam": lambda: keras.optimizers.Adam(0.02),
+}
+
+
+def train_weights(
+    subdivisions: int,
+    batch_size: int,
+    samples: int = 23,
+    optimizer: str = "adam",
+    epochs: int = 2,
+    regularized: bool = False,
+    make_optimizer=None,
+) -> tuple[list[np.ndarray], keras.optimizers.Optimizer, object]:
+    """Train from fixed weights over fixed batches; return the final weights, optimizer and step."""
+    model = dense_model(regularized=regularized)
+    opt = make_optimizer() if make_optimizer else OPTIMIZERS[optimizer]()
+    step = make_train_step(model, sparse_categorical_crossentropy, opt, subdivisions)
+    x, y = make_data(samples)
+    for _ in range(epochs):
+        for start in range(0, samples, batch_size):
+            step(tf.constant(x[start : start + batch_size]), tf.constant(y[start : start + batch_size]))
+    return [v.numpy() for v in model.trainable_variables], opt, step
+
+
+def max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(p - q))) for p, q in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("subdivisions", [2, 3, 4, 10])
+def test_subdivided_training_equals_plain_training(optimizer: str, subdivisions: int) -> None:
+    # 23 samples in batches of 10: the last batch has 3, so S=4 and S=10 also cut a batch smaller than S.
+    reference, _, _ = train_weights(1, batch_size=10, optimizer=optimizer)
+    weights, _, _ = train_weights(subdivisions, batch_size=10, optimizer=optimizer)
+    assert max_difference(reference, weights) < 1e-5
+
+
+@pytest.mark.parametrize("subdivisions", [3, 7, 23])
+def test_full_batch_with_subdivisions_equals_full_batch(subdivisions: int) -> None:
+    reference, _, _ = train_weights(1, batch_size=23, epochs=5)
+    weights, _, _ = train_weights(subdivisions, batch_size=23, epochs=5)
+    assert max_difference(reference, weights) < 1e-5
+
+
+def test_training_actually_moves_the_weights() -> None:
+    # Guards the exactness tests against passing trivially on weights that never change.
+    initial = [v.numpy() for v in dense_model().trainable_variables]
+    trained, _, _ = train_weights(3, batch_size=10)
+    assert max_difference(initial, trained) > 1e-2
+
+
+def test_accumulated_gradient_equals_the_full_batch_gradient() -> None:
+    model = dense_model()
+    x, y = make_data(10)
+    with tf.GradientTape() as tape:
+        mean_loss = tf.reduce_mean(sparse_categorical_crossentropy(y, model(x, training=True)))
+    expected = tape.gradient(mean_loss, model.trainable_variables)
+
+    accumulate = make_gradient_fn(model, sparse_categorical_crossentropy, subdivisions=3)
+    gradients, loss_sum, _ = accumulate(tf.constant(x), tf.constant(y))
+
+    assert max_difference([g.numpy() for g in expected], [g.numpy() for g in gradients]) < 1e-6
+    assert float(loss_sum) / 10 == pytest.approx(float(mean_loss), rel=1e-6)
+
+
+def test_dividing_by_subdivisions_would_be_wrong_on_an_uneven_split() -> None:
+    """The common recipe (mean of the S sub-batch means) differs from the true gradient when B=10, S=3."""
+    model = dense_model()
+    x, y = make_data(10)
+    variables = model.trainable_variables
+    means_of_parts = []
+    for start, end in [(0, 3), (3, 6), (6, 10)]:
+        with tf.GradientTape() as tape:
+            part_loss = tf.reduce_mean(sparse_categorical_crossentropy(y[start:end], model(x[start:end])))
+        means_of_parts.append(tape.gradient(part_loss, variables))
+    naive = [np.mean([g[i].numpy() for g in means_of_parts], axis=0) for i in range(len(variables))]
+    exact, _, _ = make_gradient_fn(model, sparse_categorical_crossentropy, 3)(tf.constant(x), tf.constant(y))
+    assert max_difference(naive, [g.numpy() for g in exact]) > 1e-4
+
+
+def test_regularization_losses_count_once_per_batch() -> None:
+    reference, _, _ = train_weights(1, batch_size=10, regularized=True)
+    weights, _, _ = train_weights(3, batch_size=10, regularized=True)
+    assert max_difference(reference, weights) < 1e-5
+
+
+def test_optimizer_steps_once_per_batch() -> None:
+    # 23 samples, batch 10, 2 epochs: 3 batches per epoch (10, 10, 3) = 6 updates, not 6 x 4 sub-batches.
+    _, optimizer, _ = train_weights(4, batch_size=10, epochs=2)
+    assert int(optimizer.iterations.numpy()) == 6
+
+
+def test_gradient_clipping_applies_to_the_batch_gradient() -> None:
+    # Clipping each sub-batch's gradient separately would give a different update.
+    def clipped() -> keras.optimizers.Optimizer:
+        return keras.optimizers.SGD(0.5, global_clipnorm=0.05)
+
+    reference, _, _ = train_weights(1, batch_size=10, make_optimizer=clipped)
+    weights, _, _ = train_weights(4, batch_size=10, make_optimizer=clipped)
+    assert max_difference(reference, weights) < 1e-5
+
+
+def test_learning_rate_schedule_counts_batches() -> None:
+    def scheduled() -> keras.optimizers.Optimizer:
+        schedule = keras.optimizers.schedules.PiecewiseConstantDecay([5, 7], [0.1, 0.01, 0.001])
+        return keras.optimizers.SGD(schedule)
+
+    _, optimizer, _ = train_weights(5, batch_size=10, epochs=2, make_optimizer=scheduled)
+    # 6 batches put the schedule in its middle piece; counting the 14 sub-batches would reach the last one.
+    assert int(optimizer.iterations.numpy()) == 6
+    assert float(optimizer.learning_rate) == pytest.approx(0.01)
+
+
+def test_step_traces_at_most_twice_per_run() -> None:
+    # Two epochs of batches 10, 10, 3: the full batches and the short last batch.
+    _, _, step = train_weights(3, batch_size=10, epochs=2)
+    assert step.experimental_get_tracing_count() <= 2
+
+
+def test_subdivisions_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="subdivisions must be >= 1, got 0"):
+        make_gradient_fn(dense_model(), sparse_categorical_crossentropy, 0)
