@@ -118,9 +118,7 @@ def main() -> None:
 
 @main.command()
 @_config_options
-@click.option(
-    "--run-dir", type=click.Path(file_okay=False), help="Write the run here instead of output.run_dir."
-)
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Write the run here instead of output.run_dir.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 def train(
     config_path: str,

@@ -217,9 +217,7 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
     key, sep, text = override.partition("=")
     parts = key.strip().split(".")
     if not sep or not all(parts):
-        raise ConfigError(
-            "--set", "expected KEY=VALUE with a dotted key such as training.subdivisions=4", override
-        )
+        raise ConfigError("--set", "expected KEY=VALUE with a dotted key such as training.subdivisions=4", override)
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
@@ -228,9 +226,7 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
     for depth, part in enumerate(parts[:-1]):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(
-                ".".join(parts[: depth + 1]), f"is not a section, so --set {key} cannot apply", child
-            )
+            raise ConfigError(".".join(parts[: depth + 1]), f"is not a section, so --set {key} cannot apply", child)
         node = child
     node[parts[-1]] = value
 
@@ -246,9 +242,7 @@ def _describe_pydantic_error(error: dict[str, Any]) -> str:
     loc = tuple(error["loc"])
     section_classes = _section_classes_along(loc)
     # The model union adds its tag to the location; users never wrote it, so drop it.
-    loc = tuple(
-        part for i, part in enumerate(loc) if not (i == 1 and loc[0] == "model" and part in _MODEL_SECTIONS)
-    )
+    loc = tuple(part for i, part in enumerate(loc) if not (i == 1 and loc[0] == "model" and part in _MODEL_SECTIONS))
     path = _dotted(loc)
     if error["type"] == "extra_forbidden":
         known = list(section_classes[-1].model_fields) if section_classes else []
@@ -291,9 +285,7 @@ def _cross_field_problems(config: Config) -> list[str]:
     if data.name != "synthetic":
         for key in SYNTHETIC_ONLY_KEYS:
             if key in data.model_fields_set:
-                problems.append(
-                    describe(f"data.{key}", "only applies to data.name: synthetic", getattr(data, key))
-                )
+                problems.append(describe(f"data.{key}", "only applies to data.name: synthetic", getattr(data, key)))
     if data.name == "npz" and not data.path:
         problems.append(describe("data.path", "data.name: npz needs the path of an .npz file"))
     if data.name in ("digits", "synthetic") and data.path:

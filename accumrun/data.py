@@ -88,13 +88,9 @@ def load_dataset(config: DataConfig, seed: int) -> Dataset:
     else:
         x_val = y_val = None
     if len(y_train) == 0:
-        raise DataError(
-            "data", "no training samples are left after the validation split", len(splits.y_train)
-        )
+        raise DataError("data", "no training samples are left after the validation split", len(splits.y_train))
     if x_val is not None and x_val.shape[1:] != x_train.shape[1:]:
-        raise DataError(
-            "data", f"test samples have shape {x_val.shape[1:]}, training samples {x_train.shape[1:]}"
-        )
+        raise DataError("data", f"test samples have shape {x_val.shape[1:]}, training samples {x_train.shape[1:]}")
     labels = y_train if y_val is None else np.concatenate([y_train, y_val])
     classes = max(int(labels.max()) + 1, 2)
     return Dataset(config.name, x_train, y_train, x_val, y_val, classes)
@@ -134,9 +130,11 @@ def _checked(split: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.n
         raise DataError(f"data.y_{split}", f"has {len(y)} labels for {len(x)} samples")
     if len(y) == 0:
         raise DataError(f"data.x_{split}", "is empty")
-    if not np.issubdtype(y.dtype, np.integer):
-        if not np.issubdtype(y.dtype, np.floating) or not np.all(np.isfinite(y)) or np.any(y != np.round(y)):
-            raise DataError(f"data.y_{split}", "labels must be integer class indices", _first_bad(y))
+    integral = np.issubdtype(y.dtype, np.integer) or (
+        np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y))
+    )
+    if not integral:
+        raise DataError(f"data.y_{split}", "labels must be integer class indices", _first_bad(y))
     if y.min() < 0:
         raise DataError(f"data.y_{split}", "labels must be >= 0", int(y.min()))
     x = x.astype(np.float32, copy=False)
@@ -157,9 +155,7 @@ def _first_bad(y: np.ndarray) -> float:
 
 def _load_digits(config: DataConfig, seed: int) -> Splits:
     if not DIGITS_FILE.is_file():
-        raise DataError(
-            "data.name", f"the bundled file {DIGITS_FILE} is missing; run datasets/make_digits.py"
-        )
+        raise DataError("data.name", f"the bundled file {DIGITS_FILE} is missing; run datasets/make_digits.py")
     with np.load(DIGITS_FILE) as arrays:
         # The UCI pixels are counts of 0..16; scale them to [0, 1].
         return Splits(arrays["x"].astype(np.float32) / 16.0, arrays["y"])
@@ -179,9 +175,7 @@ def _load_npz(config: DataConfig, seed: int) -> Splits:
                 return Splits(arrays["x"], arrays["y"])
     except (OSError, ValueError) as error:
         raise DataError("data.path", f"cannot read as .npz: {error}", config.path) from None
-    raise DataError(
-        "data.path", f"needs arrays 'x' and 'y' (or 'x_train' and 'y_train'); it has {sorted(keys)}"
-    )
+    raise DataError("data.path", f"needs arrays 'x' and 'y' (or 'x_train' and 'y_train'); it has {sorted(keys)}")
 
 
 def _load_idx_folder(config: DataConfig, seed: int) -> Splits:
@@ -218,9 +212,7 @@ def read_idx(path: Path) -> np.ndarray:
     except (OSError, EOFError, gzip.BadGzipFile) as error:
         raise DataError("data.path", f"{path} is not a readable gzip file: {error}") from None
     if len(raw) < 4 or raw[0:2] != b"\x00\x00" or raw[2] != _IDX_UBYTE:
-        raise DataError(
-            "data.path", f"{path} is not an IDX file of unsigned bytes (bad magic number)", raw[:4].hex()
-        )
+        raise DataError("data.path", f"{path} is not an IDX file of unsigned bytes (bad magic number)", raw[:4].hex())
     rank = raw[3]
     header = 4 + 4 * rank
     if len(raw) < header:

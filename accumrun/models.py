@@ -85,14 +85,10 @@ def _custom_model(config: CustomModelConfig, sample_shape: tuple[int, ...], clas
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ConfigError(
-            "model.name", f"cannot import module '{module_name}': {error}", config.name
-        ) from None
+        raise ConfigError("model.name", f"cannot import module '{module_name}': {error}", config.name) from None
     function = getattr(module, function_name, None)
     if not callable(function):
-        raise ConfigError(
-            "model.name", f"module '{module_name}' has no function '{function_name}'", config.name
-        )
+        raise ConfigError("model.name", f"module '{module_name}' has no function '{function_name}'", config.name)
     try:
         model = function(input_shape=sample_shape, classes=classes, **(config.model_extra or {}))
     except TypeError as error:

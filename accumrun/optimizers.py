@@ -91,9 +91,7 @@ def _find_class(classes: dict[str, type], name: str, path: str, kind: str) -> ty
 
 def _check_keywords(cls: type, keywords: dict[str, Any], path: str) -> None:
     parameters = inspect.signature(cls.__init__).parameters
-    accepted = [
-        name for name, p in parameters.items() if name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD
-    ]
+    accepted = [name for name, p in parameters.items() if name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
     for key, value in keywords.items():
         if key not in accepted:
             close = difflib.get_close_matches(key, accepted, n=1)

@@ -47,13 +47,11 @@ class RunResult:
 def resolve_run_dir(template: str, config_name: str) -> Path:
     """Fill ``{config_name}`` and ``{timestamp}`` in ``output.run_dir``."""
     try:
-        return Path(
-            template.format(config_name=config_name, timestamp=datetime.now().strftime("%Y%m%d-%H%M%S"))
-        )
+        return Path(template.format(config_name=config_name, timestamp=datetime.now().strftime("%Y%m%d-%H%M%S")))
     except (KeyError, IndexError, ValueError) as error:
         raise ConfigError(
             "output.run_dir", f"bad placeholder {error}; use {{config_name}} and {{timestamp}}", template
-        )
+        ) from None
 
 
 def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
@@ -112,9 +110,7 @@ def train(config: Config, run_dir: Path, *, quiet: bool = False) -> RunResult:
         }
         if val_feeder is not None:
             val_order = np.arange(dataset.val_size)
-            row["val_loss"], row["val_accuracy"] = _evaluate(
-                eval_step, val_feeder.batches(val_order, eval_batch_size)
-            )
+            row["val_loss"], row["val_accuracy"] = _evaluate(eval_step, val_feeder.batches(val_order, eval_batch_size))
         row.update(
             seconds=time.perf_counter() - started,
             samples_per_second=samples / train_seconds,
@@ -133,9 +129,7 @@ def train(config: Config, run_dir: Path, *, quiet: bool = False) -> RunResult:
     return RunResult(run_dir, metrics, model)
 
 
-def _train_epoch(
-    train_step, batches: tf.data.Dataset, epoch: int, epochs: int, quiet: bool
-) -> tuple[float, int, int]:
+def _train_epoch(train_step, batches: tf.data.Dataset, epoch: int, epochs: int, quiet: bool) -> tuple[float, int, int]:
     """One pass over the batches: ``(sum of per-sample losses, correct predictions, samples)``."""
     loss_sum, correct, samples = 0.0, 0, 0
     count = int(batches.cardinality())
@@ -183,9 +177,7 @@ def _progress_bar(count: int, epoch: int, epochs: int) -> progressbar.ProgressBa
 
 def _create_run_dir(run_dir: Path) -> None:
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise ConfigError(
-            "output.run_dir", "already exists and is not empty; choose another --run-dir", str(run_dir)
-        )
+        raise ConfigError("output.run_dir", "already exists and is not empty; choose another --run-dir", str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
 
 
@@ -217,9 +209,7 @@ def describe_setup(config: Config, dataset: Dataset, model: keras.Model, batch_s
         f"data {dataset.name}: {dataset.train_size:,} training + {dataset.val_size:,} validation samples of shape "
         f"{shape}, {dataset.classes} classes",
         f"model {config.model.name}: {model.count_params():,} parameters",
-        describe_plan(
-            dataset.train_size, batch_size, config.training.subdivisions, config.training.drop_remainder
-        ),
+        describe_plan(dataset.train_size, batch_size, config.training.subdivisions, config.training.drop_remainder),
         f"optimizer {config.optimizer.name}, learning rate {rate}, {config.training.epochs} epochs, seed {config.seed}",
     ]
 

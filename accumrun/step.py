@@ -66,11 +66,9 @@ def make_gradient_fn(
                     # Regularization belongs to the batch once; each sub-batch carries its share of it.
                     share = tf.cast(end - start, tf.float32) / n_float
                     objective += tf.cast(tf.add_n(model.losses), tf.float32) * share
-            sub_gradients = tape.gradient(
-                objective, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO
-            )
+            sub_gradients = tape.gradient(objective, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
             gradients = [
-                g + tf.cast(tf.convert_to_tensor(d), tf.float32) for g, d in zip(gradients, sub_gradients)
+                g + tf.cast(tf.convert_to_tensor(d), tf.float32) for g, d in zip(gradients, sub_gradients, strict=True)
             ]
             loss_sum += sub_loss_sum
             correct += _correct_count(y_sub, logits)
@@ -98,7 +96,7 @@ def make_train_step(
     @tf.function(reduce_retracing=True)
     def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         gradients, loss_sum, correct = accumulate(x, y)
-        optimizer.apply_gradients(zip(gradients, variables))
+        optimizer.apply_gradients(zip(gradients, variables, strict=True))
         return loss_sum, correct
 
     return train_step
