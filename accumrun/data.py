@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ IDX_SOURCES = {
     "fashion_mnist": "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
 }
 _IDX_UBYTE = 0x08
+# Far beyond any classifier head this tool builds, and well inside int32, to which labels are cast.
+_MAX_CLASSES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -130,13 +133,17 @@ def _checked(split: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.n
         raise DataError(f"data.y_{split}", f"has {len(y)} labels for {len(x)} samples")
     if len(y) == 0:
         raise DataError(f"data.x_{split}", "is empty")
-    integral = np.issubdtype(y.dtype, np.integer) or (
-        np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y))
+    integral = (
+        np.issubdtype(y.dtype, np.integer)
+        or y.dtype == bool
+        or (np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y)))
     )
     if not integral:
         raise DataError(f"data.y_{split}", "labels must be integer class indices", _first_bad(y))
     if y.min() < 0:
         raise DataError(f"data.y_{split}", "labels must be >= 0", int(y.min()))
+    if y.max() > _MAX_CLASSES:
+        raise DataError(f"data.y_{split}", f"labels must be class indices below {_MAX_CLASSES:,}", int(y.max()))
     x = x.astype(np.float32, copy=False)
     if not np.all(np.isfinite(x)):
         raise DataError(f"data.x_{split}", "samples contain NaN or Inf")
@@ -166,7 +173,10 @@ def _load_npz(config: DataConfig, seed: int) -> Splits:
     if not path.is_file():
         raise DataError("data.path", "npz file not found", config.path)
     try:
-        with np.load(path, allow_pickle=False) as arrays:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise DataError("data.path", "is a single array, not an .npz archive of named arrays", config.path)
+        with loaded as arrays:
             keys = set(arrays.files)
             if {"x_train", "y_train"} <= keys:
                 test = (arrays["x_test"], arrays["y_test"]) if {"x_test", "y_test"} <= keys else (None, None)
@@ -209,7 +219,7 @@ def read_idx(path: Path) -> np.ndarray:
     """
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, gzip.BadGzipFile) as error:
+    except (OSError, EOFError, zlib.error) as error:
         raise DataError("data.path", f"{path} is not a readable gzip file: {error}") from None
     if len(raw) < 4 or raw[0:2] != b"\x00\x00" or raw[2] != _IDX_UBYTE:
         raise DataError("data.path", f"{path} is not an IDX file of unsigned bytes (bad magic number)", raw[:4].hex())

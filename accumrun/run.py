@@ -118,7 +118,7 @@ def train(config: Config, run_dir: Path, *, quiet: bool = False) -> RunResult:
             subdivisions=subdivisions,
             sub_batch_size=eval_batch_size,
             optimizer_steps=int(optimizer.iterations.numpy()),
-            learning_rate=float(np.asarray(optimizer.learning_rate)),
+            learning_rate=float(optimizer.learning_rate),
         )
         metrics.append(row)
         _append_jsonl(run_dir / "metrics.jsonl", row)

@@ -1,0 +1,74 @@
+"""The command line, run as a user runs it: in a subprocess, checking exit codes, output and files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+
+from tests.conftest import run_cli, tiny_config
+
+
+def test_help_does_not_import_tensorflow() -> None:
+    probe = (
+        "import sys\n"
+        "from accumrun.cli import main\n"
+        "try:\n    main(['train', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('tensorflow loaded' if 'tensorflow' in sys.modules else 'tensorflow not loaded')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert "--no-subdivisions" in result.stdout
+    assert result.stdout.strip().endswith("tensorflow not loaded")
+
+
+def test_train_writes_the_run_directory(tmp_path: Path) -> None:
+    result = run_cli("train", str(tiny_config(tmp_path)), "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr
+    assert "batch 10 = 3 sub-batches x 3-4 samples; 3 updates per epoch" in result.stdout
+    assert "epoch 2/2 | loss " in result.stdout and "samples/s" in result.stdout
+    assert "Traceback" not in result.stderr and "cuda" not in result.stderr.lower()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and rows[-1]["optimizer_steps"] == 6
+    assert keras.models.load_model(tmp_path / "run" / "model.keras").output_shape == (None, 3)
+
+
+def test_no_subdivisions_and_overrides_reach_the_config(tmp_path: Path) -> None:
+    result = run_cli("check", str(tiny_config(tmp_path)), "--no-subdivisions", "--epochs", "7", "--set", "seed=11")
+    assert result.returncode == 0, result.stderr
+    assert "subdivisions: 1\n" in result.stdout and "epochs: 7\n" in result.stdout and "seed: 11\n" in result.stdout
+    assert "batch 10 = 1 sub-batch x 10 samples; 3 updates per epoch (last batch 3 = 1 sub-batch x 3 samples)" in (
+        result.stdout
+    )
+
+
+def test_bad_config_exits_1_with_every_problem_and_no_traceback(tmp_path: Path) -> None:
+    path = tiny_config(tmp_path, training={"subdivisions": 0, "epochs": -1})
+    result = run_cli("train", str(path), "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 1
+    assert "Error: 2 problems in" in result.stderr
+    assert "training.subdivisions: input should be greater than or equal to 1 (got 0)" in result.stderr
+    assert "training.epochs: input should be greater than or equal to 1 (got -1)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_usage_exits_2() -> None:
+    result = run_cli("train", "missing.yaml", "--batch-size", "zero")
+    assert result.returncode == 2
+    assert "Usage:" in result.stderr and "'zero' is neither a positive integer nor 'full'" in result.stderr
+    both = run_cli("train", "missing.yaml", "--subdivisions", "2", "--no-subdivisions")
+    assert both.returncode == 2 and "exclude each other" in both.stderr
+
+
+def test_unexpected_failure_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "broken_model.py").write_text(
+        "def build(input_shape, classes, **kwargs):\n    raise RuntimeError('boom')\n"
+    )
+    path = tiny_config(tmp_path, model={"name": "broken_model:build"})
+    result = run_cli("train", str(path), "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "Error: unexpected RuntimeError: boom" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,106 @@
+"""The epoch loop, in process: logged numbers, the run directory, refusals before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from accumrun.config import load_config
+from accumrun.data import load_dataset
+from accumrun.errors import ConfigError
+from accumrun.models import build_model
+from accumrun.run import TrainingDiverged, train
+from accumrun.step import sparse_categorical_crossentropy
+from tests.conftest import tiny_config
+
+DESIGN_KEYS = {
+    "epoch",
+    "loss",
+    "accuracy",
+    "val_loss",
+    "val_accuracy",
+    "seconds",
+    "samples_per_second",
+    "batch_size",
+    "subdivisions",
+    "sub_batch_size",
+    "optimizer_steps",
+}
+
+
+def test_run_directory_holds_config_metrics_and_a_loadable_model(tmp_path: Path) -> None:
+    config = load_config(tiny_config(tmp_path))
+    result = train(config, tmp_path / "run", quiet=True)
+
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == [1, 2]
+    assert all(set(row) >= DESIGN_KEYS for row in rows)
+    # 26 samples, 10% validation -> 23 training samples in batches of 10: 3 updates per epoch.
+    assert [row["optimizer_steps"] for row in rows] == [3, 6]
+    assert rows[0]["sub_batch_size"] == 4 and rows[0]["subdivisions"] == 3 and rows[0]["batch_size"] == 10
+
+    assert load_config(tmp_path / "run" / "config.yaml") == config
+    loaded = keras.models.load_model(tmp_path / "run" / "model.keras")
+    probe = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    np.testing.assert_allclose(loaded.predict(probe, verbose=0), result.model.predict(probe, verbose=0), atol=1e-6)
+
+
+def test_subdivisions_on_and_off_give_the_same_run_for_a_model_without_batchnorm(tmp_path: Path) -> None:
+    on = train(load_config(tiny_config(tmp_path)), tmp_path / "on", quiet=True)
+    off = train(load_config(tiny_config(tmp_path), ["training.subdivisions=1"]), tmp_path / "off", quiet=True)
+    for row_on, row_off in zip(on.metrics, off.metrics, strict=True):
+        assert row_on["loss"] == pytest.approx(row_off["loss"], abs=1e-6)
+        assert row_on["val_loss"] == pytest.approx(row_off["val_loss"], abs=1e-6)
+        assert row_on["optimizer_steps"] == row_off["optimizer_steps"]
+    for a, b in zip(on.model.get_weights(), off.model.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_epoch_loss_is_the_mean_over_samples_not_over_batches(tmp_path: Path) -> None:
+    # With a negligible learning rate the weights stay put, so the logged loss must equal the initial model's
+    # mean loss over the 23 training samples. A mean of the three batch means (10, 10, 3) would differ.
+    path = tiny_config(tmp_path, optimizer={"name": "sgd", "learning_rate": 1e-20}, training={"epochs": 1})
+    config = load_config(path)
+    result = train(config, tmp_path / "run", quiet=True)
+
+    dataset = load_dataset(config.data, config.seed)
+    keras.utils.set_random_seed(config.seed)
+    initial = build_model(config.model, dataset.sample_shape, dataset.classes)
+    per_sample = sparse_categorical_crossentropy(tf.constant(dataset.y_train), initial(dataset.x_train)).numpy()
+    assert result.metrics[0]["loss"] == pytest.approx(float(per_sample.mean()), rel=1e-5)
+    batch_means = [per_sample[i : i + 10].mean() for i in range(0, 23, 10)]
+    assert abs(np.mean(batch_means) - per_sample.mean()) > 1e-4  # the distinction is visible on this data
+
+
+def test_full_batch_makes_one_update_per_epoch(tmp_path: Path) -> None:
+    config = load_config(tiny_config(tmp_path), ["training.batch_size=full", "training.epochs=3"])
+    result = train(config, tmp_path / "run", quiet=True)
+    assert [row["optimizer_steps"] for row in result.metrics] == [1, 2, 3]
+    assert result.metrics[0]["batch_size"] == 23 and result.metrics[0]["sub_batch_size"] == 8
+
+
+def test_batch_larger_than_the_training_set_is_refused_before_writing(tmp_path: Path) -> None:
+    config = load_config(tiny_config(tmp_path), ["training.batch_size=24"])
+    with pytest.raises(ConfigError, match=r"training.batch_size: is larger than the 23 training samples.*full"):
+        train(config, tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_existing_run_directory_is_not_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("precious\n")
+    with pytest.raises(ConfigError, match="already exists and is not empty"):
+        train(load_config(tiny_config(tmp_path)), tmp_path / "run", quiet=True)
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == "precious\n"
+
+
+def test_divergence_stops_training_naming_epoch_and_batch(tmp_path: Path) -> None:
+    path = tiny_config(tmp_path, optimizer={"name": "sgd", "learning_rate": 1e30})
+    with pytest.raises(TrainingDiverged, match=r"the loss is (nan|inf) at epoch \d+, batch \d+"):
+        train(load_config(path), tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run" / "model.keras").exists()
