@@ -198,8 +198,8 @@ def _load_idx_folder(config: DataConfig, seed: int) -> Splits:
         if not file.is_file():
             raise DataError(
                 "data.path",
-                f"{file} not found; {config.name} needs the four IDX files "
-                f"{', '.join(IDX_FILES.values())} from {IDX_SOURCES[config.name]} in that folder",
+                f"{file} not found; fetch the four IDX files with `accumrun download {config.name} --to {folder}` "
+                f"(or get them from {IDX_SOURCES[config.name]})",
             )
         arrays[key] = read_idx(file)
     # IDX images are 0..255 bytes; scale them to [0, 1].
