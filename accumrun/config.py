@@ -110,6 +110,9 @@ ModelConfig = Annotated[
 ]
 
 
+_UNION_TAGS = {"model": set(_MODEL_SECTIONS), "learning_rate": {"rate", "schedule"}}
+
+
 class TrainingConfig(_Section):
     epochs: int = Field(10, ge=1)
     batch_size: int | Literal["full"] = 256
@@ -133,12 +136,22 @@ class ScheduleConfig(BaseModel):
     name: str
 
 
+def _rate_kind(value: Any) -> str:
+    return "schedule" if isinstance(value, dict | ScheduleConfig) else "rate"
+
+
+LearningRate = Annotated[
+    Annotated[float, Tag("rate")] | Annotated[ScheduleConfig, Tag("schedule")],
+    Discriminator(_rate_kind),
+]
+
+
 class OptimizerConfig(BaseModel):
     """A Keras optimizer by name; other keys are its keyword arguments, checked when it is built."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     name: str = "adam"
-    learning_rate: float | ScheduleConfig = 0.001
+    learning_rate: LearningRate = 0.001
 
     @field_validator("learning_rate", mode="before")
     @classmethod
@@ -157,6 +170,8 @@ class OptimizerConfig(BaseModel):
 
 class OutputConfig(_Section):
     run_dir: str = "runs/{config_name}-{timestamp}"
+    tensorboard: bool = True
+    log_every_updates: int | None = Field(None, ge=1)
 
 
 class Config(_Section):
@@ -169,7 +184,12 @@ class Config(_Section):
 
     def to_yaml(self) -> str:
         """The resolved configuration as YAML, loadable again by :func:`load_config`."""
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        resolved = self.model_dump(mode="json")
+        if self.data.name != "synthetic":
+            # Only synthetic data reads these; written out, they would be refused on loading.
+            for key in SYNTHETIC_ONLY_KEYS:
+                del resolved["data"][key]
+        return yaml.safe_dump(resolved, sort_keys=False)
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
@@ -241,8 +261,8 @@ def _dotted(loc: tuple[Any, ...]) -> str:
 def _describe_pydantic_error(error: dict[str, Any]) -> str:
     loc = tuple(error["loc"])
     section_classes = _section_classes_along(loc)
-    # The model union adds its tag to the location; users never wrote it, so drop it.
-    loc = tuple(part for i, part in enumerate(loc) if not (i == 1 and loc[0] == "model" and part in _MODEL_SECTIONS))
+    # Tagged unions add their tag to the location; users never wrote it, so drop it.
+    loc = tuple(part for i, part in enumerate(loc) if not (i > 0 and part in _UNION_TAGS.get(loc[i - 1], ())))
     path = _dotted(loc)
     if error["type"] == "extra_forbidden":
         known = list(section_classes[-1].model_fields) if section_classes else []

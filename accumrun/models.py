@@ -84,8 +84,9 @@ def _custom_model(config: CustomModelConfig, sample_shape: tuple[int, ...], clas
         sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigError("model.name", f"cannot import module '{module_name}': {error}", config.name) from None
+    except Exception as error:  # the user's module may fail in any way while it is imported
+        reason = f"{type(error).__name__}: {error}"
+        raise ConfigError("model.name", f"cannot import module '{module_name}': {reason}", config.name) from None
     function = getattr(module, function_name, None)
     if not callable(function):
         raise ConfigError("model.name", f"module '{module_name}' has no function '{function_name}'", config.name)

@@ -84,7 +84,9 @@ def _find_class(classes: dict[str, type], name: str, path: str, kind: str) -> ty
     if found is not None:
         return found
     names = sorted(cls.__name__ for cls in classes.values())
-    close = difflib.get_close_matches(_normalized(name), list(classes), n=1)
+    # A transposition ("adma") should suggest the anagram, which difflib may rank below a longer name.
+    anagrams = [key for key in classes if sorted(key) == sorted(_normalized(name))]
+    close = anagrams or difflib.get_close_matches(_normalized(name), list(classes), n=1)
     hint = f"did you mean '{classes[close[0]].__name__}'?" if close else f"known: {', '.join(names)}"
     raise ConfigError(path, f"unknown {kind}; {hint}", name)
 

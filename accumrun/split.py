@@ -23,9 +23,10 @@ def describe_batch(batch: int, subdivisions: int) -> str:
     """A one-line description such as ``batch 10 = 3 sub-batches x 3-4 samples``."""
     sizes = sub_batch_sizes(batch, subdivisions)
     low, high = min(sizes), max(sizes)
-    each = f"{low}" if low == high else f"{low}-{high}"
+    each = f"{low:,}" if low == high else f"{low:,}-{high:,}"
     noun = "sub-batch" if len(sizes) == 1 else "sub-batches"
-    return f"batch {batch:,} = {len(sizes)} {noun} x {each} samples"
+    unit = "sample" if high == 1 else "samples"
+    return f"batch {batch:,} = {len(sizes)} {noun} x {each} {unit}"
 
 
 def epoch_batches(train_size: int, batch_size: int, drop_remainder: bool) -> tuple[int, int]:
@@ -44,5 +45,5 @@ def describe_plan(train_size: int, batch_size: int, subdivisions: int, drop_rema
     if last != batch_size:
         text += f" (last {describe_batch(last, subdivisions)})"
     elif drop_remainder and train_size % batch_size:
-        text += f" ({train_size % batch_size} samples dropped each epoch)"
+        text += f" ({train_size % batch_size:,} samples dropped each epoch)"
     return text

@@ -1,0 +1,477 @@
+"""load_config: defaults, unknown keys, types and ranges, cross-field rules, --set overrides and YAML problems."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accumrun.config import (
+    Config,
+    CustomModelConfig,
+    DarknetCnnConfig,
+    DataConfig,
+    MlpConfig,
+    OptimizerConfig,
+    OutputConfig,
+    TrainingConfig,
+    load_config,
+)
+from accumrun.errors import ConfigError, ConfigProblems
+
+BATCH_SIZE_RULE = "must be a positive integer or 'full' (the whole training set)"
+SPLIT_RULE = "must be a fraction in [0, 1) or 'test' (the dataset's test split)"
+
+
+def write(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def error_of(path: Path, overrides: list[str] = ()) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides)
+    return info.value
+
+
+def message_of(path: Path, overrides: list[str] = ()) -> str:
+    return str(error_of(path, overrides))
+
+
+# --- defaults -------------------------------------------------------------------------------------------------
+
+
+def test_empty_file_gives_the_documented_defaults(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ""))
+    assert config.seed == 0
+    assert config.data.name == "digits"
+    assert config.data.path is None
+    assert config.data.validation_split == 0.1
+    assert config.data.shuffle is True
+    assert isinstance(config.model, DarknetCnnConfig)
+    assert config.model.name == "darknet_cnn"
+    assert config.model.filters == [32, 64, 96]
+    assert config.model.strides == [2, 2, 1]
+    assert config.model.leaky_alpha == 0.1
+    assert config.training.epochs == 10
+    assert config.training.batch_size == 256
+    assert config.training.subdivisions == 1
+    assert config.training.drop_remainder is False
+    assert config.optimizer.name == "adam"
+    assert config.optimizer.learning_rate == 0.001
+    assert config.optimizer.keywords == {}
+    assert config.output.run_dir == "runs/{config_name}-{timestamp}"
+
+
+def test_empty_file_equals_the_schema_defaults(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "")) == Config()
+
+
+def test_empty_sections_keep_their_defaults(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "data: {}\ntraining: {}\noptimizer: {}\noutput: {}\n"))
+    assert config.data == DataConfig()
+    assert config.training == TrainingConfig()
+    assert config.optimizer == OptimizerConfig()
+    assert config.output == OutputConfig()
+
+
+def test_a_partial_section_keeps_the_other_defaults(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "training:\n  batch_size: 64\n"))
+    assert config.training.batch_size == 64
+    assert config.training.epochs == 10
+    assert config.training.subdivisions == 1
+
+
+# --- unknown keys ---------------------------------------------------------------------------------------------
+
+
+def test_unknown_top_level_key_suggests_the_close_one(tmp_path: Path) -> None:
+    assert message_of(write(tmp_path, "trainig:\n  epochs: 2\n")) == "trainig: unknown key (did you mean 'training'?)"
+
+
+def test_unknown_top_level_key_without_a_close_match_lists_the_known_keys(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "zzz: 1\n"))
+        == "zzz: unknown key; known keys: seed, data, model, training, optimizer, output"
+    )
+
+
+def test_unknown_nested_key_names_its_full_path(tmp_path: Path) -> None:
+    message = message_of(write(tmp_path, "training:\n  subdivsions: 4\n"))
+    assert "training.subdivsions: unknown key (did you mean 'subdivisions'?)" in message
+    assert message == "training.subdivsions: unknown key (did you mean 'subdivisions'?)"
+
+
+def test_unknown_key_in_darknet_model_has_no_union_tag_in_its_path(tmp_path: Path) -> None:
+    message = message_of(write(tmp_path, "model:\n  filtres: [8, 16, 32]\n"))
+    assert message == "model.filtres: unknown key (did you mean 'filters'?)"
+    assert "darknet_cnn" not in message
+
+
+def test_unknown_key_in_mlp_model_is_checked_against_the_mlp_keys(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "model:\n  name: mlp\n  hiden: [8]\n"))
+        == "model.hiden: unknown key (did you mean 'hidden'?)"
+    )
+
+
+def test_darknet_only_key_in_mlp_lists_the_mlp_keys(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "model:\n  name: mlp\n  filters: [8]\n"))
+        == "model.filters: unknown key; known keys: name, hidden, activation, dropout"
+    )
+
+
+def test_unknown_optimizer_keys_are_left_for_build_time(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "optimizer:\n  name: sgd\n  momentum: 0.9\n"))
+    assert config.optimizer.keywords == {"momentum": 0.9}
+
+
+# --- types and ranges -----------------------------------------------------------------------------------------
+
+
+def test_wrong_type_names_key_and_value(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "training:\n  epochs: ten\n"))
+        == "training.epochs: input should be a valid integer (got 'ten')"
+    )
+
+
+def test_a_boolean_is_not_an_integer(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "training:\n  epochs: true\n"))
+        == "training.epochs: input should be a valid integer (got True)"
+    )
+
+
+def test_zero_subdivisions_is_out_of_range(tmp_path: Path) -> None:
+    message = message_of(write(tmp_path, "training:\n  subdivisions: 0\n"))
+    assert "training.subdivisions" in message
+    assert "(got 0)" in message
+    assert message == "training.subdivisions: input should be greater than or equal to 1 (got 0)"
+
+
+def test_misspelled_full_batch_size_mentions_full(tmp_path: Path) -> None:
+    message = message_of(write(tmp_path, "training:\n  batch_size: ful\n"))
+    assert "'full'" in message
+    assert message == f"training.batch_size: {BATCH_SIZE_RULE} (got 'ful')"
+
+
+@pytest.mark.parametrize("value", ["0", "-4", "2.5", "true"])
+def test_batch_size_must_be_a_positive_integer(tmp_path: Path, value: str) -> None:
+    message = message_of(write(tmp_path, f"training:\n  batch_size: {value}\n"))
+    assert message.startswith(f"training.batch_size: {BATCH_SIZE_RULE} (got ")
+
+
+def test_batch_size_full_is_accepted(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "training:\n  batch_size: full\n")).training.batch_size == "full"
+
+
+def test_negative_learning_rate_is_refused(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "optimizer:\n  learning_rate: -0.5\n"))
+        == "optimizer.learning_rate: must be a positive number or a schedule mapping with a 'name' (got -0.5)"
+    )
+
+
+def test_zero_learning_rate_is_refused(tmp_path: Path) -> None:
+    assert message_of(write(tmp_path, "optimizer:\n  learning_rate: 0\n")).startswith(
+        "optimizer.learning_rate: must be a positive number"
+    )
+
+
+def test_integer_learning_rate_becomes_a_float(tmp_path: Path) -> None:
+    learning_rate = load_config(write(tmp_path, "optimizer:\n  learning_rate: 1\n")).optimizer.learning_rate
+    assert learning_rate == 1.0
+    assert isinstance(learning_rate, float)
+
+
+def test_zero_epochs_is_refused(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "training:\n  epochs: 0\n"))
+        == "training.epochs: input should be greater than or equal to 1 (got 0)"
+    )
+
+
+def test_validation_split_above_one_is_refused(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "data:\n  validation_split: 1.5\n"))
+        == f"data.validation_split: {SPLIT_RULE} (got 1.5)"
+    )
+
+
+@pytest.mark.parametrize(("text", "expected"), [("0", 0.0), ("0.25", 0.25), ("test", "test")])
+def test_validation_split_accepts_fractions_and_test(tmp_path: Path, text: str, expected: object) -> None:
+    assert load_config(write(tmp_path, f"data:\n  validation_split: {text}\n")).data.validation_split == expected
+
+
+def test_list_entries_are_named_by_index(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "model:\n  name: mlp\n  hidden: [8, 0]\n"))
+        == "model.hidden[1]: input should be greater than or equal to 1 (got 0)"
+    )
+
+
+def test_all_problems_are_listed_in_one_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "training:\n  epochs: 0\n  subdivisions: 0\ndata:\n  validation_split: 1.5\n")
+    error = error_of(path)
+    assert isinstance(error, ConfigProblems)
+    assert error.problems == [
+        f"data.validation_split: {SPLIT_RULE} (got 1.5)",
+        "training.epochs: input should be greater than or equal to 1 (got 0)",
+        "training.subdivisions: input should be greater than or equal to 1 (got 0)",
+    ]
+    assert str(error) == "\n".join([f"3 problems in {path}:"] + [f"  {problem}" for problem in error.problems])
+
+
+# --- cross-field rules ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("subdivisions", [5, 8])
+def test_subdivisions_cannot_exceed_the_batch_size(tmp_path: Path, subdivisions: int) -> None:
+    assert message_of(write(tmp_path, f"training:\n  batch_size: 4\n  subdivisions: {subdivisions}\n")) == (
+        "training.subdivisions: cannot exceed training.batch_size (4); each sub-batch needs a sample "
+        f"(got {subdivisions})"
+    )
+
+
+def test_subdivisions_equal_to_the_batch_size_are_fine(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "training:\n  batch_size: 4\n  subdivisions: 4\n")).training.subdivisions == 4
+
+
+def test_subdivisions_with_full_batch_are_checked_later(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "training:\n  batch_size: full\n  subdivisions: 1000\n"))
+    assert config.training.subdivisions == 1000
+
+
+def test_synthetic_only_key_with_digits_is_refused(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "data:\n  samples: 100\n"))
+        == "data.samples: only applies to data.name: synthetic (got 100)"
+    )
+
+
+def test_synthetic_only_keys_are_refused_even_at_their_default(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "data:\n  name: mnist\n  classes: 10\n"))
+        == "data.classes: only applies to data.name: synthetic (got 10)"
+    )
+
+
+def test_synthetic_keys_with_synthetic_data(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "data:\n  name: synthetic\n  samples: 30\n  shape: [4]\n  classes: 3\n"))
+    assert (config.data.samples, config.data.shape, config.data.classes) == (30, [4], 3)
+
+
+def test_npz_needs_a_path(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "data:\n  name: npz\n"))
+        == "data.path: data.name: npz needs the path of an .npz file"
+    )
+
+
+def test_path_is_not_used_by_synthetic_data(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "data:\n  name: synthetic\n  path: x.npz\n"))
+        == "data.path: is not used by data.name: synthetic (got 'x.npz')"
+    )
+
+
+def test_darknet_needs_one_stride_per_filter(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "model:\n  filters: [8, 16]\n  strides: [1]\n"))
+        == "model.strides: needs one stride per entry of model.filters (2) (got [1])"
+    )
+
+
+def test_unknown_model_name(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "model:\n  name: resnet\n"))
+        == "model.name: unknown model; use darknet_cnn, mlp or 'package.module:function' (got 'resnet')"
+    )
+
+
+def test_malformed_custom_model_name(tmp_path: Path) -> None:
+    message = message_of(write(tmp_path, "model:\n  name: 'pkg.mod:'\n"))
+    assert message.startswith("model.name: string should match pattern ")
+    assert message.endswith("(got 'pkg.mod:')")
+
+
+def test_schema_and_cross_field_problems_are_reported_in_turn(tmp_path: Path) -> None:
+    # Cross-field rules only run on a config that passed the schema: first the typo, then the cross-field problem.
+    path = write(tmp_path, "training:\n  batch_size: 4\n  subdivisions: 8\n  epoch: 3\n")
+    assert message_of(path) == "training.epoch: unknown key (did you mean 'epochs'?)"
+    path.write_text("training:\n  batch_size: 4\n  subdivisions: 8\ndata:\n  samples: 5\n")
+    error = error_of(path)
+    assert error.problems == [
+        "training.subdivisions: cannot exceed training.batch_size (4); each sub-batch needs a sample (got 8)",
+        "data.samples: only applies to data.name: synthetic (got 5)",
+    ]
+    assert str(error).startswith(f"2 problems in {path}:\n")
+
+
+# --- overrides ------------------------------------------------------------------------------------------------
+
+
+def test_override_wins_over_the_yaml(tmp_path: Path) -> None:
+    path = write(tmp_path, "training:\n  subdivisions: 2\n")
+    assert load_config(path, ["training.subdivisions=4"]).training.subdivisions == 4
+
+
+def test_override_creates_a_missing_section(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, ""), ["training.subdivisions=4"]).training.subdivisions == 4
+
+
+def test_precedence_is_defaults_then_yaml_then_overrides(tmp_path: Path) -> None:
+    path = write(tmp_path, "training:\n  batch_size: 32\n  subdivisions: 2\n")
+    training = load_config(path, ["training.subdivisions=4"]).training
+    assert training.epochs == 10  # default
+    assert training.batch_size == 32  # YAML
+    assert training.subdivisions == 4  # override
+
+
+def test_later_override_wins(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    assert load_config(path, ["training.subdivisions=4", "training.subdivisions=8"]).training.subdivisions == 8
+
+
+def test_overrides_are_yaml_typed(tmp_path: Path) -> None:
+    config = load_config(
+        write(tmp_path, ""),
+        ["training.batch_size=full", "model.filters=[8, 16]", "model.strides=[1, 2]", "data.shuffle=false"],
+    )
+    assert config.training.batch_size == "full"
+    assert config.model.filters == [8, 16]
+    assert config.model.strides == [1, 2]
+    assert config.data.shuffle is False
+
+
+def test_override_values_are_validated_like_yaml_values(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, ""), ["training.subdivisions=four"])
+        == "training.subdivisions: input should be a valid integer (got 'four')"
+    )
+
+
+def test_overrides_pass_the_cross_field_rules(tmp_path: Path) -> None:
+    # filters from --set, strides from the defaults: three strides for two filters.
+    assert (
+        message_of(write(tmp_path, ""), ["model.filters=[8, 16]"])
+        == "model.strides: needs one stride per entry of model.filters (2) (got [2, 2, 1])"
+    )
+
+
+def test_override_can_switch_the_model(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "model:\n  name: darknet_cnn\n"), ["model.name=mlp"])
+    assert config.model == MlpConfig(name="mlp")
+
+
+@pytest.mark.parametrize("override", ["training", "=4", "training..x=1", ".x=1"])
+def test_malformed_override_is_refused(tmp_path: Path, override: str) -> None:
+    assert (
+        message_of(write(tmp_path, ""), [override])
+        == f"--set: expected KEY=VALUE with a dotted key such as training.subdivisions=4 (got {override!r})"
+    )
+
+
+def test_override_through_a_non_section_is_refused(tmp_path: Path) -> None:
+    assert (
+        message_of(write(tmp_path, "seed: 3\n"), ["seed.x=1"])
+        == "seed: is not a section, so --set seed.x cannot apply (got 3)"
+    )
+
+
+def test_override_through_a_defaulted_non_section_is_refused(tmp_path: Path) -> None:
+    # seed is not in the file, so the override builds {'x': 1} in its place, which the schema then refuses.
+    message = message_of(write(tmp_path, ""), ["seed.x=1"])
+    assert message.startswith("seed: ")
+    assert "(got {'x': 1})" in message
+
+
+def test_overrides_do_not_touch_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "training:\n  subdivisions: 2\n")
+    load_config(path, ["training.subdivisions=4"])
+    assert path.read_text() == "training:\n  subdivisions: 2\n"
+    assert load_config(path).training.subdivisions == 2
+
+
+# --- file problems --------------------------------------------------------------------------------------------
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    assert message_of(path) == f"{path}: config file not found"
+
+
+def test_a_directory_is_not_a_config_file(tmp_path: Path) -> None:
+    assert message_of(tmp_path) == f"{tmp_path}: config file not found"
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "training:\n  epochs: 1\n   batch_size: 3\n")
+    message = message_of(path)
+    assert "invalid YAML" in message
+    assert message == f"{path}: invalid YAML at line 3: mapping values are not allowed here"
+
+
+def test_top_level_list_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "- 1\n- 2\n")
+    assert message_of(path) == f"{path}: the top level must be a mapping of sections (got 'list')"
+
+
+def test_top_level_scalar_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "hello\n")
+    assert message_of(path) == f"{path}: the top level must be a mapping of sections (got 'str')"
+
+
+def test_load_config_accepts_a_str_path(tmp_path: Path) -> None:
+    assert load_config(str(write(tmp_path, "seed: 5\n"))).seed == 5
+
+
+# --- custom models and round trips ----------------------------------------------------------------------------
+
+
+def test_custom_model_keeps_its_extra_keys(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "model:\n  name: pkg.mod:fn\n  width: 3\n  depths: [1, 2]\n"))
+    assert isinstance(config.model, CustomModelConfig)
+    assert config.model.name == "pkg.mod:fn"
+    assert config.model.model_extra == {"width": 3, "depths": [1, 2]}
+
+
+def test_to_yaml_round_trips_a_synthetic_custom_config(tmp_path: Path) -> None:
+    config = load_config(
+        write(
+            tmp_path,
+            "seed: 7\n"
+            "data:\n  name: synthetic\n  samples: 30\n  shape: [4]\n  classes: 3\n  validation_split: 0.2\n"
+            "model:\n  name: pkg.mod:fn\n  width: 3\n"
+            "training:\n  batch_size: 10\n  subdivisions: 3\n  drop_remainder: true\n"
+            "optimizer:\n  name: sgd\n  momentum: 0.9\n"
+            "  learning_rate: {name: cosine_decay, initial_learning_rate: 0.1, decay_steps: 10}\n",
+        )
+    )
+    again = load_config(write(tmp_path, config.to_yaml(), name="resolved.yaml"))
+    assert again == config
+    assert again.to_yaml() == config.to_yaml()
+    assert again.model.model_extra == {"width": 3}
+    assert again.optimizer.keywords == {"momentum": 0.9}
+
+
+def test_to_yaml_round_trips_an_mlp_config_with_overrides(tmp_path: Path) -> None:
+    config = load_config(
+        write(tmp_path, "data:\n  name: synthetic\nmodel:\n  name: mlp\n  dropout: 0.25\n"),
+        ["training.batch_size=full", "optimizer.learning_rate=0.01"],
+    )
+    again = load_config(write(tmp_path, config.to_yaml(), name="resolved.yaml"))
+    assert again == config
+
+
+def test_to_yaml_round_trips_the_default_config(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ""))
+    assert load_config(write(tmp_path, config.to_yaml(), name="resolved.yaml")) == config
+
+
+def test_schedule_without_a_name_names_the_missing_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "optimizer:\n  learning_rate:\n    initial_learning_rate: 0.1\n")
+    assert message_of(path) == "optimizer.learning_rate.name: required key is missing"
