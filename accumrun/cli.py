@@ -119,6 +119,7 @@ def main() -> None:
 @main.command()
 @_config_options
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Write the run here instead of output.run_dir.")
+@click.option("--no-tensorboard", is_flag=True, help="Do not write TensorBoard scalars (output.tensorboard).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 def train(
     config_path: str,
@@ -128,12 +129,15 @@ def train(
     batch_size: str | None,
     assignments: tuple[str, ...],
     run_dir: str | None,
+    no_tensorboard: bool,
     quiet: bool,
 ) -> None:
     """Train the model that CONFIG describes."""
     from accumrun.config import load_config
 
     overrides = _overrides(assignments, subdivisions, no_subdivisions, epochs, batch_size)
+    if no_tensorboard:
+        overrides.append("output.tensorboard=false")
     config = load_config(config_path, overrides)
     _quiet_tensorflow()
     from accumrun.run import resolve_run_dir
@@ -175,3 +179,91 @@ def check(
     click.echo(config.to_yaml().rstrip())
     click.echo("---")
     click.echo("\n".join(describe_setup(config, dataset, model, batch_size)))
+
+
+def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        counts = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers, e.g. 8,1") from None
+    if not counts or min(counts) < 1:
+        raise click.BadParameter(f"{value!r} needs positive integers, e.g. 8,1")
+    return list(dict.fromkeys(counts))
+
+
+@main.command()
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.option(
+    "--subdivisions",
+    "subdivision_counts",
+    callback=_subdivision_list,
+    metavar="LIST",
+    help="Comma-separated subdivision counts to train, e.g. 8,4,1 [default: the config's, and 1].",
+)
+@click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs.")
+@click.option("--batch-size", type=_BatchSize(), help="Override training.batch_size (N or 'full').")
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Override any key (repeatable).")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the variants and the report.")
+def compare(
+    config_path: str,
+    subdivision_counts: list[int] | None,
+    epochs: int | None,
+    batch_size: str | None,
+    assignments: tuple[str, ...],
+    run_dir: str | None,
+) -> None:
+    """Train CONFIG with subdivisions on and off, from the same weights and data order, and compare."""
+    from accumrun.config import load_config
+
+    overrides = _overrides(assignments, None, False, epochs, batch_size)
+    config = load_config(config_path, overrides)
+    if subdivision_counts is None:
+        if config.training.subdivisions == 1:
+            raise click.UsageError("the config trains with subdivisions 1; pass --subdivisions LIST, e.g. 8,1")
+        subdivision_counts = [config.training.subdivisions, 1]
+    _quiet_tensorflow()
+    from accumrun.compare import format_table, run_variants, write_report
+    from accumrun.run import resolve_run_dir
+
+    stem = Path(config_path).stem
+    out_dir = Path(run_dir) if run_dir else resolve_run_dir("runs/compare-{config_name}-{timestamp}", stem)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise click.UsageError(f"{out_dir} exists and is not empty; choose another --run-dir")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    variants = run_variants(Path(config_path), overrides, subdivision_counts, out_dir)
+    click.echo("")
+    click.echo(format_table(variants))
+    json_path, png_path = write_report(variants, out_dir, Path(config_path))
+    click.echo(f"\nwrote {json_path}" + (f" and {png_path}" if png_path else ""))
+    failed = [v for v in variants if v.status != "completed"]
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(variants)} variants failed; see the table above")
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), default="plot.png", show_default=True, help="PNG to write.")
+def plot(run_dirs: tuple[str, ...], out: str) -> None:
+    """Plot the training and validation loss of one or more run directories together."""
+    from accumrun.plot import load_metrics, plot_curves
+
+    curves = {Path(run_dir).name or run_dir: load_metrics(Path(run_dir)) for run_dir in run_dirs}
+    click.echo(f"wrote {plot_curves(curves, Path(out))}")
+
+
+@main.command()
+@click.argument("dataset", type=click.Choice(["mnist", "fashion_mnist"]))
+@click.option("--to", "folder", type=click.Path(file_okay=False), help="Folder for the files [default: datasets/NAME].")
+@click.option(
+    "--base-url", help="Fetch from this mirror (a URL or a local http server) instead of the official source."
+)
+def download(dataset: str, folder: str | None, base_url: str | None) -> None:
+    """Download the four IDX files of DATASET, verify their checksums and write them atomically."""
+    from accumrun.data import DATASETS_DIR
+    from accumrun.download import download_dataset
+
+    target = Path(folder) if folder else DATASETS_DIR / dataset
+    download_dataset(dataset, target, base_url=base_url, echo=click.echo)
+    click.echo(f"{dataset} is ready in {target}")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +29,7 @@ from accumrun.models import build_model
 from accumrun.optimizers import build_optimizer
 from accumrun.split import describe_plan, sub_batch_sizes
 from accumrun.step import make_eval_step, make_train_step, sparse_categorical_crossentropy
+from accumrun.tensorboard import TensorBoardLog
 
 
 class TrainingDiverged(click.ClickException):
@@ -73,7 +76,7 @@ def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
 
 
 def train(config: Config, run_dir: Path, *, quiet: bool = False) -> RunResult:
-    """Train as configured and write ``config.yaml``, ``metrics.jsonl`` and ``model.keras`` into ``run_dir``.
+    """Train as configured; write ``config.yaml``, ``metrics.jsonl``, ``model.keras`` and ``tensorboard/``.
 
     Everything that can be refused (data, model, optimizer, sizes) is checked before ``run_dir`` is created.
     """
@@ -96,12 +99,17 @@ def train(config: Config, run_dir: Path, *, quiet: bool = False) -> RunResult:
     eval_batch_size = max(sub_batch_sizes(batch_size, subdivisions))
     val_feeder = BatchFeeder(dataset.x_val, dataset.y_val) if dataset.val_size else None
     epochs = config.training.epochs
+    tensorboard = TensorBoardLog(
+        run_dir, config.output.tensorboard, config.output.log_every_updates, optimizer.iterations
+    )
+    log_update = tensorboard.update if tensorboard.logs_updates else None
+
     metrics: list[dict[str, Any]] = []
     for epoch in range(epochs):
         started = time.perf_counter()
         order = epoch_order(dataset.train_size, config.seed, epoch, config.data.shuffle)
         batches = feeder.batches(order, batch_size, config.training.drop_remainder)
-        loss_sum, correct, samples = _train_epoch(train_step, batches, epoch, epochs, quiet)
+        loss_sum, correct, samples = _train_epoch(train_step, batches, epoch, epochs, quiet, log_update)
         train_seconds = time.perf_counter() - started
         row: dict[str, Any] = {
             "epoch": epoch + 1,
@@ -119,17 +127,27 @@ def train(config: Config, run_dir: Path, *, quiet: bool = False) -> RunResult:
             sub_batch_size=eval_batch_size,
             optimizer_steps=int(optimizer.iterations.numpy()),
             learning_rate=float(optimizer.learning_rate),
+            **_peak_memory_mib(),
         )
         metrics.append(row)
+        tensorboard.epoch(row)
         _append_jsonl(run_dir / "metrics.jsonl", row)
         echo(_epoch_line(row, epochs))
 
+    tensorboard.close()
     _save_model_atomically(model, run_dir / "model.keras")
     echo(f"saved {run_dir / 'model.keras'}")
     return RunResult(run_dir, metrics, model)
 
 
-def _train_epoch(train_step, batches: tf.data.Dataset, epoch: int, epochs: int, quiet: bool) -> tuple[float, int, int]:
+def _train_epoch(
+    train_step,
+    batches: tf.data.Dataset,
+    epoch: int,
+    epochs: int,
+    quiet: bool,
+    on_update: Callable[[float], None] | None = None,
+) -> tuple[float, int, int]:
     """One pass over the batches: ``(sum of per-sample losses, correct predictions, samples)``."""
     loss_sum, correct, samples = 0.0, 0, 0
     count = int(batches.cardinality())
@@ -143,6 +161,8 @@ def _train_epoch(train_step, batches: tf.data.Dataset, epoch: int, epochs: int, 
             )
         loss_sum += batch_loss
         correct += int(batch_correct)
+        if on_update is not None:
+            on_update(batch_loss / int(x.shape[0]))
         samples += int(x.shape[0])
         if bar is not None:
             bar.update(index + 1, loss=loss_sum / samples)
@@ -193,6 +213,15 @@ def _save_model_atomically(model: keras.Model, path: Path) -> None:
     partial = path.with_name(f".{path.stem}.partial.keras")
     model.save(partial)
     os.replace(partial, path)
+
+
+def _peak_memory_mib() -> dict[str, float]:
+    """The process's peak resident memory and, on a GPU, the device's peak allocation, in MiB, so far."""
+    # Linux reports ru_maxrss in KiB.
+    peaks = {"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if tf.config.list_logical_devices("GPU"):
+        peaks["peak_device_mib"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+    return peaks
 
 
 def _device_name() -> str:

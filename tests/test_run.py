@@ -104,3 +104,26 @@ def test_divergence_stops_training_naming_epoch_and_batch(tmp_path: Path) -> Non
     with pytest.raises(TrainingDiverged, match=r"the loss is (nan|inf) at epoch \d+, batch \d+"):
         train(load_config(path), tmp_path / "run", quiet=True)
     assert not (tmp_path / "run" / "model.keras").exists()
+
+
+def _tensorboard_tags(run_dir: Path) -> dict[str, list[int]]:
+    """Tag -> steps of every scalar in the run's TensorBoard event files."""
+    steps: dict[str, list[int]] = {}
+    for events in (run_dir / "tensorboard").glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            for value in event.summary.value:
+                steps.setdefault(value.tag, []).append(event.step)
+    return steps
+
+
+def test_tensorboard_gets_epoch_scalars_and_every_nth_update(tmp_path: Path) -> None:
+    config = load_config(tiny_config(tmp_path), ["output.log_every_updates=2"])
+    train(config, tmp_path / "run", quiet=True)
+    tags = _tensorboard_tags(tmp_path / "run")
+    assert tags["epoch/loss"] == [1, 2] and tags["epoch/val_loss"] == [1, 2]
+    assert tags["update/loss"] == [2, 4, 6]  # 6 updates in all, one point every 2
+
+
+def test_tensorboard_can_be_switched_off(tmp_path: Path) -> None:
+    train(load_config(tiny_config(tmp_path), ["output.tensorboard=false"]), tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run" / "tensorboard").exists()

@@ -1,0 +1,163 @@
+"""Subdivisions on vs off: the same config trained under several subdivision counts, side by side.
+
+Each variant is a separate ``accumrun train`` process, so that its peak memory is its own. All variants share
+the seed, hence the initial weights and every epoch's data order; only ``training.subdivisions`` differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from accumrun.plot import load_metrics, plot_curves
+
+
+@dataclass
+class Variant:
+    """One trained variant: its subdivisions, where it ran, and how it went."""
+
+    subdivisions: int
+    run_dir: Path
+    status: str = "pending"
+    error: str | None = None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    max_weight_difference: float | None = None
+
+    @property
+    def label(self) -> str:
+        name = "off (subdivisions 1)" if self.subdivisions == 1 else f"subdivisions {self.subdivisions}"
+        if not self.metrics:
+            return f"{name}: {self.status}"
+        seconds, rss = _median_seconds(self.metrics), _peak(self.metrics, "peak_rss_mib")
+        return f"{name}: {seconds:.2f} s/epoch, peak {rss:,.0f} MiB RSS"
+
+
+def run_variants(config_path: Path, overrides: list[str], subdivisions: list[int], out_dir: Path) -> list[Variant]:
+    """Train one variant per subdivision count into ``out_dir/subdivisions-N``; a failure does not stop the rest."""
+    variants = []
+    for count in subdivisions:
+        variant = Variant(count, out_dir / f"subdivisions-{count}")
+        click.echo(f"== training with subdivisions {count} -> {variant.run_dir}")
+        command = [sys.executable, "-m", "accumrun", "train", str(config_path), "--quiet", "--no-tensorboard"]
+        command += [arg for override in overrides for arg in ("--set", override)]
+        command += ["--subdivisions", str(count), "--run-dir", str(variant.run_dir)]
+        # stderr is captured to report the failure; a crash of one variant must not end the comparison.
+        finished = subprocess.run(command, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+        if finished.returncode == 0:
+            variant.status, variant.metrics = "completed", load_metrics(variant.run_dir)
+        else:
+            lines = [line for line in finished.stderr.strip().splitlines() if line.strip()]
+            variant.status = f"failed (exit {finished.returncode})"
+            variant.error = lines[-1].removeprefix("Error: ") if lines else "no error message"
+            click.echo(f"   failed: {variant.error}")
+        variants.append(variant)
+    _fill_weight_differences(variants)
+    return variants
+
+
+def _fill_weight_differences(variants: list[Variant]) -> None:
+    """Largest absolute difference of every final weight (BatchNorm statistics included) to the first variant."""
+    done = [v for v in variants if v.status == "completed"]
+    if len(done) < 2:
+        return
+    import keras
+
+    reference = keras.models.load_model(done[0].run_dir / "model.keras").get_weights()
+    done[0].max_weight_difference = 0.0
+    for variant in done[1:]:
+        weights = keras.models.load_model(variant.run_dir / "model.keras").get_weights()
+        variant.max_weight_difference = max(
+            float(np.max(np.abs(a - b))) for a, b in zip(reference, weights, strict=True)
+        )
+
+
+def format_table(variants: list[Variant]) -> str:
+    """Per-epoch losses of each variant and their difference to the first, then a summary per variant."""
+    done = [v for v in variants if v.metrics]
+    lines = []
+    if done:
+        header = ["epoch"]
+        for v in done:
+            header += [f"loss S={v.subdivisions}", f"val S={v.subdivisions}"]
+        if len(done) > 1:
+            header += ["max |d loss|", "max |d val|"]
+        lines.append(" | ".join(f"{h:>13}" for h in header))
+        for index in range(max(len(v.metrics) for v in done)):
+            rows = [v.metrics[index] if index < len(v.metrics) else {} for v in done]
+            cells = [f"{index + 1:>13}"]
+            for row in rows:
+                cells += [_number(row.get("loss")), _number(row.get("val_loss"))]
+            if len(done) > 1:
+                cells += [_spread(rows, "loss"), _spread(rows, "val_loss")]
+            lines.append(" | ".join(cells))
+        lines.append("")
+    lines.append(
+        " | ".join(
+            f"{h:>14}"
+            for h in ["subdivisions", "s/epoch", "samples/s", "peak RSS MiB", "peak GPU MiB", "max |d weight|"]
+        )
+        + " | status"
+    )
+    for v in variants:
+        cells = [f"{v.subdivisions:>14}"]
+        if v.metrics:
+            cells += [
+                f"{_median_seconds(v.metrics):>14.2f}",
+                f"{statistics.median(r['samples_per_second'] for r in v.metrics):>14,.0f}",
+                f"{_peak(v.metrics, 'peak_rss_mib'):>14,.0f}",
+                f"{_peak(v.metrics, 'peak_device_mib'):>14,.0f}"
+                if "peak_device_mib" in v.metrics[-1]
+                else f"{'-':>14}",
+                f"{v.max_weight_difference:>14.2e}" if v.max_weight_difference is not None else f"{'-':>14}",
+            ]
+        else:
+            cells += [f"{'-':>14}"] * 5
+        lines.append(" | ".join(cells) + f" | {v.status}" + (f": {v.error}" if v.error else ""))
+    return "\n".join(lines)
+
+
+def write_report(variants: list[Variant], out_dir: Path, config_path: Path) -> tuple[Path, Path | None]:
+    """Write ``compare.json`` (always) and ``compare.png`` (when some variant has metrics)."""
+    report = {
+        "config": str(config_path),
+        "variants": [{**asdict(v), "run_dir": str(v.run_dir), "label": v.label} for v in variants],
+    }
+    json_path = out_dir / "compare.json"
+    partial = json_path.with_name(".compare.json.partial")
+    partial.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(partial, json_path)
+    curves = {v.label: v.metrics for v in variants if v.metrics}
+    png_path = (
+        plot_curves(curves, out_dir / "compare.png", title=f"{config_path.name}: subdivisions compared")
+        if curves
+        else None
+    )
+    return json_path, png_path
+
+
+def _median_seconds(rows: list[dict[str, Any]]) -> float:
+    # The first epoch includes tracing; leave it out when there are others.
+    timed = rows[1:] or rows
+    return statistics.median(r["seconds"] for r in timed)
+
+
+def _peak(rows: list[dict[str, Any]], key: str) -> float:
+    return max(r.get(key, 0.0) for r in rows)
+
+
+def _number(value: float | None) -> str:
+    return f"{value:>13.6f}" if value is not None else f"{'-':>13}"
+
+
+def _spread(rows: list[dict[str, Any]], key: str) -> str:
+    values = [r[key] for r in rows if key in r]
+    return f"{max(values) - min(values):>13.2e}" if len(values) > 1 else f"{'-':>13}"

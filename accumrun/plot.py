@@ -1,0 +1,128 @@
+"""Loss curves of finished runs: read ``metrics.jsonl`` and draw training and validation loss per epoch."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from accumrun.errors import DataError
+
+_MARKER_EPOCHS = 30  # beyond this many epochs markers merge into a thick line and only add clutter
+
+
+def load_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """Read the per-epoch rows that a run wrote to ``run_dir/metrics.jsonl``.
+
+    Args:
+        run_dir: A run directory, as written by ``accumrun train``.
+
+    Returns:
+        One dict per epoch, in file order.
+
+    Raises:
+        DataError: The directory or file is missing, a line is not a JSON object, or there are no rows.
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise DataError(str(path), "no metrics.jsonl; is this a run directory?")
+    rows: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as file:
+        for number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue  # a trailing blank line is harmless
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(str(path), f"line {number} is not JSON: {error.msg}", line.strip()[:80]) from None
+            if not isinstance(row, dict):
+                raise DataError(str(path), f"line {number} is not a JSON object", row)
+            rows.append(row)
+    if not rows:
+        raise DataError(str(path), "has no rows; did the run finish an epoch?")
+    return rows
+
+
+def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str = "") -> Path:
+    """Draw training and validation loss against epoch, one line per curve, and save a PNG.
+
+    Args:
+        curves: Legend label -> metrics rows (as from :func:`load_metrics`); rows need ``epoch`` and ``loss``,
+            ``val_loss`` is optional. The validation panel is left out when no row has ``val_loss``.
+        out: Where the PNG goes; its folder is created. Written under a temporary name and renamed, so it is
+            either complete or absent.
+        title: Figure title; none when empty.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        DataError: ``curves`` is empty or one of its curves has no rows.
+    """
+    # Imported here so that importing accumrun (and `accumrun --help`) does not pay for matplotlib.
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import LogFormatter, MaxNLocator
+
+    out = Path(out)
+    if not curves:
+        raise DataError(str(out), "no curves to plot")
+    for label, rows in curves.items():
+        if not rows:
+            raise DataError(str(out), f"curve {label!r} has no rows")
+
+    panels = [("loss", "training loss")]
+    if any("val_loss" in row for rows in curves.values() for row in rows):
+        panels.append(("val_loss", "validation loss"))
+    markers = max(len(rows) for rows in curves.values()) <= _MARKER_EPOCHS
+
+    class PlainLogFormatter(LogFormatter):
+        # LogFormatter picks which ticks to label; print those as 0.3 rather than 3e-01 or 3x10^-1.
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    # The Figure API draws with Agg on savefig without touching pyplot's global backend or figure registry.
+    width = 11 if len(panels) == 2 else 7
+    figure = Figure(figsize=(width, 4.5), layout="constrained")
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (key, name) in zip(axes, panels, strict=True):
+        values = []
+        for index, (label, rows) in enumerate(curves.items()):
+            points = [(row["epoch"], row[key]) for row in rows if key in row]
+            if not points:
+                continue
+            epochs, losses = zip(*points, strict=True)
+            values += losses
+            # Fixed colour per label, so a curve without val_loss does not shift the colours of the others.
+            ax.plot(epochs, losses, label=label, color=f"C{index}", marker="o" if markers else None, markersize=3)
+        if values and min(values) > 0:
+            ax.set_yscale("log")  # losses span decades; a linear axis flattens everything after epoch 1
+            # Label some minor ticks too when the curves span under two decades, or there may be one label only.
+            for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+                set_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+        ax.set_title(name)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("loss")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, which="major", alpha=0.4)
+        ax.grid(True, which="minor", alpha=0.15)
+
+    # One shared legend below the panels: long labels get the full width instead of covering the curves.
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:  # none when no row has a "loss"; an empty legend would only warn
+        # About 15 small-font characters per inch; a column also needs room for its line sample.
+        columns = max(1, min(len(labels), int(width * 15) // (max(map(len, labels)) + 8)))
+        figure.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize="small", frameon=False)
+    if title:
+        figure.suptitle(title)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # A plain unique name (not mkstemp) so the PNG gets the usual umask permissions instead of 0600.
+    partial = out.with_name(f".{out.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.png")
+    try:
+        figure.savefig(partial, dpi=120, format="png")
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
+    return out

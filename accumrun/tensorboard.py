@@ -1,0 +1,47 @@
+"""TensorBoard scalars for a run: one point per epoch, and optionally one per N optimizer updates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+# Per-epoch values that are worth a curve; the rest of a metrics row is bookkeeping.
+_EPOCH_SCALARS = ("loss", "accuracy", "val_loss", "val_accuracy", "samples_per_second", "learning_rate")
+
+
+class TensorBoardLog:
+    """Writes scalars under ``run_dir/tensorboard``; does nothing when disabled."""
+
+    def __init__(self, run_dir: Path, enabled: bool, every_updates: int | None, update_counter: tf.Variable) -> None:
+        self._writer = tf.summary.create_file_writer(str(run_dir / "tensorboard")) if enabled else None
+        self._every_updates = every_updates
+        self._update_counter = update_counter
+
+    @property
+    def logs_updates(self) -> bool:
+        """Whether :meth:`update` writes anything (per-update logging is on)."""
+        return self._writer is not None and bool(self._every_updates)
+
+    def update(self, batch_loss: float) -> None:
+        """Log the mean loss of the batch just applied, every ``every_updates`` optimizer updates."""
+        step = int(self._update_counter.numpy())
+        if not self.logs_updates or step % self._every_updates:
+            return
+        with self._writer.as_default(step=step):
+            tf.summary.scalar("update/loss", batch_loss)
+
+    def epoch(self, row: dict[str, Any]) -> None:
+        """Log an epoch's metrics row, with the epoch number as the step."""
+        if self._writer is None:
+            return
+        with self._writer.as_default(step=row["epoch"]):
+            for key in _EPOCH_SCALARS:
+                if key in row:
+                    tf.summary.scalar(f"epoch/{key}", row[key])
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()

@@ -1,0 +1,69 @@
+"""`accumrun compare` and `accumrun plot`, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from tests.conftest import run_cli, tiny_config
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    """One comparison of subdivisions 3 vs 1 on a BatchNorm-free model, shared by the tests below."""
+    folder = tmp_path_factory.mktemp("compare")
+    result = run_cli("compare", str(tiny_config(folder)), "--subdivisions", "3,1", "--run-dir", str(folder / "out"))
+    return folder / "out", result
+
+
+def test_compare_without_batchnorm_gives_identical_variants(compared: tuple[Path, object]) -> None:
+    out, result = compared
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "compare.json").read_text())
+    on, off = report["variants"]
+    assert (on["subdivisions"], off["subdivisions"]) == (3, 1)
+    assert on["status"] == off["status"] == "completed"
+    assert len(on["metrics"]) == len(off["metrics"]) == 2
+    for row_on, row_off in zip(on["metrics"], off["metrics"], strict=True):
+        assert row_on["loss"] == pytest.approx(row_off["loss"], abs=1e-5)
+        assert row_on["val_loss"] == pytest.approx(row_off["val_loss"], abs=1e-5)
+    assert off["max_weight_difference"] < 1e-5
+    assert "max |d weight|" in result.stdout and "| completed" in result.stdout
+
+
+def test_compare_writes_a_plot_that_decodes(compared: tuple[Path, object]) -> None:
+    out, _ = compared
+    image = matplotlib.image.imread(out / "compare.png")
+    assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_plot_command_on_two_run_directories(compared: tuple[Path, object], tmp_path: Path) -> None:
+    out, _ = compared
+    result = run_cli("plot", str(out / "subdivisions-3"), str(out / "subdivisions-1"), "--out", str(tmp_path / "p.png"))
+    assert result.returncode == 0, result.stderr
+    assert matplotlib.image.imread(tmp_path / "p.png").shape[0] > 100
+
+
+def test_plot_command_names_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
+    result = run_cli("plot", str(tmp_path), "--out", str(tmp_path / "p.png"))
+    assert result.returncode == 1
+    assert "metrics.jsonl" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_a_failing_variant_is_reported_and_the_others_finish(tmp_path: Path) -> None:
+    # 50 subdivisions of a batch of 10 is refused by that variant alone.
+    result = run_cli(
+        "compare", str(tiny_config(tmp_path)), "--subdivisions", "3,50", "--run-dir", str(tmp_path / "out")
+    )
+    assert result.returncode == 1
+    assert "1 of 2 variants failed" in result.stderr
+    report = json.loads((tmp_path / "out" / "compare.json").read_text())
+    ok, failed = report["variants"]
+    assert ok["status"] == "completed" and len(ok["metrics"]) == 2
+    assert failed["status"] == "failed (exit 1)"
+    assert "training.subdivisions" in failed["error"]
+    assert "failed (exit 1): training.subdivisions" in result.stdout

@@ -1,0 +1,103 @@
+"""Loss plots from fake run directories: reading metrics.jsonl, its errors, and the PNG that comes out."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from matplotlib.image import imread
+
+from accumrun.errors import DataError
+from accumrun.plot import load_metrics, plot_curves
+
+
+def fake_rows(epochs: int, scale: float, validation: bool = True) -> list[dict[str, Any]]:
+    """Rows shaped like run.py's: a decaying loss, and val_loss when ``validation``."""
+    rows = []
+    for epoch in range(1, epochs + 1):
+        row: dict[str, Any] = {"epoch": epoch, "loss": scale * math.exp(-epoch / 3), "accuracy": 1 - 1 / (epoch + 1)}
+        if validation:
+            row.update(val_loss=1.2 * scale * math.exp(-epoch / 4), val_accuracy=1 - 1.5 / (epoch + 2))
+        row.update(seconds=2.1, samples_per_second=800.0, batch_size=64, subdivisions=8, optimizer_steps=26 * epoch)
+        rows.append(row)
+    return rows
+
+
+def write_run(run_dir: Path, rows: list[dict[str, Any]]) -> Path:
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return run_dir
+
+
+def assert_png(path: Path) -> None:
+    """The PNG decodes to a real picture and no temporary file is left beside it."""
+    image = imread(path)
+    assert image.shape[0] > 100 and image.shape[1] > 100
+    assert (image != image[0, 0]).any(axis=-1).any()  # more than one colour; np.unique(axis=0) takes 1 s
+    assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_two_runs_load_and_plot(tmp_path: Path) -> None:
+    plain = write_run(tmp_path / "runs" / "plain", fake_rows(12, 2.0))
+    subdivided = write_run(tmp_path / "runs" / "sub8", fake_rows(12, 2.3))
+    curves = {
+        "subdivisions 1 — 3,210 MiB, 1.4 s/epoch": load_metrics(plain),
+        "subdivisions 8 — 412 MiB, 2.1 s/epoch": load_metrics(subdivided),
+    }
+    assert curves["subdivisions 1 — 3,210 MiB, 1.4 s/epoch"] == fake_rows(12, 2.0)
+
+    out = tmp_path / "plots" / "nested" / "loss.png"
+    assert plot_curves(curves, out, title="digits: subdivisions on and off") == out
+    assert_png(out)
+
+
+def test_curves_without_val_loss_still_plot(tmp_path: Path) -> None:
+    out = plot_curves({"no validation": fake_rows(40, 1.0, validation=False)}, tmp_path / "train_only.png")
+    assert_png(out)
+
+
+def test_mixed_curves_and_non_positive_losses_plot(tmp_path: Path) -> None:
+    # One curve without val_loss beside one with it; a zero loss forces the linear scale.
+    zero = fake_rows(5, 1.0)
+    zero[-1]["loss"] = 0.0
+    out = plot_curves({"with val": zero, "without val": fake_rows(5, 1.0, validation=False)}, tmp_path / "m.png")
+    assert_png(out)
+
+
+def test_plot_replaces_an_existing_file(tmp_path: Path) -> None:
+    out = tmp_path / "loss.png"
+    out.write_bytes(b"old")
+    plot_curves({"run": fake_rows(3, 1.0)}, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_run_dir_or_file(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="no metrics.jsonl; is this a run directory") as missing_dir:
+        load_metrics(tmp_path / "nope")
+    assert str(tmp_path / "nope" / "metrics.jsonl") in missing_dir.value.message
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(DataError, match="no metrics.jsonl"):
+        load_metrics(tmp_path / "empty_dir")
+
+
+def test_malformed_line_names_its_number(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", fake_rows(2, 1.0))
+    with (run_dir / "metrics.jsonl").open("a") as file:
+        file.write('{"epoch": 3, "loss": 0.\n')  # a run killed mid-write
+    with pytest.raises(DataError, match="line 3 is not JSON"):
+        load_metrics(run_dir)
+
+
+def test_empty_file_has_no_rows(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", [])
+    with pytest.raises(DataError, match="metrics.jsonl: has no rows"):
+        load_metrics(run_dir)
+
+
+def test_no_curves_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="no curves to plot"):
+        plot_curves({}, tmp_path / "loss.png")
+    assert not (tmp_path / "loss.png").exists()
