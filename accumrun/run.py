@@ -38,6 +38,32 @@ class TrainingDiverged(click.ClickException):
     exit_code = 1
 
 
+class RunStatus:
+    """``run.json``: whether the run is running, completed, interrupted or failed (and why), with its times
+    and versions. Rewritten atomically, so it is always a complete JSON document."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._record: dict[str, Any] = {
+            "status": "running",
+            "reason": None,
+            "started": datetime.now().isoformat(timespec="seconds"),
+            "ended": None,
+            "accumrun_version": __version__,
+            "tensorflow_version": tf.__version__,
+        }
+        self._write()
+
+    def end(self, status: str, reason: str | None = None) -> None:
+        self._record.update(status=status, reason=reason, ended=datetime.now().isoformat(timespec="seconds"))
+        self._write()
+
+    def _write(self) -> None:
+        partial = self._path.with_name(f".{self._path.name}.partial")
+        partial.write_text(json.dumps(self._record, indent=2) + "\n")
+        os.replace(partial, self._path)
+
+
 @dataclass
 class RunResult:
     """What a finished run leaves: its directory, its per-epoch metrics and the trained model."""
@@ -83,14 +109,42 @@ def train(config: Config, run_dir: Path, *, quiet: bool = False) -> RunResult:
     echo = (lambda *_: None) if quiet else click.echo
     dataset = load_dataset(config.data, config.seed)
     batch_size = resolve_batch_size(config.training, dataset.train_size)
-    subdivisions = config.training.subdivisions
     keras.utils.set_random_seed(config.seed)
     model = build_model(config.model, dataset.sample_shape, dataset.classes)
     optimizer = build_optimizer(config.optimizer)
-    train_step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions)
+    train_step = make_train_step(model, sparse_categorical_crossentropy, optimizer, config.training.subdivisions)
     eval_step = make_eval_step(model, sparse_categorical_crossentropy)
     _create_run_dir(run_dir)
     (run_dir / "config.yaml").write_text(config.to_yaml())
+    status = RunStatus(run_dir / "run.json")
+    try:
+        metrics = _train_epochs(
+            config, dataset, model, optimizer, train_step, eval_step, batch_size, run_dir, echo, quiet
+        )
+    except KeyboardInterrupt:
+        status.end("interrupted", "stopped by the user")
+        raise
+    except BaseException as error:
+        status.end("failed", str(error) or type(error).__name__)
+        raise
+    status.end("completed")
+    return RunResult(run_dir, metrics, model)
+
+
+def _train_epochs(
+    config: Config,
+    dataset: Dataset,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    train_step: Callable,
+    eval_step: Callable,
+    batch_size: int,
+    run_dir: Path,
+    echo: Callable[[str], None],
+    quiet: bool,
+) -> list[dict[str, Any]]:
+    """The epoch loop proper; returns the metrics rows after saving the model."""
+    subdivisions = config.training.subdivisions
 
     echo(f"accumrun {__version__} | TensorFlow {tf.__version__} on {_device_name()} | run dir {run_dir}")
     echo("\n".join(describe_setup(config, dataset, model, batch_size)))
@@ -137,7 +191,7 @@ def train(config: Config, run_dir: Path, *, quiet: bool = False) -> RunResult:
     tensorboard.close()
     _save_model_atomically(model, run_dir / "model.keras")
     echo(f"saved {run_dir / 'model.keras'}")
-    return RunResult(run_dir, metrics, model)
+    return metrics
 
 
 def _train_epoch(

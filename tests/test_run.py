@@ -45,6 +45,8 @@ def test_run_directory_holds_config_metrics_and_a_loadable_model(tmp_path: Path)
     assert rows[0]["sub_batch_size"] == 4 and rows[0]["subdivisions"] == 3 and rows[0]["batch_size"] == 10
 
     assert load_config(tmp_path / "run" / "config.yaml") == config
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert status["status"] == "completed" and status["ended"] and status["tensorflow_version"] == tf.__version__
     loaded = keras.models.load_model(tmp_path / "run" / "model.keras")
     probe = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     np.testing.assert_allclose(loaded.predict(probe, verbose=0), result.model.predict(probe, verbose=0), atol=1e-6)
@@ -104,6 +106,8 @@ def test_divergence_stops_training_naming_epoch_and_batch(tmp_path: Path) -> Non
     with pytest.raises(TrainingDiverged, match=r"the loss is (nan|inf) at epoch \d+, batch \d+"):
         train(load_config(path), tmp_path / "run", quiet=True)
     assert not (tmp_path / "run" / "model.keras").exists()
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert status["status"] == "failed" and "training diverged" in status["reason"]
 
 
 def _tensorboard_tags(run_dir: Path) -> dict[str, list[int]]:
