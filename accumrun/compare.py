@@ -51,7 +51,7 @@ def run_variants(config_path: Path, overrides: list[str], subdivisions: list[int
         command += [arg for override in overrides for arg in ("--set", override)]
         command += ["--subdivisions", str(count), "--run-dir", str(variant.run_dir)]
         # stderr is captured to report the failure; a crash of one variant must not end the comparison.
-        finished = subprocess.run(command, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+        finished = subprocess.run(command, stderr=subprocess.PIPE, text=True)
         if finished.returncode == 0:
             variant.status, variant.metrics = "completed", load_metrics(variant.run_dir)
         else:
