@@ -102,7 +102,7 @@ def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
 
 
 def train(config: Config, run_dir: Path, *, quiet: bool = False) -> RunResult:
-    """Train as configured; write ``config.yaml``, ``metrics.jsonl``, ``model.keras`` and ``tensorboard/``.
+    """Train as configured; write ``run.json``, ``config.yaml``, ``metrics.jsonl``, ``model.keras``, ``tensorboard/``.
 
     Everything that can be refused (data, model, optimizer, sizes) is checked before ``run_dir`` is created.
     """
