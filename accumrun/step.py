@@ -34,18 +34,40 @@ def _correct_count(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
 
 
 def make_gradient_fn(
-    model: keras.Model, loss_fn: LossFn, subdivisions: int
+    model: keras.Model, loss_fn: LossFn, subdivisions: int, jit_compile: bool = False
 ) -> Callable[[tf.Tensor, tf.Tensor], tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]]:
     """A function ``(x, y) -> (gradients, loss_sum, correct)`` that accumulates over the sub-batches.
 
     ``gradients`` is the gradient of the batch's mean loss (plus the model's regularization losses) with
     respect to ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses and ``correct``
     the number of samples whose largest logit is their label. It is not compiled by itself: call it inside a
-    ``tf.function`` (as :func:`make_train_step` does) or eagerly in tests.
+    ``tf.function`` (as :func:`make_train_step` does) or eagerly in tests. With ``jit_compile``, each
+    sub-batch's forward pass, backward pass and accumulation is one XLA cluster, compiled once per sub-batch
+    shape (at most two per batch size, as the sizes differ by at most one).
     """
     if subdivisions < 1:
         raise ValueError(f"subdivisions must be >= 1, got {subdivisions}")
     variables = model.trainable_variables
+
+    def add_sub_batch(
+        x_sub: tf.Tensor, y_sub: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+        with tf.GradientTape() as tape:
+            logits = model(x_sub, training=True)
+            sub_loss_sum = tf.reduce_sum(loss_fn(y_sub, logits))
+            objective = sub_loss_sum / n_float
+            if model.losses:
+                # Regularization belongs to the batch once; each sub-batch carries its share of it.
+                share = tf.cast(tf.shape(x_sub)[0], tf.float32) / n_float
+                objective += tf.cast(tf.add_n(model.losses), tf.float32) * share
+        sub_gradients = tape.gradient(objective, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        gradients = [
+            g + tf.cast(tf.convert_to_tensor(d), tf.float32) for g, d in zip(gradients, sub_gradients, strict=True)
+        ]
+        return gradients, sub_loss_sum, _correct_count(y_sub, logits)
+
+    if jit_compile:
+        add_sub_batch = tf.function(add_sub_batch, jit_compile=True, reduce_retracing=True)
 
     def accumulate(x: tf.Tensor, y: tf.Tensor) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         n = tf.shape(x)[0]
@@ -57,21 +79,9 @@ def make_gradient_fn(
         # Autograph turns this into a tf.while_loop: no Python round-trip per sub-batch.
         for i in tf.range(s):
             start, end = i * n // s, (i + 1) * n // s
-            x_sub, y_sub = x[start:end], y[start:end]
-            with tf.GradientTape() as tape:
-                logits = model(x_sub, training=True)
-                sub_loss_sum = tf.reduce_sum(loss_fn(y_sub, logits))
-                objective = sub_loss_sum / n_float
-                if model.losses:
-                    # Regularization belongs to the batch once; each sub-batch carries its share of it.
-                    share = tf.cast(end - start, tf.float32) / n_float
-                    objective += tf.cast(tf.add_n(model.losses), tf.float32) * share
-            sub_gradients = tape.gradient(objective, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            gradients = [
-                g + tf.cast(tf.convert_to_tensor(d), tf.float32) for g, d in zip(gradients, sub_gradients, strict=True)
-            ]
+            gradients, sub_loss_sum, sub_correct = add_sub_batch(x[start:end], y[start:end], n_float, gradients)
             loss_sum += sub_loss_sum
-            correct += _correct_count(y_sub, logits)
+            correct += sub_correct
         return gradients, loss_sum, correct
 
     return accumulate
@@ -82,22 +92,32 @@ def make_train_step(
     loss_fn: LossFn,
     optimizer: keras.optimizers.Optimizer,
     subdivisions: int,
-) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
-    """Compile ``step(x, y) -> (loss_sum, correct)``: accumulate over sub-batches, then update once.
+    jit_compile: bool = False,
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
+    """Compile ``step(x, y) -> (loss_sum, correct, applied)``: accumulate over sub-batches, then update once.
 
     The optimizer sees one ``apply_gradients`` per call, so clipping, weight decay, its iteration counter and
-    learning-rate schedules all count batches. The function traces at most twice per run: once for full
-    batches and once, with a generalized shape, for a short last batch.
+    learning-rate schedules all count batches. ``applied`` is false when the loss or a gradient is NaN or Inf:
+    that batch's update is not applied, so the weights and the optimizer state stay as they were and the caller
+    decides whether to stop or go on. The function traces at most twice per run: once for full batches and once,
+    with a generalized shape, for a short last batch. ``jit_compile`` compiles each sub-batch's forward and
+    backward pass with XLA (see :func:`make_gradient_fn`).
     """
     variables = model.trainable_variables
     optimizer.build(variables)
-    accumulate = make_gradient_fn(model, loss_fn, subdivisions)
+    accumulate = make_gradient_fn(model, loss_fn, subdivisions, jit_compile)
 
     @tf.function(reduce_retracing=True)
-    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         gradients, loss_sum, correct = accumulate(x, y)
-        optimizer.apply_gradients(zip(gradients, variables, strict=True))
-        return loss_sum, correct
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in [loss_sum, *gradients]])
+
+        def apply() -> tf.Tensor:
+            optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            return tf.constant(True)
+
+        applied = tf.cond(finite, apply, lambda: tf.constant(False))
+        return loss_sum, correct, applied
 
     return train_step
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from accumrun.batches import BatchFeeder
 from accumrun.step import make_gradient_fn, make_train_step, sparse_categorical_crossentropy
 
 FEATURES, CLASSES = 5, 3
@@ -46,11 +47,12 @@ def train_weights(
     epochs: int = 2,
     regularized: bool = False,
     make_optimizer=None,
+    jit_compile: bool = False,
 ) -> tuple[list[np.ndarray], keras.optimizers.Optimizer, object]:
     """Train from fixed weights over fixed batches; return the final weights, optimizer and step."""
     model = dense_model(regularized=regularized)
     opt = make_optimizer() if make_optimizer else OPTIMIZERS[optimizer]()
-    step = make_train_step(model, sparse_categorical_crossentropy, opt, subdivisions)
+    step = make_train_step(model, sparse_categorical_crossentropy, opt, subdivisions, jit_compile)
     x, y = make_data(samples)
     for _ in range(epochs):
         for start in range(0, samples, batch_size):
@@ -147,10 +149,53 @@ def test_learning_rate_schedule_counts_batches() -> None:
     assert float(optimizer.learning_rate) == pytest.approx(0.01)
 
 
-def test_step_traces_at_most_twice_per_run() -> None:
-    # Two epochs of batches 10, 10, 3: the full batches and the short last batch.
-    _, _, step = train_weights(3, batch_size=10, epochs=2)
-    assert step.experimental_get_tracing_count() <= 2
+@pytest.mark.parametrize("subdivisions", [3, 4])
+def test_xla_compiled_sub_batches_give_the_same_training(subdivisions: int) -> None:
+    reference, _, _ = train_weights(1, batch_size=10)
+    weights, _, _ = train_weights(subdivisions, batch_size=10, jit_compile=True)
+    assert max_difference(reference, weights) < 1e-5
+
+
+def test_one_compiled_call_per_batch_and_no_python_per_sub_batch() -> None:
+    """Over epochs ending in a short batch, the step traces twice and Python never runs per sub-batch."""
+    model = dense_model()
+    optimizer = OPTIMIZERS["adam"]()
+    python_loss_calls = 0
+
+    def counting_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+        nonlocal python_loss_calls
+        python_loss_calls += 1  # Python runs this only while tracing; compiled calls do not come back here.
+        return sparse_categorical_crossentropy(labels, logits)
+
+    step = make_train_step(model, counting_loss, optimizer, subdivisions=4)
+    x, y = make_data(23)
+    feeder = BatchFeeder(x, y)
+    calls = 0
+    for epoch in range(3):
+        for x_batch, y_batch in feeder.batches(np.arange(23), batch_size=10):  # 10, 10, 3
+            step(x_batch, y_batch)
+            calls += 1
+        traces_after_epoch = step.experimental_get_tracing_count()
+        # One trace for the full batches and one, shape-generalized, for the short batch; no more later on.
+        assert traces_after_epoch == 2, f"epoch {epoch + 1}"
+    assert calls == int(optimizer.iterations.numpy()) == 9
+    # The 9 calls ran 3 x (4 + 4 + 3) = 33 sub-batches; Python saw the loss once per trace of the loop body.
+    assert python_loss_calls == 2
+
+
+def test_a_non_finite_batch_is_not_applied() -> None:
+    model = dense_model()
+    optimizer = OPTIMIZERS["adam"]()
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions=3)
+    x, y = make_data(10)
+    before = [v.numpy() for v in model.trainable_variables]
+    poisoned = x.copy()
+    poisoned[4, 0] = np.inf
+    _, _, applied = step(tf.constant(poisoned), tf.constant(y))
+    assert not bool(applied) and int(optimizer.iterations.numpy()) == 0
+    assert max_difference(before, [v.numpy() for v in model.trainable_variables]) == 0
+    _, _, applied = step(tf.constant(x), tf.constant(y))
+    assert bool(applied) and int(optimizer.iterations.numpy()) == 1
 
 
 def test_subdivisions_must_be_positive() -> None:
