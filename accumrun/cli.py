@@ -5,7 +5,9 @@ TensorFlow is imported inside the command bodies only, so ``accumrun --help`` an
 
 from __future__ import annotations
 
+import functools
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -47,10 +49,10 @@ def _explain_unexpected(error: Exception) -> str:
     return f"unexpected {type(error).__name__}: {first_line} (set ACCUMRUN_TRACEBACK=1 to see where)"
 
 
-def _config_options(command):
+def _config_options(command, config_required: bool = True):
     """The options shared by the commands that read a config: all of them are overrides of its keys."""
     options = [
-        click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False)),
+        click.argument("config_path", metavar="CONFIG", required=config_required, type=click.Path(dir_okay=False)),
         click.option("--subdivisions", type=click.IntRange(min=1), help="Override training.subdivisions."),
         click.option("--no-subdivisions", is_flag=True, help="Train with subdivisions: 1 (plain training)."),
         click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs."),
@@ -117,37 +119,65 @@ def main() -> None:
 
 
 @main.command()
-@_config_options
+@functools.partial(_config_options, config_required=False)
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Write the run here instead of output.run_dir.")
+@click.option(
+    "--resume",
+    "resume_dir",
+    metavar="RUN_DIR",
+    type=click.Path(file_okay=False),
+    help="Continue the run in RUN_DIR from its latest checkpoint (CONFIG is optional; --epochs may extend it).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace the run already in the run directory.")
 @click.option("--no-tensorboard", is_flag=True, help="Do not write TensorBoard scalars (output.tensorboard).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 def train(
-    config_path: str,
+    config_path: str | None,
     subdivisions: int | None,
     no_subdivisions: bool,
     epochs: int | None,
     batch_size: str | None,
     assignments: tuple[str, ...],
     run_dir: str | None,
+    resume_dir: str | None,
+    overwrite: bool,
     no_tensorboard: bool,
     quiet: bool,
 ) -> None:
-    """Train the model that CONFIG describes."""
-    from accumrun.config import load_config
+    """Train the model that CONFIG describes, or continue a stopped run with --resume RUN_DIR.
 
+    Ctrl-C or SIGTERM stops at the end of the current batch, saves a checkpoint and prints the command that
+    resumes the run; a second Ctrl-C stops at once.
+    """
+    from accumrun.config import load_config, load_resume_config
+
+    if resume_dir is None and config_path is None:
+        raise click.UsageError("missing CONFIG (or --resume RUN_DIR to continue a run)")
+    if resume_dir is not None and (run_dir or overwrite):
+        raise click.UsageError("--resume continues the run in its own directory; drop --run-dir and --overwrite")
     overrides = _overrides(assignments, subdivisions, no_subdivisions, epochs, batch_size)
     if no_tensorboard:
         overrides.append("output.tensorboard=false")
-    config = load_config(config_path, overrides)
+    if resume_dir is not None:
+        config = load_resume_config(Path(resume_dir), config_path, overrides)
+    else:
+        config = load_config(config_path, overrides)
     _quiet_tensorflow()
     from accumrun.run import resolve_run_dir
     from accumrun.run import train as run_training
 
-    target = Path(run_dir) if run_dir else resolve_run_dir(config.output.run_dir, Path(config_path).stem)
+    if resume_dir is not None:
+        target = Path(resume_dir)
+    else:
+        target = Path(run_dir) if run_dir else resolve_run_dir(config.output.run_dir, Path(config_path).stem)
     try:
-        run_training(config, target, quiet=quiet)
+        run_training(config, target, quiet=quiet, resume=resume_dir is not None, overwrite=overwrite)
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; the run in {target} is incomplete", err=True)
+        if any((target / "checkpoints").glob("ckpt-*.npz")):
+            command = f"accumrun train --resume {shlex.quote(str(target))}"
+            click.echo(f"\nstopped at once; resume from the last checkpoint with: {command}", err=True)
+        else:
+            click.echo("\nstopped before the first checkpoint; nothing to resume", err=True)
         sys.exit(130)
 
 
@@ -169,9 +199,10 @@ def check(
     config = load_config(config_path, overrides)
     dataset = load_dataset(config.data, config.seed)
     _quiet_tensorflow()
+    from accumrun.console import describe_setup
     from accumrun.models import build_model
     from accumrun.optimizers import build_optimizer
-    from accumrun.run import describe_setup, resolve_batch_size
+    from accumrun.run import resolve_batch_size
 
     batch_size = resolve_batch_size(config.training, dataset.train_size)
     model = build_model(config.model, dataset.sample_shape, dataset.classes)

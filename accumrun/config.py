@@ -118,6 +118,8 @@ class TrainingConfig(_Section):
     batch_size: int | Literal["full"] = 256
     subdivisions: int = Field(1, ge=1)
     drop_remainder: bool = False
+    on_nonfinite: Literal["stop", "skip_batch"] = "stop"
+    jit_compile: bool = False
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -172,6 +174,8 @@ class OutputConfig(_Section):
     run_dir: str = "runs/{config_name}-{timestamp}"
     tensorboard: bool = True
     log_every_updates: int | None = Field(None, ge=1)
+    checkpoint_every_updates: int | None = Field(None, ge=1)
+    keep_checkpoints: int = Field(3, ge=1)
 
 
 class Config(_Section):
@@ -211,6 +215,45 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     if problems:
         raise ConfigProblems(str(path), problems)
     return config
+
+
+# What may change when a run is resumed: more epochs, and where and how often it writes.
+_RESUMABLE_CHANGES = ("training.epochs", "output.")
+
+
+def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """The config to resume the run in ``run_dir`` with: its saved ``config.yaml``, or ``config_path``, plus
+    ``overrides``. Only ``training.epochs`` and ``output.*`` may differ from the config the run started with.
+
+    Raises:
+        ConfigError: ``run_dir`` is not a run directory, or the config changes something the run depends on.
+    """
+    saved_path = run_dir / "config.yaml"
+    if not run_dir.is_dir():
+        raise ConfigError("--resume", "does not exist", str(run_dir))
+    if not saved_path.is_file():
+        raise ConfigError("--resume", "is not an accumrun run directory (it has no config.yaml)", str(run_dir))
+    saved = load_config(saved_path)
+    config = load_config(config_path or saved_path, overrides)
+    changed = [
+        f"{key} ({before!r} -> {after!r})"
+        for key, (before, after) in _differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
+        if not key.startswith(_RESUMABLE_CHANGES)
+    ]
+    if changed:
+        raise ConfigError(
+            "--resume",
+            f"the config differs from the run's in {', '.join(changed)}; only training.epochs and output.* may change",
+        )
+    return config
+
+
+def _differences(before: Any, after: Any, prefix: str = "") -> list[tuple[str, tuple[Any, Any]]]:
+    """The dotted keys whose values differ between two nested mappings, with both values."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = list(dict.fromkeys([*before, *after]))
+        return [d for k in keys for d in _differences(before.get(k), after.get(k), f"{prefix}{k}.")]
+    return [] if before == after else [(prefix.rstrip("."), (before, after))]
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

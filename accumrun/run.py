@@ -1,12 +1,11 @@
-"""The epoch loop and the run directory: data, model, optimizer and step, wired together and logged."""
+"""The epoch loop and the run directory: data, model, optimizer and step, wired together, logged and resumable."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import resource
-import sys
+import shlex
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,51 +16,41 @@ from typing import Any
 import click
 import keras
 import numpy as np
-import progressbar
 import tensorflow as tf
 
 from accumrun import __version__
 from accumrun.batches import BatchFeeder
+from accumrun.checkpoints import CheckpointStore, Position
 from accumrun.config import Config, TrainingConfig
+from accumrun.console import describe_setup, device_name, epoch_line, progress_bar
 from accumrun.data import Dataset, epoch_order, load_dataset
 from accumrun.errors import ConfigError
+from accumrun.interrupts import StopRequests
 from accumrun.models import build_model
 from accumrun.optimizers import build_optimizer
-from accumrun.split import describe_plan, sub_batch_sizes
+from accumrun.rundir import RunStatus, append_metrics, keep_metrics_before, prepare_run_dir, save_model_atomically
+from accumrun.split import sub_batch_sizes
 from accumrun.step import make_eval_step, make_train_step, sparse_categorical_crossentropy
 from accumrun.tensorboard import TensorBoardLog
 
 
 class TrainingDiverged(click.ClickException):
-    """The loss became NaN or Inf; training stopped."""
+    """The loss or a gradient became NaN or Inf, and ``training.on_nonfinite`` is ``stop``."""
 
     exit_code = 1
 
 
-class RunStatus:
-    """``run.json``: whether the run is running, completed, interrupted or failed (and why), with its times
-    and versions. Rewritten atomically, so it is always a complete JSON document."""
+class TrainingInterrupted(click.ClickException):
+    """SIGINT or SIGTERM stopped the run at a batch boundary, after a checkpoint; exits 128 + the signal."""
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._record: dict[str, Any] = {
-            "status": "running",
-            "reason": None,
-            "started": datetime.now().isoformat(timespec="seconds"),
-            "ended": None,
-            "accumrun_version": __version__,
-            "tensorflow_version": tf.__version__,
-        }
-        self._write()
+    def __init__(self, signal_number: int, reason: str, resume_command: str) -> None:
+        super().__init__(f"{reason}\nresume with: {resume_command}")
+        self.exit_code = 128 + signal_number
+        self.reason = reason
 
-    def end(self, status: str, reason: str | None = None) -> None:
-        self._record.update(status=status, reason=reason, ended=datetime.now().isoformat(timespec="seconds"))
-        self._write()
-
-    def _write(self) -> None:
-        partial = self._path.with_name(f".{self._path.name}.partial")
-        partial.write_text(json.dumps(self._record, indent=2) + "\n")
-        os.replace(partial, self._path)
+    def show(self, file: Any = None) -> None:
+        # A stop the user asked for is not an error; say where the run stands and how to go on.
+        click.echo(self.message, err=True)
 
 
 @dataclass
@@ -101,172 +90,205 @@ def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
     return batch_size
 
 
-def train(config: Config, run_dir: Path, *, quiet: bool = False) -> RunResult:
-    """Train as configured; write ``run.json``, ``config.yaml``, ``metrics.jsonl``, ``model.keras``, ``tensorboard/``.
+def train(
+    config: Config, run_dir: Path, *, quiet: bool = False, resume: bool = False, overwrite: bool = False
+) -> RunResult:
+    """Train as configured; write ``run.json``, ``config.yaml``, ``metrics.jsonl``, ``checkpoints/``,
+    ``model.keras`` and ``tensorboard/`` in ``run_dir``.
 
-    Everything that can be refused (data, model, optimizer, sizes) is checked before ``run_dir`` is created.
+    With ``resume``, continue the run in ``run_dir`` from its latest checkpoint instead of starting one; the
+    caller has checked that ``config`` is compatible with the run's. Everything that can be refused (data,
+    model, optimizer, sizes, the run directory, the checkpoint) is checked before anything is written.
     """
-    echo = (lambda *_: None) if quiet else click.echo
     dataset = load_dataset(config.data, config.seed)
     batch_size = resolve_batch_size(config.training, dataset.train_size)
     keras.utils.set_random_seed(config.seed)
     model = build_model(config.model, dataset.sample_shape, dataset.classes)
     optimizer = build_optimizer(config.optimizer)
-    train_step = make_train_step(model, sparse_categorical_crossentropy, optimizer, config.training.subdivisions)
-    eval_step = make_eval_step(model, sparse_categorical_crossentropy)
-    _create_run_dir(run_dir)
+    loss_fn = sparse_categorical_crossentropy
+    train_step = make_train_step(model, loss_fn, optimizer, config.training.subdivisions, config.training.jit_compile)
+    store = CheckpointStore(run_dir / "checkpoints", config.output.keep_checkpoints)
+    if resume:
+        position, metrics = _restore(store, model, optimizer, config, run_dir)
+    else:
+        prepare_run_dir(run_dir, overwrite)
+        position, metrics = Position(), []
     (run_dir / "config.yaml").write_text(config.to_yaml())
-    status = RunStatus(run_dir / "run.json")
+    status = RunStatus(run_dir / "run.json", resumed=resume)
+    eval_step = make_eval_step(model, loss_fn)
+    trainer = _Trainer(
+        config, dataset, model, optimizer, train_step, eval_step, batch_size, run_dir, store, quiet, metrics
+    )
     try:
-        metrics = _train_epochs(
-            config, dataset, model, optimizer, train_step, eval_step, batch_size, run_dir, echo, quiet
-        )
+        with StopRequests() as stops:
+            trainer.run(position, stops)
+    except TrainingInterrupted as stop:
+        status.end("interrupted", stop.reason)
+        raise
     except KeyboardInterrupt:
-        status.end("interrupted", "stopped by the user")
+        status.end("interrupted", "stopped at once by a second Ctrl-C; the last checkpoint is intact")
         raise
     except BaseException as error:
         status.end("failed", str(error) or type(error).__name__)
         raise
     status.end("completed")
-    return RunResult(run_dir, metrics, model)
+    return RunResult(run_dir, trainer.metrics, model)
 
 
-def _train_epochs(
-    config: Config,
-    dataset: Dataset,
+def _restore(
+    store: CheckpointStore,
     model: keras.Model,
     optimizer: keras.optimizers.Optimizer,
-    train_step: Callable,
-    eval_step: Callable,
-    batch_size: int,
+    config: Config,
     run_dir: Path,
-    echo: Callable[[str], None],
-    quiet: bool,
-) -> list[dict[str, Any]]:
-    """The epoch loop proper; returns the metrics rows after saving the model."""
-    subdivisions = config.training.subdivisions
-
-    echo(f"accumrun {__version__} | TensorFlow {tf.__version__} on {_device_name()} | run dir {run_dir}")
-    echo("\n".join(describe_setup(config, dataset, model, batch_size)))
-    feeder = BatchFeeder(dataset.x_train, dataset.y_train)
-    # Evaluation batches are no larger than a sub-batch, so validation never needs more memory than training.
-    eval_batch_size = max(sub_batch_sizes(batch_size, subdivisions))
-    val_feeder = BatchFeeder(dataset.x_val, dataset.y_val) if dataset.val_size else None
+) -> tuple[Position, list[dict[str, Any]]]:
+    """Load the latest checkpoint; drop the metrics rows logged after it (they will be logged again)."""
+    checkpoint = store.latest()
+    if checkpoint is None:
+        raise ConfigError("--resume", "holds no checkpoint to resume from", str(run_dir))
+    position = store.load(checkpoint, model, optimizer)
     epochs = config.training.epochs
-    tensorboard = TensorBoardLog(
-        run_dir, config.output.tensorboard, config.output.log_every_updates, optimizer.iterations
-    )
-    log_update = tensorboard.update if tensorboard.logs_updates else None
+    if position.epoch >= epochs:
+        raise ConfigError(
+            "--resume",
+            f"the run has finished its {epochs} epochs; pass --epochs N (more than {epochs}) to train further",
+            str(run_dir),
+        )
+    return position, keep_metrics_before(run_dir, position.epoch)
 
-    metrics: list[dict[str, Any]] = []
-    for epoch in range(epochs):
+
+@dataclass
+class _Trainer:
+    """The epoch loop of one run: batches through the step, metrics rows, checkpoints and graceful stops."""
+
+    config: Config
+    dataset: Dataset
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    train_step: Callable
+    eval_step: Callable
+    batch_size: int
+    run_dir: Path
+    store: CheckpointStore
+    quiet: bool
+    metrics: list[dict[str, Any]]
+
+    def __post_init__(self) -> None:
+        self.echo: Callable[[str], None] = (lambda *_: None) if self.quiet else click.echo
+        self._feeder = BatchFeeder(self.dataset.x_train, self.dataset.y_train)
+        self._val_feeder = BatchFeeder(self.dataset.x_val, self.dataset.y_val) if self.dataset.val_size else None
+        self._sub_batch_size = max(sub_batch_sizes(self.batch_size, self.config.training.subdivisions))
+        output = self.config.output
+        self._tensorboard = TensorBoardLog(
+            self.run_dir, output.tensorboard, output.log_every_updates, self.optimizer.iterations
+        )
+
+    def run(self, position: Position, stops: StopRequests) -> None:
+        """Train from ``position`` to the last epoch, then save the model."""
+        config = self.config
+        echo = self.echo
+        echo(f"accumrun {__version__} | TensorFlow {tf.__version__} on {device_name()} | run dir {self.run_dir}")
+        echo("\n".join(describe_setup(config, self.dataset, self.model, self.batch_size)))
+        if position.epoch or position.batch:
+            echo(f"resuming at epoch {position.epoch + 1}, batch {position.batch + 1}")
+        while position.epoch < config.training.epochs:
+            self._train_epoch(position, stops)
+            row = self._epoch_row(position)
+            self.metrics.append(row)
+            self._tensorboard.epoch(row)
+            append_metrics(self.run_dir, row)
+            echo(epoch_line(row, config.training.epochs))
+            position = Position(epoch=position.epoch + 1)
+            checkpoint = self.store.save(self.model, self.optimizer, position)
+            self._stop_if_requested(stops, position, checkpoint)
+        self._tensorboard.close()
+        save_model_atomically(self.model, self.run_dir / "model.keras")
+        echo(f"saved {self.run_dir / 'model.keras'}")
+
+    def _train_epoch(self, position: Position, stops: StopRequests) -> None:
+        """Run the epoch's remaining batches, adding them to ``position``."""
+        training = self.config.training
+        every = self.config.output.checkpoint_every_updates
+        order = epoch_order(self.dataset.train_size, self.config.seed, position.epoch, self.config.data.shuffle)
+        batches = self._feeder.batches(order, self.batch_size, training.drop_remainder)
+        count = int(batches.cardinality())
+        bar = None if self.quiet else progress_bar(count, position.epoch, training.epochs, position.batch)
+        seconds_before, started = position.train_seconds, time.perf_counter()
+        for x, y in batches.skip(position.batch):
+            batch_loss, batch_correct, applied = self.train_step(x, y)
+            position.batch += 1
+            position.train_seconds = seconds_before + time.perf_counter() - started
+            if not bool(applied):
+                self._non_finite(position, float(batch_loss))
+            else:
+                batch_loss = float(batch_loss)
+                position.loss_sum += batch_loss
+                position.correct += int(batch_correct)
+                position.samples += int(x.shape[0])
+                if self._tensorboard.logs_updates:
+                    self._tensorboard.update(batch_loss / int(x.shape[0]))
+                if every and int(self.optimizer.iterations.numpy()) % every == 0:
+                    self.store.save(self.model, self.optimizer, position)
+            if bar is not None:
+                bar.update(position.batch, loss=position.loss_sum / max(position.samples, 1))
+            if stops.requested:
+                if bar is not None:
+                    bar.finish(dirty=True)
+                self._stop_if_requested(stops, position, self.store.save(self.model, self.optimizer, position))
+        if bar is not None:
+            bar.finish(dirty=True)
+
+    def _non_finite(self, position: Position, batch_loss: float) -> None:
+        what = f"the loss is {batch_loss}" if not math.isfinite(batch_loss) else "a gradient is NaN or Inf"
+        where = f"at epoch {position.epoch + 1}, batch {position.batch}"
+        if self.config.training.on_nonfinite == "skip_batch":
+            position.skipped_batches += 1
+            self.echo(f"{what} {where}; skipped that batch's update (training.on_nonfinite: skip_batch)")
+            return
+        latest = self.store.latest()
+        kept = f"the last good checkpoint is {latest}" if latest else "no checkpoint was taken yet"
+        raise TrainingDiverged(f"training diverged: {what} {where}; that update was not applied, and {kept}")
+
+    def _stop_if_requested(self, stops: StopRequests, position: Position, checkpoint: Path) -> None:
+        if not stops.requested:
+            return
+        name = signal.Signals(stops.signal_number).name
+        reason = f"{name} at epoch {position.epoch + 1}, batch {position.batch}; saved {checkpoint}"
+        command = f"accumrun train --resume {shlex.quote(str(self.run_dir))}"
+        raise TrainingInterrupted(stops.signal_number, reason, command)
+
+    def _epoch_row(self, position: Position) -> dict[str, Any]:
+        """The metrics row of the epoch that ``position`` has just finished."""
         started = time.perf_counter()
-        order = epoch_order(dataset.train_size, config.seed, epoch, config.data.shuffle)
-        batches = feeder.batches(order, batch_size, config.training.drop_remainder)
-        loss_sum, correct, samples = _train_epoch(train_step, batches, epoch, epochs, quiet, log_update)
-        train_seconds = time.perf_counter() - started
+        samples = max(position.samples, 1)
         row: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "loss": loss_sum / samples,
-            "accuracy": correct / samples,
+            "epoch": position.epoch + 1,
+            "loss": position.loss_sum / samples if position.samples else math.nan,
+            "accuracy": position.correct / samples,
         }
-        if val_feeder is not None:
-            val_order = np.arange(dataset.val_size)
-            row["val_loss"], row["val_accuracy"] = _evaluate(eval_step, val_feeder.batches(val_order, eval_batch_size))
+        if self._val_feeder is not None:
+            row["val_loss"], row["val_accuracy"] = self._evaluate()
         row.update(
-            seconds=time.perf_counter() - started,
-            samples_per_second=samples / train_seconds,
-            batch_size=batch_size,
-            subdivisions=subdivisions,
-            sub_batch_size=eval_batch_size,
-            optimizer_steps=int(optimizer.iterations.numpy()),
-            learning_rate=float(optimizer.learning_rate),
+            seconds=position.train_seconds + time.perf_counter() - started,
+            samples_per_second=position.samples / max(position.train_seconds, 1e-9),
+            batch_size=self.batch_size,
+            subdivisions=self.config.training.subdivisions,
+            sub_batch_size=self._sub_batch_size,
+            optimizer_steps=int(self.optimizer.iterations.numpy()),
+            skipped_batches=position.skipped_batches,
+            learning_rate=float(self.optimizer.learning_rate),
             **_peak_memory_mib(),
         )
-        metrics.append(row)
-        tensorboard.epoch(row)
-        _append_jsonl(run_dir / "metrics.jsonl", row)
-        echo(_epoch_line(row, epochs))
+        return row
 
-    tensorboard.close()
-    _save_model_atomically(model, run_dir / "model.keras")
-    echo(f"saved {run_dir / 'model.keras'}")
-    return metrics
-
-
-def _train_epoch(
-    train_step,
-    batches: tf.data.Dataset,
-    epoch: int,
-    epochs: int,
-    quiet: bool,
-    on_update: Callable[[float], None] | None = None,
-) -> tuple[float, int, int]:
-    """One pass over the batches: ``(sum of per-sample losses, correct predictions, samples)``."""
-    loss_sum, correct, samples = 0.0, 0, 0
-    count = int(batches.cardinality())
-    bar = _progress_bar(count, epoch, epochs) if not quiet and sys.stdout.isatty() else None
-    for index, (x, y) in enumerate(batches):
-        batch_loss, batch_correct = train_step(x, y)
-        batch_loss = float(batch_loss)
-        if not math.isfinite(batch_loss):
-            raise TrainingDiverged(
-                f"training diverged: the loss is {batch_loss} at epoch {epoch + 1}, batch {index + 1}"
-            )
-        loss_sum += batch_loss
-        correct += int(batch_correct)
-        if on_update is not None:
-            on_update(batch_loss / int(x.shape[0]))
-        samples += int(x.shape[0])
-        if bar is not None:
-            bar.update(index + 1, loss=loss_sum / samples)
-    if bar is not None:
-        bar.finish(dirty=True)
-    return loss_sum, correct, samples
-
-
-def _evaluate(eval_step, batches: tf.data.Dataset) -> tuple[float, float]:
-    loss_sum, correct, samples = 0.0, 0, 0
-    for x, y in batches:
-        batch_loss, batch_correct = eval_step(x, y)
-        loss_sum += float(batch_loss)
-        correct += int(batch_correct)
-        samples += int(x.shape[0])
-    return loss_sum / samples, correct / samples
-
-
-def _progress_bar(count: int, epoch: int, epochs: int) -> progressbar.ProgressBar:
-    widgets = [
-        f"epoch {epoch + 1}/{epochs} ",
-        progressbar.SimpleProgress(),
-        " ",
-        progressbar.Bar(),
-        " ",
-        progressbar.Variable("loss", format="loss {formatted_value}", precision=4),
-        " ",
-        progressbar.ETA(),
-    ]
-    return progressbar.ProgressBar(max_value=count, widgets=widgets, fd=sys.stdout).start()
-
-
-def _create_run_dir(run_dir: Path) -> None:
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise ConfigError("output.run_dir", "already exists and is not empty; choose another --run-dir", str(run_dir))
-    run_dir.mkdir(parents=True, exist_ok=True)
-
-
-def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
-    with path.open("a") as file:
-        file.write(json.dumps(row) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-
-
-def _save_model_atomically(model: keras.Model, path: Path) -> None:
-    # Keras insists on the .keras suffix; a rename is atomic, so a killed run never leaves a truncated model.
-    partial = path.with_name(f".{path.stem}.partial.keras")
-    model.save(partial)
-    os.replace(partial, path)
+    def _evaluate(self) -> tuple[float, float]:
+        # Evaluation batches are no larger than a sub-batch, so validation never needs more memory than training.
+        loss_sum, correct = 0.0, 0
+        for x, y in self._val_feeder.batches(np.arange(self.dataset.val_size), self._sub_batch_size):
+            batch_loss, batch_correct = self.eval_step(x, y)
+            loss_sum += float(batch_loss)
+            correct += int(batch_correct)
+        return loss_sum / self.dataset.val_size, correct / self.dataset.val_size
 
 
 def _peak_memory_mib() -> dict[str, float]:
@@ -276,30 +298,3 @@ def _peak_memory_mib() -> dict[str, float]:
     if tf.config.list_logical_devices("GPU"):
         peaks["peak_device_mib"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
     return peaks
-
-
-def _device_name() -> str:
-    gpus = tf.config.list_logical_devices("GPU")
-    return f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''}" if gpus else "CPU"
-
-
-def describe_setup(config: Config, dataset: Dataset, model: keras.Model, batch_size: int) -> list[str]:
-    """The derived numbers of a run, as lines: data sizes, parameter count, batch plan and optimizer."""
-    shape = "x".join(str(d) for d in dataset.sample_shape)
-    learning_rate = config.optimizer.learning_rate
-    rate = f"{learning_rate:g}" if isinstance(learning_rate, float) else f"schedule {learning_rate.name}"
-    return [
-        f"data {dataset.name}: {dataset.train_size:,} training + {dataset.val_size:,} validation samples of shape "
-        f"{shape}, {dataset.classes} classes",
-        f"model {config.model.name}: {model.count_params():,} parameters",
-        describe_plan(dataset.train_size, batch_size, config.training.subdivisions, config.training.drop_remainder),
-        f"optimizer {config.optimizer.name}, learning rate {rate}, {config.training.epochs} epochs, seed {config.seed}",
-    ]
-
-
-def _epoch_line(row: dict[str, Any], epochs: int) -> str:
-    parts = [f"epoch {row['epoch']}/{epochs}", f"loss {row['loss']:.4f}", f"acc {row['accuracy']:.3f}"]
-    if "val_loss" in row:
-        parts += [f"val_loss {row['val_loss']:.4f}", f"val_acc {row['val_accuracy']:.3f}"]
-    parts += [f"{row['seconds']:.1f} s", f"{row['samples_per_second']:,.0f} samples/s"]
-    return " | ".join(parts)

@@ -1,0 +1,50 @@
+"""Graceful stops: SIGINT or SIGTERM asks the run to stop at the next batch boundary.
+
+A compiled step cannot be cut in half, and a checkpoint taken mid-accumulation would be wrong, so the signal
+only raises a flag; the epoch loop checks it after every batch. A second Ctrl-C raises ``KeyboardInterrupt``
+at once, for the user who cannot wait for the batch to end. Checkpoints are renamed into place, so the last
+complete one stays valid either way.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from types import FrameType, TracebackType
+
+
+class StopRequests:
+    """A context manager that turns SIGINT and SIGTERM into :attr:`signal_number` while it is active."""
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signal_number: int | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        """Whether a stop was asked for."""
+        return self.signal_number is not None
+
+    def __enter__(self) -> StopRequests:
+        # Python runs signal handlers in the main thread only; elsewhere (a test's thread) the defaults stay.
+        if threading.current_thread() is threading.main_thread():
+            for number in self._SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous.clear()
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        if self.requested and number == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal_number = number
+        name = signal.Signals(number).name
+        print(f"\n{name}: stopping after this batch (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)

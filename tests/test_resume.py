@@ -1,0 +1,212 @@
+"""Checkpoints, resume, graceful stops and non-finite batches, in process (signals sent to this process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import accumrun.run
+from accumrun.checkpoints import CheckpointStore
+from accumrun.config import load_config, load_resume_config
+from accumrun.errors import ConfigError
+from accumrun.interrupts import StopRequests
+from accumrun.run import TrainingDiverged, TrainingInterrupted, train
+from tests.conftest import tiny_config, write_config
+
+# Keys that measure the machine, not the training; they differ between any two runs.
+TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib"}
+
+
+def training_rows(run_dir: Path) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
+
+
+def signal_at_call(monkeypatch: pytest.MonkeyPatch, call: int, signals: list[int]) -> None:
+    """Make the run's train step send ``signals`` to this process during its ``call``-th call."""
+    make_train_step = accumrun.run.make_train_step
+    calls = 0
+
+    def make_signalling_step(*args: Any, **kwargs: Any) -> Callable:
+        step = make_train_step(*args, **kwargs)
+
+        def signalling_step(x: Any, y: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            result = step(x, y)
+            if calls == call:
+                for number in signals:
+                    os.kill(os.getpid(), number)
+            return result
+
+        return signalling_step
+
+    monkeypatch.setattr(accumrun.run, "make_train_step", make_signalling_step)
+
+
+@pytest.mark.parametrize(("signal_number", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_number: int, exit_code: int
+) -> None:
+    path = tiny_config(tmp_path, training={"epochs": 3}, output={"tensorboard": False})
+    reference = train(load_config(path), tmp_path / "reference", quiet=True)
+
+    # 3 batches per epoch: call 5 is the middle batch of epoch 2, so the run stops mid-epoch.
+    signal_at_call(monkeypatch, 5, [signal_number])
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train(load_config(path), tmp_path / "run", quiet=True)
+    assert stopped.value.exit_code == exit_code
+    assert f"at epoch 2, batch 2; saved {tmp_path / 'run' / 'checkpoints'}" in stopped.value.message
+    assert stopped.value.message.endswith(f"resume with: accumrun train --resume {tmp_path / 'run'}")
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "interrupted"
+    assert len(training_rows(tmp_path / "run")) == 1
+    monkeypatch.undo()
+
+    resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
+    for mine, theirs in zip(resumed.model.variables, reference.model.variables, strict=True):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    assert training_rows(tmp_path / "run") == training_rows(tmp_path / "reference")
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert status["status"] == "completed" and len(status["resumed"]) == 1
+
+
+def test_a_second_ctrl_c_stops_at_once_and_leaves_the_last_checkpoint_valid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tiny_config(tmp_path, training={"epochs": 3})
+    signal_at_call(monkeypatch, 5, [signal.SIGINT, signal.SIGINT])
+    with pytest.raises(KeyboardInterrupt):
+        train(load_config(path), tmp_path / "run", quiet=True)
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert status["status"] == "interrupted" and "second Ctrl-C" in status["reason"]
+    checkpoints = CheckpointStore(tmp_path / "run" / "checkpoints", keep=3).checkpoints()
+    assert [c.name for c in checkpoints] == ["ckpt-epoch00001-batch0000000.npz"]
+    assert not list((tmp_path / "run" / "checkpoints").glob(".*"))
+    monkeypatch.undo()
+    resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
+    assert [row["epoch"] for row in resumed.metrics] == [1, 2, 3]
+
+
+def test_resume_can_extend_a_finished_run_and_matches_a_longer_one(tmp_path: Path) -> None:
+    path = tiny_config(tmp_path, output={"tensorboard": False})
+    train(load_config(path), tmp_path / "run", quiet=True)
+    with pytest.raises(ConfigError, match="has finished its 2 epochs; pass --epochs N"):
+        train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
+    extended = load_resume_config(tmp_path / "run", None, ["training.epochs=3"])
+    train(extended, tmp_path / "run", quiet=True, resume=True)
+    train(load_config(path, ["training.epochs=3"]), tmp_path / "longer", quiet=True)
+    assert training_rows(tmp_path / "run") == training_rows(tmp_path / "longer")
+
+
+def test_checkpoints_every_n_updates_keep_the_newest(tmp_path: Path) -> None:
+    path = tiny_config(tmp_path, training={"epochs": 3}, output={"checkpoint_every_updates": 2, "keep_checkpoints": 2})
+    train(load_config(path), tmp_path / "run", quiet=True)
+    names = [c.name for c in CheckpointStore(tmp_path / "run" / "checkpoints", keep=2).checkpoints()]
+    # Updates 2, 4, 6, 8 fall inside epochs; the newest two are update 8 (epoch 3, batch 2) and the end.
+    assert names == ["ckpt-epoch00002-batch0000002.npz", "ckpt-epoch00003-batch0000000.npz"]
+
+
+def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path: Path) -> None:
+    path = tiny_config(tmp_path)
+    train(load_config(path), tmp_path / "run", quiet=True)
+    with pytest.raises(ConfigError, match=r"differs from the run's in training\.batch_size \(10 -> 5\)"):
+        load_resume_config(tmp_path / "run", path, ["training.batch_size=5"])
+    for checkpoint in (tmp_path / "run" / "checkpoints").iterdir():
+        checkpoint.unlink()
+    with pytest.raises(ConfigError, match="holds no checkpoint"):
+        train(load_resume_config(tmp_path / "run", path), tmp_path / "run", quiet=True, resume=True)
+
+
+def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
+    path = tiny_config(tmp_path)
+    train(load_config(path), tmp_path / "run", quiet=True)
+    (tmp_path / "run" / "config.yaml").write_text((tmp_path / "run" / "config.yaml").read_text().replace("- 8", "- 9"))
+    config = load_resume_config(tmp_path / "run", None, ["training.epochs=3"])
+    with pytest.raises(ConfigError, match="does not match the configured model"):
+        train(config, tmp_path / "run", quiet=True, resume=True)
+
+
+def test_a_completed_run_is_replaced_only_with_overwrite(tmp_path: Path) -> None:
+    path = tiny_config(tmp_path)
+    train(load_config(path), tmp_path / "run", quiet=True)
+    before = (tmp_path / "run" / "metrics.jsonl").read_text()
+    with pytest.raises(ConfigError, match="holds a completed run; pass --overwrite"):
+        train(load_config(path), tmp_path / "run", quiet=True)
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
+    result = train(load_config(path, ["training.epochs=1"]), tmp_path / "run", quiet=True, overwrite=True)
+    assert [row["epoch"] for row in result.metrics] == [1]
+    assert len(CheckpointStore(tmp_path / "run" / "checkpoints", keep=3).checkpoints()) == 1
+
+
+def test_overwrite_leaves_folders_with_foreign_files_alone(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "thesis.tex").write_text("precious")
+    with pytest.raises(ConfigError, match=r"holds files accumrun did not write \(thesis\.tex\)"):
+        train(load_config(tiny_config(tmp_path)), tmp_path / "run", quiet=True, overwrite=True)
+    assert (tmp_path / "run" / "thesis.tex").read_text() == "precious"
+
+
+# A model whose output is NaN for samples with a negative first feature, and finite for the others.
+NAN_MODEL = """
+import keras
+
+
+class NanIfFirstFeatureNegative(keras.layers.Layer):
+    def call(self, x):
+        return x + 0.0 * keras.ops.log(x[:, :1])
+
+
+def build(input_shape, classes):
+    inputs = keras.Input(input_shape)
+    return keras.Model(inputs, keras.layers.Dense(classes)(NanIfFirstFeatureNegative()(inputs)))
+"""
+
+
+def nan_sample_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_nonfinite: str) -> Path:
+    """23 training samples, unshuffled, in batches of 10; sample 12 (in batch 2) makes the loss NaN."""
+    (tmp_path / "nan_model.py").write_text(NAN_MODEL)
+    monkeypatch.chdir(tmp_path)  # custom models are imported from the working directory
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(23, 4)).astype(np.float32)
+    x[:, 0] = np.abs(x[:, 0]) + 0.1
+    x[12, 0] = -1.0
+    np.savez(tmp_path / "nan.npz", x=x, y=rng.integers(3, size=23))
+    return write_config(
+        tmp_path / "nan.yaml",
+        data={"name": "npz", "path": str(tmp_path / "nan.npz"), "validation_split": 0.0, "shuffle": False},
+        model={"name": "nan_model:build"},
+        training={"epochs": 2, "batch_size": 10, "subdivisions": 3, "on_nonfinite": on_nonfinite},
+        optimizer={"name": "adam", "learning_rate": 0.01},
+    )
+
+
+def test_skip_batch_drops_the_non_finite_update_and_counts_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = train(load_config(nan_sample_config(tmp_path, monkeypatch, "skip_batch")), tmp_path / "run", quiet=True)
+    assert [row["skipped_batches"] for row in result.metrics] == [1, 1]
+    assert [row["optimizer_steps"] for row in result.metrics] == [2, 4]
+    assert all(np.isfinite(row["loss"]) for row in result.metrics)
+    assert all(np.isfinite(v.numpy()).all() for v in result.model.variables)
+
+
+def test_stop_on_non_finite_stops_before_applying_the_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TrainingDiverged, match="the loss is nan at epoch 1, batch 2; that update was not applied"):
+        train(load_config(nan_sample_config(tmp_path, monkeypatch, "stop")), tmp_path / "run", quiet=True)
+    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert status["status"] == "failed" and "no checkpoint was taken yet" in status["reason"]
+    assert not (tmp_path / "run" / "model.keras").exists()
+
+
+def test_the_second_sigint_raises_keyboard_interrupt() -> None:
+    with StopRequests() as stops:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stops.signal_number == signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
