@@ -175,9 +175,11 @@ class _Trainer:
 
     def __post_init__(self) -> None:
         self.echo: Callable[[str], None] = (lambda *_: None) if self.quiet else click.echo
-        self._feeder = BatchFeeder(self.dataset.x_train, self.dataset.y_train)
-        self._val_feeder = BatchFeeder(self.dataset.x_val, self.dataset.y_val) if self.dataset.val_size else None
-        self._sub_batch_size = max(sub_batch_sizes(self.batch_size, self.config.training.subdivisions))
+        training, dataset = self.config.training, self.dataset
+        self._feeder = BatchFeeder(dataset.x_train, dataset.y_train, self.batch_size, training.drop_remainder)
+        self._sub_batch_size = max(sub_batch_sizes(self.batch_size, training.subdivisions))
+        # Evaluation batches are no larger than a sub-batch, so validation never needs more memory than training.
+        self._val_feeder = BatchFeeder(dataset.x_val, dataset.y_val, self._sub_batch_size) if dataset.val_size else None
         output = self.config.output
         self._tensorboard = TensorBoardLog(
             self.run_dir, output.tensorboard, output.log_every_updates, self.optimizer.iterations
@@ -210,11 +212,10 @@ class _Trainer:
         training = self.config.training
         every = self.config.output.checkpoint_every_updates
         order = epoch_order(self.dataset.train_size, self.config.seed, position.epoch, self.config.data.shuffle)
-        batches = self._feeder.batches(order, self.batch_size, training.drop_remainder)
-        count = int(batches.cardinality())
-        bar = None if self.quiet else progress_bar(count, position.epoch, training.epochs, position.batch)
+        batches = self._feeder.batches(order, skip=position.batch)
+        bar = None if self.quiet else progress_bar(self._feeder.count, position.epoch, training.epochs, position.batch)
         seconds_before, started = position.train_seconds, time.perf_counter()
-        for x, y in batches.skip(position.batch):
+        for x, y in batches:
             batch_loss, batch_correct, applied = self.train_step(x, y)
             position.batch += 1
             position.train_seconds = seconds_before + time.perf_counter() - started
@@ -282,9 +283,8 @@ class _Trainer:
         return row
 
     def _evaluate(self) -> tuple[float, float]:
-        # Evaluation batches are no larger than a sub-batch, so validation never needs more memory than training.
         loss_sum, correct = 0.0, 0
-        for x, y in self._val_feeder.batches(np.arange(self.dataset.val_size), self._sub_batch_size):
+        for x, y in self._val_feeder.batches(np.arange(self.dataset.val_size)):
             batch_loss, batch_correct = self.eval_step(x, y)
             loss_sum += float(batch_loss)
             correct += int(batch_correct)

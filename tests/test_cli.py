@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import keras
@@ -72,3 +76,42 @@ def test_unexpected_failure_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "Error: unexpected RuntimeError: boom" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_ctrl_c_then_the_printed_command_completes_the_run(tmp_path: Path) -> None:
+    """A user's Ctrl-C: the run stops at a batch boundary, says how to resume, and the resumed run logs each
+    epoch once."""
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "accumrun", "train", str(tiny_config(tmp_path)), "--epochs", "100"]
+        + ["--run-dir", str(run_dir), "--no-tensorboard"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not _logged_epochs(run_dir) and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    resume_line = stderr.strip().splitlines()[-1]
+    assert resume_line == f"resume with: accumrun train --resume {run_dir}"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    stopped_at = len(_logged_epochs(run_dir))
+    assert 1 <= stopped_at < 100
+
+    resumed = run_cli(*shlex.split(resume_line.removeprefix("resume with: accumrun ")))
+    assert resumed.returncode == 0, resumed.stderr
+    assert [row["epoch"] for row in _logged_epochs(run_dir)] == list(range(1, 101))
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+def _logged_epochs(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -169,18 +169,19 @@ def test_one_compiled_call_per_batch_and_no_python_per_sub_batch() -> None:
 
     step = make_train_step(model, counting_loss, optimizer, subdivisions=4)
     x, y = make_data(23)
-    feeder = BatchFeeder(x, y)
+    feeder = BatchFeeder(x, y, batch_size=10)
     calls = 0
+    traces = []
     for epoch in range(3):
-        for x_batch, y_batch in feeder.batches(np.arange(23), batch_size=10):  # 10, 10, 3
+        for x_batch, y_batch in feeder.batches(np.random.default_rng(epoch).permutation(23)):  # 10, 10, 3
             step(x_batch, y_batch)
             calls += 1
-        traces_after_epoch = step.experimental_get_tracing_count()
-        # One trace for the full batches and one, shape-generalized, for the short batch; no more later on.
-        assert traces_after_epoch == 2, f"epoch {epoch + 1}"
+        traces.append(step.experimental_get_tracing_count())
+    # At most one trace for the full batches and one for the short batch, all in the first epoch.
+    assert traces[0] <= 2 and traces == [traces[0]] * 3
     assert calls == int(optimizer.iterations.numpy()) == 9
     # The 9 calls ran 3 x (4 + 4 + 3) = 33 sub-batches; Python saw the loss once per trace of the loop body.
-    assert python_loss_calls == 2
+    assert python_loss_calls == traces[0]
 
 
 def test_a_non_finite_batch_is_not_applied() -> None:
