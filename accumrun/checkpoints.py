@@ -30,6 +30,7 @@ class Position:
     correct: int = 0
     samples: int = 0
     skipped_batches: int = 0
+    loss_scale_skips: int = 0
     train_seconds: float = 0.0
 
     @property

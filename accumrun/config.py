@@ -116,10 +116,12 @@ _UNION_TAGS = {"model": set(_MODEL_SECTIONS), "learning_rate": {"rate", "schedul
 class TrainingConfig(_Section):
     epochs: int = Field(10, ge=1)
     batch_size: int | Literal["full"] = 256
-    subdivisions: int = Field(1, ge=1)
+    subdivisions: int | Literal["auto"] = 1
+    max_sub_batch: int | None = Field(None, ge=1)
     drop_remainder: bool = False
     on_nonfinite: Literal["stop", "skip_batch"] = "stop"
     jit_compile: bool = False
+    precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -128,6 +130,15 @@ class TrainingConfig(_Section):
             return value
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError("must be a positive integer or 'full' (the whole training set)")
+        return value
+
+    @field_validator("subdivisions", mode="before")
+    @classmethod
+    def _positive_or_auto(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError("must be a positive integer or 'auto' (find the fewest that fit in memory)")
         return value
 
 
@@ -235,6 +246,10 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
         raise ConfigError("--resume", "is not an accumrun run directory (it has no config.yaml)", str(run_dir))
     saved = load_config(saved_path)
     config = load_config(config_path or saved_path, overrides)
+    if config.training.subdivisions == "auto":
+        # The run settled 'auto' when it started and saved the value it chose; keep that value.
+        training = config.training.model_copy(update={"subdivisions": saved.training.subdivisions})
+        config = config.model_copy(update={"training": training})
     changed = [
         f"{key} ({before!r} -> {after!r})"
         for key, (before, after) in _differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
@@ -336,7 +351,11 @@ def _cross_field_problems(config: Config) -> list[str]:
     """Rules that span several keys; the per-key rules live in the schema."""
     problems = []
     training = config.training
-    if isinstance(training.batch_size, int) and training.subdivisions > training.batch_size:
+    if (
+        isinstance(training.batch_size, int)
+        and isinstance(training.subdivisions, int)
+        and (training.subdivisions > training.batch_size)
+    ):
         problems.append(
             describe(
                 "training.subdivisions",

@@ -59,4 +59,6 @@ def epoch_line(row: dict[str, Any], epochs: int) -> str:
     parts += [f"{row['seconds']:.1f} s", f"{row['samples_per_second']:,.0f} samples/s"]
     if row.get("skipped_batches"):
         parts.append(f"{row['skipped_batches']} batches skipped (non-finite)")
+    if row.get("loss_scale_skips"):
+        parts.append(f"{row['loss_scale_skips']} updates skipped by the loss scale")
     return " | ".join(parts)

@@ -33,6 +33,8 @@ IDX_SOURCES = {
     "fashion_mnist": "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
 }
 _IDX_UBYTE = 0x08
+_ZIP_MAGIC = b"PK"
+_NPY_MAGIC = b"\x93NUMPY"
 # Far beyond any classifier head this tool builds, and well inside int32, to which labels are cast.
 _MAX_CLASSES = 1_000_000
 
@@ -125,6 +127,8 @@ def _checked(split: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.n
         raise DataError(f"data.x_{split}", "needs one row per sample (at least 2 dimensions)", x.shape)
     if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
         raise DataError(f"data.x_{split}", "samples must be numeric", str(x.dtype))
+    if np.issubdtype(x.dtype, np.complexfloating):
+        raise DataError(f"data.x_{split}", "samples must be real numbers", str(x.dtype))
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:
@@ -133,6 +137,9 @@ def _checked(split: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.n
         raise DataError(f"data.y_{split}", f"has {len(y)} labels for {len(x)} samples")
     if len(y) == 0:
         raise DataError(f"data.x_{split}", "is empty")
+    if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating) or y.dtype == bool):
+        # Text or complex labels: the integrality test below cannot even be asked of them.
+        raise DataError(f"data.y_{split}", "labels must be integer class indices", y.flat[0].item())
     integral = (
         np.issubdtype(y.dtype, np.integer)
         or y.dtype == bool
@@ -173,6 +180,11 @@ def _load_npz(config: DataConfig, seed: int) -> Splits:
     if not path.is_file():
         raise DataError("data.path", "npz file not found", config.path)
     try:
+        with path.open("rb") as file:
+            magic = file.read(len(_NPY_MAGIC))
+        # Without this, numpy takes any other file for a pickle and advises loading it unsafely.
+        if not magic.startswith((_ZIP_MAGIC, _NPY_MAGIC)):
+            raise DataError("data.path", "cannot read as .npz: not a zip of arrays, as numpy.savez writes", config.path)
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
             raise DataError("data.path", "is a single array, not an .npz archive of named arrays", config.path)

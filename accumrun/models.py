@@ -52,7 +52,8 @@ def darknet_cnn(
         x = keras.layers.BatchNormalization()(x)
         x = keras.layers.LeakyReLU(negative_slope=leaky_alpha)(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
-    outputs = keras.layers.Dense(classes)(x)
+    # Logits stay float32 under a mixed-precision policy, so the softmax and the loss do too.
+    outputs = keras.layers.Dense(classes, dtype="float32")(x)
     return keras.Model(inputs, outputs, name="darknet_cnn")
 
 
@@ -73,7 +74,7 @@ def mlp(
             raise ConfigError("model.activation", f"unknown activation: {error}", activation) from None
         if dropout:
             x = keras.layers.Dropout(dropout)(x)
-    outputs = keras.layers.Dense(classes)(x)
+    outputs = keras.layers.Dense(classes, dtype="float32")(x)
     return keras.Model(inputs, outputs, name="mlp")
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from accumrun import __version__
+from accumrun.autosub import AutoChoice, choose_subdivisions
 from accumrun.batches import BatchFeeder
 from accumrun.checkpoints import CheckpointStore, Position
 from accumrun.config import Config, TrainingConfig
@@ -28,10 +29,13 @@ from accumrun.errors import ConfigError
 from accumrun.interrupts import StopRequests
 from accumrun.models import build_model
 from accumrun.optimizers import build_optimizer
+from accumrun.probe import fits_in_fresh_process
 from accumrun.rundir import RunStatus, append_metrics, keep_metrics_before, prepare_run_dir, save_model_atomically
 from accumrun.split import sub_batch_sizes
 from accumrun.step import make_eval_step, make_train_step, sparse_categorical_crossentropy
 from accumrun.tensorboard import TensorBoardLog
+
+LOSS = sparse_categorical_crossentropy
 
 
 class TrainingDiverged(click.ClickException):
@@ -81,13 +85,56 @@ def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
             f"is larger than the {train_size:,} training samples; use batch_size: full for full-batch training",
             training.batch_size,
         )
-    if training.subdivisions > batch_size:
+    if isinstance(training.subdivisions, int) and training.subdivisions > batch_size:
         raise ConfigError(
             "training.subdivisions",
             f"cannot exceed the batch size ({batch_size:,} samples)",
             training.subdivisions,
         )
     return batch_size
+
+
+@dataclass
+class TrainingSetup:
+    """What a run trains: the data, the batch size, the model and optimizer, and a step factory."""
+
+    dataset: Dataset
+    batch_size: int
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    make_step: Callable[[int], Callable]
+    """``make_step(subdivisions)`` compiles the train step (see :func:`accumrun.step.make_train_step`)."""
+
+
+def build_training(config: Config) -> TrainingSetup:
+    """Load the data and build the model (under ``training.precision``) and the optimizer, from the seed."""
+    dataset = load_dataset(config.data, config.seed)
+    batch_size = resolve_batch_size(config.training, dataset.train_size)
+    keras.utils.set_random_seed(config.seed)
+    precision = config.training.precision
+    previous_policy = keras.mixed_precision.dtype_policy()
+    # The policy is global in Keras; layers keep the one they were built with, so restore it at once.
+    keras.mixed_precision.set_dtype_policy(precision)
+    try:
+        model = build_model(config.model, dataset.sample_shape, dataset.classes)
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous_policy)
+    optimizer = build_optimizer(config.optimizer)
+    if precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    # Built now, so its state exists before the first step (checkpoints and auto's tries restore it).
+    optimizer.build(model.trainable_variables)
+
+    def make_step(subdivisions: int) -> Callable:
+        return make_train_step(model, LOSS, optimizer, subdivisions, config.training.jit_compile)
+
+    return TrainingSetup(dataset, batch_size, model, optimizer, make_step)
+
+
+def first_batch(config: Config, dataset: Dataset, batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """The first batch of the first epoch, as the run will see it."""
+    index = epoch_order(dataset.train_size, config.seed, 0, config.data.shuffle)[:batch_size]
+    return tf.constant(dataset.x_train[index]), tf.constant(dataset.y_train[index])
 
 
 def train(
@@ -97,16 +144,23 @@ def train(
     ``model.keras`` and ``tensorboard/`` in ``run_dir``.
 
     With ``resume``, continue the run in ``run_dir`` from its latest checkpoint instead of starting one; the
-    caller has checked that ``config`` is compatible with the run's. Everything that can be refused (data,
+    caller has checked that ``config`` is compatible with the run's. ``subdivisions: auto`` is settled first,
+    and the value chosen goes into ``config.yaml`` and ``run.json``. Everything that can be refused (data,
     model, optimizer, sizes, the run directory, the checkpoint) is checked before anything is written.
     """
-    dataset = load_dataset(config.data, config.seed)
-    batch_size = resolve_batch_size(config.training, dataset.train_size)
-    keras.utils.set_random_seed(config.seed)
-    model = build_model(config.model, dataset.sample_shape, dataset.classes)
-    optimizer = build_optimizer(config.optimizer)
-    loss_fn = sparse_categorical_crossentropy
-    train_step = make_train_step(model, loss_fn, optimizer, config.training.subdivisions, config.training.jit_compile)
+    echo = (lambda *_: None) if quiet else click.echo
+    setup = build_training(config)
+    model, optimizer = setup.model, setup.optimizer
+    details: dict[str, Any] = {}
+    if config.training.subdivisions == "auto":
+        auto = _choose_subdivisions(config, setup, echo)
+        config = config.model_copy(
+            update={"training": config.training.model_copy(update={"subdivisions": auto.subdivisions})}
+        )
+        details["subdivisions_auto"] = {"chosen": auto.subdivisions, "tried": auto.tried}
+        train_step = auto.step
+    else:
+        train_step = setup.make_step(config.training.subdivisions)
     store = CheckpointStore(run_dir / "checkpoints", config.output.keep_checkpoints)
     if resume:
         position, metrics = _restore(store, model, optimizer, config, run_dir)
@@ -114,10 +168,10 @@ def train(
         prepare_run_dir(run_dir, overwrite)
         position, metrics = Position(), []
     (run_dir / "config.yaml").write_text(config.to_yaml())
-    status = RunStatus(run_dir / "run.json", resumed=resume)
-    eval_step = make_eval_step(model, loss_fn)
+    status = RunStatus(run_dir / "run.json", resumed=resume, details=details)
+    eval_step = make_eval_step(model, LOSS)
     trainer = _Trainer(
-        config, dataset, model, optimizer, train_step, eval_step, batch_size, run_dir, store, quiet, metrics
+        config, setup.dataset, model, optimizer, train_step, eval_step, setup.batch_size, run_dir, store, quiet, metrics
     )
     try:
         with StopRequests() as stops:
@@ -133,6 +187,22 @@ def train(
         raise
     status.end("completed")
     return RunResult(run_dir, trainer.metrics, model)
+
+
+def _choose_subdivisions(config: Config, setup: TrainingSetup, echo: Callable[[str], None]) -> AutoChoice:
+    x, y = first_batch(config, setup.dataset, setup.batch_size)
+    state = [*setup.model.variables, *setup.optimizer.variables]
+    choice = choose_subdivisions(
+        setup.make_step,
+        state,
+        x,
+        y,
+        config.training.max_sub_batch,
+        lambda subdivisions: fits_in_fresh_process(config, subdivisions),
+        echo,
+    )
+    echo(f"subdivisions: auto chose {choice.subdivisions} (tried {', '.join(map(str, choice.tried))})")
+    return choice
 
 
 def _restore(
@@ -180,6 +250,7 @@ class _Trainer:
         self._sub_batch_size = max(sub_batch_sizes(self.batch_size, training.subdivisions))
         # Evaluation batches are no larger than a sub-batch, so validation never needs more memory than training.
         self._val_feeder = BatchFeeder(dataset.x_val, dataset.y_val, self._sub_batch_size) if dataset.val_size else None
+        self._loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         output = self.config.output
         self._tensorboard = TensorBoardLog(
             self.run_dir, output.tensorboard, output.log_every_updates, self.optimizer.iterations
@@ -240,6 +311,10 @@ class _Trainer:
             bar.finish(dirty=True)
 
     def _non_finite(self, position: Position, batch_loss: float) -> None:
+        if self._loss_scaled and math.isfinite(batch_loss):
+            # Overflow of the scaled float16 gradients: the optimizer lowered its loss scale; this is routine.
+            position.loss_scale_skips += 1
+            return
         what = f"the loss is {batch_loss}" if not math.isfinite(batch_loss) else "a gradient is NaN or Inf"
         where = f"at epoch {position.epoch + 1}, batch {position.batch}"
         if self.config.training.on_nonfinite == "skip_batch":
@@ -277,6 +352,7 @@ class _Trainer:
             sub_batch_size=self._sub_batch_size,
             optimizer_steps=int(self.optimizer.iterations.numpy()),
             skipped_batches=position.skipped_batches,
+            **({"loss_scale_skips": position.loss_scale_skips} if self._loss_scaled else {}),
             learning_rate=float(self.optimizer.learning_rate),
             **_peak_memory_mib(),
         )

@@ -23,11 +23,15 @@ from accumrun.errors import ConfigError
 RUN_FILES = ("run.json", "config.yaml", "metrics.jsonl", "model.keras", "checkpoints", "tensorboard")
 
 
+# Rewritten by every session of a run; the other keys of run.json (such as the auto choice) carry over.
+_PER_SESSION_KEYS = ("status", "reason", "started", "ended", "resumed", "accumrun_version", "tensorflow_version")
+
+
 class RunStatus:
     """``run.json``: whether the run is running, completed, interrupted or failed (and why), with its times
     and versions. Rewritten atomically, so it is always a complete JSON document."""
 
-    def __init__(self, path: Path, resumed: bool = False) -> None:
+    def __init__(self, path: Path, resumed: bool = False, details: dict[str, Any] | None = None) -> None:
         self._path = path
         now = datetime.now().isoformat(timespec="seconds")
         previous = json.loads(path.read_text()) if resumed and path.is_file() else {}
@@ -39,6 +43,8 @@ class RunStatus:
             "resumed": previous.get("resumed", []) + ([now] if resumed else []),
             "accumrun_version": __version__,
             "tensorflow_version": tf.__version__,
+            **{key: value for key, value in previous.items() if key not in _PER_SESSION_KEYS},
+            **(details or {}),
         }
         self._write()
 

@@ -34,7 +34,11 @@ def _correct_count(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
 
 
 def make_gradient_fn(
-    model: keras.Model, loss_fn: LossFn, subdivisions: int, jit_compile: bool = False
+    model: keras.Model,
+    loss_fn: LossFn,
+    subdivisions: int,
+    jit_compile: bool = False,
+    scale_loss: Callable[[tf.Tensor], tf.Tensor] | None = None,
 ) -> Callable[[tf.Tensor, tf.Tensor], tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]]:
     """A function ``(x, y) -> (gradients, loss_sum, correct)`` that accumulates over the sub-batches.
 
@@ -43,7 +47,9 @@ def make_gradient_fn(
     the number of samples whose largest logit is their label. It is not compiled by itself: call it inside a
     ``tf.function`` (as :func:`make_train_step` does) or eagerly in tests. With ``jit_compile``, each
     sub-batch's forward pass, backward pass and accumulation is one XLA cluster, compiled once per sub-batch
-    shape (at most two per batch size, as the sizes differ by at most one).
+    shape (at most two per batch size, as the sizes differ by at most one). ``scale_loss`` (a loss-scale
+    optimizer's) multiplies each sub-batch's objective, so float16 gradients do not underflow; the gradients
+    returned are then scaled by it too, and are accumulated in float32 whatever the compute dtype.
     """
     if subdivisions < 1:
         raise ValueError(f"subdivisions must be >= 1, got {subdivisions}")
@@ -60,6 +66,8 @@ def make_gradient_fn(
                 # Regularization belongs to the batch once; each sub-batch carries its share of it.
                 share = tf.cast(tf.shape(x_sub)[0], tf.float32) / n_float
                 objective += tf.cast(tf.add_n(model.losses), tf.float32) * share
+            if scale_loss is not None:
+                objective = scale_loss(objective)
         sub_gradients = tape.gradient(objective, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         gradients = [
             g + tf.cast(tf.convert_to_tensor(d), tf.float32) for g, d in zip(gradients, sub_gradients, strict=True)
@@ -99,17 +107,29 @@ def make_train_step(
     The optimizer sees one ``apply_gradients`` per call, so clipping, weight decay, its iteration counter and
     learning-rate schedules all count batches. ``applied`` is false when the loss or a gradient is NaN or Inf:
     that batch's update is not applied, so the weights and the optimizer state stay as they were and the caller
-    decides whether to stop or go on. The function traces at most twice per run: once for full batches and once,
-    with a generalized shape, for a short last batch. ``jit_compile`` compiles each sub-batch's forward and
-    backward pass with XLA (see :func:`make_gradient_fn`).
+    decides whether to stop or go on. A ``keras.optimizers.LossScaleOptimizer`` scales each sub-batch's loss;
+    it unscales and checks the accumulated gradients once per batch, skipping (and lowering its scale on) a
+    batch whose scaled gradients overflowed, which ``applied`` reports too.
+
+    The function traces at most twice per run: once for full batches and once, with a generalized shape, for a
+    short last batch. ``jit_compile`` compiles each sub-batch's forward and backward pass with XLA (see
+    :func:`make_gradient_fn`).
     """
     variables = model.trainable_variables
-    optimizer.build(variables)
-    accumulate = make_gradient_fn(model, loss_fn, subdivisions, jit_compile)
+    if not optimizer.built:  # a loss-scale optimizer would make its variables anew
+        optimizer.build(variables)
+    loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    scale_loss = optimizer.scale_loss if loss_scaled else None
+    accumulate = make_gradient_fn(model, loss_fn, subdivisions, jit_compile, scale_loss)
 
     @tf.function(reduce_retracing=True)
     def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         gradients, loss_sum, correct = accumulate(x, y)
+        if loss_scaled:
+            # The loss-scale optimizer checks the gradients itself and skips the update on overflow.
+            updates_before = tf.identity(optimizer.iterations)
+            optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            return loss_sum, correct, optimizer.iterations > updates_before
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in [loss_sum, *gradients]])
 
         def apply() -> tf.Tensor:

@@ -149,7 +149,7 @@ def test_zero_subdivisions_is_out_of_range(tmp_path: Path) -> None:
     message = message_of(write(tmp_path, "training:\n  subdivisions: 0\n"))
     assert "training.subdivisions" in message
     assert "(got 0)" in message
-    assert message == "training.subdivisions: input should be greater than or equal to 1 (got 0)"
+    assert message == "training.subdivisions: must be a positive integer or 'auto' (find the fewest that fit in memory) (got 0)"
 
 
 def test_misspelled_full_batch_size_mentions_full(tmp_path: Path) -> None:
@@ -220,7 +220,7 @@ def test_all_problems_are_listed_in_one_error(tmp_path: Path) -> None:
     assert error.problems == [
         f"data.validation_split: {SPLIT_RULE} (got 1.5)",
         "training.epochs: input should be greater than or equal to 1 (got 0)",
-        "training.subdivisions: input should be greater than or equal to 1 (got 0)",
+        "training.subdivisions: must be a positive integer or 'auto' (find the fewest that fit in memory) (got 0)",
     ]
     assert str(error) == "\n".join([f"3 problems in {path}:"] + [f"  {problem}" for problem in error.problems])
 

@@ -1,0 +1,115 @@
+"""``training.subdivisions: auto``: the fewest subdivisions whose sub-batch fits in memory, found by trying.
+
+The batch size, and so the math of every update, stays fixed; only the sub-batch shrinks. The first batch is
+tried with 1, 2, 4, ... subdivisions (or from the count ``training.max_sub_batch`` implies). Each try runs the
+real compiled step, and the weights and optimizer state are put back afterwards, so training then starts from
+the same state as a run with the chosen value fixed. TensorFlow does not always recover cleanly from an
+out-of-memory error; when a retry fails with another error, the sizes are probed in fresh processes instead.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+
+from accumrun.errors import ConfigError
+
+Step = Callable[[tf.Tensor, tf.Tensor], object]
+
+
+@dataclass
+class AutoChoice:
+    """The chosen subdivisions, the step compiled for it, and every count tried, in order."""
+
+    subdivisions: int
+    step: Step
+    tried: list[int] = field(default_factory=list)
+    probed_in_subprocess: bool = False
+
+
+def first_subdivisions(batch_size: int, max_sub_batch: int | None) -> int:
+    """Where the search starts: one sub-batch, or as few as keep sub-batches within ``max_sub_batch``."""
+    return min(batch_size, math.ceil(batch_size / max_sub_batch)) if max_sub_batch else 1
+
+
+def choose_subdivisions(
+    make_step: Callable[[int], Step],
+    state: list[tf.Variable],
+    x: tf.Tensor,
+    y: tf.Tensor,
+    max_sub_batch: int | None,
+    fits_in_fresh_process: Callable[[int], bool],
+    echo: Callable[[str], None],
+) -> AutoChoice:
+    """Find the fewest subdivisions of the batch ``(x, y)`` that train without running out of memory.
+
+    ``make_step(s)`` compiles the step for ``s`` subdivisions; ``state`` (the model's and optimizer's
+    variables) is restored after every try. ``fits_in_fresh_process(s)`` runs one batch in a new process.
+
+    Raises:
+        ConfigError: even sub-batches of one sample do not fit, or a size that fits in a fresh process still
+            fails in this one.
+    """
+    batch_size = int(x.shape[0])
+    snapshot = [v.numpy() for v in state]
+    choice = AutoChoice(first_subdivisions(batch_size, max_sub_batch), step=None)
+    try:
+        while True:
+            choice.tried.append(choice.subdivisions)
+            try:
+                choice.step = make_step(choice.subdivisions)
+                choice.step(x, y)
+                return choice
+            except tf.errors.ResourceExhaustedError:
+                _next_or_give_up(choice, batch_size, echo)
+            except tf.errors.OpError as error:
+                if len(choice.tried) == 1:
+                    raise
+                # The runtime may be left unusable by the earlier out-of-memory error; ask a clean process.
+                echo(f"subdivisions {choice.subdivisions}: {type(error).__name__} after out of memory")
+                _probe_fresh_processes(choice, batch_size, fits_in_fresh_process, echo)
+                choice.step = make_step(choice.subdivisions)
+                try:
+                    choice.step(x, y)
+                except tf.errors.OpError:
+                    raise ConfigError(
+                        "training.subdivisions",
+                        f"auto: {choice.subdivisions} fit in a fresh process but fail in this one after an "
+                        f"out-of-memory error; set training.subdivisions: {choice.subdivisions} and run again",
+                    ) from None
+                return choice
+            finally:
+                for variable, value in zip(state, snapshot, strict=True):
+                    variable.assign(value)
+    finally:
+        gc.collect()
+
+
+def _next_or_give_up(choice: AutoChoice, batch_size: int, echo: Callable[[str], None]) -> None:
+    if choice.subdivisions >= batch_size:
+        raise ConfigError(
+            "training.subdivisions", "auto: out of memory even with sub-batches of one sample; shrink the model"
+        )
+    larger = min(2 * choice.subdivisions, batch_size)
+    echo(
+        f"subdivisions {choice.subdivisions} (sub-batches of {math.ceil(batch_size / choice.subdivisions)}): "
+        f"out of memory; retrying the first batch with {larger}"
+    )
+    choice.subdivisions = larger
+    gc.collect()
+
+
+def _probe_fresh_processes(
+    choice: AutoChoice, batch_size: int, fits: Callable[[int], bool], echo: Callable[[str], None]
+) -> None:
+    choice.probed_in_subprocess = True
+    while True:
+        echo(f"probing subdivisions {choice.subdivisions} in a fresh process")
+        if fits(choice.subdivisions):
+            return
+        _next_or_give_up(choice, batch_size, echo)
+        choice.tried.append(choice.subdivisions)

@@ -1,0 +1,75 @@
+"""Mixed precision: float16 and bfloat16 compute, float32 logits and accumulators, loss scaling per batch."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from accumrun.config import load_config
+from accumrun.run import train
+from accumrun.step import make_gradient_fn, make_train_step, sparse_categorical_crossentropy
+from tests.conftest import tiny_config
+from tests.test_step import dense_model, make_data, max_difference
+
+
+def mixed_model(policy: str) -> keras.Model:
+    keras.mixed_precision.set_dtype_policy(policy)
+    try:
+        return dense_model()
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_runs_train_with_float32_logits(tmp_path, precision: str) -> None:
+    path = tiny_config(tmp_path, training={"epochs": 4, "precision": precision}, optimizer={"learning_rate": 0.05})
+    result = train(load_config(path), tmp_path / "run", quiet=True)
+    losses = [row["loss"] for row in result.metrics]
+    assert losses[-1] < losses[0] * 0.8
+    assert result.model.layers[1].dtype_policy.name == precision
+    assert result.model.layers[-1].compute_dtype == "float32"
+    assert keras.mixed_precision.dtype_policy().name == "float32", "the global policy must be restored"
+    if precision == "mixed_float16":
+        assert all(row["loss_scale_skips"] == 0 for row in result.metrics)
+
+
+def test_accumulators_are_float32_under_float16_compute() -> None:
+    model = mixed_model("mixed_float16")
+    x, y = make_data(10)
+    gradients, _, _ = make_gradient_fn(model, sparse_categorical_crossentropy, 3)(tf.constant(x), tf.constant(y))
+    assert {g.dtype for g in gradients} == {tf.float32}
+
+
+def float16_weights(subdivisions: int) -> list[np.ndarray]:
+    model = mixed_model("mixed_float16")
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.02))
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions)
+    x, y = make_data(23)
+    for _ in range(2):
+        for start in range(0, 23, 10):
+            _, _, applied = step(tf.constant(x[start : start + 10]), tf.constant(y[start : start + 10]))
+            assert bool(applied)
+    return [v.numpy() for v in model.trainable_variables]
+
+
+@pytest.mark.parametrize("subdivisions", [3, 4])
+def test_subdivided_float16_training_equals_float16_training(subdivisions: int) -> None:
+    reference = float16_weights(1)
+    weights = float16_weights(subdivisions)
+    # float16 rounds activations to ~3 decimal digits; the update must still agree to that precision.
+    assert max_difference(reference, weights) < 2e-3
+    assert max_difference(reference, [v.numpy() for v in dense_model().trainable_variables]) > 1e-2
+
+
+def test_an_overflowing_loss_scale_skips_the_update_and_lowers_the_scale() -> None:
+    model = mixed_model("mixed_float16")
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=1e30)
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions=3)
+    x, y = make_data(10)
+    before = [v.numpy() for v in model.trainable_variables]
+    loss_sum, _, applied = step(tf.constant(x), tf.constant(y))
+    assert np.isfinite(float(loss_sum)) and not bool(applied)
+    assert int(optimizer.iterations.numpy()) == 0 and float(optimizer.dynamic_scale.numpy()) == pytest.approx(5e29)
+    assert max_difference(before, [v.numpy() for v in model.trainable_variables]) == 0
