@@ -183,6 +183,7 @@ def train(
 
 @main.command()
 @_config_options
+@click.option("--memory", is_flag=True, help="Also estimate the memory per sub-batch size, to choose subdivisions.")
 def check(
     config_path: str,
     subdivisions: int | None,
@@ -190,26 +191,29 @@ def check(
     epochs: int | None,
     batch_size: str | None,
     assignments: tuple[str, ...],
+    memory: bool,
 ) -> None:
     """Validate CONFIG and print it resolved, with the derived batch sizes."""
     from accumrun.config import load_config
-    from accumrun.data import load_dataset
 
     overrides = _overrides(assignments, subdivisions, no_subdivisions, epochs, batch_size)
     config = load_config(config_path, overrides)
-    dataset = load_dataset(config.data, config.seed)
     _quiet_tensorflow()
     from accumrun.console import describe_setup
-    from accumrun.models import build_model
-    from accumrun.optimizers import build_optimizer
-    from accumrun.run import resolve_batch_size
+    from accumrun.run import build_training
 
-    batch_size = resolve_batch_size(config.training, dataset.train_size)
-    model = build_model(config.model, dataset.sample_shape, dataset.classes)
-    build_optimizer(config.optimizer)  # only to validate its name and keywords
+    setup = build_training(config)
     click.echo(config.to_yaml().rstrip())
     click.echo("---")
-    click.echo("\n".join(describe_setup(config, dataset, model, batch_size)))
+    click.echo("\n".join(describe_setup(config, setup.dataset, setup.model, setup.batch_size)))
+    if memory:
+        from accumrun.memory import estimate_memory, format_estimate
+        from accumrun.split import sub_batch_sizes
+
+        configured = config.training.subdivisions if config.training.subdivisions != "auto" else None
+        traced = max(sub_batch_sizes(setup.batch_size, configured or 1))
+        estimate = estimate_memory(setup.model, setup.optimizer, setup.dataset.sample_shape, setup.batch_size, traced)
+        click.echo("\n".join(format_estimate(estimate, setup.batch_size, configured)))
 
 
 def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:

@@ -29,9 +29,16 @@ def describe_setup(config: Config, dataset: Dataset, model: keras.Model, batch_s
         f"data {dataset.name}: {dataset.train_size:,} training + {dataset.val_size:,} validation samples of shape "
         f"{shape}, {dataset.classes} classes",
         f"model {config.model.name}: {model.count_params():,} parameters",
-        describe_plan(dataset.train_size, batch_size, config.training.subdivisions, config.training.drop_remainder),
+        _plan(config, dataset.train_size, batch_size),
         f"optimizer {config.optimizer.name}, learning rate {rate}, {config.training.epochs} epochs, seed {config.seed}",
     ]
+
+
+def _plan(config: Config, train_size: int, batch_size: int) -> str:
+    training = config.training
+    if training.subdivisions == "auto":
+        return f"batch {batch_size:,}; subdivisions: auto (the fewest that fit in memory, tried on the first batch)"
+    return describe_plan(train_size, batch_size, training.subdivisions, training.drop_remainder)
 
 
 def progress_bar(count: int, epoch: int, epochs: int, done: int = 0) -> progressbar.ProgressBar | None:

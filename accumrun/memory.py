@@ -1,0 +1,103 @@
+"""``accumrun check --memory``: what a run will hold in memory, per sub-batch size, before it runs.
+
+Fixed costs come from the variables: the parameters, the optimizer's state, and the float32 accumulators (the
+running gradient sum plus one sub-batch's gradients). The input batch sits on the device whole. Activations
+grow with the sub-batch: the forward pass of one sub-batch is traced (not run) and every batch-sized tensor it
+produces is counted, since the backward pass keeps them. That is an upper bound of the forward activations
+and leaves out the allocator's overhead and the backward pass's transients, so treat totals as estimates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+# Ops whose outputs alias or describe other tensors rather than allocate activations.
+_NOT_ALLOCATING = {"Placeholder", "Identity", "ReadVariableOp", "Const", "Shape", "Reshape", "NoOp"}
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes a run holds: fixed ones, and activations per sample of the sub-batch."""
+
+    parameters: int
+    optimizer_state: int
+    accumulators: int
+    input_batch: int
+    activations_per_sample: float
+
+    def total(self, sub_batch: int) -> float:
+        """The estimated peak in bytes with sub-batches of ``sub_batch`` samples."""
+        fixed = self.parameters + self.optimizer_state + self.accumulators + self.input_batch
+        return fixed + self.activations_per_sample * sub_batch
+
+
+def _bytes(variables: list) -> int:
+    return sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in variables)
+
+
+def forward_activation_bytes(model: keras.Model, sample_shape: tuple[int, ...], sub_batch: int) -> int:
+    """The bytes of the batch-sized tensors one training-mode forward pass of ``sub_batch`` samples makes."""
+    spec = tf.TensorSpec([sub_batch, *sample_shape], tf.float32)
+    graph = tf.function(lambda x: model(x, training=True)).get_concrete_function(spec).graph
+    total = 0
+    for op in graph.get_operations():
+        if op.type in _NOT_ALLOCATING:
+            continue
+        for output in op.outputs:
+            shape = output.shape
+            if shape.rank and shape[0] == sub_batch and shape.is_fully_defined() and output.dtype.is_floating:
+                total += shape.num_elements() * output.dtype.size
+    return total
+
+
+def estimate_memory(
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    sample_shape: tuple[int, ...],
+    batch_size: int,
+    traced_sub_batch: int,
+) -> MemoryEstimate:
+    """Estimate a run's memory from its (built) model and optimizer and one traced sub-batch."""
+    trainable_float32 = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
+    return MemoryEstimate(
+        parameters=_bytes(model.variables),
+        optimizer_state=_bytes(optimizer.variables),
+        accumulators=2 * trainable_float32,
+        input_batch=batch_size * math.prod(sample_shape) * 4,
+        activations_per_sample=forward_activation_bytes(model, sample_shape, traced_sub_batch) / traced_sub_batch,
+    )
+
+
+def candidate_subdivisions(batch_size: int, configured: int | None) -> list[int]:
+    """Powers of two below the batch size (at most 12 of them), the batch size, and the configured value."""
+    candidates = {2**i for i in range(12) if 2**i < batch_size} | {batch_size}
+    return sorted(candidates | ({configured} if configured else set()))
+
+
+def format_estimate(estimate: MemoryEstimate, batch_size: int, configured: int | None) -> list[str]:
+    """The estimate as lines: the fixed costs, then one row per candidate subdivisions."""
+
+    def mib(value: float) -> str:
+        return f"{value / 2**20:,.3f} MiB"
+
+    lines = [
+        "memory estimate (upper bound of forward activations; no allocator overhead):",
+        f"  parameters       {mib(estimate.parameters)}",
+        f"  optimizer state  {mib(estimate.optimizer_state)}",
+        f"  accumulators     {mib(estimate.accumulators)} (gradient sum + one sub-batch's gradients, float32)",
+        f"  input batch      {mib(estimate.input_batch)} ({batch_size:,} samples)",
+        f"  {'subdivisions':>12}  {'sub-batch':>9}  {'activations':>14}  {'total':>14}",
+    ]
+    for subdivisions in candidate_subdivisions(batch_size, configured):
+        sub_batch = math.ceil(batch_size / subdivisions)
+        mark = "  <- configured" if subdivisions == configured else ""
+        lines.append(
+            f"  {subdivisions:>12,}  {sub_batch:>9,}  {mib(estimate.activations_per_sample * sub_batch):>14}"
+            f"  {mib(estimate.total(sub_batch)):>14}{mark}"
+        )
+    return lines
