@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import resource
 import shlex
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,12 +26,14 @@ from accumrun.checkpoints import CheckpointStore, Position
 from accumrun.config import Config, TrainingConfig
 from accumrun.console import describe_setup, device_name, epoch_line, progress_bar
 from accumrun.data import Dataset, epoch_order, load_dataset
+from accumrun.distribute import create_strategy, describe_strategy, is_chief, strategy_scope
 from accumrun.errors import ConfigError
 from accumrun.interrupts import StopRequests
 from accumrun.models import build_model
 from accumrun.optimizers import build_optimizer
+from accumrun.replicated_step import make_replicated_train_step
 from accumrun.rundir import RunStatus, append_metrics, keep_metrics_before, prepare_run_dir, save_model_atomically
-from accumrun.split import sub_batch_sizes
+from accumrun.split import replica_sub_batch_sizes
 from accumrun.step import make_eval_step, make_train_step, sparse_categorical_crossentropy
 from accumrun.tensorboard import TensorBoardLog
 
@@ -99,14 +103,45 @@ def train(
     With ``resume``, continue the run in ``run_dir`` from its latest checkpoint instead of starting one; the
     caller has checked that ``config`` is compatible with the run's. Everything that can be refused (data,
     model, optimizer, sizes, the run directory, the checkpoint) is checked before anything is written.
+
+    On a multi-worker run (``distribute.strategy: multi_worker``) only the chief writes ``run_dir``; the other
+    workers train alike in a scratch folder under the system temp folder, removed when they end.
     """
+    if resume and config.distribute.strategy == "multi_worker":
+        raise ConfigError("--resume", "is not supported on a multi-worker run; start a new run", str(run_dir))
+    strategy = create_strategy(config.distribute)
+    if is_chief(strategy):
+        return _train(config, run_dir, strategy, quiet=quiet, resume=resume, overwrite=overwrite)
+    scratch = Path(tempfile.mkdtemp(prefix="accumrun-worker-"))
+    try:
+        return _train(config, scratch / "run", strategy, quiet=quiet)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _train(
+    config: Config,
+    run_dir: Path,
+    strategy: tf.distribute.Strategy | None,
+    *,
+    quiet: bool = False,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> RunResult:
+    """:func:`train` in ``run_dir``, with ``strategy`` (None: one device)."""
     dataset = load_dataset(config.data, config.seed)
     batch_size = resolve_batch_size(config.training, dataset.train_size)
     keras.utils.set_random_seed(config.seed)
-    model = build_model(config.model, dataset.sample_shape, dataset.classes)
-    optimizer = build_optimizer(config.optimizer)
     loss_fn = sparse_categorical_crossentropy
-    train_step = make_train_step(model, loss_fn, optimizer, config.training.subdivisions, config.training.jit_compile)
+    subdivisions, jit_compile = config.training.subdivisions, config.training.jit_compile
+    with strategy_scope(strategy):
+        # The variables (model and optimizer) must be created in the scope to live on every replica.
+        model = build_model(config.model, dataset.sample_shape, dataset.classes)
+        optimizer = build_optimizer(config.optimizer)
+        if strategy is None:
+            train_step = make_train_step(model, loss_fn, optimizer, subdivisions, jit_compile)
+        else:
+            train_step = make_replicated_train_step(strategy, model, loss_fn, optimizer, subdivisions, jit_compile)
     store = CheckpointStore(run_dir / "checkpoints", config.output.keep_checkpoints)
     if resume:
         position, metrics = _restore(store, model, optimizer, config, run_dir)
@@ -117,7 +152,7 @@ def train(
     status = RunStatus(run_dir / "run.json", resumed=resume)
     eval_step = make_eval_step(model, loss_fn)
     trainer = _Trainer(
-        config, dataset, model, optimizer, train_step, eval_step, batch_size, run_dir, store, quiet, metrics
+        config, dataset, model, optimizer, train_step, eval_step, batch_size, run_dir, store, quiet, metrics, strategy
     )
     try:
         with StopRequests() as stops:
@@ -172,12 +207,15 @@ class _Trainer:
     store: CheckpointStore
     quiet: bool
     metrics: list[dict[str, Any]]
+    strategy: tf.distribute.Strategy | None = None
 
     def __post_init__(self) -> None:
         self.echo: Callable[[str], None] = (lambda *_: None) if self.quiet else click.echo
         training, dataset = self.config.training, self.dataset
         self._feeder = BatchFeeder(dataset.x_train, dataset.y_train, self.batch_size, training.drop_remainder)
-        self._sub_batch_size = max(sub_batch_sizes(self.batch_size, training.subdivisions))
+        self._replicas = self.strategy.num_replicas_in_sync if self.strategy is not None else 1
+        # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
+        self._sub_batch_size = max(replica_sub_batch_sizes(self.batch_size, self._replicas, training.subdivisions))
         # Evaluation batches are no larger than a sub-batch, so validation never needs more memory than training.
         self._val_feeder = BatchFeeder(dataset.x_val, dataset.y_val, self._sub_batch_size) if dataset.val_size else None
         output = self.config.output
@@ -190,7 +228,9 @@ class _Trainer:
         config = self.config
         echo = self.echo
         echo(f"accumrun {__version__} | TensorFlow {tf.__version__} on {device_name()} | run dir {self.run_dir}")
-        echo("\n".join(describe_setup(config, self.dataset, self.model, self.batch_size)))
+        if self.strategy is not None:
+            echo(f"distribute {describe_strategy(self.strategy)}")
+        echo("\n".join(describe_setup(config, self.dataset, self.model, self.batch_size, self._replicas)))
         if position.epoch or position.batch:
             echo(f"resuming at epoch {position.epoch + 1}, batch {position.batch + 1}")
         while position.epoch < config.training.epochs:
@@ -274,10 +314,12 @@ class _Trainer:
             samples_per_second=position.samples / max(position.train_seconds, 1e-9),
             batch_size=self.batch_size,
             subdivisions=self.config.training.subdivisions,
+            replicas=self._replicas,
             sub_batch_size=self._sub_batch_size,
             optimizer_steps=int(self.optimizer.iterations.numpy()),
             skipped_batches=position.skipped_batches,
-            learning_rate=float(self.optimizer.learning_rate),
+            # Not float(): a Keras variable over a tf.distribute (mirrored) variable does not convert that way.
+            learning_rate=float(keras.ops.convert_to_numpy(self.optimizer.learning_rate)),
             **_peak_memory_mib(),
         )
         return row
