@@ -11,11 +11,14 @@ import shlex
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from accumrun import __version__
+
+if TYPE_CHECKING:
+    from accumrun.config import DistributeConfig
 
 
 class _BatchSize(click.ParamType):
@@ -92,11 +95,13 @@ def _overrides(
     return overrides
 
 
-def _quiet_tensorflow() -> None:
+def _quiet_tensorflow(distribute: DistributeConfig | None = None) -> None:
     """Import TensorFlow and create its devices with the C++ start-up chatter hidden.
 
     TensorFlow prints CUDA probing and CPU-feature notes to file descriptor 2 before its logging is set up,
     so no environment variable silences them; a failed import still raises its Python exception afterwards.
+    With a ``distribute`` config section, its strategy is created first: logical CPUs and the multi-worker
+    runtime can only be set up before TensorFlow creates its devices.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.stderr.flush()
@@ -105,6 +110,10 @@ def _quiet_tensorflow() -> None:
     try:
         import tensorflow as tf
 
+        if distribute is not None:
+            from accumrun.distribute import create_strategy
+
+            create_strategy(distribute)
         tf.config.list_logical_devices()
     finally:
         os.dup2(saved_stderr, 2)
@@ -162,7 +171,7 @@ def train(
         config = load_resume_config(Path(resume_dir), config_path, overrides)
     else:
         config = load_config(config_path, overrides)
-    _quiet_tensorflow()
+    _quiet_tensorflow(config.distribute)
     from accumrun.run import resolve_run_dir
     from accumrun.run import train as run_training
 

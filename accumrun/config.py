@@ -189,6 +189,14 @@ class OutputConfig(_Section):
     keep_checkpoints: int = Field(3, ge=1)
 
 
+class DistributeConfig(_Section):
+    """Where the replicas of the step run: one device (``none``), the local GPUs (``mirrored``), or several hosts
+    (``multi_worker``, cluster from ``TF_CONFIG``). ``auto`` is ``mirrored`` with more than one GPU, else ``none``."""
+
+    strategy: Literal["none", "auto", "mirrored", "multi_worker"] = "none"
+    logical_cpus: int | None = Field(None, ge=1)
+
+
 class Config(_Section):
     seed: int = Field(0, ge=0)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -196,6 +204,7 @@ class Config(_Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    distribute: DistributeConfig = Field(default_factory=DistributeConfig)
 
     def to_yaml(self) -> str:
         """The resolved configuration as YAML, loadable again by :func:`load_config`."""
@@ -228,8 +237,9 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     return config
 
 
-# What may change when a run is resumed: more epochs, and where and how often it writes.
-_RESUMABLE_CHANGES = ("training.epochs", "output.")
+# What may change when a run is resumed: more epochs, where and how often it writes, and the devices it runs on
+# (the replicas share each global batch, so the updates do not depend on how many there are).
+_RESUMABLE_CHANGES = ("training.epochs", "output.", "distribute.")
 
 
 def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides: list[str] = ()) -> Config:
@@ -258,7 +268,8 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     if changed:
         raise ConfigError(
             "--resume",
-            f"the config differs from the run's in {', '.join(changed)}; only training.epochs and output.* may change",
+            f"the config differs from the run's in {', '.join(changed)}; "
+            "only training.epochs, output.* and distribute.* may change",
         )
     return config
 
@@ -379,6 +390,24 @@ def _cross_field_problems(config: Config) -> list[str]:
                 "model.strides",
                 f"needs one stride per entry of model.filters ({len(model.filters)})",
                 model.strides,
+            )
+        )
+    distribute = config.distribute
+    if distribute.logical_cpus is not None and distribute.strategy != "mirrored":
+        problems.append(
+            describe(
+                "distribute.logical_cpus",
+                f"splits the CPU into replicas for distribute.strategy: mirrored, not {distribute.strategy}",
+                distribute.logical_cpus,
+            )
+        )
+    if training.precision == "mixed_float16" and distribute.strategy != "none":
+        # The replicated step does not scale the loss; float16 gradients would underflow unnoticed.
+        problems.append(
+            describe(
+                "training.precision",
+                "mixed_float16 (loss scaling) runs on one device only; use mixed_bfloat16 with distribute",
+                training.precision,
             )
         )
     return problems

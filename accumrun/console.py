@@ -20,8 +20,11 @@ def device_name() -> str:
     return f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''}" if gpus else "CPU"
 
 
-def describe_setup(config: Config, dataset: Dataset, model: keras.Model, batch_size: int) -> list[str]:
-    """The derived numbers of a run, as lines: data sizes, parameter count, batch plan and optimizer."""
+def describe_setup(
+    config: Config, dataset: Dataset, model: keras.Model, batch_size: int, replicas: int = 1
+) -> list[str]:
+    """The derived numbers of a run, as lines: data sizes, parameter count, batch plan (dealt out to
+    ``replicas`` replicas) and optimizer."""
     shape = "x".join(str(d) for d in dataset.sample_shape)
     learning_rate = config.optimizer.learning_rate
     rate = f"{learning_rate:g}" if isinstance(learning_rate, float) else f"schedule {learning_rate.name}"
@@ -29,16 +32,16 @@ def describe_setup(config: Config, dataset: Dataset, model: keras.Model, batch_s
         f"data {dataset.name}: {dataset.train_size:,} training + {dataset.val_size:,} validation samples of shape "
         f"{shape}, {dataset.classes} classes",
         f"model {config.model.name}: {model.count_params():,} parameters",
-        _plan(config, dataset.train_size, batch_size),
+        _plan(config, dataset.train_size, batch_size, replicas),
         f"optimizer {config.optimizer.name}, learning rate {rate}, {config.training.epochs} epochs, seed {config.seed}",
     ]
 
 
-def _plan(config: Config, train_size: int, batch_size: int) -> str:
+def _plan(config: Config, train_size: int, batch_size: int, replicas: int) -> str:
     training = config.training
     if training.subdivisions == "auto":
         return f"batch {batch_size:,}; subdivisions: auto (the fewest that fit in memory, tried on the first batch)"
-    return describe_plan(train_size, batch_size, training.subdivisions, training.drop_remainder)
+    return describe_plan(train_size, batch_size, training.subdivisions, training.drop_remainder, replicas)
 
 
 def progress_bar(count: int, epoch: int, epochs: int, done: int = 0) -> progressbar.ProgressBar | None:

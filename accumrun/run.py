@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import resource
 import shlex
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,13 +27,15 @@ from accumrun.checkpoints import CheckpointStore, Position
 from accumrun.config import Config, TrainingConfig
 from accumrun.console import describe_setup, device_name, epoch_line, progress_bar
 from accumrun.data import Dataset, epoch_order, load_dataset
+from accumrun.distribute import create_strategy, describe_strategy, is_chief, strategy_scope
 from accumrun.errors import ConfigError
 from accumrun.interrupts import StopRequests
 from accumrun.models import build_model
 from accumrun.optimizers import build_optimizer
 from accumrun.probe import fits_in_fresh_process
+from accumrun.replicated_step import make_replicated_train_step
 from accumrun.rundir import RunStatus, append_metrics, keep_metrics_before, prepare_run_dir, save_model_atomically
-from accumrun.split import sub_batch_sizes
+from accumrun.split import replica_sub_batch_sizes
 from accumrun.step import make_eval_step, make_train_step, sparse_categorical_crossentropy
 from accumrun.tensorboard import TensorBoardLog
 
@@ -106,27 +110,36 @@ class TrainingSetup:
     """``make_step(subdivisions)`` compiles the train step (see :func:`accumrun.step.make_train_step`)."""
 
 
-def build_training(config: Config) -> TrainingSetup:
-    """Load the data and build the model (under ``training.precision``) and the optimizer, from the seed."""
+def build_training(config: Config, strategy: tf.distribute.Strategy | None = None) -> TrainingSetup:
+    """Load the data and build the model (under ``training.precision``) and the optimizer, from the seed.
+
+    With a ``strategy``, the variables are made in its scope, to live on every replica, and the steps are
+    replicated ones (:mod:`accumrun.replicated_step`).
+    """
     dataset = load_dataset(config.data, config.seed)
     batch_size = resolve_batch_size(config.training, dataset.train_size)
     keras.utils.set_random_seed(config.seed)
     precision = config.training.precision
     previous_policy = keras.mixed_precision.dtype_policy()
-    # The policy is global in Keras; layers keep the one they were built with, so restore it at once.
-    keras.mixed_precision.set_dtype_policy(precision)
-    try:
-        model = build_model(config.model, dataset.sample_shape, dataset.classes)
-    finally:
-        keras.mixed_precision.set_dtype_policy(previous_policy)
-    optimizer = build_optimizer(config.optimizer)
-    if precision == "mixed_float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    # Built now, so its state exists before the first step (checkpoints and auto's tries restore it).
-    optimizer.build(model.trainable_variables)
+    with strategy_scope(strategy):
+        # The policy is global in Keras; layers keep the one they were built with, so restore it at once.
+        keras.mixed_precision.set_dtype_policy(precision)
+        try:
+            model = build_model(config.model, dataset.sample_shape, dataset.classes)
+        finally:
+            keras.mixed_precision.set_dtype_policy(previous_policy)
+        optimizer = build_optimizer(config.optimizer)
+        if precision == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        # Built now, so its state exists before the first step (checkpoints and auto's tries restore it).
+        optimizer.build(model.trainable_variables)
 
     def make_step(subdivisions: int) -> Callable:
-        return make_train_step(model, LOSS, optimizer, subdivisions, config.training.jit_compile)
+        jit_compile = config.training.jit_compile
+        with strategy_scope(strategy):
+            if strategy is None:
+                return make_train_step(model, LOSS, optimizer, subdivisions, jit_compile)
+            return make_replicated_train_step(strategy, model, LOSS, optimizer, subdivisions, jit_compile)
 
     return TrainingSetup(dataset, batch_size, model, optimizer, make_step)
 
@@ -147,9 +160,34 @@ def train(
     caller has checked that ``config`` is compatible with the run's. ``subdivisions: auto`` is settled first,
     and the value chosen goes into ``config.yaml`` and ``run.json``. Everything that can be refused (data,
     model, optimizer, sizes, the run directory, the checkpoint) is checked before anything is written.
+
+    On a multi-worker run (``distribute.strategy: multi_worker``) only the chief writes ``run_dir``; the other
+    workers train alike in a scratch folder under the system temp folder, removed when they end.
     """
+    if resume and config.distribute.strategy == "multi_worker":
+        raise ConfigError("--resume", "is not supported on a multi-worker run; start a new run", str(run_dir))
+    strategy = create_strategy(config.distribute)
+    if is_chief(strategy):
+        return _train(config, run_dir, strategy, quiet=quiet, resume=resume, overwrite=overwrite)
+    scratch = Path(tempfile.mkdtemp(prefix="accumrun-worker-"))
+    try:
+        return _train(config, scratch / "run", strategy, quiet=quiet)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _train(
+    config: Config,
+    run_dir: Path,
+    strategy: tf.distribute.Strategy | None,
+    *,
+    quiet: bool = False,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> RunResult:
+    """:func:`train` in ``run_dir``, with ``strategy`` (None: one device)."""
     echo = (lambda *_: None) if quiet else click.echo
-    setup = build_training(config)
+    setup = build_training(config, strategy)
     model, optimizer = setup.model, setup.optimizer
     details: dict[str, Any] = {}
     if config.training.subdivisions == "auto":
@@ -171,7 +209,18 @@ def train(
     status = RunStatus(run_dir / "run.json", resumed=resume, details=details)
     eval_step = make_eval_step(model, LOSS)
     trainer = _Trainer(
-        config, setup.dataset, model, optimizer, train_step, eval_step, setup.batch_size, run_dir, store, quiet, metrics
+        config,
+        setup.dataset,
+        model,
+        optimizer,
+        train_step,
+        eval_step,
+        setup.batch_size,
+        run_dir,
+        store,
+        quiet,
+        metrics,
+        strategy,
     )
     try:
         with StopRequests() as stops:
@@ -242,12 +291,15 @@ class _Trainer:
     store: CheckpointStore
     quiet: bool
     metrics: list[dict[str, Any]]
+    strategy: tf.distribute.Strategy | None = None
 
     def __post_init__(self) -> None:
         self.echo: Callable[[str], None] = (lambda *_: None) if self.quiet else click.echo
         training, dataset = self.config.training, self.dataset
         self._feeder = BatchFeeder(dataset.x_train, dataset.y_train, self.batch_size, training.drop_remainder)
-        self._sub_batch_size = max(sub_batch_sizes(self.batch_size, training.subdivisions))
+        self._replicas = self.strategy.num_replicas_in_sync if self.strategy is not None else 1
+        # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
+        self._sub_batch_size = max(replica_sub_batch_sizes(self.batch_size, self._replicas, training.subdivisions))
         # Evaluation batches are no larger than a sub-batch, so validation never needs more memory than training.
         self._val_feeder = BatchFeeder(dataset.x_val, dataset.y_val, self._sub_batch_size) if dataset.val_size else None
         self._loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
@@ -261,7 +313,9 @@ class _Trainer:
         config = self.config
         echo = self.echo
         echo(f"accumrun {__version__} | TensorFlow {tf.__version__} on {device_name()} | run dir {self.run_dir}")
-        echo("\n".join(describe_setup(config, self.dataset, self.model, self.batch_size)))
+        if self.strategy is not None:
+            echo(f"distribute {describe_strategy(self.strategy)}")
+        echo("\n".join(describe_setup(config, self.dataset, self.model, self.batch_size, self._replicas)))
         if position.epoch or position.batch:
             echo(f"resuming at epoch {position.epoch + 1}, batch {position.batch + 1}")
         while position.epoch < config.training.epochs:
@@ -349,11 +403,13 @@ class _Trainer:
             samples_per_second=position.samples / max(position.train_seconds, 1e-9),
             batch_size=self.batch_size,
             subdivisions=self.config.training.subdivisions,
+            replicas=self._replicas,
             sub_batch_size=self._sub_batch_size,
             optimizer_steps=int(self.optimizer.iterations.numpy()),
             skipped_batches=position.skipped_batches,
             **({"loss_scale_skips": position.loss_scale_skips} if self._loss_scaled else {}),
-            learning_rate=float(self.optimizer.learning_rate),
+            # Not float(): a Keras variable over a tf.distribute (mirrored) variable does not convert that way.
+            learning_rate=float(keras.ops.convert_to_numpy(self.optimizer.learning_rate)),
             **_peak_memory_mib(),
         )
         return row

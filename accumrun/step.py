@@ -39,12 +39,15 @@ def make_gradient_fn(
     subdivisions: int,
     jit_compile: bool = False,
     scale_loss: Callable[[tf.Tensor], tf.Tensor] | None = None,
-) -> Callable[[tf.Tensor, tf.Tensor], tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]]:
-    """A function ``(x, y) -> (gradients, loss_sum, correct)`` that accumulates over the sub-batches.
+) -> Callable[..., tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]]:
+    """A function ``(x, y, total=None) -> (gradients, loss_sum, correct)`` that accumulates over the sub-batches.
 
     ``gradients`` is the gradient of the batch's mean loss (plus the model's regularization losses) with
     respect to ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses and ``correct``
-    the number of samples whose largest logit is their label. It is not compiled by itself: call it inside a
+    the number of samples whose largest logit is their label. ``total`` is the sample count that the losses are
+    divided by, ``x``'s own by default; a replica that holds one slice of a batch passes the whole batch's, so
+    that the replicas' gradients sum to the batch's (see :mod:`accumrun.replicated_step`); an empty slice then
+    gives zero gradients. It is not compiled by itself: call it inside a
     ``tf.function`` (as :func:`make_train_step` does) or eagerly in tests. With ``jit_compile``, each
     sub-batch's forward pass, backward pass and accumulation is one XLA cluster, compiled once per sub-batch
     shape (at most two per batch size, as the sizes differ by at most one). ``scale_loss`` (a loss-scale
@@ -77,10 +80,12 @@ def make_gradient_fn(
     if jit_compile:
         add_sub_batch = tf.function(add_sub_batch, jit_compile=True, reduce_retracing=True)
 
-    def accumulate(x: tf.Tensor, y: tf.Tensor) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+    def accumulate(
+        x: tf.Tensor, y: tf.Tensor, total: tf.Tensor | None = None
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         n = tf.shape(x)[0]
         s = tf.minimum(tf.constant(subdivisions, tf.int32), n)
-        n_float = tf.cast(n, tf.float32)
+        n_float = tf.cast(n if total is None else total, tf.float32)
         gradients = [tf.zeros_like(v, dtype=tf.float32) for v in variables]
         loss_sum = tf.constant(0.0, tf.float32)
         correct = tf.constant(0, tf.int32)

@@ -53,7 +53,10 @@ def test_bad_config_exits_1_with_every_problem_and_no_traceback(tmp_path: Path) 
     result = run_cli("train", str(path), "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 1
     assert "Error: 2 problems in" in result.stderr
-    assert "training.subdivisions: must be a positive integer or 'auto' (find the fewest that fit in memory) (got 0)" in result.stderr
+    assert (
+        "training.subdivisions: must be a positive integer or 'auto' (find the fewest that fit in memory) (got 0)"
+        in result.stderr
+    )
     assert "training.epochs: input should be greater than or equal to 1 (got -1)" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()

@@ -62,6 +62,8 @@ def test_empty_file_gives_the_documented_defaults(tmp_path: Path) -> None:
     assert config.optimizer.learning_rate == 0.001
     assert config.optimizer.keywords == {}
     assert config.output.run_dir == "runs/{config_name}-{timestamp}"
+    assert config.distribute.strategy == "none"
+    assert config.distribute.logical_cpus is None
 
 
 def test_empty_file_equals_the_schema_defaults(tmp_path: Path) -> None:
@@ -93,7 +95,7 @@ def test_unknown_top_level_key_suggests_the_close_one(tmp_path: Path) -> None:
 def test_unknown_top_level_key_without_a_close_match_lists_the_known_keys(tmp_path: Path) -> None:
     assert (
         message_of(write(tmp_path, "zzz: 1\n"))
-        == "zzz: unknown key; known keys: seed, data, model, training, optimizer, output"
+        == "zzz: unknown key; known keys: seed, data, model, training, optimizer, output, distribute"
     )
 
 
@@ -149,7 +151,10 @@ def test_zero_subdivisions_is_out_of_range(tmp_path: Path) -> None:
     message = message_of(write(tmp_path, "training:\n  subdivisions: 0\n"))
     assert "training.subdivisions" in message
     assert "(got 0)" in message
-    assert message == "training.subdivisions: must be a positive integer or 'auto' (find the fewest that fit in memory) (got 0)"
+    assert (
+        message
+        == "training.subdivisions: must be a positive integer or 'auto' (find the fewest that fit in memory) (got 0)"
+    )
 
 
 def test_misspelled_full_batch_size_mentions_full(tmp_path: Path) -> None:
@@ -243,6 +248,34 @@ def test_subdivisions_equal_to_the_batch_size_are_fine(tmp_path: Path) -> None:
 def test_subdivisions_with_full_batch_are_checked_later(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, "training:\n  batch_size: full\n  subdivisions: 1000\n"))
     assert config.training.subdivisions == 1000
+
+
+@pytest.mark.parametrize("strategy", ["none", "auto", "mirrored", "multi_worker"])
+def test_distribute_strategies_are_accepted(tmp_path: Path, strategy: str) -> None:
+    assert load_config(write(tmp_path, f"distribute:\n  strategy: {strategy}\n")).distribute.strategy == strategy
+
+
+def test_unknown_distribute_strategy_lists_the_known_ones(tmp_path: Path) -> None:
+    message = message_of(write(tmp_path, "distribute:\n  strategy: horovod\n"))
+    assert message.startswith("distribute.strategy: ") and "'mirrored'" in message and "(got 'horovod')" in message
+
+
+def test_logical_cpus_with_mirrored_is_fine(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ""), ["distribute.strategy=mirrored", "distribute.logical_cpus=2"])
+    assert config.distribute.logical_cpus == 2
+
+
+@pytest.mark.parametrize("strategy", ["none", "auto", "multi_worker"])
+def test_logical_cpus_only_apply_to_mirrored(tmp_path: Path, strategy: str) -> None:
+    assert message_of(write(tmp_path, f"distribute:\n  strategy: {strategy}\n  logical_cpus: 2\n")) == (
+        f"distribute.logical_cpus: splits the CPU into replicas for distribute.strategy: mirrored, not {strategy} "
+        "(got 2)"
+    )
+
+
+def test_zero_logical_cpus_is_out_of_range(tmp_path: Path) -> None:
+    message = message_of(write(tmp_path, "distribute:\n  strategy: mirrored\n  logical_cpus: 0\n"))
+    assert message.startswith("distribute.logical_cpus: ") and message.endswith("(got 0)")
 
 
 def test_synthetic_only_key_with_digits_is_refused(tmp_path: Path) -> None:
@@ -350,7 +383,8 @@ def test_overrides_are_yaml_typed(tmp_path: Path) -> None:
 def test_override_values_are_validated_like_yaml_values(tmp_path: Path) -> None:
     assert (
         message_of(write(tmp_path, ""), ["training.subdivisions=four"])
-        == "training.subdivisions: input should be a valid integer (got 'four')"
+        == "training.subdivisions: must be a positive integer or 'auto' (find the fewest that fit in memory) "
+        "(got 'four')"
     )
 
 

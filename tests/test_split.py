@@ -12,6 +12,8 @@ from accumrun.split import (
     describe_plan,
     effective_subdivisions,
     epoch_batches,
+    replica_sizes,
+    replica_sub_batch_sizes,
     sub_batch_sizes,
 )
 
@@ -165,3 +167,35 @@ def test_unweighted_mean_of_uneven_sub_batches_differs_from_the_full_batch(rng: 
     full = _least_squares_mean_gradient(x, y, w)
     assert not np.allclose(np.mean(means, axis=0), full, rtol=1e-10)
     assert np.allclose(sum(s / 10 * m for s, m in zip(sizes, means, strict=True)), full, rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("batch", "replicas", "sizes"),
+    [(64, 2, [32, 32]), (9, 2, [4, 5]), (10, 3, [3, 3, 4]), (1, 2, [0, 1]), (3, 4, [0, 1, 1, 1]), (7, 1, [7])],
+)
+def test_replica_sizes_examples(batch: int, replicas: int, sizes: list[int]) -> None:
+    assert replica_sizes(batch, replicas) == sizes
+
+
+@given(batch=st.integers(1, 500), replicas=st.integers(1, 16), subdivisions=st.integers(1, 40))
+@settings(max_examples=200, deadline=None)
+def test_replicas_and_their_sub_batches_cover_the_batch(batch: int, replicas: int, subdivisions: int) -> None:
+    parts = replica_sizes(batch, replicas)
+    assert sum(parts) == batch and max(parts) - min(parts) <= 1
+    sizes = replica_sub_batch_sizes(batch, replicas, subdivisions)
+    assert sum(sizes) == batch and min(sizes) >= 1
+
+
+def test_plan_across_replicas_names_the_split_and_the_short_last_batch() -> None:
+    assert describe_plan(1617, 64, 4, False, replicas=2) == (
+        "batch 64 = 2 replicas x 32 samples, each in 4 sub-batches x 8 samples; 26 updates per epoch "
+        "(last batch 17 = 2 replicas x 8-9 samples, each in 4 sub-batches x 2-3 samples)"
+    )
+    assert describe_plan(19, 9, 3, False, replicas=2) == (
+        "batch 9 = 2 replicas x 4-5 samples, each in 3 sub-batches x 1-2 samples; 3 updates per epoch "
+        "(last batch 1 = 2 replicas x 0-1 samples, each in 1 sub-batch x 1 sample)"
+    )
+
+
+def test_plan_on_one_replica_is_the_plain_plan() -> None:
+    assert describe_plan(100, 10, 3, False, replicas=1) == describe_plan(100, 10, 3, False)

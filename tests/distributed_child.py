@@ -1,0 +1,137 @@
+"""Mirrored training on two logical CPUs, measured in a fresh interpreter for tests/test_distribute.py.
+
+The CPU can only be split before TensorFlow creates its devices, which the test process has long done, so
+``python -m tests.distributed_child OUT.json`` (from the repository root) does the measuring and writes the
+numbers to OUT.json: for each optimizer and subdivision count, how far the mirrored run's final weights are from
+the single-device run's; and, for several subdivision counts, the cross-replica reductions in the step's graph.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from accumrun.config import Config, DistributeConfig
+
+REPLICAS = 2
+# Split the CPU first, before anything below makes TensorFlow create its devices.
+from accumrun.distribute import create_strategy  # noqa: E402
+
+STRATEGY = create_strategy(DistributeConfig(strategy="mirrored", logical_cpus=REPLICAS))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from accumrun.models import mlp  # noqa: E402
+from accumrun.replicated_step import make_replicated_train_step  # noqa: E402
+from accumrun.run import train  # noqa: E402
+from accumrun.step import sparse_categorical_crossentropy  # noqa: E402
+
+OPTIMIZERS = {
+    "sgd": {"name": "sgd", "learning_rate": 0.2, "momentum": 0.5},
+    "adam": {"name": "adam", "learning_rate": 0.02},
+}
+# Op types that sum across replicas: TensorFlow's collectives (CPU and GPU) and NCCL.
+REDUCTION_OPS = {"CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3", "NcclAllReduce"}
+LOOP_OPS = {"While", "StatelessWhile"}
+BRANCH_OPS = {"If", "StatelessIf"}
+
+
+def config(optimizer: str, subdivisions: int, strategy: str) -> Config:
+    """A BatchNorm-free MLP on 19 training samples in batches of 9: 9, 9 and a last batch of 1.
+
+    Two replicas split a batch of 9 unevenly (4 and 5 samples) and the last batch into 0 and 1.
+    """
+    distribute = {"strategy": strategy, "logical_cpus": REPLICAS} if strategy == "mirrored" else {}
+    return Config.model_validate(
+        {
+            "seed": 5,
+            "data": {"name": "synthetic", "samples": 21, "shape": [6], "classes": 3, "validation_split": 0.1},
+            "model": {"name": "mlp", "hidden": [16]},
+            "training": {"epochs": 2, "batch_size": 9, "subdivisions": subdivisions},
+            "optimizer": OPTIMIZERS[optimizer],
+            "output": {"tensorboard": False},
+            "distribute": distribute,
+        }
+    )
+
+
+def compare_weights(optimizer: str, subdivisions: int, folder: Path) -> dict[str, Any]:
+    """Train the same config on one device and on two replicas; compare the final weights."""
+    single = train(config(optimizer, subdivisions, "none"), folder / "single", quiet=True)
+    mirrored = train(config(optimizer, subdivisions, "mirrored"), folder / "mirrored", quiet=True)
+    initial = [v.numpy() for v in _fresh_model().trainable_variables]
+    final = [v.numpy() for v in mirrored.model.trainable_variables]
+    # Each replica holds its own copy of every variable; they must stay identical.
+    copies = [STRATEGY.experimental_local_results(v.value) for v in mirrored.model.variables]
+    last_row = json.loads((folder / "mirrored" / "metrics.jsonl").read_text().splitlines()[-1])
+    return {
+        "max_difference": _max_difference([v.numpy() for v in single.model.variables], mirrored.model.variables),
+        "max_replica_difference": max(_max_difference([c[0]], [c[1]]) for c in copies),
+        "moved": _max_difference(initial, final),
+        "replicas": last_row["replicas"],
+        "optimizer_steps": last_row["optimizer_steps"],
+    }
+
+
+def _fresh_model() -> keras.Model:
+    keras.utils.set_random_seed(5)
+    return mlp((6,), 3, [16])
+
+
+def _max_difference(a: list[Any], b: list[Any]) -> float:
+    return max(float(np.max(np.abs(np.asarray(p) - np.asarray(q)))) for p, q in zip(a, b, strict=True))
+
+
+def count_reductions(subdivisions: int) -> dict[str, int]:
+    """Cross-replica reductions in the traced step: in all, inside loop bodies (where they would run once per
+    sub-batch) and inside the branch that applies the update."""
+    with STRATEGY.scope():
+        model = mlp((6,), 3, [16])
+        optimizer = keras.optimizers.Adam(0.01)
+        step = make_replicated_train_step(STRATEGY, model, sparse_categorical_crossentropy, optimizer, subdivisions)
+    graph = step.get_concrete_function(
+        tf.TensorSpec([None, 6], tf.float32), tf.TensorSpec([None], tf.int32)
+    ).graph.as_graph_def()
+    library = {function.signature.name: function for function in graph.library.function}
+    counts = {"total": 0, "in_loops": 0, "in_branches": 0}
+    for op, in_loop, in_branch in _ops(graph.node, library, in_loop=False, in_branch=False):
+        if op in REDUCTION_OPS:
+            counts["total"] += 1
+            counts["in_loops"] += in_loop
+            counts["in_branches"] += in_branch
+    return counts
+
+
+def _ops(nodes: Any, library: dict[str, Any], in_loop: bool, in_branch: bool) -> Iterator[tuple[str, bool, bool]]:
+    """Every op reachable from ``nodes``, following function calls (loop bodies, branches, nested functions) as
+    often as they are called, with whether it lies inside a loop and inside a branch."""
+    for node in nodes:
+        yield node.op, in_loop, in_branch
+        for value in node.attr.values():
+            names = [value.func.name] if value.HasField("func") else [f.name for f in value.list.func]
+            for name in names:
+                if name in library:
+                    loop, branch = in_loop or node.op in LOOP_OPS, in_branch or node.op in BRANCH_OPS
+                    yield from _ops(library[name].node_def, library, loop, branch)
+
+
+def main(out: Path) -> None:
+    results: dict[str, Any] = {"weights": {}, "reductions": {}}
+    with tempfile.TemporaryDirectory() as folder:
+        for optimizer in OPTIMIZERS:
+            for subdivisions in (1, 3):
+                run_folder = Path(folder) / f"{optimizer}-{subdivisions}"
+                results["weights"][f"{optimizer}-{subdivisions}"] = compare_weights(optimizer, subdivisions, run_folder)
+    for subdivisions in (1, 4):
+        results["reductions"][str(subdivisions)] = count_reductions(subdivisions)
+    out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

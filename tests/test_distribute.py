@@ -1,0 +1,199 @@
+"""Training across replicas (tf.distribute) equals training on one device.
+
+Mirrored training needs the CPU split into logical devices before TensorFlow creates its devices, and
+multi-worker training needs one process per worker, so those runs happen in child processes; the numbers they
+report are asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+
+from accumrun.config import DistributeConfig, load_config
+from accumrun.distribute import create_strategy
+from accumrun.errors import ConfigError
+from accumrun.run import train
+from tests.conftest import run_cli, write_config
+
+REPO = Path(__file__).resolve().parent.parent
+REPLICAS = 2
+CHILD_TIMEOUT = 400
+
+
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The numbers of tests/distributed_child.py: mirrored runs on two logical CPUs against one device."""
+    out = tmp_path_factory.mktemp("mirrored") / "results.json"
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.distributed_child", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert child.returncode == 0, child.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("subdivisions", [1, 3])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_mirrored_on_two_logical_cpus_equals_one_device(
+    mirrored: dict[str, Any], optimizer: str, subdivisions: int
+) -> None:
+    # 19 samples in batches of 9: the replicas split 9 as 4 + 5, and the last batch of 1 as 0 + 1.
+    result = mirrored["weights"][f"{optimizer}-{subdivisions}"]
+    assert result["replicas"] == REPLICAS and result["optimizer_steps"] == 6
+    assert result["max_difference"] < 1e-5
+    # Every replica's copy of the variables got the same update.
+    assert result["max_replica_difference"] == 0
+    # Guards against passing on weights that never moved.
+    assert result["moved"] > 1e-2
+
+
+def test_one_gradient_all_reduce_per_batch_whatever_the_subdivisions(mirrored: dict[str, Any]) -> None:
+    """The traced step holds the same reductions for 1 and 4 sub-batches, and none inside the sub-batch loop.
+
+    A reduction is one collective op per replica. Outside the update branch there is one (the loss sum, correct
+    count and non-finite flag, stacked); inside it, the optimizer's sum of the gradients.
+    """
+    one, four = mirrored["reductions"]["1"], mirrored["reductions"]["4"]
+    assert one == four
+    assert one["in_loops"] == 0
+    assert one["total"] - one["in_branches"] == REPLICAS
+    assert one["in_branches"] >= REPLICAS
+
+
+def tiny_distributed_config(tmp_path: Path) -> Path:
+    """An MLP on 19 training samples in batches of 9 (last batch 1), Adam, 3 sub-batches, 2 epochs."""
+    return write_config(
+        tmp_path / "tiny.yaml",
+        seed=5,
+        data={"name": "synthetic", "samples": 21, "shape": [6], "classes": 3, "validation_split": 0.1},
+        model={"name": "mlp", "hidden": [16]},
+        training={"epochs": 2, "batch_size": 9, "subdivisions": 3},
+        optimizer={"name": "adam", "learning_rate": 0.02},
+        output={"tensorboard": False},
+    )
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports that nothing listens on now (the OS picks them; they are released before use)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_two_workers_on_this_host_train_like_one_process_and_only_the_chief_writes(tmp_path: Path) -> None:
+    path = tiny_distributed_config(tmp_path)
+    reference = train(load_config(path), tmp_path / "single", quiet=True)
+
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    workers: list[subprocess.Popen] = []
+    logs = [tmp_path / f"worker{index}.log" for index in range(2)]
+    scratch = [tmp_path / f"tmp{index}" for index in range(2)]
+    deadline = time.monotonic() + 300
+    try:
+        for index in range(2):
+            scratch[index].mkdir()
+            task = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+            env = {
+                **os.environ,
+                "TF_CONFIG": json.dumps(task),
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+                "TMPDIR": str(scratch[index]),
+            }
+            command = ["train", str(path), "--set", "distribute.strategy=multi_worker"]
+            with logs[index].open("w") as log:
+                workers.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "accumrun", *command, "--run-dir", str(tmp_path / f"run{index}")],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
+                )
+        codes = [worker.wait(timeout=max(1.0, deadline - time.monotonic())) for worker in workers]
+    finally:
+        # A worker left waiting for its peer would wait for ever; never leave one behind.
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    outputs = [log.read_text() for log in logs]
+    assert codes == [0, 0], outputs
+    assert "multi_worker: 2 replicas on 2 workers; this is worker 0 (the chief" in outputs[0]
+    assert "this is worker 1 (writes nothing" in outputs[1]
+    assert "batch 9 = 2 replicas x 4-5 samples, each in 3 sub-batches x 1-2 samples" in outputs[0]
+
+    chief = keras.models.load_model(tmp_path / "run0" / "model.keras")
+    difference = max(
+        float(np.max(np.abs(mine.numpy() - theirs.numpy())))
+        for mine, theirs in zip(chief.variables, reference.model.variables, strict=True)
+    )
+    assert difference < 1e-5
+    rows = [json.loads(line) for line in (tmp_path / "run0" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["replicas"] for row in rows] == [2, 2] and rows[-1]["optimizer_steps"] == 6
+    # Only the chief wrote: the other worker's run directory was never made, and its scratch folder is gone.
+    assert not (tmp_path / "run1").exists()
+    assert list(scratch[1].iterdir()) == []
+
+
+def test_the_digits_config_trains_mirrored_on_two_logical_cpus_from_the_command_line(tmp_path: Path) -> None:
+    result = run_cli(
+        "train",
+        str(REPO / "configs" / "digits.yaml"),
+        "--set",
+        "distribute.strategy=mirrored",
+        "--set",
+        "distribute.logical_cpus=2",
+        "--epochs",
+        "1",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "distribute mirrored: 2 replicas on CPU:0, CPU:1" in result.stdout
+    assert (
+        "batch 64 = 2 replicas x 32 samples, each in 4 sub-batches x 8 samples; 26 updates per epoch" in result.stdout
+    )
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text())
+    assert row["replicas"] == 2 and row["sub_batch_size"] == 8 and row["optimizer_steps"] == 26
+    assert (tmp_path / "run" / "model.keras").is_file()
+
+
+def test_multi_worker_without_tf_config_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match=r"^distribute\.strategy: multi_worker reads the cluster from the TF_CONFIG"):
+        create_strategy(DistributeConfig(strategy="multi_worker"))
+
+
+@pytest.mark.parametrize(
+    ("tf_config", "message"),
+    [
+        ("{not json", "TF_CONFIG: is not valid JSON"),
+        ('{"task": {"type": "worker", "index": 0}}', 'TF_CONFIG: needs "cluster"'),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}}', 'TF_CONFIG: needs "task"'),
+        ('{"cluster": {"worker": ["a:1"], "ps": ["b:2"]}, "task": {"type": "worker", "index": 0}}', "only 'chief'"),
+    ],
+)
+def test_a_bad_tf_config_is_a_config_error(monkeypatch: pytest.MonkeyPatch, tf_config: str, message: str) -> None:
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(ConfigError, match=message):
+        create_strategy(DistributeConfig(strategy="multi_worker"))
