@@ -19,6 +19,8 @@ from accumrun.errors import ConfigError
 _REFUSED_KEYWORDS = {
     "gradient_accumulation_steps": "accumrun accumulates itself; use training.subdivisions",
 }
+# Keras skips clipping silently unless these are positive.
+_POSITIVE_KEYWORDS = ("clipnorm", "global_clipnorm", "clipvalue")
 # Wrappers that need another optimizer as an argument cannot be built from a name alone.
 _NOT_BY_NAME = {"Optimizer", "LossScaleOptimizer", "MultiOptimizer", "OptimizerMap"}
 
@@ -99,3 +101,10 @@ def _check_keywords(cls: type, keywords: dict[str, Any], path: str) -> None:
             close = difflib.get_close_matches(key, accepted, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"it takes: {', '.join(accepted)}"
             raise ConfigError(f"{path}.{key}", f"{cls.__name__} has no such argument; {hint}", value)
+        default = parameters[key].default
+        # Keras keeps a wrong-typed number as given, and it fails only later, inside the compiled step.
+        numeric_default = isinstance(default, int | float) and not isinstance(default, bool)
+        if numeric_default and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ConfigError(f"{path}.{key}", "must be a number", value)
+        if key in _POSITIVE_KEYWORDS and value is not None and value <= 0:
+            raise ConfigError(f"{path}.{key}", "must be > 0 (Keras ignores it otherwise)", value)
