@@ -28,7 +28,7 @@ def test_smoke_benchmark_measures_every_method_and_reports_the_targets(tmp_path:
     assert "## Targets" in markdown and "| target | measured | result |" in markdown
     # dispatch's two throughput targets, RSS at S=1 and S=2, RSS falling; the smoke run has no compute workload.
     assert markdown.count("| met |") + markdown.count("| NOT met |") == 2 + 2 + 1
-    assert markdown.count("not measured") == 2
+    assert "not measured" not in markdown
 
     report = json.loads(out.with_suffix(".json").read_text())
     runs = {(r["workload"], r["method"], r["subdivisions"]): r for r in report["results"]}
