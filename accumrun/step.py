@@ -7,9 +7,10 @@ the gradient of the batch's mean loss, however unevenly the batch splits: it is 
 sub-batch mean gradients. Recipes that average the ``s`` sub-batch means (divide by ``s``) are wrong whenever
 the sub-batches differ in size.
 
-All sub-batches run inside one ``tf.function`` (an autograph ``tf.while_loop``), slicing the batch where it
-already lives, on the device. Only one sub-batch's activations are alive at a time; the extra memory is one
-accumulator per trainable variable. This module knows nothing of configs, files or the command line.
+All sub-batches run inside one ``tf.function`` (autograph ``tf.while_loop`` loops: one, or one per sub-batch
+size when the batch's shape is static), slicing the batch where it already lives, on the device. Only one
+sub-batch's activations are alive at a time; the extra memory is one accumulator per trainable variable.
+This module knows nothing of configs, files or the command line.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import tensorflow as tf
 
 from accumrun.split import sub_batch_sizes
 
+# How many sub-batches the loop may run at once (TensorFlow's default is 10). More is faster on tiny sub-batches
+# but holds that many sub-batches' activations; benchmarks/step_speed.py --parallel measures it.
 PARALLEL_SUB_BATCHES = 1
 
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
