@@ -48,8 +48,10 @@ class _Group(click.Group):
 def _explain_unexpected(error: Exception) -> str:
     if type(error).__name__ == "ResourceExhaustedError":
         return "out of memory: raise training.subdivisions to shrink the sub-batch"
-    first_line = (str(error).strip().splitlines() or [""])[0]
-    return f"unexpected {type(error).__name__}: {first_line} (set ACCUMRUN_TRACEBACK=1 to see where)"
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+    # An error raised inside a tf.function opens with "in user code:" and a stack; the cause is the last line.
+    cause = lines[-1] if lines[0] == "in user code:" else lines[0]
+    return f"unexpected {type(error).__name__}: {cause} (set ACCUMRUN_TRACEBACK=1 to see where)"
 
 
 def _config_options(command, config_required: bool = True):

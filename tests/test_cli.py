@@ -118,3 +118,12 @@ def test_ctrl_c_then_the_printed_command_completes_the_run(tmp_path: Path) -> No
 def _logged_epochs(run_dir: Path) -> list[dict]:
     path = run_dir / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_an_error_from_inside_a_compiled_step_names_its_cause() -> None:
+    from accumrun.cli import _explain_unexpected
+
+    stack = 'in user code:\n\n    File "step.py", line 9, in train_step\n\n    TypeError: bad operand'
+    raised_in_graph = TypeError(stack)
+    assert _explain_unexpected(raised_in_graph).startswith("unexpected TypeError: TypeError: bad operand (")
+    assert _explain_unexpected(RuntimeError("boom\nmore")).startswith("unexpected RuntimeError: boom (")
