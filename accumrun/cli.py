@@ -174,6 +174,7 @@ def train(
     else:
         config = load_config(config_path, overrides)
     _quiet_tensorflow(config.distribute)
+    from accumrun.checkpoints import CheckpointStore
     from accumrun.run import resolve_run_dir
     from accumrun.run import train as run_training
 
@@ -184,7 +185,7 @@ def train(
     try:
         run_training(config, target, quiet=quiet, resume=resume_dir is not None, overwrite=overwrite)
     except KeyboardInterrupt:
-        if any((target / "checkpoints").glob("ckpt-*.npz")):
+        if CheckpointStore(target / "checkpoints", keep=1).latest() is not None:
             command = f"accumrun train --resume {shlex.quote(str(target))}"
             click.echo(f"\nstopped at once; resume from the last checkpoint with: {command}", err=True)
         else:

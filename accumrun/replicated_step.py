@@ -45,8 +45,9 @@ def make_replicated_train_step(
     sub-batches in a ``tf.while_loop``, and the two all-reduces and the update follow once.
     """
     variables = model.trainable_variables
-    with strategy.scope():
-        optimizer.build(variables)
+    if not optimizer.built:
+        with strategy.scope():
+            optimizer.build(variables)
     accumulate = make_gradient_fn(model, loss_fn, subdivisions, jit_compile)
     replicas = strategy.num_replicas_in_sync
 

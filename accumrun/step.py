@@ -15,6 +15,7 @@ This module knows nothing of configs, files or the command line.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import keras
@@ -93,7 +94,7 @@ def make_gradient_fn(
         x: tf.Tensor, y: tf.Tensor, n_float: tf.Tensor
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         sizes = sub_batch_sizes(int(x.shape[0]), subdivisions)
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        starts = [0, *itertools.accumulate(sizes[:-1])]
         gradients = [tf.zeros_like(v, dtype=tf.float32) for v in variables]
         loss_sum = tf.constant(0.0, tf.float32)
         correct = tf.constant(0, tf.int32)
@@ -108,7 +109,7 @@ def make_gradient_fn(
                 correct += sub_correct
         return gradients, loss_sum, correct
 
-    clustered_sub_batch = tf.function(add_sub_batch, jit_compile=True, reduce_retracing=True)
+    clustered_sub_batch = tf.function(add_sub_batch, jit_compile=True, reduce_retracing=True) if jit_compile else None
 
     def accumulate(
         x: tf.Tensor, y: tf.Tensor, total: tf.Tensor | None = None
