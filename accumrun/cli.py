@@ -1,34 +1,69 @@
-"""The command line: parse, load the config, call the runner, map failures to exit codes.
+"""The command line: parse, load the config, call the Python API, map failures to exit codes.
 
 TensorFlow is imported inside the command bodies only, so ``accumrun --help`` answers at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-import shlex
+import re
 import sys
 import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+import accumrun
 from accumrun import __version__
+from accumrun.data.sources import DOWNLOADABLE
 
 if TYPE_CHECKING:
-    from accumrun.config import DistributeConfig
+    import tensorflow as tf
+
+    from accumrun.config.schema import DistributeConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-class _BatchSize(click.ParamType):
-    name = "N|full"
+class _PositiveOr(click.ParamType):
+    """A positive integer, or one word (``full`` for batch sizes, ``auto`` for subdivisions)."""
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+        self.name = f"N|{word}"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value).strip()
-        if text == "full" or (text.isdigit() and int(text) >= 1):
+        if text == self.word or (text.isdigit() and int(text) >= 1):
             return text
-        self.fail(f"{value!r} is neither a positive integer nor 'full'", param, ctx)
+        self.fail(f"{value!r} is neither a positive integer nor '{self.word}'", param, ctx)
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*=")
+
+
+def _assignments(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--set`` values must read KEY=VALUE with a dotted key; anything else is a usage error."""
+    for value in values:
+        if not _ASSIGNMENT.match(value):
+            raise click.BadParameter(
+                f"{value!r} is not KEY=VALUE with a dotted key, e.g. training.subdivisions=4", ctx, param
+            )
+    return values
+
+
+_SET_OPTION = click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_assignments,
+    help="Override any key, e.g. --set optimizer.learning_rate=0.01 (repeatable).",
+)
 
 
 class _Group(click.Group):
@@ -45,30 +80,37 @@ class _Group(click.Group):
             raise click.ClickException(_explain_unexpected(error)) from None
 
 
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_KERAS_CALL_HEADER = re.compile(r"^Exception encountered when calling (.+)\.$")
+
+
 def _explain_unexpected(error: Exception) -> str:
-    if type(error).__name__ == "ResourceExhaustedError":
+    """One line for an error accumrun did not foresee: its class, where it was raised if known, and its cause."""
+    name = type(error).__name__
+    if name == "ResourceExhaustedError":
         return "out of memory: raise training.subdivisions to shrink the sub-batch"
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
-    # An error raised inside a tf.function opens with "in user code:" and a stack; the cause is the last line.
-    cause = lines[-1] if lines[0] == "in user code:" else lines[0]
-    return f"unexpected {type(error).__name__}: {cause} (set ACCUMRUN_TRACEBACK=1 to see where)"
+    lines = [line.strip() for line in _ANSI_ESCAPE.sub("", str(error)).splitlines() if line.strip()] or [""]
+    if lines[0] == "in user code:":
+        # Raised inside a tf.function: a stack, then the error again as "<class>: <message>" on lines of its own.
+        starts = [i for i, line in enumerate(lines) if line.startswith(f"{name}: ")]
+        lines = [lines[starts[-1]].removeprefix(f"{name}: "), *lines[starts[-1] + 1 :]] if starts else lines[-1:]
+    where = ""
+    # Keras wraps an error in a layer's call: "Exception encountered when calling X.call().", then the message.
+    header = _KERAS_CALL_HEADER.match(lines[0])
+    if header and len(lines) > 1:
+        where, lines = f" in {header.group(1)}", lines[1:]
+    return f"unexpected {name}{where}: {lines[0]} (set ACCUMRUN_TRACEBACK=1 to see where)"
 
 
-def _config_options(command, config_required: bool = True):
+def _config_options(command: F, config_required: bool = True) -> F:
     """The options shared by the commands that read a config: all of them are overrides of its keys."""
     options = [
         click.argument("config_path", metavar="CONFIG", required=config_required, type=click.Path(dir_okay=False)),
-        click.option("--subdivisions", type=click.IntRange(min=1), help="Override training.subdivisions."),
+        click.option("--subdivisions", type=_PositiveOr("auto"), help="Override training.subdivisions (N or 'auto')."),
         click.option("--no-subdivisions", is_flag=True, help="Train with subdivisions: 1 (plain training)."),
         click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs."),
-        click.option("--batch-size", type=_BatchSize(), help="Override training.batch_size (N or 'full')."),
-        click.option(
-            "--set",
-            "assignments",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="Override any key, e.g. --set optimizer.learning_rate=0.01 (repeatable).",
-        ),
+        click.option("--batch-size", type=_PositiveOr("full"), help="Override training.batch_size (N or 'full')."),
+        _SET_OPTION,
     ]
     for option in reversed(options):
         command = option(command)
@@ -77,7 +119,7 @@ def _config_options(command, config_required: bool = True):
 
 def _overrides(
     assignments: tuple[str, ...],
-    subdivisions: int | None,
+    subdivisions: str | None,
     no_subdivisions: bool,
     epochs: int | None,
     batch_size: str | None,
@@ -97,30 +139,39 @@ def _overrides(
     return overrides
 
 
-def _quiet_tensorflow(distribute: DistributeConfig | None = None) -> None:
-    """Import TensorFlow and create its devices with the C++ start-up chatter hidden.
+@contextlib.contextmanager
+def _native_stderr_hidden() -> Iterator[None]:
+    """Hide what native code writes to file descriptor 2 while TensorFlow starts.
 
-    TensorFlow prints CUDA probing and CPU-feature notes to file descriptor 2 before its logging is set up,
-    so no environment variable silences them; a failed import still raises its Python exception afterwards.
-    With a ``distribute`` config section, its strategy is created first: logical CPUs and the multi-worker
-    runtime can only be set up before TensorFlow creates its devices.
+    TensorFlow prints CUDA probing and CPU-feature notes there before its logging is set up, so no environment
+    variable silences them; a failed import still raises its Python exception afterwards.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.stderr.flush()
     saved_stderr, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     try:
-        import tensorflow as tf
-
-        if distribute is not None:
-            from accumrun.distribute import create_strategy
-
-            create_strategy(distribute)
-        tf.config.list_logical_devices()
+        yield
     finally:
         os.dup2(saved_stderr, 2)
         os.close(saved_stderr)
         os.close(devnull)
+
+
+def _start_tensorflow(distribute: DistributeConfig | None = None) -> tf.distribute.Strategy | None:
+    """Import TensorFlow and create its devices quietly; return the strategy ``distribute`` asks for.
+
+    The strategy is created first: logical CPUs and the multi-worker runtime can only be set up before
+    TensorFlow creates its devices. This is the one place the command line creates it.
+    """
+    with _native_stderr_hidden():
+        import tensorflow as tf
+
+        from accumrun.training.distribute import create_strategy
+
+        strategy = create_strategy(distribute) if distribute is not None else None
+        tf.config.list_logical_devices()
+    return strategy
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -144,7 +195,7 @@ def main() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 def train(
     config_path: str | None,
-    subdivisions: int | None,
+    subdivisions: str | None,
     no_subdivisions: bool,
     epochs: int | None,
     batch_size: str | None,
@@ -160,7 +211,7 @@ def train(
     Ctrl-C or SIGTERM stops at the end of the current batch, saves a checkpoint and prints the command that
     resumes the run; a second Ctrl-C stops at once.
     """
-    from accumrun.config import load_config, load_resume_config
+    from accumrun.config.loading import load_config, load_resume_config
 
     if resume_dir is None and config_path is None:
         raise click.UsageError("missing CONFIG (or --resume RUN_DIR to continue a run)")
@@ -171,22 +222,22 @@ def train(
         overrides.append("output.tensorboard=false")
     if resume_dir is not None:
         config = load_resume_config(Path(resume_dir), config_path, overrides)
-    else:
-        config = load_config(config_path, overrides)
-    _quiet_tensorflow(config.distribute)
-    from accumrun.checkpoints import CheckpointStore
-    from accumrun.run import resolve_run_dir
-    from accumrun.run import train as run_training
-
-    if resume_dir is not None:
         target = Path(resume_dir)
     else:
-        target = Path(run_dir) if run_dir else resolve_run_dir(config.output.run_dir, Path(config_path).stem)
+        assert config_path is not None  # checked above
+        config = load_config(config_path, overrides)
+        target = Path(run_dir) if run_dir else _resolve_run_dir(config.output.run_dir, config_path)
+    strategy = _start_tensorflow(config.distribute)
+    from accumrun.training.checkpoints import CheckpointStore
+    from accumrun.training.signals import resume_command
+
     try:
-        run_training(config, target, quiet=quiet, resume=resume_dir is not None, overwrite=overwrite)
+        accumrun.train(
+            config, target, resume=resume_dir is not None, overwrite=overwrite, quiet=quiet, strategy=strategy
+        )
     except KeyboardInterrupt:
         if CheckpointStore(target / "checkpoints", keep=1).latest() is not None:
-            command = f"accumrun train --resume {shlex.quote(str(target))}"
+            command = resume_command(target)
             click.echo(f"\nstopped at once; resume from the last checkpoint with: {command}", err=True)
         else:
             click.echo("\nstopped before the first checkpoint; nothing to resume", err=True)
@@ -198,7 +249,7 @@ def train(
 @click.option("--memory", is_flag=True, help="Also estimate the memory per sub-batch size, to choose subdivisions.")
 def check(
     config_path: str,
-    subdivisions: int | None,
+    subdivisions: str | None,
     no_subdivisions: bool,
     epochs: int | None,
     batch_size: str | None,
@@ -206,38 +257,41 @@ def check(
     memory: bool,
 ) -> None:
     """Validate CONFIG and print it resolved, with the derived batch sizes."""
-    from accumrun.config import load_config
+    from accumrun.config.loading import load_config
 
     overrides = _overrides(assignments, subdivisions, no_subdivisions, epochs, batch_size)
     config = load_config(config_path, overrides)
-    _quiet_tensorflow()
-    from accumrun.console import describe_setup
-    from accumrun.run import build_training
+    _start_tensorflow()
+    from accumrun.training.console import describe_setup
+    from accumrun.training.setup import build_training
 
     setup = build_training(config)
     click.echo(config.to_yaml().rstrip())
     click.echo("---")
     click.echo("\n".join(describe_setup(config, setup.dataset, setup.model, setup.batch_size)))
     if memory:
-        from accumrun.memory import estimate_memory, format_estimate
-        from accumrun.split import sub_batch_sizes
+        from accumrun.core.split import sub_batch_sizes
+        from accumrun.reports.memory import estimate_memory, format_estimate
 
-        configured = config.training.subdivisions if config.training.subdivisions != "auto" else None
+        configured = config.training.fixed_subdivisions
         traced = max(sub_batch_sizes(setup.batch_size, configured or 1))
         estimate = estimate_memory(setup.model, setup.optimizer, setup.dataset.sample_shape, setup.batch_size, traced)
         click.echo("\n".join(format_estimate(estimate, setup.batch_size, configured)))
 
 
-def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int | str] | None:
     if value is None:
         return None
-    try:
-        counts = [int(part) for part in value.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers, e.g. 8,1") from None
-    if not counts or min(counts) < 1:
-        raise click.BadParameter(f"{value!r} needs positive integers, e.g. 8,1")
-    return list(dict.fromkeys(counts))
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    if not parts or not all(part == "auto" or (part.isdigit() and int(part) >= 1) for part in parts):
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of positive integers or 'auto', e.g. 8,1")
+    return list(dict.fromkeys(part if part == "auto" else int(part) for part in parts))
+
+
+def _resolve_run_dir(template: str, config_path: str) -> Path:
+    from accumrun.rundir.layout import resolve_run_dir
+
+    return resolve_run_dir(template, Path(config_path).stem)
 
 
 @main.command()
@@ -247,22 +301,26 @@ def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | N
     "subdivision_counts",
     callback=_subdivision_list,
     metavar="LIST",
-    help="Comma-separated subdivision counts to train, e.g. 8,4,1 [default: the config's, and 1].",
+    help="Comma-separated subdivision counts to train, e.g. 8,4,1 or auto,1 [default: the config's, and 1].",
 )
 @click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs.")
-@click.option("--batch-size", type=_BatchSize(), help="Override training.batch_size (N or 'full').")
-@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Override any key (repeatable).")
+@click.option("--batch-size", type=_PositiveOr("full"), help="Override training.batch_size (N or 'full').")
+@_SET_OPTION
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the variants and the report.")
 def compare(
     config_path: str,
-    subdivision_counts: list[int] | None,
+    subdivision_counts: list[int | str] | None,
     epochs: int | None,
     batch_size: str | None,
     assignments: tuple[str, ...],
     run_dir: str | None,
 ) -> None:
-    """Train CONFIG with subdivisions on and off, from the same weights and data order, and compare."""
-    from accumrun.config import load_config
+    """Train CONFIG with subdivisions on and off, from the same weights and data order, and compare.
+
+    Each variant is a run folder of its own under the compare folder, with its TensorBoard scalars, so
+    `tensorboard --logdir COMPARE_DIR` overlays them.
+    """
+    from accumrun.config.loading import load_config
 
     overrides = _overrides(assignments, None, False, epochs, batch_size)
     config = load_config(config_path, overrides)
@@ -270,12 +328,10 @@ def compare(
         if config.training.subdivisions == 1:
             raise click.UsageError("the config trains with subdivisions 1; pass --subdivisions LIST, e.g. 8,1")
         subdivision_counts = [config.training.subdivisions, 1]
-    _quiet_tensorflow()
-    from accumrun.compare import format_table, run_variants, write_report
-    from accumrun.run import resolve_run_dir
+    _start_tensorflow()
+    from accumrun.reports.compare import format_table, run_variants, write_report
 
-    stem = Path(config_path).stem
-    out_dir = Path(run_dir) if run_dir else resolve_run_dir("runs/compare-{config_name}-{timestamp}", stem)
+    out_dir = Path(run_dir) if run_dir else _resolve_run_dir("runs/compare-{config_name}-{timestamp}", config_path)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise click.UsageError(f"{out_dir} exists and is not empty; choose another --run-dir")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -294,22 +350,23 @@ def compare(
 @click.option("--out", type=click.Path(dir_okay=False), default="plot.png", show_default=True, help="PNG to write.")
 def plot(run_dirs: tuple[str, ...], out: str) -> None:
     """Plot the training and validation loss of one or more run directories together."""
-    from accumrun.plot import load_metrics, plot_curves
+    from accumrun.reports.plot import plot_curves
+    from accumrun.rundir.metrics import load_metrics
 
     curves = {Path(run_dir).name or run_dir: load_metrics(Path(run_dir)) for run_dir in run_dirs}
     click.echo(f"wrote {plot_curves(curves, Path(out))}")
 
 
 @main.command()
-@click.argument("dataset", type=click.Choice(["mnist", "fashion_mnist"]))
+@click.argument("dataset", type=click.Choice(DOWNLOADABLE))
 @click.option("--to", "folder", type=click.Path(file_okay=False), help="Folder for the files [default: datasets/NAME].")
 @click.option(
     "--base-url", help="Fetch from this mirror (a URL or a local http server) instead of the official source."
 )
 def download(dataset: str, folder: str | None, base_url: str | None) -> None:
     """Download the four IDX files of DATASET, verify their checksums and write them atomically."""
-    from accumrun.data import DATASETS_DIR
-    from accumrun.download import download_dataset
+    from accumrun.data.download import download_dataset
+    from accumrun.data.sources import DATASETS_DIR
 
     target = Path(folder) if folder else DATASETS_DIR / dataset
     download_dataset(dataset, target, base_url=base_url, echo=click.echo)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, Any
 
 import click
 
@@ -44,3 +44,23 @@ class ConfigProblems(ConfigError):
             lines = [f"{len(problems)} problems in {source}:"] + [f"  {p}" for p in problems]
             click.ClickException.__init__(self, "\n".join(lines))
         self.problems = problems
+
+
+class TrainingDiverged(click.ClickException):
+    """The loss or a gradient became NaN or Inf, and ``training.on_nonfinite`` is ``stop``."""
+
+    exit_code = 1
+
+
+class Interrupted(click.ClickException):
+    """SIGINT or SIGTERM stopped the run at a batch boundary, after a checkpoint; exits 128 + the signal."""
+
+    def __init__(self, signal_number: int, reason: str, resume_command: str) -> None:
+        super().__init__(f"{reason}\nresume with: {resume_command}")
+        # click types exit_code as a ClassVar, but reads it from the instance, so a per-instance code works.
+        self.exit_code = 128 + signal_number  # type: ignore[misc]
+        self.reason = reason
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        # A stop the user asked for is not an error; say where the run stands and how to go on.
+        click.echo(self.message, err=True)

@@ -20,9 +20,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.config import DarknetCnnConfig, DataConfig, MlpConfig
-from accumrun.data import load_dataset
-from accumrun.models import build_model
+from accumrun.config.schema import DarknetCnnConfig, DataConfig, MlpConfig
+from accumrun.data.dataset import load_dataset
+from accumrun.models.builders import build_model
 
 SEED = 0
 LEARNING_RATE = 1e-3

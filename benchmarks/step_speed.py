@@ -16,10 +16,11 @@ import time
 import keras
 import numpy as np
 
-import accumrun.step
-from accumrun.batches import BatchFeeder
-from accumrun.models import darknet_cnn, mlp
-from accumrun.step import make_train_step, sparse_categorical_crossentropy
+import accumrun.core.step
+from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.step import make_train_step
+from accumrun.data.feeder import BatchFeeder
+from accumrun.models.builders import darknet_cnn, mlp
 
 MODELS = {
     "mlp": lambda: mlp((28, 28, 1), 10, [256, 256]),
@@ -39,14 +40,14 @@ def main() -> None:
     parser.add_argument("--xla", action="store_true", help="compile the step with XLA")
     parser.add_argument("--epochs", type=int, default=4)
     args = parser.parse_args()
-    accumrun.step.PARALLEL_SUB_BATCHES = args.parallel  # read when the step is traced
+    accumrun.core.step.PARALLEL_SUB_BATCHES = args.parallel  # read when the step is traced
     rng = np.random.default_rng(0)
     x = rng.random((args.samples, 28, 28, 1), dtype=np.float32)
     y = rng.integers(0, 10, args.samples).astype(np.int32)
     keras.utils.set_random_seed(0)
     model = MODELS[args.model]()
     step = make_train_step(
-        model, sparse_categorical_crossentropy, keras.optimizers.Adam(1e-3), args.subdivisions, args.xla
+        model, sparse_categorical_crossentropy, keras.optimizers.Adam(1e-3), args.subdivisions, jit_compile=args.xla
     )
     feeder = BatchFeeder(x, y, args.batch)
     seconds = []

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from accumrun.config import Config, DistributeConfig
+from accumrun.config.schema import Config, DistributeConfig
 
 REPLICAS = 2
 # Split the CPU first, before anything below makes TensorFlow create its devices.
-from accumrun.distribute import create_strategy  # noqa: E402
+from accumrun.training.distribute import create_strategy  # noqa: E402
 
 STRATEGY = create_strategy(DistributeConfig(strategy="mirrored", logical_cpus=REPLICAS))
 
@@ -27,10 +27,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from accumrun.models import mlp  # noqa: E402
-from accumrun.replicated_step import make_replicated_train_step  # noqa: E402
-from accumrun.run import train  # noqa: E402
-from accumrun.step import sparse_categorical_crossentropy  # noqa: E402
+from accumrun import train  # noqa: E402
+from accumrun.core.losses import sparse_categorical_crossentropy  # noqa: E402
+from accumrun.core.step import make_train_step  # noqa: E402
+from accumrun.models.builders import mlp  # noqa: E402
 
 OPTIMIZERS = {
     "sgd": {"name": "sgd", "learning_rate": 0.2, "momentum": 0.5},
@@ -64,7 +64,7 @@ def config(optimizer: str, subdivisions: int, strategy: str) -> Config:
 def compare_weights(optimizer: str, subdivisions: int, folder: Path) -> dict[str, Any]:
     """Train the same config on one device and on two replicas; compare the final weights."""
     single = train(config(optimizer, subdivisions, "none"), folder / "single", quiet=True)
-    mirrored = train(config(optimizer, subdivisions, "mirrored"), folder / "mirrored", quiet=True)
+    mirrored = train(config(optimizer, subdivisions, "mirrored"), folder / "mirrored", quiet=True, strategy=STRATEGY)
     initial = [v.numpy() for v in _fresh_model().trainable_variables]
     final = [v.numpy() for v in mirrored.model.trainable_variables]
     # Each replica holds its own copy of every variable; they must stay identical.
@@ -94,7 +94,7 @@ def count_reductions(subdivisions: int) -> dict[str, int]:
     with STRATEGY.scope():
         model = mlp((6,), 3, [16])
         optimizer = keras.optimizers.Adam(0.01)
-        step = make_replicated_train_step(STRATEGY, model, sparse_categorical_crossentropy, optimizer, subdivisions)
+        step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions, strategy=STRATEGY)
     graph = step.get_concrete_function(
         tf.TensorSpec([None, 6], tf.float32), tf.TensorSpec([None], tf.int32)
     ).graph.as_graph_def()

@@ -1,55 +1,39 @@
-"""``subdivisions: auto``: out-of-memory errors, injected above a sub-batch size, settle the subdivisions."""
+"""``subdivisions: auto``: out-of-memory errors, raised inside the real step above a sub-batch size, settle the
+subdivisions."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import yaml
 
-import accumrun.run
-from accumrun.config import load_config
+from accumrun import train
+from accumrun.config.loading import load_config
 from accumrun.errors import ConfigError
-from accumrun.run import train
-from accumrun.split import sub_batch_sizes
-from tests.conftest import tiny_config
+from tests import hook_models
+from tests.helpers import tiny_config
+
+HOOKED = {"model": {"name": "tests.hook_models:mlp", "hidden": [8]}}
 
 
-def inject_out_of_memory(
-    monkeypatch: pytest.MonkeyPatch, largest_sub_batch: int, internal_error_at: int | None = None
-) -> None:
-    """Make the run's steps raise ResourceExhaustedError on sub-batches above ``largest_sub_batch`` samples,
-    and an InternalError once for ``internal_error_at`` subdivisions (a runtime left broken by an OOM)."""
-    make_train_step = accumrun.run.make_train_step
-    broken = [internal_error_at]
-
-    def make_guarded_step(*args: Any, **kwargs: Any) -> Callable:
-        step = make_train_step(*args, **kwargs)
-        subdivisions = args[3]
-
-        def guarded_step(x: tf.Tensor, y: tf.Tensor) -> Any:
-            if max(sub_batch_sizes(int(x.shape[0]), subdivisions)) > largest_sub_batch:
-                raise tf.errors.ResourceExhaustedError(None, None, "injected: the sub-batch does not fit")
-            if broken[0] == subdivisions:
-                broken[0] = None
-                raise tf.errors.InternalError(None, None, "injected: the runtime is broken")
-            return step(x, y)
-
-        return guarded_step
-
-    monkeypatch.setattr(accumrun.run, "make_train_step", make_guarded_step)
+@pytest.fixture(autouse=True)
+def hooks() -> Iterator[None]:
+    hook_models.reset()
+    yield
+    hook_models.reset()
 
 
-def test_auto_settles_on_the_fewest_subdivisions_that_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.slow
+def test_auto_settles_on_the_fewest_subdivisions_that_fit(tmp_path: Path) -> None:
     # Batches of 10: 1 -> 10 and 2 -> 5 samples per sub-batch run out of memory; 4 -> at most 3 fit.
-    fixed = train(load_config(tiny_config(tmp_path), ["training.subdivisions=4"]), tmp_path / "fixed", quiet=True)
-    inject_out_of_memory(monkeypatch, largest_sub_batch=3)
-    auto = train(load_config(tiny_config(tmp_path), ["training.subdivisions=auto"]), tmp_path / "auto", quiet=True)
+    path = tiny_config(tmp_path, **HOOKED)
+    fixed = train(load_config(path, ["training.subdivisions=4"]), tmp_path / "fixed", quiet=True)
+    hook_models.reset(largest_sub_batch=3)
+    auto = train(load_config(path, ["training.subdivisions=auto"]), tmp_path / "auto", quiet=True)
 
     for mine, theirs in zip(auto.model.variables, fixed.model.variables, strict=True):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
@@ -59,29 +43,33 @@ def test_auto_settles_on_the_fewest_subdivisions_that_fit(tmp_path: Path, monkey
     assert [row["subdivisions"] for row in auto.metrics] == [4, 4]
 
 
-def test_max_sub_batch_sets_where_the_search_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    inject_out_of_memory(monkeypatch, largest_sub_batch=3)
-    path = tiny_config(tmp_path, training={"subdivisions": "auto", "max_sub_batch": 5, "epochs": 1})
+def test_max_sub_batch_sets_where_the_search_starts(tmp_path: Path) -> None:
+    hook_models.reset(largest_sub_batch=3)
+    path = tiny_config(tmp_path, training={"subdivisions": "auto", "max_sub_batch": 5, "epochs": 1}, **HOOKED)
     train(load_config(path), tmp_path / "run", quiet=True)
     assert json.loads((tmp_path / "run" / "run.json").read_text())["subdivisions_auto"]["tried"] == [2, 4]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_broken_runtime_falls_back_to_a_probe_in_a_fresh_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The fresh process has no injected limit, so it finds that 2 subdivisions fit.
-    inject_out_of_memory(monkeypatch, largest_sub_batch=5, internal_error_at=2)
-    path = tiny_config(tmp_path, training={"subdivisions": "auto", "epochs": 1})
+    # The fresh process has no injected failure, so it finds that 2 subdivisions (sub-batches of 5) fit.
+    hook_models.reset(largest_sub_batch=5, broken_once_for=5)
+    path = tiny_config(tmp_path, training={"subdivisions": "auto", "epochs": 1}, **HOOKED)
     result = train(load_config(path), tmp_path / "run")
     assert result.metrics[0]["subdivisions"] == 2
     output = capsys.readouterr().out
-    assert "subdivisions 2: InternalError after out of memory" in output
+    assert "subdivisions 2: UnknownError after out of memory" in output
     assert "probing subdivisions 2 in a fresh process" in output
     assert "subdivisions: auto chose 2 (tried 1, 2)" in output
 
 
-def test_auto_gives_up_clearly_when_nothing_fits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    inject_out_of_memory(monkeypatch, largest_sub_batch=0)
+@pytest.mark.slow
+def test_auto_gives_up_clearly_when_nothing_fits(tmp_path: Path) -> None:
+    hook_models.reset(largest_sub_batch=0)
+    path = tiny_config(tmp_path, **HOOKED)
     with pytest.raises(ConfigError, match="auto: out of memory even with sub-batches of one sample"):
-        train(load_config(tiny_config(tmp_path), ["training.subdivisions=auto"]), tmp_path / "run", quiet=True)
+        train(load_config(path, ["training.subdivisions=auto"]), tmp_path / "run", quiet=True)
     assert not (tmp_path / "run").exists()

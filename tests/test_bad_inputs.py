@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import yaml
 
-from accumrun.config import DataConfig, OptimizerConfig
-from accumrun.data import IDX_FILES, load_dataset
+from accumrun.config.schema import DataConfig, OptimizerConfig
+from accumrun.data.dataset import load_dataset
+from accumrun.data.sources import IDX_FILES
 from accumrun.errors import ConfigError, DataError
-from tests.conftest import run_cli, tiny_config, write_config
-from tests.test_data import idx_bytes, write_idx_folder
+from tests.helpers import idx_bytes, run_cli, tiny_config, write_config, write_idx_folder
 
 # Each row runs in a folder of its own; "{tmp}" in its arguments becomes that folder.
 CONFIG = "{tmp}/tiny.yaml"
@@ -152,7 +152,6 @@ CASES = [
         "data.path: is not used by data.name: digits"),
     row("set-unknown-key", tiny_config, 1, "training.subdivison: unknown key (did you mean 'subdivisions'?)",
         (*TRAIN, "--set", "training.subdivison=2")),
-    row("set-without-equals", tiny_config, 1, "--set: expected KEY=VALUE", (*TRAIN, "--set", "training.subdivisions")),
     row("set-through-a-value", tiny_config, 1, "--set seed.x cannot apply", (*TRAIN, "--set", "seed.x=1")),
     # --- refused by `train` once the data or Keras can judge: each stage that runs before the run folder is made ---
     row("batch-size-above-dataset", lambda t: tiny_config(t, training={"batch_size": 50}), 1,
@@ -186,6 +185,8 @@ CASES = [
         (*TRAIN, "--subdivisions", "2", "--no-subdivisions")),
     row("usage-unknown-option", tiny_config, 2, "Did you mean '--epochs'?", (*TRAIN, "--epoch", "3")),
     row("usage-config-is-a-folder", lambda t: (t / "tiny.yaml").mkdir(), 2, "is a directory"),
+    row("usage-set-without-equals", tiny_config, 2, "'training.subdivisions' is not KEY=VALUE",
+        (*TRAIN, "--set", "training.subdivisions")),
 ]  # fmt: skip
 
 
@@ -225,6 +226,8 @@ def outcomes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         return {case: pool.submit(run_case, case, tmp_path_factory.mktemp(case.id)) for case in selected}
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_refused_cleanly(case: Case, outcomes: dict[Case, Future[Outcome]]) -> None:
     outcome = outcomes[case].result()
@@ -281,7 +284,7 @@ def test_npz_fault_is_a_data_error(tmp_path: Path, content: bytes | dict[str, np
     ],
 )
 def test_optimizer_keyword_value_is_checked(keywords: dict[str, Any]) -> None:
-    from accumrun.optimizers import build_optimizer  # imports Keras, so only when this test runs
+    from accumrun.optim import build_optimizer  # imports Keras, so only when this test runs
 
     (key,) = keywords
     with pytest.raises(ConfigError, match=rf"^optimizer\.{key}: must be (a number|> 0)"):

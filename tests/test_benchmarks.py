@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
 REPO = Path(__file__).resolve().parent.parent
 METHODS = ("accumrun", "accumrun_xla", "keras_accum", "python_loop", "fit_sub", "fit_full")
 

@@ -8,14 +8,18 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from tests.conftest import run_cli, tiny_config
+from tests.helpers import run_cli, tiny_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
-    """One comparison of subdivisions 3 vs 1 on a BatchNorm-free model, shared by the tests below."""
+    """One comparison of the config's subdivisions (auto, which settles on 3) vs 1 on a BatchNorm-free model,
+    shared by the tests below."""
     folder = tmp_path_factory.mktemp("compare")
-    result = run_cli("compare", str(tiny_config(folder)), "--subdivisions", "3,1", "--run-dir", str(folder / "out"))
+    config = tiny_config(folder, training={"subdivisions": "auto", "max_sub_batch": 4})
+    result = run_cli("compare", str(config), "--run-dir", str(folder / "out"))
     return folder / "out", result
 
 
@@ -24,14 +28,22 @@ def test_compare_without_batchnorm_gives_identical_variants(compared: tuple[Path
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "compare.json").read_text())
     on, off = report["variants"]
-    assert (on["subdivisions"], off["subdivisions"]) == (3, 1)
+    assert (on["subdivisions"], off["subdivisions"]) == ("auto", 1)
     assert on["status"] == off["status"] == "completed"
+    assert [row["subdivisions"] for row in on["metrics"]] == [3, 3]
     assert len(on["metrics"]) == len(off["metrics"]) == 2
     for row_on, row_off in zip(on["metrics"], off["metrics"], strict=True):
         assert row_on["loss"] == pytest.approx(row_off["loss"], abs=1e-5)
         assert row_on["val_loss"] == pytest.approx(row_off["val_loss"], abs=1e-5)
     assert off["max_weight_difference"] < 1e-5
     assert "max |d weight|" in result.stdout and "| completed" in result.stdout
+
+
+def test_each_variant_writes_its_tensorboard_scalars(compared: tuple[Path, object]) -> None:
+    # So that `tensorboard --logdir COMPARE_DIR` overlays the variants' curves.
+    out, _ = compared
+    for variant in ("subdivisions-auto", "subdivisions-1"):
+        assert list((out / variant / "tensorboard").glob("events.out.tfevents.*")), variant
 
 
 def test_compare_writes_a_plot_that_decodes(compared: tuple[Path, object]) -> None:
@@ -42,7 +54,9 @@ def test_compare_writes_a_plot_that_decodes(compared: tuple[Path, object]) -> No
 
 def test_plot_command_on_two_run_directories(compared: tuple[Path, object], tmp_path: Path) -> None:
     out, _ = compared
-    result = run_cli("plot", str(out / "subdivisions-3"), str(out / "subdivisions-1"), "--out", str(tmp_path / "p.png"))
+    result = run_cli(
+        "plot", str(out / "subdivisions-auto"), str(out / "subdivisions-1"), "--out", str(tmp_path / "p.png")
+    )
     assert result.returncode == 0, result.stderr
     assert matplotlib.image.imread(tmp_path / "p.png").shape[0] > 100
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from accumrun.config import (
+from accumrun.config.loading import load_config
+from accumrun.config.schema import (
     Config,
     CustomModelConfig,
     DarknetCnnConfig,
@@ -15,7 +16,6 @@ from accumrun.config import (
     OptimizerConfig,
     OutputConfig,
     TrainingConfig,
-    load_config,
 )
 from accumrun.errors import ConfigError, ConfigProblems
 
@@ -190,6 +190,25 @@ def test_integer_learning_rate_becomes_a_float(tmp_path: Path) -> None:
     learning_rate = load_config(write(tmp_path, "optimizer:\n  learning_rate: 1\n")).optimizer.learning_rate
     assert learning_rate == 1.0
     assert isinstance(learning_rate, float)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1e-3", 0.001), ("5E-4", 0.0005), ("2e+2", 200.0), ("1.5e-3", 0.0015), ("3e2", 300.0)],
+)
+def test_exponent_notation_is_a_number_as_in_yaml_1_2(tmp_path: Path, text: str, expected: float) -> None:
+    # PyYAML reads YAML 1.1, where "1e-3" (no dot, or no exponent sign) is a string, refused as "not a number".
+    config = load_config(write(tmp_path, f"optimizer:\n  learning_rate: {text}\n  epsilon: {text}\n"))
+    assert config.optimizer.learning_rate == expected
+    assert config.optimizer.keywords == {"epsilon": expected}
+    overridden = load_config(write(tmp_path, ""), [f"optimizer.learning_rate={text}"])
+    assert overridden.optimizer.learning_rate == expected
+
+
+def test_a_quoted_number_stays_text(tmp_path: Path) -> None:
+    assert message_of(write(tmp_path, 'optimizer:\n  learning_rate: "1e-3"\n')).startswith(
+        "optimizer.learning_rate: must be a positive number"
+    )
 
 
 def test_zero_epochs_is_refused(tmp_path: Path) -> None:

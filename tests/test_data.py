@@ -9,40 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accumrun import data
-from accumrun.config import DataConfig
+from accumrun.config.schema import DataConfig
+from accumrun.data import dataset, sources
 from accumrun.errors import ConfigError, DataError
-
-# --- helpers ---------------------------------------------------------------------------------------------------
-
-
-def idx_bytes(array: np.ndarray) -> bytes:
-    """An IDX file of unsigned bytes: magic 00 00 08 <rank>, big-endian uint32 dims, then the data."""
-    array = np.asarray(array, dtype=np.uint8)
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.tobytes()
-
-
-def write_idx(path: Path, array: np.ndarray) -> Path:
-    raw = idx_bytes(array)
-    path.write_bytes(gzip.compress(raw) if path.suffix == ".gz" else raw)
-    return path
-
-
-def write_idx_folder(folder: Path, compressed: bool = True) -> dict[str, np.ndarray]:
-    """The four standard IDX files of a tiny MNIST-like set (6 training, 4 test images of 3x2 pixels)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    arrays = {
-        "x_train": np.arange(6 * 3 * 2, dtype=np.uint8).reshape(6, 3, 2) * 7,
-        "y_train": np.array([0, 1, 2, 9, 4, 5], dtype=np.uint8),
-        "x_test": np.full((4, 3, 2), 255, dtype=np.uint8),
-        "y_test": np.array([3, 3, 7, 1], dtype=np.uint8),
-    }
-    arrays["x_train"][5, 2, 1] = 255  # instead of 245
-    for key, filename in data.IDX_FILES.items():
-        name = filename if compressed else filename.removesuffix(".gz")
-        write_idx(folder / name, arrays[key])
-    return arrays
+from tests.helpers import idx_bytes, write_idx, write_idx_folder
 
 
 def write_npz(path: Path, **arrays: np.ndarray) -> Path:
@@ -59,8 +29,8 @@ def unique_rows(samples: int, features: int = 3) -> tuple[np.ndarray, np.ndarray
     return x, y
 
 
-def load_npz(path: Path, seed: int = 0, **config: object) -> data.Dataset:
-    return data.load_dataset(DataConfig(name="npz", path=str(path), **config), seed)
+def load_npz(path: Path, seed: int = 0, **config: object) -> dataset.Dataset:
+    return dataset.load_dataset(DataConfig(name="npz", path=str(path), **config), seed)
 
 
 # --- npz loader ------------------------------------------------------------------------------------------------
@@ -240,7 +210,7 @@ def test_idx_folder_loads(tmp_path: Path, name: str, compressed: bool) -> None:
     arrays = write_idx_folder(folder, compressed=compressed)
     present = sorted(p.name for p in folder.iterdir())
     assert all(p.endswith(".gz") == compressed for p in present)
-    ds = data.load_dataset(DataConfig(name=name, path=str(folder), validation_split="test"), seed=0)
+    ds = dataset.load_dataset(DataConfig(name=name, path=str(folder), validation_split="test"), seed=0)
     assert ds.name == name
     assert ds.x_train.shape == (6, 3, 2, 1) and ds.x_val.shape == (4, 3, 2, 1)
     assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
@@ -257,32 +227,32 @@ def test_idx_folder_loads(tmp_path: Path, name: str, compressed: bool) -> None:
 
 def test_idx_folder_with_fraction_split(tmp_path: Path) -> None:
     write_idx_folder(tmp_path)
-    ds = data.load_dataset(DataConfig(name="mnist", path=str(tmp_path), validation_split=0.5), seed=2)
+    ds = dataset.load_dataset(DataConfig(name="mnist", path=str(tmp_path), validation_split=0.5), seed=2)
     assert (ds.train_size, ds.val_size) == (3, 3)  # the six training images, halved; the test split is unused
 
 
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
 def test_idx_missing_file_names_it_the_download_command_and_the_source(tmp_path: Path, name: str) -> None:
     write_idx_folder(tmp_path)
-    (tmp_path / data.IDX_FILES["y_test"]).unlink()
+    (tmp_path / sources.IDX_FILES["y_test"]).unlink()
     with pytest.raises(DataError) as info:
-        data.load_dataset(DataConfig(name=name, path=str(tmp_path), validation_split="test"), seed=0)
+        dataset.load_dataset(DataConfig(name=name, path=str(tmp_path), validation_split="test"), seed=0)
     message = info.value.message
     assert message.startswith("data.path: ")
     assert f"{tmp_path / 't10k-labels-idx1-ubyte.gz'} not found" in message
-    assert data.IDX_SOURCES[name] in message
+    assert sources.SOURCES[name].download.url in message
     assert f"accumrun download {name} --to {tmp_path}" in message
 
 
 def test_idx_empty_folder(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"train-images-idx3-ubyte\.gz not found.*storage\.googleapis\.com"):
-        data.load_dataset(DataConfig(name="mnist", path=str(tmp_path)), seed=0)
+        dataset.load_dataset(DataConfig(name="mnist", path=str(tmp_path)), seed=0)
 
 
 def test_read_idx_roundtrip(tmp_path: Path) -> None:
     array = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
     for name in ("a.gz", "a"):
-        result = data.read_idx(write_idx(tmp_path / name, array))
+        result = sources.read_idx(write_idx(tmp_path / name, array))
         assert result.dtype == np.uint8 and result.shape == (2, 3, 4)
         np.testing.assert_array_equal(result, array)
 
@@ -296,7 +266,7 @@ def test_read_idx_bad_magic(tmp_path: Path, magic: bytes) -> None:
     path = tmp_path / "bad.gz"
     path.write_bytes(gzip.compress(magic + (b"\x00\x00\x00\x02\x05\x06" if len(magic) == 4 else b"")))
     with pytest.raises(DataError, match=r"is not an IDX file of unsigned bytes \(bad magic number\)") as info:
-        data.read_idx(path)
+        sources.read_idx(path)
     assert repr(magic.hex()) in info.value.message
 
 
@@ -305,49 +275,49 @@ def test_read_idx_truncated_data(tmp_path: Path) -> None:
     path = tmp_path / "short.gz"
     path.write_bytes(gzip.compress(raw[:-3]))
     with pytest.raises(DataError, match=r"holds 17 data bytes; its header \(5, 4\) needs 20"):
-        data.read_idx(path)
+        sources.read_idx(path)
 
 
 def test_read_idx_trailing_data(tmp_path: Path) -> None:
     path = tmp_path / "long"
     path.write_bytes(idx_bytes(np.zeros((2, 2), dtype=np.uint8)) + b"\x01")
     with pytest.raises(DataError, match=r"holds 5 data bytes; its header \(2, 2\) needs 4"):
-        data.read_idx(path)
+        sources.read_idx(path)
 
 
 def test_read_idx_truncated_header(tmp_path: Path) -> None:
     path = tmp_path / "header.gz"
     path.write_bytes(gzip.compress(bytes([0, 0, 8, 3]) + struct.pack(">I", 5)))  # rank 3, one dim given
     with pytest.raises(DataError, match=r"is truncated inside its header"):
-        data.read_idx(path)
+        sources.read_idx(path)
 
 
 def test_read_idx_not_gzip(tmp_path: Path) -> None:
     path = tmp_path / "plain.gz"
     path.write_bytes(idx_bytes(np.zeros((2, 2), dtype=np.uint8)))  # uncompressed bytes under a .gz name
     with pytest.raises(DataError, match=r"plain\.gz is not a readable gzip file"):
-        data.read_idx(path)
+        sources.read_idx(path)
 
 
 def test_read_idx_truncated_gzip(tmp_path: Path) -> None:
     path = tmp_path / "cut.gz"
     path.write_bytes(gzip.compress(idx_bytes(np.arange(100, dtype=np.uint8)))[:-10])
     with pytest.raises(DataError, match=r"cut\.gz is not a readable gzip file"):
-        data.read_idx(path)
+        sources.read_idx(path)
 
 
 def test_idx_corrupt_file_in_folder_is_reported(tmp_path: Path) -> None:
     write_idx_folder(tmp_path)
-    (tmp_path / data.IDX_FILES["x_test"]).write_bytes(gzip.compress(b"\x00\x00\x08\x03\x00\x00\x00\x01"))
+    (tmp_path / sources.IDX_FILES["x_test"]).write_bytes(gzip.compress(b"\x00\x00\x08\x03\x00\x00\x00\x01"))
     with pytest.raises(DataError, match=r"t10k-images-idx3-ubyte\.gz is truncated inside its header"):
-        data.load_dataset(DataConfig(name="mnist", path=str(tmp_path)), seed=0)
+        dataset.load_dataset(DataConfig(name="mnist", path=str(tmp_path)), seed=0)
 
 
 # --- digits ----------------------------------------------------------------------------------------------------
 
 
 def test_digits_bundled_set() -> None:
-    ds = data.load_dataset(DataConfig(name="digits", validation_split=0.0), seed=0)
+    ds = dataset.load_dataset(DataConfig(name="digits", validation_split=0.0), seed=0)
     assert ds.train_size == 1797 and ds.val_size == 0
     assert ds.x_train.shape == (1797, 8, 8, 1) and ds.sample_shape == (8, 8, 1)
     assert ds.classes == 10
@@ -356,7 +326,7 @@ def test_digits_bundled_set() -> None:
 
 
 def test_digits_validation_split() -> None:
-    ds = data.load_dataset(DataConfig(name="digits", validation_split=0.1), seed=0)
+    ds = dataset.load_dataset(DataConfig(name="digits", validation_split=0.1), seed=0)
     assert (ds.train_size, ds.val_size) == (1617, 180)
     assert ds.x_val.shape == (180, 8, 8, 1)
     assert ds.classes == 10
@@ -364,13 +334,13 @@ def test_digits_validation_split() -> None:
 
 def test_digits_has_no_test_split() -> None:
     with pytest.raises(ConfigError, match=r"data\.validation_split: dataset 'digits' has no test split"):
-        data.load_dataset(DataConfig(name="digits", validation_split="test"), seed=0)
+        dataset.load_dataset(DataConfig(name="digits", validation_split="test"), seed=0)
 
 
 # --- validation split ------------------------------------------------------------------------------------------
 
 
-def _split(tmp_path: Path, seed: int, samples: int = 40, **config: object) -> data.Dataset:
+def _split(tmp_path: Path, seed: int, samples: int = 40, **config: object) -> dataset.Dataset:
     x, y = unique_rows(samples)
     path = tmp_path / "rows.npz"
     if not path.exists():
@@ -437,10 +407,10 @@ def test_split_that_leaves_no_training_sample(tmp_path: Path) -> None:
 # --- synthetic -------------------------------------------------------------------------------------------------
 
 
-def _synthetic(seed: int, **config: object) -> data.Dataset:
+def _synthetic(seed: int, **config: object) -> dataset.Dataset:
     settings: dict[str, object] = {"samples": 600, "shape": [6], "classes": 4, "validation_split": 0.0}
     settings.update(config)
-    return data.load_dataset(DataConfig(name="synthetic", **settings), seed)
+    return dataset.load_dataset(DataConfig(name="synthetic", **settings), seed)
 
 
 def test_synthetic_is_deterministic_for_a_seed() -> None:
@@ -477,13 +447,13 @@ def test_synthetic_is_learnable() -> None:
 
 
 def test_epoch_order_is_a_function_of_seed_and_epoch() -> None:
-    np.testing.assert_array_equal(data.epoch_order(50, 3, 2, True), data.epoch_order(50, 3, 2, True))
-    assert not np.array_equal(data.epoch_order(50, 3, 2, True), data.epoch_order(50, 3, 3, True))
-    assert not np.array_equal(data.epoch_order(50, 3, 2, True), data.epoch_order(50, 4, 2, True))
+    np.testing.assert_array_equal(dataset.epoch_order(50, 3, 2, True), dataset.epoch_order(50, 3, 2, True))
+    assert not np.array_equal(dataset.epoch_order(50, 3, 2, True), dataset.epoch_order(50, 3, 3, True))
+    assert not np.array_equal(dataset.epoch_order(50, 3, 2, True), dataset.epoch_order(50, 4, 2, True))
 
 
 def test_epoch_order_is_a_permutation() -> None:
-    order = data.epoch_order(37, 1, 0, True)
+    order = dataset.epoch_order(37, 1, 0, True)
     assert order.shape == (37,)
     np.testing.assert_array_equal(np.sort(order), np.arange(37))
     assert not np.array_equal(order, np.arange(37))
@@ -491,7 +461,7 @@ def test_epoch_order_is_a_permutation() -> None:
 
 def test_epoch_order_without_shuffle() -> None:
     for epoch in range(3):
-        np.testing.assert_array_equal(data.epoch_order(12, 9, epoch, False), np.arange(12))
+        np.testing.assert_array_equal(dataset.epoch_order(12, 9, epoch, False), np.arange(12))
 
 
 def test_read_idx_damaged_gzip_stream(tmp_path: Path) -> None:
@@ -500,7 +470,7 @@ def test_read_idx_damaged_gzip_stream(tmp_path: Path) -> None:
     path = tmp_path / "damaged-idx3-ubyte.gz"
     path.write_bytes(bytes(compressed))
     with pytest.raises(DataError, match="is not a readable gzip file"):
-        data.read_idx(path)
+        sources.read_idx(path)
 
 
 def test_npy_file_given_as_npz(tmp_path: Path) -> None:

@@ -20,11 +20,12 @@ import keras
 import numpy as np
 import pytest
 
-from accumrun.config import DistributeConfig, load_config
-from accumrun.distribute import create_strategy
+from accumrun import train
+from accumrun.config.loading import load_config
+from accumrun.config.schema import DistributeConfig
 from accumrun.errors import ConfigError
-from accumrun.run import train
-from tests.conftest import run_cli, write_config
+from accumrun.training.distribute import create_strategy
+from tests.helpers import run_cli, write_config
 
 REPO = Path(__file__).resolve().parent.parent
 REPLICAS = 2
@@ -47,6 +48,8 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("subdivisions", [1, 3])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_mirrored_on_two_logical_cpus_equals_one_device(
@@ -62,6 +65,8 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(
     assert result["moved"] > 1e-2
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_one_gradient_all_reduce_per_batch_whatever_the_subdivisions(mirrored: dict[str, Any]) -> None:
     """The traced step holds the same reductions for 1 and 4 sub-batches, and none inside the sub-batch loop.
 
@@ -100,6 +105,8 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_two_workers_on_this_host_train_like_one_process_and_only_the_chief_writes(tmp_path: Path) -> None:
     path = tiny_distributed_config(tmp_path)
     reference = train(load_config(path), tmp_path / "single", quiet=True)
@@ -155,6 +162,8 @@ def test_two_workers_on_this_host_train_like_one_process_and_only_the_chief_writ
     assert list(scratch[1].iterdir()) == []
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_the_digits_config_trains_mirrored_on_two_logical_cpus_from_the_command_line(tmp_path: Path) -> None:
     result = run_cli(
         "train",

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from accumrun import download
-from accumrun.data import IDX_FILES, IDX_SOURCES, read_idx
-from accumrun.download import OFFICIAL_MD5, download_dataset
+from accumrun.data import download
+from accumrun.data.download import download_dataset
+from accumrun.data.sources import IDX_FILES, SOURCES, read_idx
 from accumrun.errors import ConfigError, DataError
 
 FILENAMES = list(IDX_FILES.values())
@@ -186,7 +186,7 @@ def test_default_base_url_is_the_official_source(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(download.urllib.request, "urlopen", fake_urlopen)  # no real network, ever
     download_dataset("fashion_mnist", tmp_path, checksums=GOOD_MD5, echo=lambda _: None)
-    assert fetched == [IDX_SOURCES["fashion_mnist"] + name for name in FILENAMES]
+    assert fetched == [SOURCES["fashion_mnist"].download.url + name for name in FILENAMES]
 
 
 def test_unknown_dataset_is_a_config_error(tmp_path: Path) -> None:
@@ -196,7 +196,8 @@ def test_unknown_dataset_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_official_checksums_cover_the_idx_files() -> None:
-    assert set(OFFICIAL_MD5) == {"mnist", "fashion_mnist"} == set(IDX_SOURCES)
-    for checksums in OFFICIAL_MD5.values():
+    downloads = {name: source.download for name, source in SOURCES.items() if source.download is not None}
+    assert set(downloads) == {"mnist", "fashion_mnist"}
+    for checksums in (source.md5 for source in downloads.values()):
         assert set(checksums) == set(IDX_FILES.values())
         assert all(re.fullmatch(r"[0-9a-f]{32}", md5) for md5 in checksums.values())

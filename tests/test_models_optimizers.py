@@ -10,16 +10,10 @@ import keras
 import numpy as np
 import pytest
 
-from accumrun.config import (
-    CustomModelConfig,
-    DarknetCnnConfig,
-    MlpConfig,
-    OptimizerConfig,
-    ScheduleConfig,
-)
+from accumrun.config.schema import CustomModelConfig, DarknetCnnConfig, MlpConfig, OptimizerConfig, ScheduleConfig
 from accumrun.errors import ConfigError, DataError
-from accumrun.models import build_model
-from accumrun.optimizers import build_optimizer, build_schedule
+from accumrun.models.builders import build_model
+from accumrun.optim import build_optimizer, build_schedule
 
 # --- models ---------------------------------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ import pytest
 from matplotlib.image import imread
 
 from accumrun.errors import DataError
-from accumrun.plot import load_metrics, plot_curves
+from accumrun.reports.plot import plot_curves
+from accumrun.rundir.metrics import load_metrics
 
 
 def fake_rows(epochs: int, scale: float, validation: bool = True) -> list[dict[str, Any]]:

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from accumrun.config import load_config
-from accumrun.run import train
-from accumrun.step import make_gradient_fn, make_train_step, sparse_categorical_crossentropy
-from tests.conftest import tiny_config
-from tests.test_step import dense_model, make_data, max_difference
+from accumrun import train
+from accumrun.config.loading import load_config
+from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.step import make_gradient_fn, make_train_step
+from tests.helpers import dense_model, make_data, max_difference, tiny_config
 
 
 def mixed_model(policy: str) -> keras.Model:

@@ -5,20 +5,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-import accumrun.run
-from accumrun.checkpoints import CheckpointStore
-from accumrun.config import load_config, load_resume_config
-from accumrun.errors import ConfigError
-from accumrun.interrupts import StopRequests
-from accumrun.run import TrainingDiverged, TrainingInterrupted, train
-from tests.conftest import tiny_config, write_config
+from accumrun import train
+from accumrun.config.loading import load_config, load_resume_config
+from accumrun.core.step import Step
+from accumrun.errors import ConfigError, Interrupted, TrainingDiverged
+from accumrun.training.checkpoints import CheckpointStore
+from accumrun.training.setup import TrainingSetup
+from accumrun.training.signals import StopRequests, resume_command
+from tests.helpers import tiny_config, write_config
 
 # Keys that measure the machine, not the training; they differ between any two runs.
 TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib"}
@@ -29,28 +30,31 @@ def training_rows(run_dir: Path) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
 
 
-def signal_at_call(monkeypatch: pytest.MonkeyPatch, call: int, signals: list[int]) -> None:
-    """Make the run's train step send ``signals`` to this process during its ``call``-th call."""
-    make_train_step = accumrun.run.make_train_step
+def signal_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int, signals: list[int]) -> None:
+    """Send ``signals`` to this process right after the run's ``batch``-th batch (1-based, over the whole run),
+    from the main thread, as a user's Ctrl-C during that batch is handled: the step is wrapped where the run
+    compiles it, through :meth:`TrainingSetup.make_step`."""
+    make_step = TrainingSetup.make_step
     calls = 0
 
-    def make_signalling_step(*args: Any, **kwargs: Any) -> Callable:
-        step = make_train_step(*args, **kwargs)
+    def make_signalling_step(setup: TrainingSetup, subdivisions: int) -> Step:
+        step = make_step(setup, subdivisions)
 
-        def signalling_step(x: Any, y: Any) -> Any:
+        def signalling_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             nonlocal calls
             calls += 1
             result = step(x, y)
-            if calls == call:
+            if calls == batch:
                 for number in signals:
                     os.kill(os.getpid(), number)
             return result
 
         return signalling_step
 
-    monkeypatch.setattr(accumrun.run, "make_train_step", make_signalling_step)
+    monkeypatch.setattr(TrainingSetup, "make_step", make_signalling_step)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signal_number", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_number: int, exit_code: int
@@ -58,16 +62,16 @@ def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
     path = tiny_config(tmp_path, training={"epochs": 3}, output={"tensorboard": False})
     reference = train(load_config(path), tmp_path / "reference", quiet=True)
 
-    # 3 batches per epoch: call 5 is the middle batch of epoch 2, so the run stops mid-epoch.
-    signal_at_call(monkeypatch, 5, [signal_number])
-    with pytest.raises(TrainingInterrupted) as stopped:
+    # 3 batches per epoch: batch 5 is the middle batch of epoch 2, so the run stops mid-epoch.
+    signal_after_batch(monkeypatch, 5, [signal_number])
+    with pytest.raises(Interrupted) as stopped:
         train(load_config(path), tmp_path / "run", quiet=True)
+    monkeypatch.undo()
     assert stopped.value.exit_code == exit_code
     assert f"at epoch 2, batch 2; saved {tmp_path / 'run' / 'checkpoints'}" in stopped.value.message
-    assert stopped.value.message.endswith(f"resume with: accumrun train --resume {tmp_path / 'run'}")
+    assert stopped.value.message.endswith(f"resume with: {resume_command(tmp_path / 'run')}")
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "interrupted"
     assert len(training_rows(tmp_path / "run")) == 1
-    monkeypatch.undo()
 
     resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
     for mine, theirs in zip(resumed.model.variables, reference.model.variables, strict=True):
@@ -81,27 +85,48 @@ def test_a_second_ctrl_c_stops_at_once_and_leaves_the_last_checkpoint_valid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tiny_config(tmp_path, training={"epochs": 3})
-    signal_at_call(monkeypatch, 5, [signal.SIGINT, signal.SIGINT])
+    signal_after_batch(monkeypatch, 5, [signal.SIGINT, signal.SIGINT])
     with pytest.raises(KeyboardInterrupt):
         train(load_config(path), tmp_path / "run", quiet=True)
+    monkeypatch.undo()
     status = json.loads((tmp_path / "run" / "run.json").read_text())
     assert status["status"] == "interrupted" and "second Ctrl-C" in status["reason"]
     checkpoints = CheckpointStore(tmp_path / "run" / "checkpoints", keep=3).checkpoints()
-    assert [c.name for c in checkpoints] == ["ckpt-epoch00001-batch0000000.npz"]
+    assert [c.name for c in checkpoints] == ["ckpt-epoch00001-batch0000003.npz"]
     assert not list((tmp_path / "run" / "checkpoints").glob(".*"))
-    monkeypatch.undo()
     resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
     assert [row["epoch"] for row in resumed.metrics] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_resume_can_extend_a_finished_run_and_matches_a_longer_one(tmp_path: Path) -> None:
-    path = tiny_config(tmp_path, output={"tensorboard": False})
+    path = tiny_config(tmp_path, training={"epochs": 1}, output={"tensorboard": False})
     train(load_config(path), tmp_path / "run", quiet=True)
-    with pytest.raises(ConfigError, match="has finished its 2 epochs; pass --epochs N"):
+    with pytest.raises(ConfigError, match="has finished its 1 epoch; pass --epochs N"):
         train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
-    extended = load_resume_config(tmp_path / "run", None, ["training.epochs=3"])
+    extended = load_resume_config(tmp_path / "run", None, ["training.epochs=2"])
     train(extended, tmp_path / "run", quiet=True, resume=True)
-    train(load_config(path, ["training.epochs=3"]), tmp_path / "longer", quiet=True)
+    train(load_config(path, ["training.epochs=2"]), tmp_path / "longer", quiet=True)
+    assert training_rows(tmp_path / "run") == training_rows(tmp_path / "longer")
+
+
+@pytest.mark.slow
+def test_checkpoints_count_epochs_as_the_console_does_and_old_names_still_load(tmp_path: Path) -> None:
+    path = tiny_config(tmp_path, output={"tensorboard": False, "checkpoint_every_updates": 2})
+    train(load_config(path, ["training.epochs=1"]), tmp_path / "run", quiet=True)
+    folder = tmp_path / "run" / "checkpoints"
+    # 3 batches an epoch: update 2 is epoch 1, batch 2; the epoch's end is its batch 3, not batch 0 of epoch 2.
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "ckpt-epoch00001-batch0000002.npz",
+        "ckpt-epoch00001-batch0000003.npz",
+    ]
+    # Earlier versions named the end of epoch 1 after the next epoch's start, and counted epochs from 0; the
+    # newest is found by the position inside, whatever the names say.
+    (folder / "ckpt-epoch00001-batch0000003.npz").rename(folder / "ckpt-epoch00001-batch0000000.npz")
+    (folder / "ckpt-epoch00001-batch0000002.npz").rename(folder / "ckpt-epoch00000-batch0000002.npz")
+    assert CheckpointStore(folder, keep=3).latest() == folder / "ckpt-epoch00001-batch0000000.npz"
+    train(load_resume_config(tmp_path / "run", None, ["training.epochs=2"]), tmp_path / "run", quiet=True, resume=True)
+    train(load_config(path, ["training.epochs=2"]), tmp_path / "longer", quiet=True)
     assert training_rows(tmp_path / "run") == training_rows(tmp_path / "longer")
 
 
@@ -110,7 +135,7 @@ def test_checkpoints_every_n_updates_keep_the_newest(tmp_path: Path) -> None:
     train(load_config(path), tmp_path / "run", quiet=True)
     names = [c.name for c in CheckpointStore(tmp_path / "run" / "checkpoints", keep=2).checkpoints()]
     # Updates 2, 4, 6, 8 fall inside epochs; the newest two are update 8 (epoch 3, batch 2) and the end.
-    assert names == ["ckpt-epoch00002-batch0000002.npz", "ckpt-epoch00003-batch0000000.npz"]
+    assert names == ["ckpt-epoch00003-batch0000002.npz", "ckpt-epoch00003-batch0000003.npz"]
 
 
 def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path: Path) -> None:

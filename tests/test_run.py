@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from accumrun.config import load_config
-from accumrun.data import load_dataset
-from accumrun.errors import ConfigError
-from accumrun.models import build_model
-from accumrun.run import TrainingDiverged, train
-from accumrun.step import sparse_categorical_crossentropy
-from tests.conftest import tiny_config
+from accumrun import train
+from accumrun.config.loading import load_config
+from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.data.dataset import load_dataset
+from accumrun.errors import ConfigError, TrainingDiverged
+from accumrun.models.builders import build_model
+from tests.helpers import tiny_config
 
 DESIGN_KEYS = {
     "epoch",

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from accumrun.split import effective_subdivisions, sub_batch_sizes
+from accumrun.core.split import effective_subdivisions, sub_batch_sizes
 
 PROPERTY = settings(max_examples=200, deadline=None)
 

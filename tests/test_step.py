@@ -7,31 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from accumrun.batches import BatchFeeder
-from accumrun.step import make_gradient_fn, make_train_step, sparse_categorical_crossentropy
-
-FEATURES, CLASSES = 5, 3
-
-
-def dense_model(seed: int = 0, regularized: bool = False) -> keras.Model:
-    """A BatchNorm-free float32 model, so subdivisions must not change its trajectory."""
-    keras.utils.set_random_seed(seed)
-    regularizer = keras.regularizers.L2(0.05) if regularized else None
-    return keras.Sequential(
-        [
-            keras.Input((FEATURES,)),
-            keras.layers.Dense(7, activation="tanh", kernel_regularizer=regularizer),
-            keras.layers.Dense(CLASSES),
-        ]
-    )
-
-
-def make_data(samples: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(samples, FEATURES)).astype(np.float32)
-    y = rng.integers(CLASSES, size=samples).astype(np.int32)
-    return x, y
-
+from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.step import make_gradient_fn, make_train_step
+from accumrun.data.feeder import BatchFeeder
+from tests.helpers import dense_model, make_data, max_difference
 
 OPTIMIZERS = {
     "sgd": lambda: keras.optimizers.SGD(0.2, momentum=0.5),
@@ -52,16 +31,12 @@ def train_weights(
     """Train from fixed weights over fixed batches; return the final weights, optimizer and step."""
     model = dense_model(regularized=regularized)
     opt = make_optimizer() if make_optimizer else OPTIMIZERS[optimizer]()
-    step = make_train_step(model, sparse_categorical_crossentropy, opt, subdivisions, jit_compile)
+    step = make_train_step(model, sparse_categorical_crossentropy, opt, subdivisions, jit_compile=jit_compile)
     x, y = make_data(samples)
     for _ in range(epochs):
         for start in range(0, samples, batch_size):
             step(tf.constant(x[start : start + batch_size]), tf.constant(y[start : start + batch_size]))
     return [v.numpy() for v in model.trainable_variables], opt, step
-
-
-def max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
-    return max(float(np.max(np.abs(p - q))) for p, q in zip(a, b, strict=True))
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
@@ -149,6 +124,7 @@ def test_learning_rate_schedule_counts_batches() -> None:
     assert float(optimizer.learning_rate) == pytest.approx(0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("subdivisions", [3, 4])
 def test_xla_compiled_sub_batches_give_the_same_training(subdivisions: int) -> None:
     reference, _, _ = train_weights(1, batch_size=10)

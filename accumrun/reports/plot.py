@@ -1,58 +1,24 @@
-"""Loss curves of finished runs: read ``metrics.jsonl`` and draw training and validation loss per epoch."""
+"""Loss curves of runs: training and validation loss per epoch from their ``metrics.jsonl`` rows."""
 
 from __future__ import annotations
 
-import json
-import os
-import uuid
 from pathlib import Path
 from typing import Any
 
 from accumrun.errors import DataError
+from accumrun.rundir.atomic import write_atomically
 
 _MARKER_EPOCHS = 30  # beyond this many epochs markers merge into a thick line and only add clutter
-
-
-def load_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """Read the per-epoch rows that a run wrote to ``run_dir/metrics.jsonl``.
-
-    Args:
-        run_dir: A run directory, as written by ``accumrun train``.
-
-    Returns:
-        One dict per epoch, in file order.
-
-    Raises:
-        DataError: The directory or file is missing, a line is not a JSON object, or there are no rows.
-    """
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise DataError(str(path), "no metrics.jsonl; is this a run directory?")
-    rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue  # a trailing blank line is harmless
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(str(path), f"line {number} is not JSON: {error.msg}", line.strip()[:80]) from None
-            if not isinstance(row, dict):
-                raise DataError(str(path), f"line {number} is not a JSON object", row)
-            rows.append(row)
-    if not rows:
-        raise DataError(str(path), "has no rows; did the run finish an epoch?")
-    return rows
 
 
 def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str = "") -> Path:
     """Draw training and validation loss against epoch, one line per curve, and save a PNG.
 
     Args:
-        curves: Legend label -> metrics rows (as from :func:`load_metrics`); rows need ``epoch`` and ``loss``,
-            ``val_loss`` is optional. The validation panel is left out when no row has ``val_loss``.
-        out: Where the PNG goes; its folder is created. Written under a temporary name and renamed, so it is
-            either complete or absent.
+        curves: Legend label -> metrics rows (as from :func:`accumrun.rundir.metrics.load_metrics`); rows need
+            ``epoch`` and ``loss``, ``val_loss`` is optional. The validation panel is left out when no row has
+            ``val_loss``.
+        out: Where the PNG goes; its folder is created. Written atomically, so it is either complete or absent.
         title: Figure title; none when empty.
 
     Returns:
@@ -87,7 +53,7 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
     figure = Figure(figsize=(width, 4.5), layout="constrained")
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, (key, name) in zip(axes, panels, strict=True):
-        values = []
+        values: list[float] = []
         for index, (label, rows) in enumerate(curves.items()):
             points = [(row["epoch"], row[key]) for row in rows if key in row]
             if not points:
@@ -117,12 +83,4 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
     if title:
         figure.suptitle(title)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # A plain unique name (not mkstemp) so the PNG gets the usual umask permissions instead of 0600.
-    partial = out.with_name(f".{out.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.png")
-    try:
-        figure.savefig(partial, dpi=120, format="png")
-        os.replace(partial, out)
-    finally:
-        partial.unlink(missing_ok=True)
-    return out
+    return write_atomically(out, lambda temporary: figure.savefig(temporary, dpi=120, format="png"))

@@ -9,9 +9,9 @@ import keras
 import progressbar
 import tensorflow as tf
 
-from accumrun.config import Config
-from accumrun.data import Dataset
-from accumrun.split import describe_plan
+from accumrun.config.schema import Config
+from accumrun.core.split import describe_plan
+from accumrun.data.dataset import Dataset
 
 
 def device_name() -> str:
@@ -39,9 +39,9 @@ def describe_setup(
 
 def _plan(config: Config, train_size: int, batch_size: int, replicas: int) -> str:
     training = config.training
-    if training.subdivisions == "auto":
+    if training.fixed_subdivisions is None:
         return f"batch {batch_size:,}; subdivisions: auto (the fewest that fit in memory, tried on the first batch)"
-    return describe_plan(train_size, batch_size, training.subdivisions, training.drop_remainder, replicas)
+    return describe_plan(train_size, batch_size, training.fixed_subdivisions, training.drop_remainder, replicas)
 
 
 def progress_bar(count: int, epoch: int, epochs: int, done: int = 0) -> progressbar.ProgressBar | None:

@@ -4,7 +4,8 @@
 on ``logical_cpus`` slices of the CPU, to try it without GPUs); ``multi_worker`` on the devices of several hosts,
 whose cluster the standard ``TF_CONFIG`` environment variable describes. Logical devices and the multi-worker
 runtime must be set up before TensorFlow creates its devices, so :func:`create_strategy` is called first thing
-(the command line does so before anything else touches TensorFlow) and remembers its strategy for the process.
+(the command line does so before anything else touches TensorFlow), once per process, and the strategy is
+passed down as a value.
 """
 
 from __future__ import annotations
@@ -16,26 +17,17 @@ from typing import Any
 
 import tensorflow as tf
 
-from accumrun.config import DistributeConfig
+from accumrun.config.schema import DistributeConfig
 from accumrun.errors import ConfigError
-
-_created: dict[tuple[str, int | None], tf.distribute.Strategy | None] = {}
 
 
 def create_strategy(config: DistributeConfig) -> tf.distribute.Strategy | None:
-    """The strategy that ``config`` asks for, or None for one device; created once per process.
+    """The strategy that ``config`` asks for, or None for one device.
 
     Raises:
         ConfigError: ``multi_worker`` without a usable ``TF_CONFIG``, or ``logical_cpus`` asked for after
             TensorFlow has created its devices.
     """
-    key = (config.strategy, config.logical_cpus)
-    if key not in _created:
-        _created[key] = _create(config)
-    return _created[key]
-
-
-def _create(config: DistributeConfig) -> tf.distribute.Strategy | None:
     name = config.strategy
     if name == "auto":
         # Physical devices can be listed without creating the runtime's devices.
@@ -60,7 +52,7 @@ def _split_cpu(count: int) -> list[str]:
             raise ConfigError(
                 "distribute.logical_cpus",
                 "must be set before TensorFlow creates its devices (the accumrun command does so; in Python, call "
-                "accumrun.distribute.create_strategy before anything else uses TensorFlow)",
+                "accumrun.training.distribute.create_strategy before anything else uses TensorFlow)",
                 count,
             ) from None
     return [device.name for device in tf.config.list_logical_devices("CPU")]

@@ -8,10 +8,14 @@ complete one stays valid either way.
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 
 class StopRequests:
@@ -21,7 +25,8 @@ class StopRequests:
 
     def __init__(self) -> None:
         self.signal_number: int | None = None
-        self._previous: dict[int, object] = {}
+        # The handlers to put back on exit, as signal.signal returns them.
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
 
     @property
     def requested(self) -> bool:
@@ -48,3 +53,9 @@ class StopRequests:
         self.signal_number = number
         name = signal.Signals(number).name
         print(f"\n{name}: stopping after this batch (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that resumes the run in ``run_dir``, runnable as printed: this interpreter, by its full path,
+    runs ``-m accumrun``, so it works outside an activated virtual environment too."""
+    return shlex.join([sys.executable, "-m", "accumrun", "train", "--resume", str(run_dir)])

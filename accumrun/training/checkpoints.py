@@ -2,15 +2,18 @@
 
 A checkpoint is one ``.npz`` file holding every model variable (weights, BatchNorm statistics, dropout seed
 state), every optimizer variable (its iteration counter and moments) and a :class:`Position`. The data order
-needs nothing more: it is a function of the seed and the epoch (:func:`accumrun.data.epoch_order`), so the
-position says where to pick it up. Files are written under a temporary name and renamed, so a run killed at any
-instant leaves only complete checkpoints.
+needs nothing more: it is a function of the seed and the epoch (:func:`accumrun.data.dataset.epoch_order`), so
+the position says where to pick it up. Files are written atomically, so a run killed at any instant leaves only
+complete checkpoints.
+
+Names count as the console does: ``ckpt-epochEEEEE-batchBBBBBBB.npz`` is taken after batch B (1..n) of epoch E
+(1-based); the epoch-end checkpoint is ``batch{n}``. The position inside the file is what counts, so files named
+the old way (0-based epochs) still load, and the newest is found by position, not by name.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,11 +21,15 @@ import keras
 import numpy as np
 
 from accumrun.errors import ConfigError
+from accumrun.rundir.atomic import write_atomically
 
 
 @dataclass
 class Position:
-    """Where a run stands: ``batch`` batches done in epoch ``epoch`` (0-based), and that epoch's sums so far."""
+    """Where a run stands: ``batch`` batches done in epoch ``epoch`` (0-based), and that epoch's sums so far.
+
+    The end of an epoch is the start of the next one: ``Position(epoch=e + 1)``.
+    """
 
     epoch: int = 0
     batch: int = 0
@@ -33,39 +40,49 @@ class Position:
     loss_scale_skips: int = 0
     train_seconds: float = 0.0
 
+    def counted(self, batches_per_epoch: int) -> tuple[int, int]:
+        """``(epoch, batch)`` as the console counts: the 1-based epoch and the batches done in it. The end of
+        an epoch is that epoch's last batch, not batch 0 of the next."""
+        if self.batch == 0 and self.epoch > 0:
+            return self.epoch, batches_per_epoch
+        return self.epoch + 1, self.batch
+
+    def checkpoint_name(self, batches_per_epoch: int) -> str:
+        """The file stem, counted as the console counts: ``ckpt-epoch00002-batch0000005``."""
+        epoch, batch = self.counted(batches_per_epoch)
+        return f"ckpt-epoch{epoch:05d}-batch{batch:07d}"
+
     @property
-    def name(self) -> str:
-        """The checkpoint's file stem; sorting the stems sorts the positions."""
-        return f"ckpt-epoch{self.epoch:05d}-batch{self.batch:07d}"
+    def order(self) -> tuple[int, int]:
+        """A key that sorts positions in training order."""
+        return self.epoch, self.batch
 
 
 class CheckpointStore:
     """The ``checkpoints/`` folder of a run, keeping the newest ``keep`` checkpoints."""
 
-    def __init__(self, folder: Path, keep: int) -> None:
+    def __init__(self, folder: Path, keep: int, batches_per_epoch: int = 0) -> None:
         self.folder = folder
         self._keep = keep
+        self._batches_per_epoch = batches_per_epoch
 
     def save(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, position: Position) -> Path:
         """Write a checkpoint of the current state at ``position``, then drop the oldest beyond ``keep``."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         arrays = {f"model/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
         arrays.update({f"optimizer/{i}": np.asarray(v.numpy()) for i, v in enumerate(optimizer.variables)})
         arrays["position"] = np.array(json.dumps(asdict(position)))
-        path = self.folder / f"{position.name}.npz"
-        partial = self.folder / f".{position.name}.partial.npz"
-        with partial.open("wb") as file:
-            np.savez(file, **arrays)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(partial, path)
+        path = self.folder / f"{position.checkpoint_name(self._batches_per_epoch)}.npz"
+        # numpy's stub has a keyword `allow_pickle: bool`, which mypy lets **arrays fill; no key here is that name.
+        write_atomically(path, lambda temporary: np.savez(temporary, **arrays))  # type: ignore[arg-type]
         for old in self.checkpoints()[: -self._keep]:
             old.unlink()
         return path
 
     def checkpoints(self) -> list[Path]:
-        """The complete checkpoints, oldest first."""
-        return sorted(self.folder.glob("ckpt-*.npz")) if self.folder.is_dir() else []
+        """The complete checkpoints, oldest first (by the position stored in each)."""
+        if not self.folder.is_dir():
+            return []
+        return sorted(self.folder.glob("ckpt-*.npz"), key=lambda path: (_stored_position(path).order, path.name))
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or None."""
@@ -92,3 +109,13 @@ class CheckpointStore:
             for variable, value in zip(variables, values, strict=True):
                 variable.assign(value)
         return Position(**json.loads(str(arrays["position"])))
+
+
+def _stored_position(path: Path) -> Position:
+    """The position inside a checkpoint; an unreadable file sorts first, so it is never taken as the newest."""
+    try:
+        with np.load(path) as stored:
+            # An .npz is a zip: this reads the one small member, not the weights.
+            return Position(**json.loads(str(stored["position"])))
+    except (OSError, ValueError, KeyError, TypeError):
+        return Position(epoch=-1)

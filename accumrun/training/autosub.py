@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
+from accumrun.core.step import Step
 from accumrun.errors import ConfigError
-
-Step = Callable[[tf.Tensor, tf.Tensor], object]
 
 
 @dataclass
@@ -26,9 +25,8 @@ class AutoChoice:
     """The chosen subdivisions, the step compiled for it, and every count tried, in order."""
 
     subdivisions: int
-    step: Step
+    step: Step = field(init=False)  # set by choose_subdivisions before it returns the choice
     tried: list[int] = field(default_factory=list)
-    probed_in_subprocess: bool = False
 
 
 def first_subdivisions(batch_size: int, max_sub_batch: int | None) -> int:
@@ -56,7 +54,7 @@ def choose_subdivisions(
     """
     batch_size = int(x.shape[0])
     snapshot = [v.numpy() for v in state]
-    choice = AutoChoice(first_subdivisions(batch_size, max_sub_batch), step=None)
+    choice = AutoChoice(first_subdivisions(batch_size, max_sub_batch))
     try:
         while True:
             choice.tried.append(choice.subdivisions)
@@ -106,7 +104,6 @@ def _next_or_give_up(choice: AutoChoice, batch_size: int, echo: Callable[[str], 
 def _probe_fresh_processes(
     choice: AutoChoice, batch_size: int, fits: Callable[[int], bool], echo: Callable[[str], None]
 ) -> None:
-    choice.probed_in_subprocess = True
     while True:
         echo(f"probing subdivisions {choice.subdivisions} in a fresh process")
         if fits(choice.subdivisions):

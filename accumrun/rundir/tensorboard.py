@@ -19,15 +19,13 @@ class TensorBoardLog:
         self._every_updates = every_updates
         self._update_counter = update_counter
 
-    @property
-    def logs_updates(self) -> bool:
-        """Whether :meth:`update` writes anything (per-update logging is on)."""
-        return self._writer is not None and bool(self._every_updates)
-
     def update(self, batch_loss: float) -> None:
         """Log the mean loss of the batch just applied, every ``every_updates`` optimizer updates."""
+        # Checked before the counter is read: reading it waits for the device, which is wasted when not logging.
+        if self._writer is None or not self._every_updates:
+            return
         step = int(self._update_counter.numpy())
-        if not self.logs_updates or step % self._every_updates:
+        if step % self._every_updates:
             return
         with self._writer.as_default(step=step):
             tf.summary.scalar("update/loss", batch_loss)

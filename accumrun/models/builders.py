@@ -9,7 +9,7 @@ from typing import Any
 
 import keras
 
-from accumrun.config import CustomModelConfig, DarknetCnnConfig, MlpConfig
+from accumrun.config.schema import CustomModelConfig, DarknetCnnConfig, MlpConfig
 from accumrun.errors import ConfigError, DataError
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from accumrun.core.split import epoch_batches
+
 
 class BatchFeeder:
     """Serves batches of ``(x, y)`` of ``batch_size`` samples in a given sample order, prefetched.
@@ -21,7 +23,7 @@ class BatchFeeder:
             self._x = tf.constant(x)
             self._y = tf.constant(y)
             self._order = tf.Variable(tf.range(samples, dtype=tf.int64), trainable=False)
-        self.count = samples // batch_size if drop_remainder else -(-samples // batch_size)
+        self.count = epoch_batches(samples, batch_size, drop_remainder)[0]
         """The number of batches in a pass."""
 
         def gather(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

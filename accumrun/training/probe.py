@@ -1,6 +1,6 @@
 """One batch in a fresh process: does this many subdivisions fit in memory? Used by ``subdivisions: auto``.
 
-``python -m accumrun.probe CONFIG`` builds the run CONFIG describes, trains its first batch once with
+``python -m accumrun.training.probe CONFIG`` builds the run CONFIG describes, trains its first batch once with
 ``training.subdivisions`` and exits 0 when it fits, 3 when TensorFlow runs out of memory, and 1 on any other
 failure.
 """
@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from accumrun.config import Config
+from accumrun.config.schema import Config
 from accumrun.errors import ConfigError
 
 OUT_OF_MEMORY = 3
@@ -20,12 +20,11 @@ OUT_OF_MEMORY = 3
 
 def fits_in_fresh_process(config: Config, subdivisions: int, timeout: float = 600) -> bool:
     """Whether the first batch of ``config`` trains with ``subdivisions`` in a new Python process."""
-    training = config.training.model_copy(update={"subdivisions": subdivisions})
     with tempfile.TemporaryDirectory(prefix="accumrun-probe-") as folder:
         path = Path(folder) / "config.yaml"
-        path.write_text(config.model_copy(update={"training": training}).to_yaml())
+        path.write_text(config.with_subdivisions(subdivisions).to_yaml())
         result = subprocess.run(
-            [sys.executable, "-m", "accumrun.probe", str(path)],
+            [sys.executable, "-m", "accumrun.training.probe", str(path)],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -40,14 +39,17 @@ def main(config_path: str) -> int:
     """Train the first batch of the config once; return the exit code."""
     import tensorflow as tf
 
-    from accumrun.config import load_config
-    from accumrun.run import build_training, first_batch
+    from accumrun.config.loading import load_config
+    from accumrun.training.setup import build_training
 
     config = load_config(config_path)
+    subdivisions = config.training.fixed_subdivisions
+    if subdivisions is None:
+        raise ConfigError("training.subdivisions", "the probe needs a number", config.training.subdivisions)
     setup = build_training(config)
-    x, y = first_batch(config, setup.dataset, setup.batch_size)
+    x, y = setup.first_batch()
     try:
-        setup.make_step(config.training.subdivisions)(x, y)
+        setup.make_step(subdivisions)(x, y)
     except tf.errors.ResourceExhaustedError:
         return OUT_OF_MEMORY
     return 0

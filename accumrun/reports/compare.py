@@ -1,13 +1,14 @@
 """Subdivisions on vs off: the same config trained under several subdivision counts, side by side.
 
-Each variant is a separate ``accumrun train`` process, so that its peak memory is its own. All variants share
-the seed, hence the initial weights and every epoch's data order; only ``training.subdivisions`` differs.
+Each variant is a separate ``accumrun train`` process, so that its peak memory is its own, and a run folder of
+its own (with its TensorBoard scalars, so ``tensorboard --logdir COMPARE_DIR`` overlays the variants). All
+variants share the seed, hence the initial weights and every epoch's data order; only ``training.subdivisions``
+differs.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -18,14 +19,17 @@ from typing import Any
 import click
 import numpy as np
 
-from accumrun.plot import load_metrics, plot_curves
+from accumrun.reports.plot import plot_curves
+from accumrun.rundir.atomic import write_text_atomically
+from accumrun.rundir.metrics import load_metrics
 
 
 @dataclass
 class Variant:
     """One trained variant: its subdivisions, where it ran, and how it went."""
 
-    subdivisions: int
+    subdivisions: int | str
+    """A count, or ``auto`` (the variant settles it and records the count in its metrics rows)."""
     run_dir: Path
     status: str = "pending"
     error: str | None = None
@@ -35,19 +39,23 @@ class Variant:
     @property
     def label(self) -> str:
         name = "off (subdivisions 1)" if self.subdivisions == 1 else f"subdivisions {self.subdivisions}"
+        if self.subdivisions == "auto" and self.metrics:
+            name += f" ({self.metrics[-1]['subdivisions']})"
         if not self.metrics:
             return f"{name}: {self.status}"
         seconds, rss = _median_seconds(self.metrics), _peak(self.metrics, "peak_rss_mib")
         return f"{name}: {seconds:.2f} s/epoch, peak {rss:,.0f} MiB RSS"
 
 
-def run_variants(config_path: Path, overrides: list[str], subdivisions: list[int], out_dir: Path) -> list[Variant]:
+def run_variants(
+    config_path: Path, overrides: list[str], subdivisions: list[int | str], out_dir: Path
+) -> list[Variant]:
     """Train one variant per subdivision count into ``out_dir/subdivisions-N``; a failure does not stop the rest."""
     variants = []
     for count in subdivisions:
         variant = Variant(count, out_dir / f"subdivisions-{count}")
         click.echo(f"== training with subdivisions {count} -> {variant.run_dir}")
-        command = [sys.executable, "-m", "accumrun", "train", str(config_path), "--quiet", "--no-tensorboard"]
+        command = [sys.executable, "-m", "accumrun", "train", str(config_path), "--quiet"]
         command += [arg for override in overrides for arg in ("--set", override)]
         command += ["--subdivisions", str(count), "--run-dir", str(variant.run_dir)]
         # stderr is captured to report the failure; a crash of one variant must not end the comparison.
@@ -131,10 +139,7 @@ def write_report(variants: list[Variant], out_dir: Path, config_path: Path) -> t
         "config": str(config_path),
         "variants": [{**asdict(v), "run_dir": str(v.run_dir), "label": v.label} for v in variants],
     }
-    json_path = out_dir / "compare.json"
-    partial = json_path.with_name(".compare.json.partial")
-    partial.write_text(json.dumps(report, indent=2) + "\n")
-    os.replace(partial, json_path)
+    json_path = write_text_atomically(out_dir / "compare.json", json.dumps(report, indent=2) + "\n")
     curves = {v.label: v.metrics for v in variants if v.metrics}
     png_path = (
         plot_curves(curves, out_dir / "compare.png", title=f"{config_path.name}: subdivisions compared")

@@ -12,7 +12,7 @@ from typing import Any
 
 import keras
 
-from accumrun.config import OptimizerConfig, ScheduleConfig
+from accumrun.config.schema import OptimizerConfig, ScheduleConfig
 from accumrun.errors import ConfigError
 
 # Keras' own accumulation would accumulate again across our batches and break the one-update-per-batch rule.
@@ -93,7 +93,7 @@ def _find_class(classes: dict[str, type], name: str, path: str, kind: str) -> ty
     raise ConfigError(path, f"unknown {kind}; {hint}", name)
 
 
-def _check_keywords(cls: type, keywords: dict[str, Any], path: str) -> None:
+def _check_keywords(cls: type[object], keywords: dict[str, Any], path: str) -> None:
     parameters = inspect.signature(cls.__init__).parameters
     accepted = [name for name, p in parameters.items() if name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
     for key, value in keywords.items():

@@ -1,0 +1,182 @@
+"""Loading a config: YAML file (or mapping) < ``--set`` overrides, validated, with every problem listed at once.
+
+Each problem names its key path, what is wrong and the value given. Resuming a run loads its saved
+``config.yaml`` and refuses changes to anything the run's updates depend on.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from accumrun.config.schema import MODEL_SECTIONS, UNION_TAGS, Config, cross_field_problems
+from accumrun.errors import ConfigError, ConfigProblems, describe
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 as PyYAML reads it, except that ``1e-3`` is a float, as YAML 1.2 and most YAML-based tools have it.
+
+    PyYAML's 1.1 float pattern needs a dot in the mantissa and a sign in the exponent, so it reads ``1e-3`` and
+    ``5e4`` as strings, and a learning rate written that way would be refused as "not a number".
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_config(source: str | Path | dict[str, Any], overrides: Sequence[str] = ()) -> Config:
+    """Read a YAML config (a file, or a mapping of sections), apply ``key.path=value`` overrides and validate.
+
+    Raises:
+        ConfigError: the file is missing or not YAML, an override is malformed, or any value is invalid
+            (all invalid values are listed in one error).
+    """
+    if isinstance(source, dict):
+        raw, name = copy.deepcopy(source), "the config"
+    else:
+        raw, name = _read_yaml(Path(source)), str(source)
+    for override in overrides:
+        _apply_override(raw, override)
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigProblems(name, [_describe_pydantic_error(e) for e in error.errors()]) from None
+    problems = cross_field_problems(config)
+    if problems:
+        raise ConfigProblems(name, problems)
+    return config
+
+
+# What may change when a run is resumed: more epochs, where and how often it writes, and the devices it runs on
+# (the replicas share each global batch, so the updates do not depend on how many there are).
+_RESUMABLE_CHANGES = ("training.epochs", "output.", "distribute.")
+
+
+def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
+    """The config to resume the run in ``run_dir`` with: its saved ``config.yaml``, or ``config_path``, plus
+    ``overrides``. Only ``training.epochs``, ``output.*`` and ``distribute.*`` may differ from the config the run
+    started with.
+
+    Raises:
+        ConfigError: ``run_dir`` is not a run directory, or the config changes something the run depends on.
+    """
+    saved_path = run_dir / "config.yaml"
+    if not run_dir.is_dir():
+        raise ConfigError("--resume", "does not exist", str(run_dir))
+    if not saved_path.is_file():
+        raise ConfigError("--resume", "is not an accumrun run directory (it has no config.yaml)", str(run_dir))
+    saved = load_config(saved_path)
+    config = load_config(config_path or saved_path, overrides)
+    if config.training.fixed_subdivisions is None:
+        # The run settled 'auto' when it started and saved the value it chose; keep that value.
+        config = config.with_subdivisions(saved.training.subdivisions)
+    changed = [
+        f"{key} ({before!r} -> {after!r})"
+        for key, (before, after) in _differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
+        if not key.startswith(_RESUMABLE_CHANGES)
+    ]
+    if changed:
+        raise ConfigError(
+            "--resume",
+            f"the config differs from the run's in {', '.join(changed)}; "
+            "only training.epochs, output.* and distribute.* may change",
+        )
+    return config
+
+
+def _differences(before: Any, after: Any, prefix: str = "") -> list[tuple[str, tuple[Any, Any]]]:
+    """The dotted keys whose values differ between two nested mappings, with both values."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = list(dict.fromkeys([*before, *after]))
+        return [d for k in keys for d in _differences(before.get(k), after.get(k), f"{prefix}{k}.")]
+    return [] if before == after else [(prefix.rstrip("."), (before, after))]
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(str(path), "config file not found")
+    try:
+        raw = yaml.load(path.read_text(), Loader=_Loader)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(str(path), f"invalid YAML{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), "not a text file") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), "the top level must be a mapping of sections", type(raw).__name__)
+    return raw
+
+
+def _apply_override(raw: dict[str, Any], override: str) -> None:
+    """Set ``a.b.c=value`` in the raw mapping; the value is parsed as a YAML scalar or list."""
+    key, sep, text = override.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise ConfigError("--set", "expected KEY=VALUE with a dotted key such as training.subdivisions=4", override)
+    try:
+        value = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(".".join(parts[: depth + 1]), f"is not a section, so --set {key} cannot apply", child)
+        node = child
+    node[parts[-1]] = value
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _describe_pydantic_error(error: ErrorDetails) -> str:
+    loc = tuple(error["loc"])
+    section_classes = _section_classes_along(loc)
+    # Tagged unions add their tag to the location; users never wrote it, so drop it.
+    loc = tuple(part for i, part in enumerate(loc) if not (i > 0 and part in UNION_TAGS.get(str(loc[i - 1]), ())))
+    path = _dotted(loc)
+    if error["type"] == "extra_forbidden":
+        known = list(section_classes[-1].model_fields) if section_classes else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else f"; known keys: {', '.join(known)}"
+        return describe(path, f"unknown key{hint}")
+    if error["type"] == "missing":
+        return describe(path, "required key is missing")
+    message = error["msg"].removeprefix("Value error, ")
+    return describe(path, message[0].lower() + message[1:], error["input"])
+
+
+def _section_classes_along(loc: tuple[Any, ...]) -> list[type[BaseModel]]:
+    """The schema classes that the error location passes through (its last one holds the offending key)."""
+    classes: list[type[BaseModel]] = [Config]
+    for i, part in enumerate(loc[:-1]):
+        if loc[0] == "model" and i == 1 and part in MODEL_SECTIONS:
+            classes.append(MODEL_SECTIONS[part])
+            continue
+        field = classes[-1].model_fields.get(part) if isinstance(part, str) else None
+        annotation = getattr(field, "annotation", None)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            classes.append(annotation)
+    return classes

@@ -1,0 +1,287 @@
+"""The accumulation step: one compiled call per batch, one optimizer update per batch.
+
+The rule: a batch of ``n`` samples is cut into ``s = min(subdivisions, n)`` sub-batches (see
+:mod:`accumrun.split`). Each sub-batch runs forward and backward on the *sum* of its per-sample losses divided
+by ``n``, the whole batch's sample count. Summing those gradients over the sub-batches therefore gives exactly
+the gradient of the batch's mean loss, however unevenly the batch splits: it is the sample-weighted mean of the
+sub-batch mean gradients. Recipes that average the ``s`` sub-batch means (divide by ``s``) are wrong whenever
+the sub-batches differ in size.
+
+All sub-batches run inside one ``tf.function`` (autograph ``tf.while_loop`` loops: one, or one per sub-batch
+size when the batch's shape is static), slicing the batch where it already lives, on the device. Only one
+sub-batch's activations are alive at a time; the extra memory is one accumulator per trainable variable.
+
+Across replicas (``tf.distribute``), every worker holds the same global batch of ``n`` samples (the data order
+depends on the seed and the epoch alone). Replica ``r`` of ``R`` takes the contiguous slice
+``[r*n//R, (r+1)*n//R)`` (see :mod:`accumrun.core.split`) and accumulates its sub-batches as on one device,
+except that each sub-batch's loss sum is divided by ``n``, the *global* sample count. Summed over the replicas,
+those local gradients are exactly the gradient of the batch's mean loss: the single-device update, for uneven
+slices, the short last batch and empty slices too.
+
+Where the replicas' sums happen. Called in a replica context, Keras' ``optimizer.apply_gradients`` all-reduces
+(sums) the gradients itself (``_all_reduce_sum_gradients`` in ``keras/src/backend/tensorflow/optimizer.py``),
+then updates every replica's copy of the variables identically. That is the batch's one gradient reduction,
+after the sub-batch loop; this module never sums gradients across replicas itself, so they are summed exactly
+once. Before it, one small all-reduce of three numbers carries the loss sum, the correct count and how many
+replicas saw a NaN or Inf, so that every replica takes the same decision to apply the update or skip it: a
+replica that skipped alone would leave the others waiting in the gradient all-reduce. That decision and the
+update run in the cross-replica context, because ``tf.distribute`` forbids a ``tf.cond`` in a replica context
+around the synchronization that ``apply_gradients`` does (Keras' ``LossScaleOptimizer`` takes the same route).
+
+This module knows nothing of configs, files or the command line.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+
+import keras
+import tensorflow as tf
+
+from accumrun.core.losses import LossFn, correct_count
+from accumrun.core.split import sub_batch_sizes
+
+Step = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
+"""``step(x, y) -> (loss_sum, correct, applied)``: one batch, one update (see :func:`make_train_step`)."""
+
+# How many sub-batches the loop may run at once (TensorFlow's default is 10). More is faster on tiny sub-batches
+# but holds that many sub-batches' activations; benchmarks/step_speed.py --parallel measures it.
+PARALLEL_SUB_BATCHES = 1
+
+
+def _slice_rows(x: tf.Tensor, y: tf.Tensor, size: int, start: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Rows ``[start, start + size)`` of ``x`` and ``y``, with the static size ``size``."""
+    rank = x.shape.rank
+    return tf.slice(x, [start] + [0] * (rank - 1), [size] + [-1] * (rank - 1)), tf.slice(y, [start], [size])
+
+
+def make_gradient_fn(
+    model: keras.Model,
+    loss_fn: LossFn,
+    subdivisions: int,
+    jit_compile: bool = False,
+    scale_loss: Callable[[tf.Tensor], tf.Tensor] | None = None,
+) -> Callable[..., tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]]:
+    """A function ``(x, y, total=None) -> (gradients, loss_sum, correct)`` that accumulates over the sub-batches.
+
+    ``gradients`` is the gradient of the batch's mean loss (plus the model's regularization losses) with
+    respect to ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses and ``correct``
+    the number of samples whose largest logit is their label. ``total`` is the sample count that the losses are
+    divided by, ``x``'s own by default; a replica that holds one slice of a batch passes the whole batch's, so
+    that the replicas' gradients sum to the batch's (see :func:`make_train_step`); an empty slice then
+    gives zero gradients. It is not compiled by itself: call it inside a ``tf.function`` (as
+    :func:`make_train_step` does) or eagerly in tests.
+
+    When the batch's size is known at tracing (full batches, and every batch of a step compiled whole by XLA),
+    the sub-batches of each size (the sizes differ by at most one) run in a loop of their own, so that every
+    slice has a static shape: TensorFlow then runs the loop about 1.6x faster on small sub-batches, and XLA
+    can compile it at all. The sum is the same, in another order. Otherwise (the short last batch, a replica's
+    slice) one loop slices by index; with ``jit_compile`` each sub-batch's forward pass, backward pass and
+    accumulation is then one XLA cluster, compiled once per sub-batch shape. ``scale_loss`` (a loss-scale
+    optimizer's) multiplies each sub-batch's objective, so float16 gradients do not underflow; the gradients
+    returned are then scaled by it too, and are accumulated in float32 whatever the compute dtype.
+    """
+    if subdivisions < 1:
+        raise ValueError(f"subdivisions must be >= 1, got {subdivisions}")
+    variables = model.trainable_variables
+
+    def add_sub_batch(
+        x_sub: tf.Tensor, y_sub: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+        with tf.GradientTape() as tape:
+            logits = model(x_sub, training=True)
+            sub_loss_sum = tf.reduce_sum(loss_fn(y_sub, logits))
+            objective = sub_loss_sum / n_float
+            if model.losses:
+                # Regularization belongs to the batch once; each sub-batch carries its share of it.
+                share = tf.cast(tf.shape(x_sub)[0], tf.float32) / n_float
+                objective += tf.cast(tf.add_n(model.losses), tf.float32) * share
+            if scale_loss is not None:
+                objective = scale_loss(objective)
+        sub_gradients = tape.gradient(objective, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        gradients = [
+            g + tf.cast(tf.convert_to_tensor(d), tf.float32) for g, d in zip(gradients, sub_gradients, strict=True)
+        ]
+        return gradients, sub_loss_sum, correct_count(y_sub, logits)
+
+    def sum_sub_batches(
+        indices: tf.Tensor,
+        cut: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]],
+        add: Callable[..., tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]],
+        n_float: tf.Tensor,
+        totals: tuple[list[tf.Tensor], tf.Tensor, tf.Tensor],
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+        """Add the sub-batches ``cut(i)`` for ``i`` in ``indices`` to ``totals``; autograph makes the loop a
+        ``tf.while_loop``, so there is no Python round-trip per sub-batch."""
+        gradients, loss_sum, correct = totals
+        for i in indices:
+            # One iteration at a time: by default the loop may overlap up to 10 sub-batches, and with them their
+            # activations, which is the memory that subdivisions exist to save.
+            tf.autograph.experimental.set_loop_options(parallel_iterations=PARALLEL_SUB_BATCHES)
+            x_sub, y_sub = cut(i)
+            gradients, sub_loss_sum, sub_correct = add(x_sub, y_sub, n_float, gradients)
+            loss_sum += sub_loss_sum
+            correct += sub_correct
+        return gradients, loss_sum, correct
+
+    clustered_sub_batch = tf.function(add_sub_batch, jit_compile=True, reduce_retracing=True) if jit_compile else None
+
+    def accumulate(
+        x: tf.Tensor, y: tf.Tensor, total: tf.Tensor | None = None
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+        totals = (
+            [tf.zeros_like(v, dtype=tf.float32) for v in variables],
+            tf.constant(0.0, tf.float32),
+            tf.constant(0, tf.int32),
+        )
+        if x.shape[0] is not None:
+            # Static shapes: one loop per sub-batch size, each slicing a fixed size at a list of starts.
+            n_float = tf.cast(x.shape[0] if total is None else total, tf.float32)
+            sizes = sub_batch_sizes(int(x.shape[0]), subdivisions)
+            starts = [0, *itertools.accumulate(sizes[:-1])]
+            for size in sorted(set(sizes)):
+                group = tf.constant([start for start, length in zip(starts, sizes, strict=True) if length == size])
+                totals = sum_sub_batches(
+                    group, functools.partial(_slice_rows, x, y, size), add_sub_batch, n_float, totals
+                )
+            return totals
+        n = tf.shape(x)[0]
+        s = tf.minimum(tf.constant(subdivisions, tf.int32), n)
+        n_float = tf.cast(n if total is None else total, tf.float32)
+
+        def cut(i: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            start, end = i * n // s, (i + 1) * n // s
+            return x[start:end], y[start:end]
+
+        return sum_sub_batches(tf.range(s), cut, clustered_sub_batch or add_sub_batch, n_float, totals)
+
+    return accumulate
+
+
+def make_train_step(
+    model: keras.Model,
+    loss_fn: LossFn,
+    optimizer: keras.optimizers.Optimizer,
+    subdivisions: int,
+    *,
+    strategy: tf.distribute.Strategy | None = None,
+    jit_compile: bool = False,
+) -> Step:
+    """Compile ``step(x, y) -> (loss_sum, correct, applied)``: accumulate over sub-batches, then update once.
+
+    The optimizer sees one ``apply_gradients`` per call, so clipping, weight decay, its iteration counter and
+    learning-rate schedules all count batches. ``applied`` is false when the loss or a gradient is NaN or Inf:
+    that batch's update is not applied, so the weights and the optimizer state stay as they were and the caller
+    decides whether to stop or go on. A ``keras.optimizers.LossScaleOptimizer`` scales each sub-batch's loss;
+    it unscales and checks the accumulated gradients once per batch, skipping (and lowering its scale on) a
+    batch whose scaled gradients overflowed, which ``applied`` reports too.
+
+    With a ``strategy`` (the model and optimizer created in its scope), the global batch ``(x, y)`` is dealt out
+    to the replicas, each runs its sub-batches in a loop, and the two all-reduces and the update follow once
+    (see the module's docstring); ``loss_sum`` and ``correct`` are over the whole batch, and ``applied`` is false
+    when any replica saw a NaN or Inf. Loss scaling runs on one device only.
+
+    The function traces at most twice per run: once for full batches and once, with a generalized shape, for a
+    short last batch. ``jit_compile`` compiles the whole step with XLA, once per batch shape (per sub-batch
+    under a strategy; see :func:`make_gradient_fn`).
+
+    Raises:
+        ValueError: ``subdivisions`` is below 1, or a loss-scale optimizer is given with a strategy.
+    """
+    variables = model.trainable_variables
+    loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    if strategy is not None and loss_scaled:
+        raise ValueError("a LossScaleOptimizer runs on one device only; the replicated step does not scale the loss")
+    if not optimizer.built:  # a loss-scale optimizer would make its variables anew
+        if strategy is None:
+            optimizer.build(variables)
+        else:
+            with strategy.scope():
+                optimizer.build(variables)
+    accumulate = make_gradient_fn(
+        model, loss_fn, subdivisions, jit_compile, optimizer.scale_loss if loss_scaled else None
+    )
+    if strategy is not None:
+        return _replicated_step(strategy, accumulate, optimizer, variables)
+
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        gradients, loss_sum, correct = accumulate(x, y)
+        if loss_scaled:
+            # The loss-scale optimizer checks the gradients itself and skips the update on overflow.
+            updates_before = tf.identity(optimizer.iterations)
+            optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            return loss_sum, correct, optimizer.iterations > updates_before
+
+        def apply() -> tf.Tensor:
+            optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            return tf.constant(True)
+
+        applied = tf.cond(_all_finite(loss_sum, gradients), apply, lambda: tf.constant(False))
+        return loss_sum, correct, applied
+
+    # XLA needs static shapes, so a jit-compiled step keeps one trace per batch shape instead of generalizing.
+    return tf.function(train_step, jit_compile=True) if jit_compile else tf.function(train_step, reduce_retracing=True)
+
+
+def _all_finite(loss_sum: tf.Tensor, gradients: list[tf.Tensor]) -> tf.Tensor:
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in [loss_sum, *gradients]])
+
+
+def _replicated_step(
+    strategy: tf.distribute.Strategy,
+    accumulate: Callable[..., tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]],
+    optimizer: keras.optimizers.Optimizer,
+    variables: list[tf.Variable],
+) -> Step:
+    """The step of :func:`make_train_step` over the replicas of ``strategy``."""
+    replicas = strategy.num_replicas_in_sync
+
+    def replica_gradients(x: tf.Tensor, y: tf.Tensor, total: tf.Tensor) -> tuple[list[tf.Tensor], tf.Tensor]:
+        gradients, loss_sum, correct = accumulate(x, y, total)
+        not_finite = tf.logical_not(_all_finite(loss_sum, gradients))
+        # float32 counts are exact up to 2**24 correct samples per batch.
+        local = tf.stack([loss_sum, tf.cast(correct, tf.float32), tf.cast(not_finite, tf.float32)])
+        totals = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local)
+        return gradients, totals
+
+    def replica_update(gradients: list[tf.Tensor]) -> None:
+        # apply_gradients sums the replicas' gradients (the one gradient all-reduce), then updates.
+        optimizer.apply_gradients(zip(gradients, variables, strict=True))
+
+    @tf.function(reduce_retracing=True)
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        total = tf.shape(x)[0]
+
+        def replica_slice(context: tf.distribute.experimental.ValueContext) -> tuple[tf.Tensor, tf.Tensor]:
+            r = context.replica_id_in_sync_group
+            start, end = r * total // replicas, (r + 1) * total // replicas
+            return x[start:end], y[start:end]
+
+        x_parts, y_parts = strategy.experimental_distribute_values_from_function(replica_slice)
+        gradients, totals = strategy.run(replica_gradients, args=(x_parts, y_parts, total))
+        # After the all-reduce every replica holds the same totals; any local copy will do.
+        totals = strategy.experimental_local_results(totals)[0]
+
+        def update() -> tf.Tensor:
+            strategy.run(replica_update, args=(gradients,))
+            return tf.constant(True)
+
+        applied = tf.cond(tf.equal(totals[2], 0.0), update, lambda: tf.constant(False))
+        return totals[0], tf.cast(totals[1], tf.int32), applied
+
+    return train_step
+
+
+def make_eval_step(
+    model: keras.Model, loss_fn: LossFn
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """Compile ``evaluate(x, y) -> (loss_sum, correct)`` in inference mode (BatchNorm uses moving stats)."""
+
+    @tf.function(reduce_retracing=True)
+    def eval_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        logits = model(x, training=False)
+        return tf.reduce_sum(loss_fn(y, logits)), correct_count(y, logits)
+
+    return eval_step

@@ -1,0 +1,198 @@
+"""The data sources: the one table of dataset names, what each one's ``data.path`` means, how it loads, and
+where its files can be downloaded from.
+
+The config accepts the names in :data:`SOURCES`, :func:`accumrun.data.dataset.load_dataset` calls their
+loaders, and ``accumrun download`` offers the ones with a :class:`Download`. Loaders return numpy arrays as the
+files hold them; :mod:`accumrun.data.dataset` checks and converts them. This module imports neither TensorFlow
+nor the config, so the config can read the table.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from accumrun.errors import DataError
+
+if TYPE_CHECKING:
+    from accumrun.config.schema import DataConfig
+
+DATASETS_DIR = Path(__file__).resolve().parent.parent.parent / "datasets"
+"""Where bundled data lives, and where ``accumrun download`` puts files by default."""
+DIGITS_FILE = DATASETS_DIR / "digits.npz"
+
+IDX_FILES = {
+    "x_train": "train-images-idx3-ubyte.gz",
+    "y_train": "train-labels-idx1-ubyte.gz",
+    "x_test": "t10k-images-idx3-ubyte.gz",
+    "y_test": "t10k-labels-idx1-ubyte.gz",
+}
+_IDX_UBYTE = 0x08
+_ZIP_MAGIC = b"PK"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+@dataclass(frozen=True)
+class Splits:
+    """What a loader returns: training arrays and, when the source has one, a test split."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Download:
+    """Where a source's four IDX files are published, with each file's MD5."""
+
+    url: str
+    md5: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One dataset name: its loader, whether ``data.path`` is required, optional or unused, and its download."""
+
+    load: Callable[[DataConfig, int], Splits]
+    path: Literal["required", "optional", "unused"]
+    download: Download | None = None
+
+
+def load_digits(config: DataConfig, seed: int) -> Splits:
+    """The bundled 8x8 digits (``datasets/digits.npz``), scaled from counts of 0..16 to [0, 1]."""
+    if not DIGITS_FILE.is_file():
+        raise DataError("data.name", f"the bundled file {DIGITS_FILE} is missing; run datasets/make_digits.py")
+    with np.load(DIGITS_FILE) as arrays:
+        return Splits(arrays["x"].astype(np.float32) / 16.0, arrays["y"])
+
+
+def load_npz(config: DataConfig, seed: int) -> Splits:
+    """Arrays ``x`` and ``y``, or ``x_train``, ``y_train`` (and optionally ``x_test``, ``y_test``)."""
+    path = Path(str(config.path))
+    if not path.is_file():
+        raise DataError("data.path", "npz file not found", config.path)
+    try:
+        with path.open("rb") as file:
+            magic = file.read(len(_NPY_MAGIC))
+        # Without this, numpy takes any other file for a pickle and advises loading it unsafely.
+        if not magic.startswith((_ZIP_MAGIC, _NPY_MAGIC)):
+            raise DataError("data.path", "cannot read as .npz: not a zip of arrays, as numpy.savez writes", config.path)
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise DataError("data.path", "is a single array, not an .npz archive of named arrays", config.path)
+        with loaded as arrays:
+            keys = set(arrays.files)
+            if {"x_train", "y_train"} <= keys:
+                test = (arrays["x_test"], arrays["y_test"]) if {"x_test", "y_test"} <= keys else (None, None)
+                return Splits(arrays["x_train"], arrays["y_train"], *test)
+            if {"x", "y"} <= keys:
+                return Splits(arrays["x"], arrays["y"])
+    except (OSError, ValueError) as error:
+        raise DataError("data.path", f"cannot read as .npz: {error}", config.path) from None
+    raise DataError("data.path", f"needs arrays 'x' and 'y' (or 'x_train' and 'y_train'); it has {sorted(keys)}")
+
+
+def load_idx_folder(config: DataConfig, seed: int) -> Splits:
+    """The four IDX files of MNIST or Fashion-MNIST, from ``data.path`` or ``datasets/NAME``, scaled to [0, 1]."""
+    folder = Path(config.path) if config.path else DATASETS_DIR / config.name
+    download = SOURCES[config.name].download
+    arrays = {}
+    for key, filename in IDX_FILES.items():
+        file = folder / filename
+        if not file.is_file() and (folder / filename.removesuffix(".gz")).is_file():
+            file = folder / filename.removesuffix(".gz")
+        if not file.is_file():
+            origin = f" (or get them from {download.url})" if download else ""
+            raise DataError(
+                "data.path",
+                f"{file} not found; fetch the four IDX files with `accumrun download {config.name} --to {folder}`"
+                f"{origin}",
+            )
+        arrays[key] = read_idx(file)
+    return Splits(
+        arrays["x_train"].astype(np.float32) / 255.0,
+        arrays["y_train"],
+        arrays["x_test"].astype(np.float32) / 255.0,
+        arrays["y_test"],
+    )
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file of unsigned bytes (gzip-compressed when its name ends in ``.gz``).
+
+    Raises:
+        DataError: the file is not gzip when it should be, has a bad magic number or is truncated.
+    """
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError, zlib.error) as error:
+        raise DataError("data.path", f"{path} is not a readable gzip file: {error}") from None
+    if len(raw) < 4 or raw[0:2] != b"\x00\x00" or raw[2] != _IDX_UBYTE:
+        raise DataError("data.path", f"{path} is not an IDX file of unsigned bytes (bad magic number)", raw[:4].hex())
+    rank = raw[3]
+    header = 4 + 4 * rank
+    if len(raw) < header:
+        raise DataError("data.path", f"{path} is truncated inside its header")
+    shape = struct.unpack(f">{rank}I", raw[4:header])
+    expected = int(np.prod(shape))
+    if len(raw) - header != expected:
+        raise DataError(
+            "data.path",
+            f"{path} holds {len(raw) - header:,} data bytes; its header {shape} needs {expected:,}",
+        )
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def load_synthetic(config: DataConfig, seed: int) -> Splits:
+    """Gaussian blobs around one random prototype per class: learnable, yet not separable by a glance."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(config.shape)
+    prototypes = rng.normal(size=(config.classes, *shape)).astype(np.float32)
+    labels = rng.integers(config.classes, size=config.samples)
+    noise = rng.normal(scale=2.0, size=(config.samples, *shape)).astype(np.float32)
+    return Splits(prototypes[labels] + noise, labels)
+
+
+# The published checksums: torchvision's MNIST/FashionMNIST ``resources`` and the Fashion-MNIST README.
+SOURCES: dict[str, Source] = {
+    "digits": Source(load_digits, path="unused"),
+    "npz": Source(load_npz, path="required"),
+    "mnist": Source(
+        load_idx_folder,
+        path="optional",
+        download=Download(
+            "https://storage.googleapis.com/cvdf-datasets/mnist/",
+            {
+                "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+                "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+                "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+                "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+            },
+        ),
+    ),
+    "fashion_mnist": Source(
+        load_idx_folder,
+        path="optional",
+        download=Download(
+            "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+            {
+                "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+                "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+                "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+                "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+            },
+        ),
+    ),
+    "synthetic": Source(load_synthetic, path="unused"),
+}
+"""Every dataset name the config accepts, in the order the docs list them."""
+
+DOWNLOADABLE = [name for name, source in SOURCES.items() if source.download is not None]

@@ -1,0 +1,1 @@
+"""Models from the config: the built-ins and ``package.module:function`` factories (:mod:`.builders`)."""

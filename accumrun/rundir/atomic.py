@@ -1,0 +1,46 @@
+"""The one way accumrun writes a whole file: under a temporary name beside it, then renamed into place.
+
+A reader, or a run killed at any instant, sees the old file or the new one, never half of one. The temporary
+name keeps the target's suffix, because some writers insist on it (Keras saves only to ``.keras`` names, numpy
+appends ``.npz`` to other names). It is a plain new file, so it gets the permissions of any file the user
+creates (the umask), unlike ``mkstemp``'s 0600.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+
+def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
+    """Call ``write(temporary)`` to write the file, force it to disk, then move it to ``path`` in one step.
+
+    ``write`` receives a path in ``path``'s folder that keeps ``path``'s suffix. If ``write`` raises (a failed
+    checksum, a full disk, Ctrl-C), the temporary file is removed and ``path`` is left as it was.
+
+    Returns:
+        ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial{path.suffix}")
+    try:
+        write(temporary)
+        if temporary.is_file():
+            with temporary.open("rb") as file:
+                os.fsync(file.fileno())
+        os.replace(temporary, path)
+    finally:
+        if temporary.is_dir():
+            shutil.rmtree(temporary, ignore_errors=True)
+        else:
+            temporary.unlink(missing_ok=True)
+    return path
+
+
+def write_text_atomically(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through :func:`write_atomically`."""
+    return write_atomically(path, lambda temporary: temporary.write_text(text))

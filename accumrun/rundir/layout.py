@@ -1,0 +1,70 @@
+"""The run folder: where it is, which files are a run's, and how a new run claims the folder.
+
+A folder is reused only to resume its run, or when the user says ``--overwrite``; then only the files a run
+writes are removed, and a folder holding anything else is refused.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import keras
+
+from accumrun.errors import ConfigError
+from accumrun.rundir.atomic import write_atomically
+from accumrun.rundir.status import read_status
+
+# Everything a run writes; --overwrite removes these and nothing else.
+RUN_FILES = ("run.json", "config.yaml", "metrics.jsonl", "model.keras", "checkpoints", "tensorboard")
+
+
+def resolve_run_dir(template: str, config_name: str) -> Path:
+    """Fill ``{config_name}`` and ``{timestamp}`` in ``output.run_dir``.
+
+    Raises:
+        ConfigError: the template has another placeholder.
+    """
+    try:
+        return Path(template.format(config_name=config_name, timestamp=datetime.now().strftime("%Y%m%d-%H%M%S")))
+    except (KeyError, IndexError, ValueError) as error:
+        raise ConfigError(
+            "output.run_dir", f"bad placeholder {error}; use {{config_name}} and {{timestamp}}", template
+        ) from None
+
+
+def prepare_run_dir(run_dir: Path, overwrite: bool = False) -> None:
+    """Create ``run_dir`` for a new run. An existing non-empty one is refused, or emptied with ``overwrite``.
+
+    Raises:
+        ConfigError: the folder holds a run (say how to resume or replace it) or files accumrun did not write.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError("output.run_dir", "exists and is not a folder", str(run_dir))
+    existing = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
+    if existing and not overwrite:
+        raise ConfigError("output.run_dir", _why_taken(run_dir), str(run_dir))
+    foreign = [name for name in existing if name not in RUN_FILES and not name.startswith(".")]
+    if foreign:
+        raise ConfigError(
+            "output.run_dir", f"holds files accumrun did not write ({', '.join(foreign)}); not overwriting it"
+        )
+    for name in existing:
+        path = run_dir / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _why_taken(run_dir: Path) -> str:
+    status = read_status(run_dir)
+    if status == "completed":
+        return "holds a completed run; pass --overwrite to replace it, or choose another --run-dir"
+    if status is not None:
+        return f"holds a {status} run; continue it with --resume {run_dir}, or pass --overwrite to replace it"
+    return "exists and is not empty; choose another --run-dir"
+
+
+def save_model(model: keras.Model, path: Path) -> Path:
+    """Save ``model`` to ``path`` (a ``.keras`` file), atomically."""
+    return write_atomically(path, model.save)

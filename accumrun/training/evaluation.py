@@ -1,0 +1,30 @@
+"""Validation at the end of each epoch: the mean loss and accuracy over the validation samples."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from accumrun.data.feeder import BatchFeeder
+from accumrun.training.setup import TrainingSetup
+
+
+class Validation:
+    """Scores the model on the validation data in batches no larger than a training sub-batch, so validation
+    never needs more memory than training."""
+
+    def __init__(self, setup: TrainingSetup, batch_size: int) -> None:
+        dataset = setup.dataset
+        if dataset.x_val is None or dataset.y_val is None:
+            raise ValueError("the dataset has no validation split")
+        self._size = dataset.val_size
+        self._feeder = BatchFeeder(dataset.x_val, dataset.y_val, batch_size)
+        self._step = setup.make_eval_step()
+
+    def __call__(self) -> dict[str, float]:
+        """``{"val_loss": ..., "val_accuracy": ...}`` under the current weights, in inference mode."""
+        loss_sum, correct = 0.0, 0
+        for x, y in self._feeder.batches(np.arange(self._size)):
+            batch_loss, batch_correct = self._step(x, y)
+            loss_sum += float(batch_loss)
+            correct += int(batch_correct)
+        return {"val_loss": loss_sum / self._size, "val_accuracy": correct / self._size}

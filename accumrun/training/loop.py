@@ -1,0 +1,158 @@
+"""The epoch loop: batches through the step, in the seed's order, from a position to the last epoch.
+
+After every batch the loop counts what the step returned, applies the non-finite policy and honours a stop
+request; after every epoch it validates, records the row and checkpoints. What each of those does lives
+elsewhere: the row and its destinations in :mod:`.log`, validation in :mod:`.evaluation`, the files in
+:mod:`.checkpoints`.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import keras
+
+from accumrun.core.split import replica_sub_batch_sizes
+from accumrun.core.step import Step
+from accumrun.data.dataset import epoch_order
+from accumrun.data.feeder import BatchFeeder
+from accumrun.errors import Interrupted, TrainingDiverged
+from accumrun.training.checkpoints import CheckpointStore, Position
+from accumrun.training.console import progress_bar
+from accumrun.training.evaluation import Validation
+from accumrun.training.log import RunLog, epoch_row
+from accumrun.training.setup import TrainingSetup
+from accumrun.training.signals import StopRequests, resume_command
+
+
+@dataclass(kw_only=True)
+class EpochLoop:
+    """Trains ``setup`` with ``train_step`` (compiled for ``subdivisions``), checkpointing into ``store``."""
+
+    setup: TrainingSetup
+    train_step: Step
+    subdivisions: int
+    run_dir: Path
+    store: CheckpointStore
+    log: RunLog
+    echo: Callable[[str], None]
+    show_progress: bool = True
+    feeder: BatchFeeder = field(init=False)
+    sub_batch_size: int = field(init=False)
+    validation: Validation | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        setup, training = self.setup, self.setup.config.training
+        dataset = setup.dataset
+        self.feeder = BatchFeeder(dataset.x_train, dataset.y_train, setup.batch_size, training.drop_remainder)
+        # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
+        self.sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, self.subdivisions))
+        self.validation = Validation(setup, self.sub_batch_size) if dataset.val_size else None
+
+    @property
+    def _optimizer(self) -> keras.optimizers.Optimizer:
+        return self.setup.optimizer
+
+    def run(self, position: Position, stops: StopRequests) -> None:
+        """Train from ``position`` to the last epoch.
+
+        Raises:
+            Interrupted: a stop was requested; the checkpoint at the batch boundary is saved.
+            TrainingDiverged: a non-finite loss or gradient with ``training.on_nonfinite: stop``.
+        """
+        epochs = self.setup.config.training.epochs
+        while position.epoch < epochs:
+            self._train_epoch(position, stops)
+            self._end_epoch(position)
+            position = Position(epoch=position.epoch + 1)
+            checkpoint = self.store.save(self.setup.model, self._optimizer, position)
+            self._stop_if_requested(stops, position, checkpoint)
+        self.log.close()
+
+    def _train_epoch(self, position: Position, stops: StopRequests) -> None:
+        """Run the epoch's remaining batches, adding them to ``position``."""
+        config = self.setup.config
+        every = config.output.checkpoint_every_updates
+        order = epoch_order(self.setup.dataset.train_size, config.seed, position.epoch, config.data.shuffle)
+        bar = (
+            progress_bar(self.feeder.count, position.epoch, config.training.epochs, position.batch)
+            if self.show_progress
+            else None
+        )
+        seconds_before, started = position.train_seconds, time.perf_counter()
+        for x, y in self.feeder.batches(order, skip=position.batch):
+            batch_loss, batch_correct, applied = self.train_step(x, y)
+            position.batch += 1
+            position.train_seconds = seconds_before + time.perf_counter() - started
+            if not bool(applied):
+                self._non_finite(position, float(batch_loss))
+            else:
+                samples = int(x.shape[0])
+                position.loss_sum += float(batch_loss)
+                position.correct += int(batch_correct)
+                position.samples += samples
+                self.log.update(float(batch_loss) / samples)
+                if every and int(self._optimizer.iterations.numpy()) % every == 0:
+                    self.store.save(self.setup.model, self._optimizer, position)
+            if bar is not None:
+                bar.update(position.batch, loss=position.loss_sum / max(position.samples, 1))
+            if stops.requested:
+                if bar is not None:
+                    bar.finish(dirty=True)
+                self._stop_if_requested(stops, position, self.store.save(self.setup.model, self._optimizer, position))
+        if bar is not None:
+            bar.finish(dirty=True)
+
+    def _end_epoch(self, position: Position) -> None:
+        """Validate, then record the row of the epoch that ``position`` has just finished."""
+        started = time.perf_counter()
+        validation = self.validation() if self.validation is not None else {}
+        optimizer = self._optimizer
+        self.log.epoch(
+            epoch_row(
+                position,
+                position.train_seconds + time.perf_counter() - started,
+                validation,
+                batch_size=self.setup.batch_size,
+                subdivisions=self.subdivisions,
+                replicas=self.setup.replicas,
+                sub_batch_size=self.sub_batch_size,
+                optimizer_steps=int(optimizer.iterations.numpy()),
+                skipped_batches=position.skipped_batches,
+                **({"loss_scale_skips": position.loss_scale_skips} if self._loss_scaled else {}),
+                # Not float(): a Keras variable over a tf.distribute (mirrored) variable does not convert that way.
+                learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
+            )
+        )
+
+    @property
+    def _loss_scaled(self) -> bool:
+        return isinstance(self._optimizer, keras.optimizers.LossScaleOptimizer)
+
+    def _non_finite(self, position: Position, batch_loss: float) -> None:
+        if self._loss_scaled and math.isfinite(batch_loss):
+            # Overflow of the scaled float16 gradients: the optimizer lowered its loss scale; this is routine.
+            position.loss_scale_skips += 1
+            return
+        what = f"the loss is {batch_loss}" if not math.isfinite(batch_loss) else "a gradient is NaN or Inf"
+        where = f"at epoch {position.epoch + 1}, batch {position.batch}"
+        if self.setup.config.training.on_nonfinite == "skip_batch":
+            position.skipped_batches += 1
+            self.echo(f"{what} {where}; skipped that batch's update (training.on_nonfinite: skip_batch)")
+            return
+        latest = self.store.latest()
+        kept = f"the last good checkpoint is {latest}" if latest else "no checkpoint was taken yet"
+        raise TrainingDiverged(f"training diverged: {what} {where}; that update was not applied, and {kept}")
+
+    def _stop_if_requested(self, stops: StopRequests, position: Position, checkpoint: Path) -> None:
+        if stops.signal_number is None:
+            return
+        name = signal.Signals(stops.signal_number).name
+        epoch, batch = position.counted(self.feeder.count)
+        reason = f"{name} at epoch {epoch}, batch {batch}; saved {checkpoint}"
+        raise Interrupted(stops.signal_number, reason, resume_command(self.run_dir))

@@ -1,0 +1,191 @@
+"""A training run from start to end: build, settle ``subdivisions: auto``, claim or resume the run folder,
+loop over the epochs, save the model, and record in ``run.json`` how it ended."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import keras
+import tensorflow as tf
+
+from accumrun import __version__
+from accumrun.config.schema import Config
+from accumrun.core.split import epoch_batches
+from accumrun.core.step import Step
+from accumrun.errors import ConfigError, Interrupted
+from accumrun.rundir.atomic import write_text_atomically
+from accumrun.rundir.layout import prepare_run_dir, save_model
+from accumrun.rundir.metrics import keep_metrics_before
+from accumrun.rundir.status import RunStatus
+from accumrun.rundir.tensorboard import TensorBoardLog
+from accumrun.training.autosub import choose_subdivisions
+from accumrun.training.checkpoints import CheckpointStore, Position
+from accumrun.training.console import describe_setup, device_name
+from accumrun.training.distribute import describe_strategy, is_chief
+from accumrun.training.log import RunLog
+from accumrun.training.loop import EpochLoop
+from accumrun.training.probe import fits_in_fresh_process
+from accumrun.training.setup import TrainingSetup, build_training
+from accumrun.training.signals import StopRequests
+
+
+@dataclass
+class RunResult:
+    """What a finished run leaves: its directory, its per-epoch metrics and the trained model."""
+
+    run_dir: Path
+    metrics: list[dict[str, Any]]
+    model: keras.Model
+
+
+def train_run(
+    config: Config,
+    run_dir: Path,
+    *,
+    strategy: tf.distribute.Strategy | None = None,
+    quiet: bool = False,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> RunResult:
+    """Train as configured; write ``run.json``, ``config.yaml``, ``metrics.jsonl``, ``checkpoints/``,
+    ``model.keras`` and ``tensorboard/`` in ``run_dir``.
+
+    With ``resume``, continue the run in ``run_dir`` from its latest checkpoint instead of starting one; the
+    caller has checked that ``config`` is compatible with the run's. ``subdivisions: auto`` is settled first,
+    and the value chosen goes into ``config.yaml`` and ``run.json``. Everything that can be refused (data,
+    model, optimizer, sizes, the run directory, the checkpoint) is checked before anything is written.
+
+    ``strategy`` is the ``tf.distribute`` strategy that ``config.distribute`` asks for (see
+    :func:`accumrun.training.distribute.create_strategy`), or None for one device. On a multi-worker run only
+    the chief writes ``run_dir``; the other workers train alike in a scratch folder under the system temp
+    folder, removed when they end.
+
+    Raises:
+        ConfigError, DataError: the config or the data is refused; nothing was written.
+        Interrupted: SIGINT or SIGTERM stopped the run after a checkpoint.
+        TrainingDiverged: the loss or a gradient became NaN or Inf.
+    """
+    if resume and config.distribute.strategy == "multi_worker":
+        raise ConfigError("--resume", "is not supported on a multi-worker run; start a new run", str(run_dir))
+    if is_chief(strategy):
+        return _train(config, run_dir, strategy, quiet=quiet, resume=resume, overwrite=overwrite)
+    scratch = Path(tempfile.mkdtemp(prefix="accumrun-worker-"))
+    try:
+        return _train(config, scratch / "run", strategy, quiet=quiet)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _train(
+    config: Config,
+    run_dir: Path,
+    strategy: tf.distribute.Strategy | None,
+    *,
+    quiet: bool = False,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> RunResult:
+    echo: Callable[[str], None] = (lambda _: None) if quiet else click.echo
+    setup = build_training(config, strategy)
+    details: dict[str, Any] = {}
+    subdivisions = config.training.fixed_subdivisions
+    if subdivisions is None:
+        subdivisions, train_step, tried = _settle_auto(setup, echo)
+        config = setup.config = config.with_subdivisions(subdivisions)
+        details["subdivisions_auto"] = {"chosen": subdivisions, "tried": tried}
+    else:
+        train_step = setup.make_step(subdivisions)
+    batches_per_epoch, _ = epoch_batches(setup.dataset.train_size, setup.batch_size, config.training.drop_remainder)
+    store = CheckpointStore(run_dir / "checkpoints", config.output.keep_checkpoints, batches_per_epoch)
+    if resume:
+        position, rows = _restore(store, setup, run_dir)
+    else:
+        prepare_run_dir(run_dir, overwrite)
+        position, rows = Position(), []
+    write_text_atomically(run_dir / "config.yaml", config.to_yaml())
+    status = RunStatus(run_dir / "run.json", resumed=resume, details=details)
+    output = config.output
+    log = RunLog(
+        run_dir,
+        epochs=config.training.epochs,
+        rows=rows,
+        tensorboard=TensorBoardLog(run_dir, output.tensorboard, output.log_every_updates, setup.optimizer.iterations),
+        echo=echo,
+    )
+    loop = EpochLoop(
+        setup=setup,
+        train_step=train_step,
+        subdivisions=subdivisions,
+        run_dir=run_dir,
+        store=store,
+        log=log,
+        echo=echo,
+        show_progress=not quiet,
+    )
+    _announce(setup, run_dir, position, echo)
+    try:
+        with StopRequests() as stops:
+            loop.run(position, stops)
+        save_model(setup.model, run_dir / "model.keras")
+        echo(f"saved {run_dir / 'model.keras'}")
+    except Interrupted as stop:
+        status.end("interrupted", stop.reason)
+        raise
+    except KeyboardInterrupt:
+        status.end("interrupted", "stopped at once by a second Ctrl-C; the last checkpoint is intact")
+        raise
+    except BaseException as error:
+        status.end("failed", str(error) or type(error).__name__)
+        raise
+    status.end("completed")
+    return RunResult(run_dir, log.rows, setup.model)
+
+
+def _settle_auto(setup: TrainingSetup, echo: Callable[[str], None]) -> tuple[int, Step, list[int]]:
+    """Choose ``subdivisions: auto`` on the first batch; return the count, its step and the counts tried."""
+    x, y = setup.first_batch()
+    config = setup.config
+    choice = choose_subdivisions(
+        setup.make_step,
+        [*setup.model.variables, *setup.optimizer.variables],
+        x,
+        y,
+        config.training.max_sub_batch,
+        lambda subdivisions: fits_in_fresh_process(config, subdivisions),
+        echo,
+    )
+    echo(f"subdivisions: auto chose {choice.subdivisions} (tried {', '.join(map(str, choice.tried))})")
+    return choice.subdivisions, choice.step, choice.tried
+
+
+def _restore(store: CheckpointStore, setup: TrainingSetup, run_dir: Path) -> tuple[Position, list[dict[str, Any]]]:
+    """Load the latest checkpoint; drop the metrics rows logged after it (they will be logged again)."""
+    checkpoint = store.latest()
+    if checkpoint is None:
+        raise ConfigError("--resume", "holds no checkpoint to resume from", str(run_dir))
+    position = store.load(checkpoint, setup.model, setup.optimizer)
+    epochs = setup.config.training.epochs
+    if position.epoch >= epochs:
+        noun = "epoch" if epochs == 1 else "epochs"
+        raise ConfigError(
+            "--resume",
+            f"the run has finished its {epochs} {noun}; pass --epochs N (more than {epochs}) to train further",
+            str(run_dir),
+        )
+    return position, keep_metrics_before(run_dir, position.epoch)
+
+
+def _announce(setup: TrainingSetup, run_dir: Path, position: Position, echo: Callable[[str], None]) -> None:
+    """The startup summary: versions and device, the strategy, the derived sizes, where a resumed run picks up."""
+    echo(f"accumrun {__version__} | TensorFlow {tf.__version__} on {device_name()} | run dir {run_dir}")
+    if setup.strategy is not None:
+        echo(f"distribute {describe_strategy(setup.strategy)}")
+    echo("\n".join(describe_setup(setup.config, setup.dataset, setup.model, setup.batch_size, setup.replicas)))
+    if position.epoch or position.batch:
+        echo(f"resuming at epoch {position.epoch + 1}, batch {position.batch + 1}")

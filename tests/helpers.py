@@ -1,0 +1,107 @@
+"""Helpers shared by the tests: configs and data files written into tmp_path, small models, the CLI in a
+subprocess, and comparisons of weights."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from accumrun.data.sources import IDX_FILES
+
+FEATURES, CLASSES = 5, 3
+
+
+def write_config(path: Path, **sections: Any) -> Path:
+    """Write a YAML config with the given top-level sections."""
+    path.write_text(yaml.safe_dump(sections, sort_keys=False))
+    return path
+
+
+def tiny_config(tmp_path: Path, **overrides: Any) -> Path:
+    """A fast config: an MLP (no BatchNorm) on 23 synthetic samples, batch 10 split 3 ways (short last batch)."""
+    sections: dict[str, Any] = {
+        "seed": 3,
+        "data": {"name": "synthetic", "samples": 26, "shape": [4], "classes": 3, "validation_split": 0.1},
+        "model": {"name": "mlp", "hidden": [8]},
+        "training": {"epochs": 2, "batch_size": 10, "subdivisions": 3},
+        "optimizer": {"name": "adam", "learning_rate": 0.01},
+    }
+    for key, value in overrides.items():
+        sections[key] = {**sections.get(key, {}), **value} if isinstance(value, dict) else value
+    return write_config(tmp_path / "tiny.yaml", **sections)
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``accumrun ARGS`` in a fresh interpreter, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "accumrun", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+
+
+def idx_bytes(array: np.ndarray) -> bytes:
+    """An IDX file of unsigned bytes: magic 00 00 08 <rank>, big-endian uint32 dims, then the data."""
+    array = np.asarray(array, dtype=np.uint8)
+    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    return header + array.tobytes()
+
+
+def write_idx(path: Path, array: np.ndarray) -> Path:
+    raw = idx_bytes(array)
+    path.write_bytes(gzip.compress(raw) if path.suffix == ".gz" else raw)
+    return path
+
+
+def write_idx_folder(folder: Path, compressed: bool = True) -> dict[str, np.ndarray]:
+    """The four standard IDX files of a tiny MNIST-like set (6 training, 4 test images of 3x2 pixels)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {
+        "x_train": np.arange(6 * 3 * 2, dtype=np.uint8).reshape(6, 3, 2) * 7,
+        "y_train": np.array([0, 1, 2, 9, 4, 5], dtype=np.uint8),
+        "x_test": np.full((4, 3, 2), 255, dtype=np.uint8),
+        "y_test": np.array([3, 3, 7, 1], dtype=np.uint8),
+    }
+    arrays["x_train"][5, 2, 1] = 255  # instead of 245
+    for key, filename in IDX_FILES.items():
+        name = filename if compressed else filename.removesuffix(".gz")
+        write_idx(folder / name, arrays[key])
+    return arrays
+
+
+def dense_model(seed: int = 0, regularized: bool = False) -> Any:
+    """A BatchNorm-free float32 model, so subdivisions must not change its trajectory."""
+    import keras  # here, so that the tests without TensorFlow do not import it
+
+    keras.utils.set_random_seed(seed)
+    regularizer = keras.regularizers.L2(0.05) if regularized else None
+    return keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(7, activation="tanh", kernel_regularizer=regularizer),
+            keras.layers.Dense(CLASSES),
+        ]
+    )
+
+
+def make_data(samples: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(samples, FEATURES)).astype(np.float32)
+    y = rng.integers(CLASSES, size=samples).astype(np.int32)
+    return x, y
+
+
+def max_difference(a: list[Any], b: list[Any]) -> float:
+    """The largest absolute difference between two lists of arrays (or variables), element by element."""
+    return max(float(np.max(np.abs(np.asarray(p) - np.asarray(q)))) for p, q in zip(a, b, strict=True))

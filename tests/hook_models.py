@@ -1,0 +1,64 @@
+"""A model for tests that need to act inside a real training step: an MLP with a pass-through layer that, on
+every training-mode forward pass (one per sub-batch), calls back into Python.
+
+Configs name it as ``model: {name: "tests.hook_models:mlp", hidden: [8]}``; accumrun imports it from the working
+directory, the repository root under pytest, also in the fresh processes that ``subdivisions: auto`` starts.
+What the callback does is set per test through :data:`HOOKS`, which a fresh process sees at its defaults:
+- ``largest_sub_batch``: raise ``MemoryError`` for a larger sub-batch, which TensorFlow reports from the step as
+  ``ResourceExhaustedError``, as it does a real out-of-memory error;
+- ``broken_once_for``: fail once on a sub-batch of this size with another error, as a runtime left broken by an
+  out-of-memory error does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+
+@dataclass
+class Hooks:
+    largest_sub_batch: int | None = None
+    broken_once_for: int | None = None
+
+
+HOOKS = Hooks()
+
+
+def _on_forward(size: tf.Tensor) -> None:
+    samples = int(size)
+    if HOOKS.largest_sub_batch is not None and samples > HOOKS.largest_sub_batch:
+        raise MemoryError(f"injected: a sub-batch of {samples} does not fit")
+    if HOOKS.broken_once_for == samples:
+        HOOKS.broken_once_for = None
+        raise RuntimeError("injected: the runtime is broken")
+
+
+class ForwardHook(keras.layers.Layer):
+    """Passes its input through; in training mode it first calls :func:`_on_forward` with the sub-batch size."""
+
+    def call(self, x: Any, training: bool | None = None) -> Any:
+        if training:
+            tf.py_function(_on_forward, [tf.shape(x)[0]], [])
+        return x
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+
+def mlp(input_shape: tuple[int, ...], classes: int, hidden: list[int]) -> keras.Model:
+    """Dense layers on the flattened input, with the hook first; no BatchNorm, no dropout."""
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Flatten()(ForwardHook()(inputs))
+    for width in hidden:
+        x = keras.layers.Dense(width, activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(classes)(x))
+
+
+def reset(**settings: Any) -> None:
+    """Use these settings (the others at their defaults)."""
+    global HOOKS
+    HOOKS = Hooks(**settings)
