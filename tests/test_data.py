@@ -249,12 +249,12 @@ def test_idx_empty_folder(tmp_path: Path) -> None:
         dataset.load_dataset(DataConfig(name="mnist", path=str(tmp_path)), seed=0)
 
 
-def test_read_idx_roundtrip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["a.gz", "a"], ids=["gzip", "plain"])
+def test_read_idx_roundtrip(tmp_path: Path, name: str) -> None:
     array = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
-    for name in ("a.gz", "a"):
-        result = sources.read_idx(write_idx(tmp_path / name, array))
-        assert result.dtype == np.uint8 and result.shape == (2, 3, 4)
-        np.testing.assert_array_equal(result, array)
+    result = sources.read_idx(write_idx(tmp_path / name, array))
+    assert result.dtype == np.uint8 and result.shape == (2, 3, 4)
+    np.testing.assert_array_equal(result, array)
 
 
 @pytest.mark.parametrize(
