@@ -1,0 +1,102 @@
+"""Finding what a config names: a Keras class by any spelling of its name, a keyword it takes, or a user's
+``package.module:function``; a miss is a :class:`~accumrun.errors.ConfigError` that suggests the closest name.
+
+Optimizers and schedules (:mod:`accumrun.optim`), losses and metrics (:mod:`accumrun.objective`) and models
+(:mod:`accumrun.models.builders`) are all found this way.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any
+
+from accumrun.errors import ConfigError
+
+
+def normalized(name: str) -> str:
+    """``AdamW``, ``adam_w`` and ``adamw`` all name the same class."""
+    return name.replace("_", "").lower()
+
+
+def classes_in(module: ModuleType, base: type, exclude: Iterable[str] = ()) -> dict[str, type]:
+    """The subclasses of ``base`` that ``module`` exports (``base`` itself left out), by normalized name."""
+    excluded = set(exclude)
+    return {
+        normalized(name): cls
+        for name, cls in vars(module).items()
+        if isinstance(cls, type) and issubclass(cls, base) and cls is not base and name not in excluded
+    }
+
+
+def find(found: dict[str, Any], name: str, path: str, kind: str) -> Any:
+    """``found[normalized(name)]``, or a ConfigError at ``path`` that suggests the closest ``kind``.
+
+    Raises:
+        ConfigError: no entry has that name.
+    """
+    match = found.get(normalized(name))
+    if match is not None:
+        return match
+    names = sorted(_display_name(value, key) for key, value in found.items())
+    # A transposition ("adma") should suggest the anagram, which difflib may rank below a longer name.
+    anagrams = [key for key in found if sorted(key) == sorted(normalized(name))]
+    close = anagrams or difflib.get_close_matches(normalized(name), list(found), n=1)
+    hint = f"did you mean '{_display_name(found[close[0]], close[0])}'?" if close else f"known: {', '.join(names)}"
+    raise ConfigError(path, f"unknown {kind}; {hint}", name)
+
+
+def _display_name(value: Any, key: str) -> str:
+    return str(getattr(value, "__name__", key))
+
+
+def check_keywords(
+    function: Callable[..., Any], keywords: dict[str, Any], path: str, owner: str, positive: Iterable[str] = ()
+) -> None:
+    """Refuse a keyword that ``function`` (a class: its ``__init__``) does not take, with the closest one it does;
+    a text where it expects a number; and a value of 0 or less for a keyword in ``positive``.
+
+    Raises:
+        ConfigError: at ``path.<keyword>``.
+    """
+    parameters = inspect.signature(function).parameters  # a class's is its __init__'s, less self
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    accepted = [name for name, p in parameters.items() if name != "self" and p.kind in named]
+    for key, value in keywords.items():
+        if key not in accepted:
+            close = difflib.get_close_matches(key, accepted, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"it takes: {', '.join(accepted)}"
+            raise ConfigError(f"{path}.{key}", f"{owner} has no such argument; {hint}", value)
+        default = parameters[key].default
+        # Keras keeps a wrong-typed number as given, and it fails only later, inside the compiled step.
+        numeric_default = isinstance(default, int | float) and not isinstance(default, bool)
+        if numeric_default and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ConfigError(f"{path}.{key}", "must be a number", value)
+        if key in positive and value is not None and value <= 0:
+            raise ConfigError(f"{path}.{key}", "must be > 0 (Keras ignores it otherwise)", value)
+
+
+def import_function(reference: str, path: str) -> Callable[..., Any]:
+    """The function that ``package.module:function`` names, imported from the working directory too.
+
+    Raises:
+        ConfigError: at ``path``, when the module cannot be imported or has no such function.
+    """
+    module_name, _, function_name = reference.partition(":")
+    # A console script does not put the working directory on sys.path; user code usually lives there.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # the user's module may fail in any way while it is imported
+        reason = f"{type(error).__name__}: {error}"
+        raise ConfigError(path, f"cannot import module '{module_name}': {reason}", reference) from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise ConfigError(path, f"module '{module_name}' has no function '{function_name}'", reference)
+    return function
