@@ -266,9 +266,9 @@ def check(
     from accumrun.training.setup import build_training
 
     setup = build_training(config)
-    click.echo(config.to_yaml().rstrip())
+    click.echo(setup.config.to_yaml().rstrip())
     click.echo("---")
-    click.echo("\n".join(describe_setup(config, setup.dataset, setup.model, setup.batch_size)))
+    click.echo("\n".join(describe_setup(setup)))
     if memory:
         from accumrun.core.split import sub_batch_sizes
         from accumrun.reports.memory import estimate_memory, format_estimate

@@ -78,10 +78,32 @@ def config_with(tmp: Path, **sections: Any) -> Path:
     return write_config(tmp / "tiny.yaml", **{**resolved, **sections})
 
 
-def npz_config(tmp: Path, **arrays: np.ndarray) -> Path:
-    """The tiny config reading ``data.npz``, which holds ``arrays``."""
+def npz_config(tmp: Path, task: str = "auto", loss: dict[str, Any] | None = None, **arrays: np.ndarray) -> Path:
+    """The tiny config reading ``data.npz``, which holds ``arrays``, for ``task`` (and ``loss``), in batches of 4:
+    the 5 training samples of the rows' 6 would not fill the tiny config's batch of 10."""
     np.savez(tmp / "data.npz", **arrays)
-    return config_with(tmp, data={"name": "npz", "path": str(tmp / "data.npz")})
+    sections: dict[str, Any] = {
+        "data": {"name": "npz", "path": str(tmp / "data.npz"), "task": task},
+        "training": {"batch_size": 4},
+    }
+    return config_with(tmp, **sections, **({"loss": loss} if loss else {}))
+
+
+def saved_model_config(tmp: Path, outputs: int) -> Path:
+    """The tiny config training a saved Keras model of ``outputs`` logits (the data has 3 classes)."""
+    import keras  # imported by the rows that need it only
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(outputs)])
+    model.save(tmp / "user.keras")
+    return config_with(tmp, model={"name": "saved", "path": str(tmp / "user.keras")})
+
+
+def batch_mean_loss_config(tmp: Path) -> Path:
+    """The tiny config with a user's loss that returns the batch's mean instead of one value per sample."""
+    (tmp / "batch_mean.py").write_text(
+        "import tensorflow as tf\n\n\ndef loss(y, p):\n    return tf.reduce_mean(tf.square(p))\n"
+    )
+    return tiny_config(tmp, loss={"name": "batch_mean:loss"})
 
 
 def idx_config(tmp: Path, replace: str, raw: bytes) -> Path:
@@ -145,7 +167,8 @@ CASES = [
     row("learning-rate-negative", lambda t: tiny_config(t, optimizer={"learning_rate": -0.01}), 1,
         "optimizer.learning_rate: must be a positive number"),
     row("model-unknown", lambda t: config_with(t, model={"name": "resnet"}), 1,
-        "model.name: unknown model; use darknet_cnn, mlp or 'package.module:function' (got 'resnet')"),
+        "model.name: unknown model; use darknet_cnn, mlp, keras.applications.<Name>, saved or "
+        "'package.module:function' (got 'resnet')"),
     row("dataset-unknown", lambda t: config_with(t, data={"name": "imagenet"}), 1,
         "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist' or 'synthetic'"),
     row("digits-with-a-path", lambda t: config_with(t, data={"name": "digits", "path": str(t / "nowhere")}), 1,
@@ -168,8 +191,34 @@ CASES = [
         "needs arrays 'x' and 'y' (or 'x_train' and 'y_train'); it has ['labels', 'x']"),
     row("npz-length-mismatch", lambda t: npz_config(t, x=X, y=Y[:5]), 1, "data.y_train: has 5 labels for 6 samples"),
     row("labels-negative", lambda t: npz_config(t, x=X, y=Y - 1), 1, "data.y_train: labels must be >= 0 (got -1)"),
-    row("labels-float", lambda t: npz_config(t, x=X, y=Y + 0.5), 1,
+    row("labels-float", lambda t: npz_config(t, "classification", x=X, y=Y + 0.5), 1,
         "data.y_train: labels must be integer class indices (got 0.5)"),
+    # --- models, losses and metrics: refused once Keras can judge, before the run folder is made ---
+    row("application-unknown", lambda t: config_with(t, model={"name": "keras.applications.MobilNetV2"}), 1,
+        "model.name: unknown keras application; did you mean 'MobileNetV2'? (got 'MobilNetV2')"),
+    row("application-input-too-small",
+        lambda t: config_with(t, data={"name": "synthetic", "samples": 26, "shape": [16, 16, 3]},
+                              model={"name": "keras.applications.MobileNetV2", "alpha": 0.35}), 1,
+        "model: MobileNetV2 refused input shape (16, 16, 3): Input size must be at least 32x32"),
+    row("saved-model-missing", lambda t: config_with(t, model={"name": "saved", "path": str(t / "absent.keras")}), 1,
+        "model.path: saved model not found"),
+    row("saved-model-not-keras",
+        lambda t: ((t / "notes.keras").write_text("not a model"),
+                   config_with(t, model={"name": "saved", "path": str(t / "notes.keras")})), 1,
+        "model.path: cannot load as a Keras model"),
+    row("output-too-narrow-for-the-labels", lambda t: saved_model_config(t, outputs=2), 1,
+        "model: class labels 0..2 need an output of shape (3,), one unit per class; the model outputs (2,)"),
+    row("loss-unknown", lambda t: tiny_config(t, loss={"name": "hubber"}), 1,
+        "loss.name: unknown loss; did you mean 'Huber'? (got 'hubber')"),
+    row("metric-unknown", lambda t: tiny_config(t, metrics=["acuracy"]), 1,
+        "metrics[0]: unknown metric; did you mean 'Accuracy'? (got 'acuracy')"),
+    row("float-targets-with-a-class-label-loss",
+        lambda t: npz_config(t, loss={"name": "sparse_categorical_crossentropy"}, x=X, y=Y + 0.5), 1,
+        "loss.name: sparse_categorical_crossentropy takes integer class labels, but the targets are regression"),
+    row("float-targets-without-a-loss", lambda t: npz_config(t, x=X, y=Y + 0.5), 1,
+        "loss.name: regression targets of shape (1,) need a loss; set loss: {name: mean_squared_error}"),
+    row("loss-without-per-sample-values", batch_mean_loss_config, 1,
+        "batch_mean:loss returned shape () for 2 samples; accumrun needs one value per sample"),
     row("dataset-empty", lambda t: npz_config(t, x=np.zeros((0, 4)), y=np.zeros(0, dtype=int)), 1,
         "data.x_train: is empty"),
     row("idx-bad-magic", lambda t: idx_config(t, "x_train", gzip.compress(b"\x00\x00\x0d" + idx_bytes(IMAGES)[3:])), 1,

@@ -30,7 +30,8 @@ def test_smoke_benchmark_measures_every_method_and_reports_the_targets(tmp_path:
     for method in METHODS:
         assert f"| {method} |" in markdown, method
     assert "## Targets" in markdown and "| target | measured | result |" in markdown
-    # dispatch's two throughput targets, RSS at S=1 and S=2, RSS falling; the smoke run has no compute workload.
+    # dispatch's two throughput targets, RSS at S=1 and S=2, RSS falling; the smoke run has no compute or
+    # applications workload.
     assert markdown.count("| met |") + markdown.count("| NOT met |") == 2 + 2 + 1
     assert "not measured" not in markdown
 

@@ -48,6 +48,9 @@ def test_no_subdivisions_and_overrides_reach_the_config(tmp_path: Path) -> None:
     assert "batch 10 = 1 sub-batch x 10 samples; 3 updates per epoch (last batch 3 = 1 sub-batch x 3 samples)" in (
         result.stdout
     )
+    # The loss and metrics the task implies, and whether the loss reads logits, resolved in the printed config.
+    assert "loss sparse_categorical_crossentropy, from_logits=True; metrics accuracy\n" in result.stdout
+    assert "loss:\n  name: sparse_categorical_crossentropy\n  from_logits: true\n" in result.stdout
 
 
 def test_bad_config_exits_1_with_every_problem_and_no_traceback(tmp_path: Path) -> None:

@@ -95,7 +95,7 @@ def test_unknown_top_level_key_suggests_the_close_one(tmp_path: Path) -> None:
 def test_unknown_top_level_key_without_a_close_match_lists_the_known_keys(tmp_path: Path) -> None:
     assert (
         message_of(write(tmp_path, "zzz: 1\n"))
-        == "zzz: unknown key; known keys: seed, data, model, training, optimizer, output, distribute"
+        == "zzz: unknown key; known keys: seed, data, model, loss, metrics, training, optimizer, output, distribute"
     )
 
 
@@ -340,7 +340,8 @@ def test_darknet_needs_one_stride_per_filter(tmp_path: Path) -> None:
 def test_unknown_model_name(tmp_path: Path) -> None:
     assert (
         message_of(write(tmp_path, "model:\n  name: resnet\n"))
-        == "model.name: unknown model; use darknet_cnn, mlp or 'package.module:function' (got 'resnet')"
+        == "model.name: unknown model; use darknet_cnn, mlp, keras.applications.<Name>, saved or "
+        "'package.module:function' (got 'resnet')"
     )
 
 

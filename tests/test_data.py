@@ -135,13 +135,13 @@ def test_npz_negative_labels(tmp_path: Path) -> None:
 def test_npz_non_integer_labels(tmp_path: Path) -> None:
     path = write_npz(tmp_path / "d.npz", x=np.ones((3, 2)), y=np.array([0.0, 1.5, 1.0]))
     with pytest.raises(DataError, match=r"data\.y_train: labels must be integer class indices \(got 1\.5\)"):
-        load_npz(path)
+        load_npz(path, task="classification")
 
 
 def test_npz_nan_labels(tmp_path: Path) -> None:
     path = write_npz(tmp_path / "d.npz", x=np.ones((3, 2)), y=np.array([0.0, np.nan, 1.0]))
     with pytest.raises(DataError, match=r"labels must be integer class indices \(got nan\)"):
-        load_npz(path)
+        load_npz(path, task="classification")
 
 
 def test_npz_empty_arrays(tmp_path: Path) -> None:
@@ -166,8 +166,8 @@ def test_npz_one_dimensional_samples(tmp_path: Path) -> None:
 
 def test_npz_matrix_labels(tmp_path: Path) -> None:
     path = write_npz(tmp_path / "d.npz", x=np.ones((3, 2)), y=np.eye(3))
-    with pytest.raises(DataError, match=r"data\.y_train: labels must be one integer class index per sample"):
-        load_npz(path)
+    with pytest.raises(DataError, match=r"data\.y_train: class labels must be one integer class index per sample"):
+        load_npz(path, task="classification")
 
 
 def test_npz_non_numeric_samples(tmp_path: Path) -> None:
@@ -491,3 +491,39 @@ def test_boolean_labels_are_classes_0_and_1(tmp_path: Path) -> None:
     path = write_npz(tmp_path / "d.npz", x=np.zeros((4, 2)), y=np.array([True, False, True, True]))
     dataset = load_npz(path, validation_split=0.0)
     assert dataset.y_train.tolist() == [1, 0, 1, 1] and dataset.classes == 2
+
+
+@pytest.mark.parametrize(
+    ("y", "task"),
+    [
+        pytest.param(np.array([0, 2, 1, 2]), "classification", id="integers"),
+        pytest.param(np.array([0.0, 2.0, 1.0, 2.0]), "classification", id="integral-floats"),
+        pytest.param(np.array([[1], [0], [2], [1]]), "classification", id="a-column-of-integers"),
+        pytest.param(np.array([[0, 1, 1], [1, 0, 0], [0, 0, 1], [1, 1, 1]]), "multi_label", id="rows-of-0-1"),
+        pytest.param(np.array([0.5, -1.25, 3.0, 0.0]), "regression", id="float-values"),
+        pytest.param(np.array([[0.5, 1.0], [2.0, 0.0], [1.5, 1.0], [0.0, 0.0]]), "regression", id="float-rows"),
+    ],
+)
+def test_task_auto_reads_the_targets(tmp_path: Path, y: np.ndarray, task: str) -> None:
+    ds = load_npz(write_npz(tmp_path / "d.npz", x=np.ones((4, 2)), y=y), validation_split=0.0)
+    assert ds.task == task
+    expected = {"classification": (np.int32, ()), "multi_label": (np.float32, (3,)), "regression": (np.float32, None)}
+    dtype, shape = expected[task]
+    assert ds.y_train.dtype == dtype
+    # A regression target of one value per sample is a column: the model's output then has the same shape.
+    assert ds.target_shape == (shape if shape is not None else (y.shape[1] if y.ndim == 2 else 1,))
+
+
+def test_multi_label_targets_must_be_0_or_1(tmp_path: Path) -> None:
+    path = write_npz(tmp_path / "d.npz", x=np.ones((3, 2)), y=np.array([[0, 1], [2, 0], [1, 1]]))
+    with pytest.raises(DataError, match=r"data\.y_train: multi-label targets must be 0 or 1 \(got 2\.0\)"):
+        load_npz(path, task="multi_label", validation_split=0.0)
+
+
+@pytest.mark.parametrize("task", ["regression", "multi_label"])
+def test_synthetic_data_makes_each_task(task: str) -> None:
+    config = DataConfig(name="synthetic", samples=64, shape=[3], classes=4, task=task, validation_split=0.0)
+    ds = dataset.load_dataset(config, seed=0)
+    assert ds.task == task
+    assert ds.target_shape == ((4,) if task == "multi_label" else (1,))
+    assert ds.y_train.std() > 0.1  # learnable targets, not constants

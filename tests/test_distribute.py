@@ -70,8 +70,8 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(
 def test_one_gradient_all_reduce_per_batch_whatever_the_subdivisions(mirrored: dict[str, Any]) -> None:
     """The traced step holds the same reductions for 1 and 4 sub-batches, and none inside the sub-batch loop.
 
-    A reduction is one collective op per replica. Outside the update branch there is one (the loss sum, correct
-    count and non-finite flag, stacked); inside it, the optimizer's sum of the gradients.
+    A reduction is one collective op per replica. Outside the update branch there is one (the loss sum and the
+    non-finite flag, stacked); inside it, the optimizer's sum of the gradients.
     """
     one, four = mirrored["reductions"]["1"], mirrored["reductions"]["4"]
     assert one == four

@@ -44,7 +44,16 @@ def test_run_directory_holds_config_metrics_and_a_loadable_model(tmp_path: Path)
     assert [row["optimizer_steps"] for row in rows] == [3, 6]
     assert rows[0]["sub_batch_size"] == 4 and rows[0]["subdivisions"] == 3 and rows[0]["batch_size"] == 10
 
-    assert load_config(tmp_path / "run" / "config.yaml") == config
+    # config.yaml is the config, with what it left to accumrun resolved.
+    saved = load_config(tmp_path / "run" / "config.yaml")
+    assert (saved.data.task, saved.loss.name, saved.loss.from_logits, saved.metrics) == (
+        "classification",
+        "sparse_categorical_crossentropy",
+        True,
+        ["accuracy"],
+    )
+    resolved = {"data": config.data.model_copy(update={"task": "classification"}), "loss": saved.loss}
+    assert saved == config.model_copy(update={**resolved, "metrics": ["accuracy"]})
     status = json.loads((tmp_path / "run" / "run.json").read_text())
     assert status["status"] == "completed" and status["ended"] and status["tensorflow_version"] == tf.__version__
     loaded = keras.models.load_model(tmp_path / "run" / "model.keras")

@@ -81,9 +81,7 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
         raise ConfigError("--resume", "is not an accumrun run directory (it has no config.yaml)", str(run_dir))
     saved = load_config(saved_path)
     config = load_config(config_path or saved_path, overrides)
-    if config.training.fixed_subdivisions is None:
-        # The run settled 'auto' when it started and saved the value it chose; keep that value.
-        config = config.with_subdivisions(saved.training.subdivisions)
+    config = _with_settled(config, saved)
     changed = [
         f"{key} ({before!r} -> {after!r})"
         for key, (before, after) in _differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
@@ -96,6 +94,19 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
             "only training.epochs, output.* and distribute.* may change",
         )
     return config
+
+
+def _with_settled(config: Config, saved: Config) -> Config:
+    """``config`` with what it leaves to accumrun (``auto`` or unset) taken from the run's ``saved`` config, which
+    records what the run settled on: the subdivisions, the task, the loss and its ``from_logits``, the metrics."""
+    if config.training.fixed_subdivisions is None:
+        config = config.with_subdivisions(saved.training.subdivisions)
+    data = config.data.model_copy(update={"task": saved.data.task}) if config.data.task == "auto" else config.data
+    loss = config.loss.model_copy(
+        update={key: getattr(saved.loss, key) for key in ("name", "from_logits") if getattr(config.loss, key) is None}
+    )
+    metrics = saved.metrics if config.metrics is None else config.metrics
+    return config.model_copy(update={"data": data, "loss": loss, "metrics": metrics})
 
 
 def _differences(before: Any, after: Any, prefix: str = "") -> list[tuple[str, tuple[Any, Any]]]:

@@ -15,6 +15,7 @@ from accumrun.data.sources import SOURCES
 from accumrun.errors import describe
 
 SYNTHETIC_ONLY_KEYS = ("samples", "shape", "classes")
+TASKS = ("classification", "regression", "multi_label")
 
 
 class _Section(BaseModel):
@@ -31,6 +32,8 @@ class DataConfig(_Section):
     samples: int = Field(2048, ge=1)
     shape: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [28, 28, 1], min_length=1)
     classes: int = Field(10, ge=2)
+    task: Literal["auto", "classification", "regression", "multi_label"] = "auto"
+    """What the targets are; ``auto`` reads them (see :func:`accumrun.data.dataset.infer_task`)."""
 
     @field_validator("name")
     @classmethod
@@ -71,6 +74,39 @@ class CustomModelConfig(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+APPLICATION_PREFIX = "keras.applications."
+
+
+class ApplicationConfig(BaseModel):
+    """``name: keras.applications.<Constructor>``: a Keras application, by default without its classifier and
+    with a new head sized to the task; every other key is passed to the constructor (``alpha``, ...)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: str = Field(pattern=r"^keras\.applications\.[A-Za-z_]\w*$")
+    weights: str | None = None
+    """None (random), ``imagenet`` (Keras downloads them) or the path of a weights file."""
+    include_top: bool = False
+    pooling: Literal["avg", "max"] | None = "avg"
+    freeze_base: bool = False
+
+    @property
+    def constructor(self) -> str:
+        """The constructor's name in ``keras.applications``, such as ``MobileNetV2``."""
+        return self.name.removeprefix(APPLICATION_PREFIX)
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        """The constructor's other keyword arguments."""
+        return dict(self.model_extra or {})
+
+
+class SavedModelConfig(_Section):
+    """``name: saved``: a model a user saved with Keras (``.keras`` or ``.h5``), trained as it is."""
+
+    name: Literal["saved"]
+    path: str
+
+
 class _UnknownModelConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: Any
@@ -78,12 +114,16 @@ class _UnknownModelConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _reject(cls, value: Any) -> Any:
-        raise ValueError("unknown model; use darknet_cnn, mlp or 'package.module:function'")
+        raise ValueError(
+            "unknown model; use darknet_cnn, mlp, keras.applications.<Name>, saved or 'package.module:function'"
+        )
 
 
 MODEL_SECTIONS: dict[str, type[BaseModel]] = {
     "darknet_cnn": DarknetCnnConfig,
     "mlp": MlpConfig,
+    "application": ApplicationConfig,
+    "saved": SavedModelConfig,
     "custom": CustomModelConfig,
     "unknown": _UnknownModelConfig,
 }
@@ -91,8 +131,10 @@ MODEL_SECTIONS: dict[str, type[BaseModel]] = {
 
 def _model_kind(value: Any) -> str:
     name = value.get("name", "darknet_cnn") if isinstance(value, dict) else getattr(value, "name", None)
-    if name in ("darknet_cnn", "mlp"):
-        return name
+    if name in ("darknet_cnn", "mlp", "saved"):
+        return str(name)
+    if isinstance(name, str) and name.startswith(APPLICATION_PREFIX):
+        return "application"
     if isinstance(name, str) and ":" in name:
         return "custom"
     return "unknown"
@@ -101,10 +143,43 @@ def _model_kind(value: Any) -> str:
 ModelConfig = Annotated[
     Annotated[DarknetCnnConfig, Tag("darknet_cnn")]
     | Annotated[MlpConfig, Tag("mlp")]
+    | Annotated[ApplicationConfig, Tag("application")]
+    | Annotated[SavedModelConfig, Tag("saved")]
     | Annotated[CustomModelConfig, Tag("custom")]
     | Annotated[_UnknownModelConfig, Tag("unknown")],
     Discriminator(_model_kind),
 ]
+
+
+class LossConfig(BaseModel):
+    """The loss: any ``keras.losses`` loss by snake_case or class name, or ``package.module:function`` returning
+    one value per sample; other keys (``label_smoothing``, ``delta``, ``from_logits``, ...) are its keywords.
+    Unset, it follows the task: sparse categorical cross-entropy for class labels, binary cross-entropy for
+    multi-label targets; regression needs one named."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: str | None = None
+    from_logits: bool | None = None
+    """Unset, it is read from the model: False when its output layer is a softmax or sigmoid."""
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        """The loss's other keyword arguments (``from_logits`` is decided separately)."""
+        return dict(self.model_extra or {})
+
+
+class MetricConfig(BaseModel):
+    """A ``keras.metrics`` metric by name, with its keyword arguments: ``{name: top_k_categorical_accuracy, k: 5}``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: str
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+MetricEntry = str | MetricConfig
 
 
 UNION_TAGS = {"model": set(MODEL_SECTIONS), "learning_rate": {"rate", "schedule"}}
@@ -203,6 +278,9 @@ class Config(_Section):
     seed: int = Field(0, ge=0)
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=DarknetCnnConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    metrics: list[MetricEntry] | None = None
+    """Unset, they follow the task: accuracy, binary accuracy, or the mean absolute error for regression."""
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
@@ -254,6 +332,10 @@ def cross_field_problems(config: Config) -> list[str]:
                 f"needs one stride per entry of model.filters ({len(model.filters)})",
                 model.strides,
             )
+        )
+    if isinstance(model, ApplicationConfig) and model.freeze_base and model.include_top:
+        problems.append(
+            describe("model.freeze_base", "trains a new head on a frozen base; it needs include_top: false", True)
         )
     distribute = config.distribute
     if distribute.logical_cpus is not None and distribute.strategy != "mirrored":

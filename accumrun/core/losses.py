@@ -1,13 +1,26 @@
-"""Per-sample losses and counts for the step: one value per sample, so sub-batches can be weighted exactly."""
+"""What the step minimises and measures: a per-sample loss, and metrics updated once per sample.
+
+Exactness needs one loss value per sample: the step weights each sub-batch by its sample count, so that uneven
+sub-batches sum to the whole batch's mean. Any ``keras.losses.Loss`` built with ``reduction=None`` gives that,
+and so does a custom function of ``(targets, predictions)`` that returns one value per sample.
+
+Class labels are kept as integer indices on the device. A loss or metric that wants targets shaped like the
+output (``categorical_crossentropy``, ``top_k_categorical_accuracy``, ``auc``, ...) gets them one-hot encoded
+(or as a column of 0/1 for a model with one output unit) where it is computed. Metrics see probabilities: a model
+that outputs logits has them passed through the softmax or sigmoid that its loss implies first.
+This module knows nothing of the config: :mod:`accumrun.objective` builds an :class:`Objective` from it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
+import keras
 import tensorflow as tf
 
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
-"""``loss_fn(labels, logits) -> per-sample losses`` (shape ``[n]``)."""
+"""``loss_fn(targets, predictions) -> per-sample losses`` (shape ``[n]``)."""
 
 
 def sparse_categorical_crossentropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
@@ -15,7 +28,91 @@ def sparse_categorical_crossentropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=tf.cast(logits, tf.float32))
 
 
-def correct_count(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-    """How many samples have their label as the largest logit (int32)."""
-    predicted = tf.argmax(logits, axis=-1, output_type=labels.dtype)
-    return tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.int32))
+def encode_class_labels(labels: tf.Tensor, width: int) -> tf.Tensor:
+    """Class indices as targets shaped like an output of ``width`` units: one-hot rows, or for a single unit
+    (binary classification with one sigmoid output) a column of 0/1."""
+    if width == 1:
+        return tf.cast(labels, tf.float32)[:, tf.newaxis]
+    return tf.one_hot(labels, width, dtype=tf.float32)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of a run: the name it is logged under, how to make a fresh Keras metric for it, and whether it
+    takes class indices as they are (``sparse``) rather than targets shaped like the output."""
+
+    name: str
+    make: Callable[[], keras.metrics.Metric]
+    sparse: bool = False
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The per-sample loss and the metrics of a run.
+
+    Attributes:
+        loss: ``(targets, predictions) -> per-sample values``; values with more axes than the batch are averaged
+            over the others, as Keras does.
+        class_labels: whether the targets are integer class indices.
+        sparse_loss: whether the loss takes class indices as they are; if not, they are encoded to the output.
+        outputs: the width of the model's output.
+        to_probabilities: what turns the model's output into what the metrics see (identity, softmax, sigmoid).
+        metrics: what is measured, in logging order.
+    """
+
+    loss: LossFn
+    class_labels: bool = True
+    sparse_loss: bool = True
+    outputs: int = 0
+    to_probabilities: Callable[[tf.Tensor], tf.Tensor] = tf.identity
+    metrics: tuple[Metric, ...] = field(default_factory=tuple)
+
+    def loss_values(self, targets: tf.Tensor, predictions: tf.Tensor) -> tf.Tensor:
+        """What the loss returns for these targets (encoded as it needs them) and float32 predictions."""
+        if self.class_labels and not self.sparse_loss:
+            targets = encode_class_labels(targets, self.outputs)
+        return tf.cast(self.loss(targets, tf.cast(predictions, tf.float32)), tf.float32)
+
+    def per_sample_loss(self, targets: tf.Tensor, predictions: tf.Tensor) -> tf.Tensor:
+        """The loss of each sample, in float32 (mixed-precision outputs included)."""
+        values = self.loss_values(targets, predictions)
+        if values.shape.rank is not None and values.shape.rank > 1:
+            values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
+        return values
+
+    def new_metrics(self) -> MetricSet:
+        """Fresh metric objects, for one kind of pass (training or validation); create them in the strategy's
+        scope when there is one."""
+        return MetricSet(self, [(metric, metric.make()) for metric in self.metrics])
+
+
+class MetricSet:
+    """Keras metric objects that accumulate over an epoch's samples, whatever the sub-batches were."""
+
+    def __init__(self, objective: Objective, metrics: list[tuple[Metric, keras.metrics.Metric]]) -> None:
+        self._objective = objective
+        self._metrics = metrics
+
+    @property
+    def variables(self) -> list[tf.Variable]:
+        """The metrics' state, to checkpoint and to put back when a batch's update is skipped."""
+        return [variable for _, metric in self._metrics for variable in metric.variables]
+
+    def update(self, targets: tf.Tensor, predictions: tf.Tensor) -> None:
+        """Add one (sub-)batch's samples."""
+        if not self._metrics:
+            return
+        objective = self._objective
+        probabilities = objective.to_probabilities(tf.cast(predictions, tf.float32))
+        encoded = encode_class_labels(targets, objective.outputs) if objective.class_labels else targets
+        for spec, metric in self._metrics:
+            metric.update_state(targets if spec.sparse else encoded, probabilities)
+
+    def reset(self) -> None:
+        """Start a new epoch."""
+        for _, metric in self._metrics:
+            metric.reset_state()
+
+    def results(self) -> dict[str, float]:
+        """Each metric's value over the samples added since the last reset, by its logged name."""
+        return {spec.name: float(keras.ops.convert_to_numpy(metric.result())) for spec, metric in self._metrics}

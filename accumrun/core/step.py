@@ -22,8 +22,8 @@ Where the replicas' sums happen. Called in a replica context, Keras' ``optimizer
 (sums) the gradients itself (``_all_reduce_sum_gradients`` in ``keras/src/backend/tensorflow/optimizer.py``),
 then updates every replica's copy of the variables identically. That is the batch's one gradient reduction,
 after the sub-batch loop; this module never sums gradients across replicas itself, so they are summed exactly
-once. Before it, one small all-reduce of three numbers carries the loss sum, the correct count and how many
-replicas saw a NaN or Inf, so that every replica takes the same decision to apply the update or skip it: a
+once. Before it, one small all-reduce of two numbers carries the loss sum and how many replicas saw a NaN or
+Inf, so that every replica takes the same decision to apply the update or skip it: a
 replica that skipped alone would leave the others waiting in the gradient all-reduce. That decision and the
 update run in the cross-replica context, because ``tf.distribute`` forbids a ``tf.cond`` in a replica context
 around the synchronization that ``apply_gradients`` does (Keras' ``LossScaleOptimizer`` takes the same route).
@@ -40,11 +40,11 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
-from accumrun.core.losses import LossFn, correct_count
+from accumrun.core.losses import LossFn, MetricSet, Objective
 from accumrun.core.split import sub_batch_sizes
 
-Step = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
-"""``step(x, y) -> (loss_sum, correct, applied)``: one batch, one update (see :func:`make_train_step`)."""
+Step = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
+"""``step(x, y) -> (loss_sum, applied)``: one batch, one update (see :func:`make_train_step`)."""
 
 # How many sub-batches the loop may run at once (TensorFlow's default is 10). More is faster on tiny sub-batches
 # but holds that many sub-batches' activations; benchmarks/step_speed.py --parallel measures it.
@@ -53,26 +53,35 @@ PARALLEL_SUB_BATCHES = 1
 
 def _slice_rows(x: tf.Tensor, y: tf.Tensor, size: int, start: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Rows ``[start, start + size)`` of ``x`` and ``y``, with the static size ``size``."""
-    rank = x.shape.rank
-    return tf.slice(x, [start] + [0] * (rank - 1), [size] + [-1] * (rank - 1)), tf.slice(y, [start], [size])
+    return _rows(x, start, size), _rows(y, start, size)
+
+
+def _rows(t: tf.Tensor, start: tf.Tensor, size: int) -> tf.Tensor:
+    rank = t.shape.rank
+    return tf.slice(t, [start] + [0] * (rank - 1), [size] + [-1] * (rank - 1))
+
+
+Totals = tuple[list[tf.Tensor], tf.Tensor]
+"""``(gradients, loss_sum)`` accumulated so far."""
 
 
 def make_gradient_fn(
     model: keras.Model,
-    loss_fn: LossFn,
+    loss: Objective | LossFn,
     subdivisions: int,
     jit_compile: bool = False,
     scale_loss: Callable[[tf.Tensor], tf.Tensor] | None = None,
-) -> Callable[..., tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]]:
-    """A function ``(x, y, total=None) -> (gradients, loss_sum, correct)`` that accumulates over the sub-batches.
+    metrics: MetricSet | None = None,
+) -> Callable[..., Totals]:
+    """A function ``(x, y, total=None) -> (gradients, loss_sum)`` that accumulates over the sub-batches.
 
     ``gradients`` is the gradient of the batch's mean loss (plus the model's regularization losses) with
-    respect to ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses and ``correct``
-    the number of samples whose largest logit is their label. ``total`` is the sample count that the losses are
-    divided by, ``x``'s own by default; a replica that holds one slice of a batch passes the whole batch's, so
-    that the replicas' gradients sum to the batch's (see :func:`make_train_step`); an empty slice then
-    gives zero gradients. It is not compiled by itself: call it inside a ``tf.function`` (as
-    :func:`make_train_step` does) or eagerly in tests.
+    respect to ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses. ``metrics``, when
+    given, are updated with every sub-batch's samples. ``total`` is the sample count that the losses are divided
+    by, ``x``'s own by default; a replica that holds one slice of a batch passes the whole batch's, so that the
+    replicas' gradients sum to the batch's (see :func:`make_train_step`); an empty slice then gives zero
+    gradients. It is not compiled by itself: call it inside a ``tf.function`` (as :func:`make_train_step` does)
+    or eagerly in tests.
 
     When the batch's size is known at tracing (full batches, and every batch of a step compiled whole by XLA),
     the sub-batches of each size (the sizes differ by at most one) run in a loop of their own, so that every
@@ -85,57 +94,51 @@ def make_gradient_fn(
     """
     if subdivisions < 1:
         raise ValueError(f"subdivisions must be >= 1, got {subdivisions}")
+    objective = loss if isinstance(loss, Objective) else Objective(loss)
     variables = model.trainable_variables
 
-    def add_sub_batch(
-        x_sub: tf.Tensor, y_sub: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]
-    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+    def add_sub_batch(x_sub: tf.Tensor, y_sub: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]) -> Totals:
         with tf.GradientTape() as tape:
-            logits = model(x_sub, training=True)
-            sub_loss_sum = tf.reduce_sum(loss_fn(y_sub, logits))
-            objective = sub_loss_sum / n_float
+            predictions = model(x_sub, training=True)
+            sub_loss_sum = tf.reduce_sum(objective.per_sample_loss(y_sub, predictions))
+            batch_share = sub_loss_sum / n_float
             if model.losses:
                 # Regularization belongs to the batch once; each sub-batch carries its share of it.
                 share = tf.cast(tf.shape(x_sub)[0], tf.float32) / n_float
-                objective += tf.cast(tf.add_n(model.losses), tf.float32) * share
+                batch_share += tf.cast(tf.add_n(model.losses), tf.float32) * share
             if scale_loss is not None:
-                objective = scale_loss(objective)
-        sub_gradients = tape.gradient(objective, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                batch_share = scale_loss(batch_share)
+        sub_gradients = tape.gradient(batch_share, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        if metrics is not None:
+            metrics.update(y_sub, predictions)
         gradients = [
             g + tf.cast(tf.convert_to_tensor(d), tf.float32) for g, d in zip(gradients, sub_gradients, strict=True)
         ]
-        return gradients, sub_loss_sum, correct_count(y_sub, logits)
+        return gradients, sub_loss_sum
 
     def sum_sub_batches(
         indices: tf.Tensor,
         cut: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]],
-        add: Callable[..., tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]],
+        add: Callable[..., Totals],
         n_float: tf.Tensor,
-        totals: tuple[list[tf.Tensor], tf.Tensor, tf.Tensor],
-    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+        totals: Totals,
+    ) -> Totals:
         """Add the sub-batches ``cut(i)`` for ``i`` in ``indices`` to ``totals``; autograph makes the loop a
         ``tf.while_loop``, so there is no Python round-trip per sub-batch."""
-        gradients, loss_sum, correct = totals
+        gradients, loss_sum = totals
         for i in indices:
             # One iteration at a time: by default the loop may overlap up to 10 sub-batches, and with them their
             # activations, which is the memory that subdivisions exist to save.
             tf.autograph.experimental.set_loop_options(parallel_iterations=PARALLEL_SUB_BATCHES)
             x_sub, y_sub = cut(i)
-            gradients, sub_loss_sum, sub_correct = add(x_sub, y_sub, n_float, gradients)
+            gradients, sub_loss_sum = add(x_sub, y_sub, n_float, gradients)
             loss_sum += sub_loss_sum
-            correct += sub_correct
-        return gradients, loss_sum, correct
+        return gradients, loss_sum
 
     clustered_sub_batch = tf.function(add_sub_batch, jit_compile=True, reduce_retracing=True) if jit_compile else None
 
-    def accumulate(
-        x: tf.Tensor, y: tf.Tensor, total: tf.Tensor | None = None
-    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-        totals = (
-            [tf.zeros_like(v, dtype=tf.float32) for v in variables],
-            tf.constant(0.0, tf.float32),
-            tf.constant(0, tf.int32),
-        )
+    def accumulate(x: tf.Tensor, y: tf.Tensor, total: tf.Tensor | None = None) -> Totals:
+        totals: Totals = ([tf.zeros_like(v, dtype=tf.float32) for v in variables], tf.constant(0.0, tf.float32))
         if x.shape[0] is not None:
             # Static shapes: one loop per sub-batch size, each slicing a fixed size at a list of starts.
             n_float = tf.cast(x.shape[0] if total is None else total, tf.float32)
@@ -162,26 +165,30 @@ def make_gradient_fn(
 
 def make_train_step(
     model: keras.Model,
-    loss_fn: LossFn,
+    loss: Objective | LossFn,
     optimizer: keras.optimizers.Optimizer,
     subdivisions: int,
     *,
+    metrics: MetricSet | None = None,
     strategy: tf.distribute.Strategy | None = None,
     jit_compile: bool = False,
 ) -> Step:
-    """Compile ``step(x, y) -> (loss_sum, correct, applied)``: accumulate over sub-batches, then update once.
+    """Compile ``step(x, y) -> (loss_sum, applied)``: accumulate over sub-batches, then update once.
 
     The optimizer sees one ``apply_gradients`` per call, so clipping, weight decay, its iteration counter and
     learning-rate schedules all count batches. ``applied`` is false when the loss or a gradient is NaN or Inf:
-    that batch's update is not applied, so the weights and the optimizer state stay as they were and the caller
-    decides whether to stop or go on. A ``keras.optimizers.LossScaleOptimizer`` scales each sub-batch's loss;
-    it unscales and checks the accumulated gradients once per batch, skipping (and lowering its scale on) a
-    batch whose scaled gradients overflowed, which ``applied`` reports too.
+    that batch's update is not applied, so the weights, the optimizer state and the ``metrics`` stay as they
+    were and the caller decides whether to stop or go on. A ``keras.optimizers.LossScaleOptimizer`` scales each
+    sub-batch's loss; it unscales and checks the accumulated gradients once per batch, skipping (and lowering
+    its scale on) a batch whose scaled gradients overflowed, which ``applied`` reports too.
 
-    With a ``strategy`` (the model and optimizer created in its scope), the global batch ``(x, y)`` is dealt out
-    to the replicas, each runs its sub-batches in a loop, and the two all-reduces and the update follow once
-    (see the module's docstring); ``loss_sum`` and ``correct`` are over the whole batch, and ``applied`` is false
-    when any replica saw a NaN or Inf. Loss scaling runs on one device only.
+    ``loss`` is an :class:`~accumrun.core.losses.Objective`, or a bare per-sample loss of class indices.
+    ``metrics`` (from ``objective.new_metrics()``) are updated with every sub-batch's samples.
+
+    With a ``strategy`` (the model, optimizer and metrics created in its scope), the global batch ``(x, y)`` is
+    dealt out to the replicas, each runs its sub-batches in a loop, and the two all-reduces and the update follow
+    once (see the module's docstring); ``loss_sum`` is over the whole batch, and ``applied`` is false when any
+    replica saw a NaN or Inf. Loss scaling runs on one device only.
 
     The function traces at most twice per run: once for full batches and once, with a generalized shape, for a
     short last batch. ``jit_compile`` compiles the whole step with XLA, once per batch shape (per sub-batch
@@ -201,25 +208,29 @@ def make_train_step(
             with strategy.scope():
                 optimizer.build(variables)
     accumulate = make_gradient_fn(
-        model, loss_fn, subdivisions, jit_compile, optimizer.scale_loss if loss_scaled else None
+        model, loss, subdivisions, jit_compile, optimizer.scale_loss if loss_scaled else None, metrics
     )
+    metric_state = metrics.variables if metrics is not None else []
     if strategy is not None:
-        return _replicated_step(strategy, accumulate, optimizer, variables)
+        return _replicated_step(strategy, accumulate, optimizer, variables, metric_state)
 
-    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        gradients, loss_sum, correct = accumulate(x, y)
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        metrics_before = [tf.identity(v) for v in metric_state]
+        gradients, loss_sum = accumulate(x, y)
         if loss_scaled:
             # The loss-scale optimizer checks the gradients itself and skips the update on overflow.
             updates_before = tf.identity(optimizer.iterations)
             optimizer.apply_gradients(zip(gradients, variables, strict=True))
-            return loss_sum, correct, optimizer.iterations > updates_before
+            applied = optimizer.iterations > updates_before
+        else:
 
-        def apply() -> tf.Tensor:
-            optimizer.apply_gradients(zip(gradients, variables, strict=True))
-            return tf.constant(True)
+            def apply() -> tf.Tensor:
+                optimizer.apply_gradients(zip(gradients, variables, strict=True))
+                return tf.constant(True)
 
-        applied = tf.cond(_all_finite(loss_sum, gradients), apply, lambda: tf.constant(False))
-        return loss_sum, correct, applied
+            applied = tf.cond(_all_finite(loss_sum, gradients), apply, lambda: tf.constant(False))
+        _restore_unless(applied, metric_state, metrics_before)
+        return loss_sum, applied
 
     # XLA needs static shapes, so a jit-compiled step keeps one trace per batch shape instead of generalizing.
     return tf.function(train_step, jit_compile=True) if jit_compile else tf.function(train_step, reduce_retracing=True)
@@ -229,29 +240,50 @@ def _all_finite(loss_sum: tf.Tensor, gradients: list[tf.Tensor]) -> tf.Tensor:
     return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in [loss_sum, *gradients]])
 
 
+def _restore_unless(applied: tf.Tensor, variables: list[tf.Variable], values: list[tf.Tensor]) -> None:
+    """Put ``values`` back into ``variables`` when the batch was skipped: its samples are not counted."""
+    if not variables:
+        return
+
+    def restore() -> tf.Tensor:
+        for variable, value in zip(variables, values, strict=True):
+            variable.assign(value)
+        return tf.constant(True)
+
+    tf.cond(applied, lambda: tf.constant(True), restore)
+
+
 def _replicated_step(
     strategy: tf.distribute.Strategy,
-    accumulate: Callable[..., tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]],
+    accumulate: Callable[..., Totals],
     optimizer: keras.optimizers.Optimizer,
     variables: list[tf.Variable],
+    metric_state: list[tf.Variable],
 ) -> Step:
     """The step of :func:`make_train_step` over the replicas of ``strategy``."""
     replicas = strategy.num_replicas_in_sync
 
-    def replica_gradients(x: tf.Tensor, y: tf.Tensor, total: tf.Tensor) -> tuple[list[tf.Tensor], tf.Tensor]:
-        gradients, loss_sum, correct = accumulate(x, y, total)
+    def replica_gradients(
+        x: tf.Tensor, y: tf.Tensor, total: tf.Tensor
+    ) -> tuple[list[tf.Tensor], tf.Tensor, list[tf.Tensor]]:
+        # Each replica's own metric state (synchronized on read), to put back if the batch is skipped.
+        metrics_before = [tf.identity(v) for v in metric_state]
+        gradients, loss_sum = accumulate(x, y, total)
         not_finite = tf.logical_not(_all_finite(loss_sum, gradients))
-        # float32 counts are exact up to 2**24 correct samples per batch.
-        local = tf.stack([loss_sum, tf.cast(correct, tf.float32), tf.cast(not_finite, tf.float32)])
+        local = tf.stack([loss_sum, tf.cast(not_finite, tf.float32)])
         totals = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local)
-        return gradients, totals
+        return gradients, totals, metrics_before
 
     def replica_update(gradients: list[tf.Tensor]) -> None:
         # apply_gradients sums the replicas' gradients (the one gradient all-reduce), then updates.
         optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
+    def replica_restore(values: list[tf.Tensor]) -> None:
+        for variable, value in zip(metric_state, values, strict=True):
+            variable.assign(value)
+
     @tf.function(reduce_retracing=True)
-    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         total = tf.shape(x)[0]
 
         def replica_slice(context: tf.distribute.experimental.ValueContext) -> tuple[tf.Tensor, tf.Tensor]:
@@ -260,7 +292,7 @@ def _replicated_step(
             return x[start:end], y[start:end]
 
         x_parts, y_parts = strategy.experimental_distribute_values_from_function(replica_slice)
-        gradients, totals = strategy.run(replica_gradients, args=(x_parts, y_parts, total))
+        gradients, totals, metrics_before = strategy.run(replica_gradients, args=(x_parts, y_parts, total))
         # After the all-reduce every replica holds the same totals; any local copy will do.
         totals = strategy.experimental_local_results(totals)[0]
 
@@ -268,20 +300,29 @@ def _replicated_step(
             strategy.run(replica_update, args=(gradients,))
             return tf.constant(True)
 
-        applied = tf.cond(tf.equal(totals[2], 0.0), update, lambda: tf.constant(False))
-        return totals[0], tf.cast(totals[1], tf.int32), applied
+        def skip() -> tf.Tensor:
+            if metric_state:
+                strategy.run(replica_restore, args=(metrics_before,))
+            return tf.constant(False)
+
+        applied = tf.cond(tf.equal(totals[1], 0.0), update, skip)
+        return totals[0], applied
 
     return train_step
 
 
 def make_eval_step(
-    model: keras.Model, loss_fn: LossFn
-) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
-    """Compile ``evaluate(x, y) -> (loss_sum, correct)`` in inference mode (BatchNorm uses moving stats)."""
+    model: keras.Model, loss: Objective | LossFn, metrics: MetricSet | None = None
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+    """Compile ``evaluate(x, y) -> loss_sum`` in inference mode (BatchNorm uses its moving statistics); it adds
+    the samples to ``metrics``."""
+    objective = loss if isinstance(loss, Objective) else Objective(loss)
 
     @tf.function(reduce_retracing=True)
-    def eval_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        logits = model(x, training=False)
-        return tf.reduce_sum(loss_fn(y, logits)), correct_count(y, logits)
+    def eval_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        predictions = model(x, training=False)
+        if metrics is not None:
+            metrics.update(y, predictions)
+        return tf.reduce_sum(objective.per_sample_loss(y, predictions))
 
     return eval_step

@@ -152,13 +152,26 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def load_synthetic(config: DataConfig, seed: int) -> Splits:
-    """Gaussian blobs around one random prototype per class: learnable, yet not separable by a glance."""
+    """Learnable data of any task, made from the seed, for tests and benchmarks without files.
+
+    Classification: Gaussian blobs around one random prototype per class, learnable yet not separable by a
+    glance. Multi-label: ``classes`` labels per sample, each set where a random linear function of the sample
+    is positive. Regression: one value per sample, a smooth random function of it.
+    """
     rng = np.random.default_rng(seed)
     shape = tuple(config.shape)
-    prototypes = rng.normal(size=(config.classes, *shape)).astype(np.float32)
-    labels = rng.integers(config.classes, size=config.samples)
-    noise = rng.normal(scale=2.0, size=(config.samples, *shape)).astype(np.float32)
-    return Splits(prototypes[labels] + noise, labels)
+    if config.task in ("auto", "classification"):
+        prototypes = rng.normal(size=(config.classes, *shape)).astype(np.float32)
+        labels = rng.integers(config.classes, size=config.samples)
+        noise = rng.normal(scale=2.0, size=(config.samples, *shape)).astype(np.float32)
+        return Splits(prototypes[labels] + noise, labels)
+    x = rng.normal(size=(config.samples, *shape)).astype(np.float32)
+    flat = x.reshape(config.samples, -1)
+    if config.task == "multi_label":
+        weights = rng.normal(size=(flat.shape[1], config.classes)) / np.sqrt(flat.shape[1])
+        return Splits(x, (flat @ weights > 0).astype(np.int64))
+    weights = rng.normal(size=flat.shape[1]) / np.sqrt(flat.shape[1])
+    return Splits(x, (np.tanh(flat @ weights) * 2.0).astype(np.float32))
 
 
 # The published checksums: torchvision's MNIST/FashionMNIST ``resources`` and the Fashion-MNIST README.

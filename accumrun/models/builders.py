@@ -1,37 +1,47 @@
-"""The model registry: config -> ``keras.Model`` that maps samples to one logit per class."""
+"""Models from the config: the built-ins, ``keras.applications``, saved Keras models and user factories."""
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
+from pathlib import Path
 from typing import Any
 
 import keras
 
-from accumrun.config.schema import CustomModelConfig, DarknetCnnConfig, MlpConfig
+from accumrun.config.schema import (
+    ApplicationConfig,
+    CustomModelConfig,
+    DarknetCnnConfig,
+    MlpConfig,
+    SavedModelConfig,
+)
 from accumrun.errors import ConfigError, DataError
+from accumrun.lookup import check_keywords, find, import_function, normalized
 
 
-def build_model(config: Any, sample_shape: tuple[int, ...], classes: int) -> keras.Model:
-    """Build the configured model for samples of ``sample_shape`` and ``classes`` outputs (logits).
+def build_model(config: Any, sample_shape: tuple[int, ...], outputs: int) -> keras.Model:
+    """Build the configured model for samples of ``sample_shape`` and ``outputs`` outputs: one per class or
+    label, or one per target value. The built-ins and new heads output logits.
 
     Raises:
         DataError: the samples do not fit the model (for example flat vectors into a CNN).
-        ConfigError: a custom model cannot be imported, fails, or does not return a Keras model.
+        ConfigError: a model cannot be found, built or loaded as configured (see each builder).
     """
     if isinstance(config, DarknetCnnConfig):
-        return darknet_cnn(sample_shape, classes, config.filters, config.strides, config.leaky_alpha)
+        return darknet_cnn(sample_shape, outputs, config.filters, config.strides, config.leaky_alpha)
     if isinstance(config, MlpConfig):
-        return mlp(sample_shape, classes, config.hidden, config.activation, config.dropout)
+        return mlp(sample_shape, outputs, config.hidden, config.activation, config.dropout)
+    if isinstance(config, ApplicationConfig):
+        return application(config, sample_shape, outputs)
+    if isinstance(config, SavedModelConfig):
+        return saved_model(config, sample_shape)
     if isinstance(config, CustomModelConfig):
-        return _custom_model(config, sample_shape, classes)
+        return _custom_model(config, sample_shape, outputs)
     raise ConfigError("model.name", "unknown model", getattr(config, "name", config))
 
 
 def darknet_cnn(
     sample_shape: tuple[int, ...],
-    classes: int,
+    outputs: int,
     filters: list[int],
     strides: list[int],
     leaky_alpha: float = 0.1,
@@ -39,7 +49,7 @@ def darknet_cnn(
     """The network of the original subdivisions experiment.
 
     Blocks of 3x3 Conv2D (no bias: BatchNorm's offset replaces it) + BatchNorm + leaky ReLU, then global mean
-    pooling and a Dense layer with one logit per class.
+    pooling and a Dense layer with ``outputs`` logits.
     """
     if len(sample_shape) != 3:
         raise DataError(
@@ -53,13 +63,13 @@ def darknet_cnn(
         x = keras.layers.LeakyReLU(negative_slope=leaky_alpha)(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     # Logits stay float32 under a mixed-precision policy, so the softmax and the loss do too.
-    outputs = keras.layers.Dense(classes, dtype="float32")(x)
-    return keras.Model(inputs, outputs, name="darknet_cnn")
+    logits = keras.layers.Dense(outputs, dtype="float32")(x)
+    return keras.Model(inputs, logits, name="darknet_cnn")
 
 
 def mlp(
     sample_shape: tuple[int, ...],
-    classes: int,
+    outputs: int,
     hidden: list[int],
     activation: str = "relu",
     dropout: float = 0.0,
@@ -74,27 +84,96 @@ def mlp(
             raise ConfigError("model.activation", f"unknown activation: {error}", activation) from None
         if dropout:
             x = keras.layers.Dropout(dropout)(x)
-    outputs = keras.layers.Dense(classes, dtype="float32")(x)
-    return keras.Model(inputs, outputs, name="mlp")
+    logits = keras.layers.Dense(outputs, dtype="float32")(x)
+    return keras.Model(inputs, logits, name="mlp")
 
 
-def _custom_model(config: CustomModelConfig, sample_shape: tuple[int, ...], classes: int) -> keras.Model:
-    module_name, _, function_name = config.name.partition(":")
-    # A console script does not put the working directory on sys.path; user models usually live there.
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
+def _custom_model(config: CustomModelConfig, sample_shape: tuple[int, ...], outputs: int) -> keras.Model:
+    function = import_function(config.name, "model.name")
     try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # the user's module may fail in any way while it is imported
-        reason = f"{type(error).__name__}: {error}"
-        raise ConfigError("model.name", f"cannot import module '{module_name}': {reason}", config.name) from None
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise ConfigError("model.name", f"module '{module_name}' has no function '{function_name}'", config.name)
-    try:
-        model = function(input_shape=sample_shape, classes=classes, **(config.model_extra or {}))
+        model = function(input_shape=sample_shape, classes=outputs, **(config.model_extra or {}))
     except TypeError as error:
         raise ConfigError("model", f"{config.name} rejected its arguments: {error}") from None
     if not isinstance(model, keras.Model):
         raise ConfigError("model.name", "the function must return a keras.Model", type(model).__name__)
     return model
+
+
+def application(config: ApplicationConfig, sample_shape: tuple[int, ...], outputs: int) -> keras.Model:
+    """A ``keras.applications`` model for samples of ``sample_shape``.
+
+    Without ``include_top`` (the default) the base ends in ``pooling`` and gets a new head of ``outputs``
+    logits; ``freeze_base`` then trains the head alone. With ``include_top`` the application keeps its own
+    classifier (sized to ``outputs`` unless ``classes`` is given), whose softmax the loss then detects.
+
+    Raises:
+        ConfigError: an unknown application, an input shape it rejects (its message names the minimum), weights
+            that cannot be loaded, or a keyword it does not take.
+    """
+    constructors = {normalized(name): value for name, value in vars(keras.applications).items() if callable(value)}
+    constructor = find(constructors, config.constructor, "model.name", "keras application")
+    keywords = config.keywords
+    check_keywords(constructor, keywords, "model", config.name)
+    weights_file = config.weights if config.weights not in (None, "imagenet") else None
+    if weights_file is not None and not Path(weights_file).is_file():
+        raise ConfigError("model.weights", "weights file not found", weights_file)
+    if config.include_top:
+        keywords.setdefault("classes", outputs)
+    else:
+        keywords["pooling"] = config.pooling
+    try:
+        base = constructor(
+            input_shape=sample_shape,
+            include_top=config.include_top,
+            weights="imagenet" if config.weights == "imagenet" else None,
+            **keywords,
+        )
+        if weights_file is not None:
+            base.load_weights(weights_file)
+    except (ValueError, OSError) as error:
+        message = " ".join(str(error).split())
+        raise ConfigError("model", f"{config.constructor} refused input shape {sample_shape}: {message}") from None
+    if config.include_top:
+        return base
+    if config.freeze_base:
+        # Frozen layers also run in inference mode (BatchNorm uses its moving statistics), as Keras fine-tuning does.
+        base.trainable = False
+    # Logits stay float32 under a mixed-precision policy, so the softmax and the loss do too.
+    head = keras.layers.Dense(outputs, dtype="float32", name="head")(base.output)
+    return keras.Model(base.input, head, name=f"{base.name}_head")
+
+
+def saved_model(config: SavedModelConfig, sample_shape: tuple[int, ...]) -> keras.Model:
+    """A model a user saved with Keras, to train as it is; its input must take samples of ``sample_shape``.
+
+    Raises:
+        ConfigError: the file is missing, is not a Keras model, or takes inputs of another shape.
+    """
+    path = Path(config.path)
+    if not path.is_file():
+        raise ConfigError("model.path", "saved model not found", config.path)
+    try:
+        model = keras.models.load_model(path, compile=False)
+    except Exception as error:  # a file of any kind, or a model whose custom layers are not importable
+        message = " ".join(str(error).split())[:300]
+        raise ConfigError("model.path", f"cannot load as a Keras model: {message}", config.path) from None
+    if not isinstance(model, keras.Model):
+        raise ConfigError("model.path", "does not hold a Keras model", config.path)
+    expected = model.input_shape
+    fits = (
+        not isinstance(expected, list)
+        and len(expected) == len(sample_shape) + 1
+        and all(e in (None, s) for e, s in zip(expected[1:], sample_shape, strict=True))
+    )
+    if not fits:
+        raise ConfigError(
+            "model.path",
+            f"the model takes inputs of shape {_shape(expected)}, the data's samples have shape {sample_shape}",
+            config.path,
+        )
+    return model
+
+
+def _shape(shape: Any) -> Any:
+    """A Keras input shape without its batch axis, as a user would write it."""
+    return tuple(shape[1:]) if isinstance(shape, tuple) else shape

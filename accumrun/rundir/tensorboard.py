@@ -7,17 +7,26 @@ from typing import Any
 
 import tensorflow as tf
 
-# Per-epoch values that are worth a curve; the rest of a metrics row is bookkeeping.
-_EPOCH_SCALARS = ("loss", "accuracy", "val_loss", "val_accuracy", "samples_per_second", "learning_rate")
+# Per-epoch values besides the loss and the metrics that are worth a curve; the rest of a row is bookkeeping.
+_OTHER_SCALARS = ("samples_per_second", "learning_rate")
 
 
 class TensorBoardLog:
     """Writes scalars under ``run_dir/tensorboard``; does nothing when disabled."""
 
-    def __init__(self, run_dir: Path, enabled: bool, every_updates: int | None, update_counter: tf.Variable) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        enabled: bool,
+        every_updates: int | None,
+        update_counter: tf.Variable,
+        metric_names: list[str],
+    ) -> None:
         self._writer = tf.summary.create_file_writer(str(run_dir / "tensorboard")) if enabled else None
         self._every_updates = every_updates
         self._update_counter = update_counter
+        names = ["loss", *metric_names]
+        self._scalars = [*names, *(f"val_{name}" for name in names), *_OTHER_SCALARS]
 
     def update(self, batch_loss: float) -> None:
         """Log the mean loss of the batch just applied, every ``every_updates`` optimizer updates."""
@@ -35,7 +44,7 @@ class TensorBoardLog:
         if self._writer is None:
             return
         with self._writer.as_default(step=row["epoch"]):
-            for key in _EPOCH_SCALARS:
+            for key in self._scalars:
                 if key in row:
                     tf.summary.scalar(f"epoch/{key}", row[key])
         self._writer.flush()

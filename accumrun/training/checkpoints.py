@@ -1,7 +1,8 @@
 """Checkpoints at batch boundaries: the model, the optimizer and where in the data order the run stands.
 
 A checkpoint is one ``.npz`` file holding every model variable (weights, BatchNorm statistics, dropout seed
-state), every optimizer variable (its iteration counter and moments) and a :class:`Position`. The data order
+state), every optimizer variable (its iteration counter and moments), the training metrics' state so far in the
+epoch, and a :class:`Position`. The data order
 needs nothing more: it is a function of the seed and the epoch (:func:`accumrun.data.dataset.epoch_order`), so
 the position says where to pick it up. Files are written atomically, so a run killed at any instant leaves only
 complete checkpoints.
@@ -14,8 +15,9 @@ the old way (0-based epochs) still load, and the newest is found by position, no
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import keras
 import numpy as np
@@ -34,7 +36,6 @@ class Position:
     epoch: int = 0
     batch: int = 0
     loss_sum: float = 0.0
-    correct: int = 0
     samples: int = 0
     skipped_batches: int = 0
     loss_scale_skips: int = 0
@@ -57,19 +58,35 @@ class Position:
         """A key that sorts positions in training order."""
         return self.epoch, self.batch
 
+    @classmethod
+    def stored(cls, text: str) -> Position:
+        """The position a checkpoint holds; keys that older versions stored and this one does not are dropped."""
+        known = {field.name for field in fields(cls)}
+        return cls(**{key: value for key, value in json.loads(text).items() if key in known})
+
+
+State = dict[str, list[Any]]
+"""The variables a checkpoint holds, by group: ``model``, ``optimizer``, ``metrics``."""
+# Groups that a checkpoint of an earlier version may lack; they then keep their fresh values.
+_OPTIONAL_GROUPS = ("metrics",)
+
 
 class CheckpointStore:
-    """The ``checkpoints/`` folder of a run, keeping the newest ``keep`` checkpoints."""
+    """The ``checkpoints/`` folder of a run, holding ``state`` at batch boundaries; the newest ``keep`` stay."""
 
-    def __init__(self, folder: Path, keep: int, batches_per_epoch: int = 0) -> None:
+    def __init__(self, folder: Path, keep: int, batches_per_epoch: int = 0, state: State | None = None) -> None:
         self.folder = folder
         self._keep = keep
         self._batches_per_epoch = batches_per_epoch
+        self._state = state or {}
 
-    def save(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, position: Position) -> Path:
+    def save(self, position: Position) -> Path:
         """Write a checkpoint of the current state at ``position``, then drop the oldest beyond ``keep``."""
-        arrays = {f"model/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
-        arrays.update({f"optimizer/{i}": np.asarray(v.numpy()) for i, v in enumerate(optimizer.variables)})
+        arrays = {
+            f"{group}/{i}": np.asarray(keras.ops.convert_to_numpy(v))
+            for group, variables in self._state.items()
+            for i, v in enumerate(variables)
+        }
         arrays["position"] = np.array(json.dumps(asdict(position)))
         path = self.folder / f"{position.checkpoint_name(self._batches_per_epoch)}.npz"
         # numpy's stub has a keyword `allow_pickle: bool`, which mypy lets **arrays fill; no key here is that name.
@@ -89,26 +106,27 @@ class CheckpointStore:
         found = self.checkpoints()
         return found[-1] if found else None
 
-    @staticmethod
-    def load(path: Path, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> Position:
-        """Restore the model and the (built) optimizer from ``path``; return the position it was taken at.
+    def load(self, path: Path) -> Position:
+        """Restore the state from ``path`` (the optimizer built); return the position it was taken at.
 
         Raises:
-            ConfigError: the checkpoint is unreadable or was made for another model or optimizer.
+            ConfigError: the checkpoint is unreadable or was made for another model, optimizer or metrics.
         """
         try:
             with np.load(path) as stored:
                 arrays = {key: stored[key] for key in stored.files}
         except (OSError, ValueError) as error:
             raise ConfigError("--resume", f"cannot read checkpoint {path.name}: {error}") from None
-        for prefix, variables in (("model", model.variables), ("optimizer", optimizer.variables)):
-            values = [arrays.get(f"{prefix}/{i}") for i in range(len(variables))]
-            extra = f"{prefix}/{len(variables)}" in arrays
+        for group, variables in self._state.items():
+            if group in _OPTIONAL_GROUPS and not any(key.startswith(f"{group}/") for key in arrays):
+                continue
+            values = [arrays.get(f"{group}/{i}") for i in range(len(variables))]
+            extra = f"{group}/{len(variables)}" in arrays
             if extra or any(v is None or v.shape != tuple(var.shape) for v, var in zip(values, variables, strict=True)):
-                raise ConfigError("--resume", f"checkpoint {path.name} does not match the configured {prefix}")
+                raise ConfigError("--resume", f"checkpoint {path.name} does not match the configured {group}")
             for variable, value in zip(variables, values, strict=True):
                 variable.assign(value)
-        return Position(**json.loads(str(arrays["position"])))
+        return Position.stored(str(arrays["position"]))
 
 
 def _stored_position(path: Path) -> Position:
@@ -116,6 +134,6 @@ def _stored_position(path: Path) -> Position:
     try:
         with np.load(path) as stored:
             # An .npz is a zip: this reads the one small member, not the weights.
-            return Position(**json.loads(str(stored["position"])))
+            return Position.stored(str(stored["position"]))
     except (OSError, ValueError, KeyError, TypeError):
         return Position(epoch=-1)

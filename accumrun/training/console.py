@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import keras
+import numpy as np
 import progressbar
 import tensorflow as tf
 
 from accumrun.config.schema import Config
 from accumrun.core.split import describe_plan
-from accumrun.data.dataset import Dataset
+from accumrun.training.setup import TrainingSetup
 
 
 def device_name() -> str:
@@ -20,20 +20,25 @@ def device_name() -> str:
     return f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''}" if gpus else "CPU"
 
 
-def describe_setup(
-    config: Config, dataset: Dataset, model: keras.Model, batch_size: int, replicas: int = 1
-) -> list[str]:
-    """The derived numbers of a run, as lines: data sizes, parameter count, batch plan (dealt out to
-    ``replicas`` replicas) and optimizer."""
+def describe_setup(setup: TrainingSetup) -> list[str]:
+    """The derived numbers of a run, as lines: data sizes and targets, parameter count, the loss (on logits or
+    probabilities) and metrics, the batch plan (dealt out to the replicas) and the optimizer."""
+    config, dataset, model = setup.config, setup.dataset, setup.model
     shape = "x".join(str(d) for d in dataset.sample_shape)
     learning_rate = config.optimizer.learning_rate
     rate = f"{learning_rate:g}" if isinstance(learning_rate, float) else f"schedule {learning_rate.name}"
+    parameters = model.count_params()
+    frozen = ""
+    if getattr(config.model, "freeze_base", False):
+        frozen = f" ({sum(int(np.prod(v.shape)) for v in model.trainable_variables):,} trainable: the base is frozen)"
     return [
         f"data {dataset.name}: {dataset.train_size:,} training + {dataset.val_size:,} validation samples of shape "
-        f"{shape}, {dataset.classes} classes",
-        f"model {config.model.name}: {model.count_params():,} parameters",
-        _plan(config, dataset.train_size, batch_size, replicas),
-        f"optimizer {config.optimizer.name}, learning rate {rate}, {config.training.epochs} epochs, seed {config.seed}",
+        f"{shape}, {dataset.describe_targets()}",
+        f"model {config.model.name}: {parameters:,} parameters{frozen}",
+        *setup.objective.describe(),
+        _plan(config, dataset.train_size, setup.batch_size, setup.replicas),
+        f"optimizer {config.optimizer.name}, learning rate {rate}, {_count(config.training.epochs, 'epoch')}, "
+        f"seed {config.seed}",
     ]
 
 
@@ -61,14 +66,25 @@ def progress_bar(count: int, epoch: int, epochs: int, done: int = 0) -> progress
     return progressbar.ProgressBar(max_value=count, initial_value=done, widgets=widgets, fd=sys.stdout).start()
 
 
-def epoch_line(row: dict[str, Any], epochs: int) -> str:
-    """``epoch 3/10 | loss 0.4312 | acc 0.872 | val_loss ... | 2.1 s | 4,870 samples/s``."""
-    parts = [f"epoch {row['epoch']}/{epochs}", f"loss {row['loss']:.4f}", f"acc {row['accuracy']:.3f}"]
+def epoch_line(row: dict[str, Any], epochs: int, metric_names: list[str]) -> str:
+    """``epoch 3/10 | loss 0.4312 | accuracy 0.872 | val_loss ... | val_accuracy ... | 2.1 s | 4,870 samples/s``:
+    each metric under its Keras name."""
+    names = ["loss", *metric_names]
     if "val_loss" in row:
-        parts += [f"val_loss {row['val_loss']:.4f}", f"val_acc {row['val_accuracy']:.3f}"]
+        names += [f"val_{name}" for name in names]
+    parts = [f"epoch {row['epoch']}/{epochs}", *(f"{name} {_figure(name, row[name])}" for name in names)]
     parts += [f"{row['seconds']:.1f} s", f"{row['samples_per_second']:,.0f} samples/s"]
     if row.get("skipped_batches"):
         parts.append(f"{row['skipped_batches']} batches skipped (non-finite)")
     if row.get("loss_scale_skips"):
         parts.append(f"{row['loss_scale_skips']} updates skipped by the loss scale")
     return " | ".join(parts)
+
+
+def _figure(name: str, value: float) -> str:
+    # Losses and errors need more digits than accuracies to show progress late in a run.
+    return f"{value:.4f}" if "loss" in name or "error" in name else f"{value:.3f}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"

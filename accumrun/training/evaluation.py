@@ -1,4 +1,4 @@
-"""Validation at the end of each epoch: the mean loss and accuracy over the validation samples."""
+"""Validation at the end of each epoch: the mean loss and every metric over the validation samples."""
 
 from __future__ import annotations
 
@@ -18,13 +18,14 @@ class Validation:
             raise ValueError("the dataset has no validation split")
         self._size = dataset.val_size
         self._feeder = BatchFeeder(dataset.x_val, dataset.y_val, batch_size)
+        self._metrics = setup.val_metrics
         self._step = setup.make_eval_step()
 
     def __call__(self) -> dict[str, float]:
-        """``{"val_loss": ..., "val_accuracy": ...}`` under the current weights, in inference mode."""
-        loss_sum, correct = 0.0, 0
+        """``val_loss`` and ``val_<metric>`` for each metric under the current weights, in inference mode."""
+        self._metrics.reset()
+        loss_sum = 0.0
         for x, y in self._feeder.batches(np.arange(self._size)):
-            batch_loss, batch_correct = self._step(x, y)
-            loss_sum += float(batch_loss)
-            correct += int(batch_correct)
-        return {"val_loss": loss_sum / self._size, "val_accuracy": correct / self._size}
+            loss_sum += float(self._step(x, y))
+        results = {f"val_{name}": value for name, value in self._metrics.results().items()}
+        return {"val_loss": loss_sum / self._size, **results}

@@ -16,15 +16,16 @@ from accumrun.training.checkpoints import Position
 from accumrun.training.console import epoch_line
 
 
-def epoch_row(position: Position, seconds: float, validation: dict[str, float], **facts: Any) -> dict[str, Any]:
-    """The metrics row of the epoch that ``position`` has just finished: the epoch (1-based), the mean loss and
-    accuracy over its samples, the ``validation`` figures, its wall time and throughput, then ``facts`` (sizes,
-    the optimizer's state) as given, and the peak memory so far."""
-    samples = max(position.samples, 1)
+def epoch_row(
+    position: Position, metrics: dict[str, float], validation: dict[str, float], seconds: float, **facts: Any
+) -> dict[str, Any]:
+    """The metrics row of the epoch that ``position`` has just finished: the epoch (1-based), the mean loss over
+    its samples and the ``metrics``, the ``validation`` figures, its wall time and throughput, then ``facts``
+    (sizes, the optimizer's state) as given, and the peak memory so far."""
     return {
         "epoch": position.epoch + 1,
-        "loss": position.loss_sum / samples if position.samples else math.nan,
-        "accuracy": position.correct / samples,
+        "loss": position.loss_sum / position.samples if position.samples else math.nan,
+        **metrics,
         **validation,
         "seconds": seconds,
         "samples_per_second": position.samples / max(position.train_seconds, 1e-9),
@@ -43,6 +44,7 @@ class RunLog:
         epochs: int,
         rows: list[dict[str, Any]],
         tensorboard: TensorBoardLog,
+        metric_names: list[str],
         echo: Callable[[str], None],
     ) -> None:
         self.rows = rows
@@ -50,6 +52,7 @@ class RunLog:
         self._run_dir = run_dir
         self._epochs = epochs
         self._tensorboard = tensorboard
+        self._metric_names = metric_names
         self._echo = echo
 
     def epoch(self, row: dict[str, Any]) -> None:
@@ -57,7 +60,7 @@ class RunLog:
         self.rows.append(row)
         self._tensorboard.epoch(row)
         append_metrics(self._run_dir, row)
-        self._echo(epoch_line(row, self._epochs))
+        self._echo(epoch_line(row, self._epochs, self._metric_names))
 
     def update(self, batch_mean_loss: float) -> None:
         """Record one applied update's mean loss, when per-update logging is on."""

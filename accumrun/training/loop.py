@@ -70,7 +70,7 @@ class EpochLoop:
             self._train_epoch(position, stops)
             self._end_epoch(position)
             position = Position(epoch=position.epoch + 1)
-            checkpoint = self.store.save(self.setup.model, self._optimizer, position)
+            checkpoint = self.store.save(position)
             self._stop_if_requested(stops, position, checkpoint)
         self.log.close()
 
@@ -85,8 +85,10 @@ class EpochLoop:
             else None
         )
         seconds_before, started = position.train_seconds, time.perf_counter()
+        if position.batch == 0:
+            self.setup.train_metrics.reset()
         for x, y in self.feeder.batches(order, skip=position.batch):
-            batch_loss, batch_correct, applied = self.train_step(x, y)
+            batch_loss, applied = self.train_step(x, y)
             position.batch += 1
             position.train_seconds = seconds_before + time.perf_counter() - started
             if not bool(applied):
@@ -94,17 +96,16 @@ class EpochLoop:
             else:
                 samples = int(x.shape[0])
                 position.loss_sum += float(batch_loss)
-                position.correct += int(batch_correct)
                 position.samples += samples
                 self.log.update(float(batch_loss) / samples)
                 if every and int(self._optimizer.iterations.numpy()) % every == 0:
-                    self.store.save(self.setup.model, self._optimizer, position)
+                    self.store.save(position)
             if bar is not None:
                 bar.update(position.batch, loss=position.loss_sum / max(position.samples, 1))
             if stops.requested:
                 if bar is not None:
                     bar.finish(dirty=True)
-                self._stop_if_requested(stops, position, self.store.save(self.setup.model, self._optimizer, position))
+                self._stop_if_requested(stops, position, self.store.save(position))
         if bar is not None:
             bar.finish(dirty=True)
 
@@ -116,8 +117,9 @@ class EpochLoop:
         self.log.epoch(
             epoch_row(
                 position,
-                position.train_seconds + time.perf_counter() - started,
+                self.setup.train_metrics.results(),
                 validation,
+                position.train_seconds + time.perf_counter() - started,
                 batch_size=self.setup.batch_size,
                 subdivisions=self.subdivisions,
                 replicas=self.setup.replicas,

@@ -93,6 +93,7 @@ def _train(
 ) -> RunResult:
     echo: Callable[[str], None] = (lambda _: None) if quiet else click.echo
     setup = build_training(config, strategy)
+    config = setup.config
     details: dict[str, Any] = {}
     subdivisions = config.training.fixed_subdivisions
     if subdivisions is None:
@@ -102,7 +103,12 @@ def _train(
     else:
         train_step = setup.make_step(subdivisions)
     batches_per_epoch, _ = epoch_batches(setup.dataset.train_size, setup.batch_size, config.training.drop_remainder)
-    store = CheckpointStore(run_dir / "checkpoints", config.output.keep_checkpoints, batches_per_epoch)
+    state = {
+        "model": setup.model.variables,
+        "optimizer": setup.optimizer.variables,
+        "metrics": setup.train_metrics.variables,
+    }
+    store = CheckpointStore(run_dir / "checkpoints", config.output.keep_checkpoints, batches_per_epoch, state)
     if resume:
         position, rows = _restore(store, setup, run_dir)
     else:
@@ -111,11 +117,19 @@ def _train(
     write_text_atomically(run_dir / "config.yaml", config.to_yaml())
     status = RunStatus(run_dir / "run.json", resumed=resume, details=details)
     output = config.output
+    metric_names = [metric.name for metric in setup.objective.objective.metrics]
     log = RunLog(
         run_dir,
         epochs=config.training.epochs,
         rows=rows,
-        tensorboard=TensorBoardLog(run_dir, output.tensorboard, output.log_every_updates, setup.optimizer.iterations),
+        tensorboard=TensorBoardLog(
+            run_dir,
+            output.tensorboard,
+            output.log_every_updates,
+            setup.optimizer.iterations,
+            metric_names,
+        ),
+        metric_names=metric_names,
         echo=echo,
     )
     loop = EpochLoop(
@@ -153,7 +167,7 @@ def _settle_auto(setup: TrainingSetup, echo: Callable[[str], None]) -> tuple[int
     config = setup.config
     choice = choose_subdivisions(
         setup.make_step,
-        [*setup.model.variables, *setup.optimizer.variables],
+        [*setup.model.variables, *setup.optimizer.variables, *setup.train_metrics.variables],
         x,
         y,
         config.training.max_sub_batch,
@@ -169,7 +183,7 @@ def _restore(store: CheckpointStore, setup: TrainingSetup, run_dir: Path) -> tup
     checkpoint = store.latest()
     if checkpoint is None:
         raise ConfigError("--resume", "holds no checkpoint to resume from", str(run_dir))
-    position = store.load(checkpoint, setup.model, setup.optimizer)
+    position = store.load(checkpoint)
     epochs = setup.config.training.epochs
     if position.epoch >= epochs:
         noun = "epoch" if epochs == 1 else "epochs"
@@ -186,6 +200,6 @@ def _announce(setup: TrainingSetup, run_dir: Path, position: Position, echo: Cal
     echo(f"accumrun {__version__} | TensorFlow {tf.__version__} on {device_name()} | run dir {run_dir}")
     if setup.strategy is not None:
         echo(f"distribute {describe_strategy(setup.strategy)}")
-    echo("\n".join(describe_setup(setup.config, setup.dataset, setup.model, setup.batch_size, setup.replicas)))
+    echo("\n".join(describe_setup(setup)))
     if position.epoch or position.batch:
         echo(f"resuming at epoch {position.epoch + 1}, batch {position.batch + 1}")

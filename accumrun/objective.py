@@ -1,0 +1,212 @@
+"""The loss and metrics from the config, fitted to the task and to what the model outputs.
+
+Unset, they follow the task: sparse categorical cross-entropy and accuracy for class labels, binary
+cross-entropy and binary accuracy for multi-label targets; regression needs a loss named, and is measured by the
+mean absolute error. ``from_logits`` follows the model: a softmax or sigmoid at its end means probabilities.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from accumrun.config.schema import Config, LossConfig, MetricConfig, MetricEntry
+from accumrun.core.losses import LossFn, Metric, Objective
+from accumrun.data.dataset import Dataset
+from accumrun.errors import ConfigError
+from accumrun.lookup import check_keywords, classes_in, find, import_function, normalized
+from accumrun.models.outputs import check_output_shape, output_activation
+
+DEFAULT_LOSS = {"classification": "sparse_categorical_crossentropy", "multi_label": "binary_crossentropy"}
+DEFAULT_METRICS: dict[str, list[MetricEntry]] = {
+    "classification": ["accuracy"],
+    "multi_label": ["binary_accuracy"],
+    "regression": ["mean_absolute_error"],
+}
+_ACCURACY = ("accuracy", "acc")
+# Base classes and wrappers that cannot be built from a name alone.
+_NOT_LOSSES = ("LossFunctionWrapper",)
+_NOT_METRICS = ("Mean", "Sum", "MeanMetricWrapper", "Reduce")
+
+
+@dataclass(frozen=True)
+class FittedObjective:
+    """The objective for the step, and what was decided, to record in ``config.yaml`` and print."""
+
+    objective: Objective
+    loss: LossConfig
+    """The loss as resolved: its name, and ``from_logits`` where the loss takes it."""
+    metrics: list[MetricEntry]
+    activation: str | None
+    """``softmax`` or ``sigmoid`` when the model outputs probabilities, else None."""
+
+    def describe(self) -> list[str]:
+        """The startup lines: the loss, logits or probabilities, and the metrics."""
+        logits = f", from_logits={self.loss.from_logits}" if self.loss.from_logits is not None else ""
+        names = ", ".join(spec.name for spec in self.objective.metrics) or "none"
+        lines = [f"loss {self.loss.name}{logits}; metrics {names}"]
+        if self.activation is not None:
+            lines.append(
+                f"model outputs probabilities ({self.activation}): loss uses from_logits={self.loss.from_logits}"
+            )
+        return lines
+
+
+def fit_objective(config: Config, dataset: Dataset, model: keras.Model) -> FittedObjective:
+    """Build the loss and metrics for ``dataset``'s task and ``model``'s output, checking that they fit.
+
+    Raises:
+        ConfigError: an unknown loss or metric (the closest name is suggested), a keyword it does not take, a
+            loss that needs class labels for other targets, regression without a loss, a model output that
+            cannot hold the targets, or a custom loss that does not return one value per sample.
+    """
+    task = dataset.task
+    name = config.loss.name or DEFAULT_LOSS.get(task)
+    if name is None:
+        raise ConfigError(
+            "loss.name",
+            f"{dataset.describe_targets()} need a loss; set loss: {{name: mean_squared_error}} (or "
+            "mean_absolute_error, huber, ...)",
+        )
+    activation = output_activation(model)
+    if ":" in name:
+        loss_fn, sparse, from_logits = _custom_loss(config.loss, name, task)
+    else:
+        loss_fn, sparse, from_logits = _keras_loss(config.loss, name, task, activation)
+    width = check_output_shape(model, task, dataset.target_shape, dataset.classes, sparse)
+    outputs_probabilities = (not from_logits) if from_logits is not None else activation is not None
+    metrics = _metrics(config.metrics if config.metrics is not None else DEFAULT_METRICS[task], task, width)
+    objective = Objective(
+        loss=loss_fn,
+        class_labels=task == "classification",
+        sparse_loss=sparse,
+        outputs=width,
+        to_probabilities=_probabilities(task, width, outputs_probabilities),
+        metrics=tuple(metrics),
+    )
+    _check_per_sample(objective, model, dataset, name)
+    resolved = LossConfig.model_validate({**config.loss.keywords, "name": name, "from_logits": from_logits})
+    entries: list[MetricEntry] = list(config.metrics if config.metrics is not None else DEFAULT_METRICS[task])
+    return FittedObjective(objective, resolved, entries, activation)
+
+
+def _keras_loss(config: LossConfig, name: str, task: str, activation: str | None) -> tuple[LossFn, bool, bool | None]:
+    """A ``keras.losses`` class by name, built to return one value per sample; whether it takes class indices
+    as they are, and the ``from_logits`` it was given (None when it takes none)."""
+    losses = classes_in(keras.losses, keras.losses.Loss, exclude=_NOT_LOSSES)
+    loss_class = _with_alias(losses, name, keras.losses.get) or find(losses, name, "loss.name", "loss")
+    keywords = config.keywords
+    check_keywords(loss_class, keywords, "loss", loss_class.__name__)
+    takes_logits = "from_logits" in _parameters(loss_class)
+    if config.from_logits is not None and not takes_logits:
+        raise ConfigError("loss.from_logits", f"{loss_class.__name__} has no such argument", config.from_logits)
+    from_logits = None
+    if takes_logits:
+        from_logits = config.from_logits if config.from_logits is not None else activation is None
+        keywords["from_logits"] = from_logits
+    sparse = loss_class.__name__.startswith("Sparse")
+    if sparse and task != "classification":
+        raise ConfigError(
+            "loss.name",
+            f"{name} takes integer class labels, but the targets are {task.replace('_', '-')} values; "
+            f"use {'binary_crossentropy' if task == 'multi_label' else 'mean_squared_error'}",
+            name,
+        )
+    try:
+        # reduction=None: one value per sample, which the step weights by sub-batch exactly.
+        return loss_class(reduction=None, **keywords), sparse, from_logits
+    except (TypeError, ValueError) as error:
+        raise ConfigError("loss", f"{loss_class.__name__} rejected the settings: {error}") from None
+
+
+def _custom_loss(config: LossConfig, name: str, task: str) -> tuple[LossFn, bool, bool | None]:
+    """``package.module:function(targets, predictions)`` with the configured keywords; class labels reach it
+    as indices."""
+    function = import_function(name, "loss.name")
+    keywords = config.keywords
+    check_keywords(function, keywords, "loss", name)
+    if config.from_logits is not None:
+        keywords["from_logits"] = config.from_logits
+    return functools.partial(function, **keywords), True, config.from_logits
+
+
+def _metrics(entries: list[MetricEntry], task: str, width: int) -> list[Metric]:
+    metrics_by_name = classes_in(keras.metrics, keras.metrics.Metric, exclude=_NOT_METRICS)
+    built: list[Metric] = []
+    taken: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        path = f"metrics[{index}]"
+        name, keywords = (entry, {}) if isinstance(entry, str) else (entry.name, entry.keywords)
+        if normalized(name) in _ACCURACY:
+            if task == "regression":
+                raise ConfigError(path, "accuracy needs class labels; for regression use mean_absolute_error", name)
+            metric_class: type = (
+                keras.metrics.SparseCategoricalAccuracy
+                if task == "classification" and width > 1
+                else keras.metrics.BinaryAccuracy
+            )
+        else:
+            metric_class = _with_alias(metrics_by_name, name, keras.metrics.get) or find(
+                metrics_by_name, name, f"{path}.name" if isinstance(entry, MetricConfig) else path, "metric"
+            )
+        sparse = metric_class.__name__.startswith("Sparse")
+        if sparse and task != "classification":
+            raise ConfigError(path, f"{name} takes integer class labels; the targets are {task.replace('_', '-')}")
+        check_keywords(metric_class, keywords, path, metric_class.__name__)
+        taken[name] = taken.get(name, 0) + 1
+        logged = name if taken[name] == 1 else f"{name}_{taken[name]}"
+        make = functools.partial(metric_class, name=logged, **keywords)
+        try:
+            make()
+        except (TypeError, ValueError) as error:
+            raise ConfigError(path, f"{metric_class.__name__} rejected the settings: {error}") from None
+        built.append(Metric(logged, make, sparse))
+    return built
+
+
+def _with_alias(classes: dict[str, type], name: str, get: Callable[[str], Any]) -> type | None:
+    """The class that a Keras alias names (``mse``, ``mae``, ``kld``): Keras resolves it to an instance of the
+    class (metrics), or to a function named as the class is (losses)."""
+    if normalized(name) in classes:
+        return classes[normalized(name)]
+    try:
+        resolved = get(name)
+    except (ValueError, TypeError):
+        return None
+    if type(resolved) in classes.values():
+        return type(resolved)
+    return classes.get(normalized(getattr(resolved, "__name__", "")))
+
+
+def _parameters(cls: type) -> set[str]:
+    return set(inspect.signature(cls).parameters)
+
+
+def _probabilities(task: str, width: int, already: bool) -> Callable[[tf.Tensor], tf.Tensor]:
+    """What metrics see: probabilities, whatever the model outputs."""
+    if already or task == "regression":
+        return tf.identity
+    if task == "multi_label" or width == 1:
+        return tf.sigmoid
+    return tf.nn.softmax
+
+
+def _check_per_sample(objective: Objective, model: keras.Model, dataset: Dataset, name: str) -> None:
+    """Refuse a loss that returns one value for a whole sub-batch: sub-batches could not be weighted."""
+    samples = min(2, dataset.train_size)
+    x, y = tf.constant(dataset.x_train[:samples]), tf.constant(dataset.y_train[:samples])
+    values = objective.loss_values(y, model(x, training=False))
+    shape = tuple(values.shape)
+    if not shape or shape[0] != samples:
+        raise ConfigError(
+            "loss.name",
+            f"{name} returned shape {shape} for {samples} samples; accumrun needs one value per sample (shape "
+            f"[{samples}]) to weight uneven sub-batches exactly: return the per-sample values, not their mean",
+            name,
+        )

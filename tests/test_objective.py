@@ -1,0 +1,265 @@
+"""Losses, metrics and outputs: exactness for every loss, softmax models trained as logits models, the task's
+defaults, and the errors that refuse what cannot train correctly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import yaml
+
+from accumrun import train
+from accumrun.config.loading import load_config
+from accumrun.errors import ConfigError
+from accumrun.training.setup import build_training
+from tests.helpers import max_difference, write_config
+
+# Rows whose values measure the machine, not the training.
+TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib", "subdivisions", "sub_batch_size"}
+
+
+def task_config(tmp_path: Path, task: str, **sections: Any) -> Path:
+    """26 samples (23 for training) of a task, in batches of 10: 10, 10 and a short 3, cut 3 ways when subdivided.
+
+    Regression targets have 3 columns, from an npz file; the other tasks use synthetic data.
+    """
+    if task == "regression":
+        rng = np.random.default_rng(4)
+        x = rng.normal(size=(26, 5)).astype(np.float32)
+        y = np.stack([x[:, 0] * 2, x[:, 1] - x[:, 2], np.tanh(x[:, 3])], axis=1) + rng.normal(scale=0.1, size=(26, 3))
+        np.savez(tmp_path / "regression.npz", x=x, y=y)
+        data = {"name": "npz", "path": str(tmp_path / "regression.npz")}
+    else:
+        data = {"name": "synthetic", "samples": 26, "shape": [5], "classes": 4, "task": task}
+    config = {
+        "seed": 7,
+        "data": data,
+        "model": {"name": "mlp", "hidden": [8]},
+        "training": {"epochs": 2, "batch_size": 10, "subdivisions": 1},
+        # SGD, not Adam: Adam divides by the gradient's own scale, so a gradient that nearly cancels (the mean
+        # absolute error's sign sum) turns float rounding into a visible step; SGD keeps a difference as small.
+        "optimizer": {"name": "sgd", "learning_rate": 0.1, "momentum": 0.5},
+        "output": {"tensorboard": False},
+    }
+    for key, value in sections.items():
+        merge = isinstance(value, dict) and key != "model"  # a model section names a model of its own
+        config[key] = {**config.get(key, {}), **value} if merge else value
+    return write_config(tmp_path / f"{task}.yaml", **config)
+
+
+def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
+
+
+LOSSES = [
+    pytest.param("classification", {"name": "sparse_categorical_crossentropy"}, id="sparse_categorical_crossentropy"),
+    pytest.param(
+        "classification", {"name": "categorical_crossentropy", "label_smoothing": 0.1}, id="categorical_crossentropy"
+    ),
+    pytest.param("multi_label", {"name": "binary_crossentropy"}, id="binary_crossentropy"),
+    pytest.param("regression", {"name": "mean_squared_error"}, id="mean_squared_error"),
+    pytest.param("regression", {"name": "mae"}, id="mean_absolute_error"),
+    pytest.param("regression", {"name": "huber", "delta": 0.5}, id="huber"),
+    pytest.param("regression", {"name": "tests.user_code:squared_error", "scale": 0.5}, id="custom-per-sample"),
+]
+METRICS = {
+    "classification": ["accuracy", {"name": "top_k_categorical_accuracy", "k": 2}, "auc"],
+    "multi_label": ["binary_accuracy", "auc", "precision"],
+    "regression": ["mean_absolute_error", "mse"],
+}
+
+
+@pytest.mark.parametrize(("task", "loss"), LOSSES)
+def test_subdivided_training_equals_plain_training_for_every_loss(
+    tmp_path: Path, task: str, loss: dict[str, Any]
+) -> None:
+    path = task_config(tmp_path, task, loss=loss, metrics=METRICS[task])
+    plain = train(load_config(path), tmp_path / "plain", quiet=True)
+    subdivided = train(load_config(path, ["training.subdivisions=3"]), tmp_path / "subdivided", quiet=True)
+
+    assert max_difference(plain.model.get_weights(), subdivided.model.get_weights()) < 1e-5
+    assert max_difference(plain.model.get_weights(), load_model_weights(path)) > 1e-3  # it trained
+    for row_plain, row_sub in zip(comparable(plain.metrics), comparable(subdivided.metrics), strict=True):
+        assert row_plain.keys() == row_sub.keys()
+        for key, value in row_plain.items():
+            assert row_sub[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    names = [m if isinstance(m, str) else m["name"] for m in METRICS[task]]
+    assert {*names, *(f"val_{name}" for name in names), "loss", "val_loss"} <= set(plain.metrics[0])
+
+
+def load_model_weights(path: Path) -> list[np.ndarray]:
+    """The initial weights of the config's model, from its seed."""
+    return build_training(load_config(path)).model.get_weights()
+
+
+@pytest.mark.parametrize(
+    ("task", "head"),
+    [("classification", "softmax"), ("multi_label", "sigmoid")],
+)
+def test_a_probability_model_trains_like_the_same_model_on_logits(tmp_path: Path, task: str, head: str) -> None:
+    user_model = {"name": "tests.user_code:mlp", "hidden": [8]}
+    path = task_config(tmp_path, task, model=user_model, training={"subdivisions": 3})
+    logits = train(load_config(path), tmp_path / "logits", quiet=True)
+    probabilities = train(load_config(path, [f"model.head={head}"]), tmp_path / "probabilities", quiet=True)
+
+    for row_logits, row_probabilities in zip(logits.metrics, probabilities.metrics, strict=True):
+        assert row_probabilities["loss"] == pytest.approx(row_logits["loss"], rel=1e-4)
+        assert row_probabilities["val_loss"] == pytest.approx(row_logits["val_loss"], rel=1e-4)
+    assert max_difference(logits.model.get_weights(), probabilities.model.get_weights()) < 1e-4
+    saved = yaml.safe_load((tmp_path / "probabilities" / "config.yaml").read_text())
+    assert saved["loss"]["from_logits"] is False
+    assert yaml.safe_load((tmp_path / "logits" / "config.yaml").read_text())["loss"]["from_logits"] is True
+
+
+def test_from_logits_set_by_the_user_overrides_the_detection(tmp_path: Path) -> None:
+    path = task_config(
+        tmp_path, "classification", model={"name": "tests.user_code:mlp", "hidden": [8], "head": "softmax"}
+    )
+    # Keras itself warns that the softmax's output is taken for logits: the user asked for it.
+    with pytest.warns(UserWarning, match="received `from_logits=True`"):
+        setup = build_training(load_config(path, ["loss.from_logits=true"]))
+    assert setup.objective.activation == "softmax"
+    assert setup.config.loss.from_logits is True
+
+
+@pytest.mark.parametrize(
+    ("task", "loss", "metrics"),
+    [
+        ("classification", "sparse_categorical_crossentropy", ["accuracy"]),
+        ("multi_label", "binary_crossentropy", ["binary_accuracy"]),
+    ],
+)
+def test_loss_and_metrics_default_to_the_task(tmp_path: Path, task: str, loss: str, metrics: list[str]) -> None:
+    setup = build_training(load_config(task_config(tmp_path, task)))
+    assert (setup.config.data.task, setup.config.loss.name, setup.config.metrics) == (task, loss, metrics)
+    assert setup.config.loss.from_logits is True
+    assert f"loss {loss}, from_logits=True; metrics {metrics[0]}" in setup.objective.describe()
+
+
+def test_regression_without_a_loss_says_which_to_set(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"loss\.name: regression targets of shape \(3,\) need a loss; set loss"):
+        build_training(load_config(task_config(tmp_path, "regression")))
+
+
+@pytest.mark.parametrize(
+    ("task", "overrides", "message"),
+    [
+        (
+            "regression",
+            ["loss.name=sparse_categorical_crossentropy"],
+            r"loss\.name: sparse_categorical_crossentropy takes integer class labels, but the targets are "
+            r"regression values; use mean_squared_error",
+        ),
+        ("classification", ["loss.name=categorical_crossentrpy"], r"loss\.name: unknown loss; did you mean "),
+        ("classification", ["metrics=[acuracy]"], r"metrics\[0\]: unknown metric; did you mean 'Accuracy'"),
+        ("classification", ["loss.name=mse", "loss.from_logits=true"], r"loss\.from_logits: MeanSquaredError has"),
+        ("classification", ["loss.delta=2"], r"loss\.delta: SparseCategoricalCrossentropy has no such argument"),
+        ("regression", ["loss.name=mse", "metrics=[accuracy]"], r"metrics\[0\]: accuracy needs class labels"),
+        (
+            "regression",
+            ["loss.name=tests.user_code:mean_squared_error_of_the_batch"],
+            r"returned shape \(\) for 2 samples; accumrun needs one value per sample",
+        ),
+    ],
+    ids=[
+        "class-label-loss-for-float-targets",
+        "unknown-loss",
+        "unknown-metric",
+        "from-logits-for-a-loss-without-it",
+        "keyword-the-loss-does-not-take",
+        "accuracy-for-regression",
+        "custom-loss-without-per-sample-values",
+    ],
+)
+def test_loss_and_metric_errors_name_the_key(tmp_path: Path, task: str, overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_training(load_config(task_config(tmp_path, task), overrides))
+
+
+def save_model(path: Path, inputs: int, outputs: int, head: str | None = "softmax") -> Path:
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(outputs, activation=head)])
+    model.save(path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+def test_a_saved_softmax_model_trains_on_probabilities(tmp_path: Path, suffix: str) -> None:
+    saved = save_model(tmp_path / f"user{suffix}", inputs=5, outputs=4)
+    path = task_config(tmp_path, "classification", model={"name": "saved", "path": str(saved)})
+    result = train(load_config(path), tmp_path / "run", quiet=True)
+    assert result.model.output_shape == (None, 4)
+    saved_config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved_config["loss"]["from_logits"] is False
+    assert max_difference(result.model.get_weights(), keras.models.load_model(saved).get_weights()) > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("task", "inputs", "outputs", "message"),
+    [
+        ("classification", 5, 3, r"class labels 0\.\.3 need an output of shape \(4,\), one unit per class; "
+         r"the model outputs \(3,\)"),
+        ("regression", 5, 2, r"regression targets of shape \(3,\) need an output of shape \(3,\); "
+         r"the model outputs \(2,\)"),
+        ("classification", 6, 4, r"model\.path: the model takes inputs of shape \(6,\), the data's samples have "
+         r"shape \(5,\)"),
+    ],
+    ids=["labels-out-of-range-for-the-output", "regression-output-shape", "input-shape"],
+)  # fmt: skip
+def test_a_saved_model_that_does_not_fit_the_data_is_refused(
+    tmp_path: Path, task: str, inputs: int, outputs: int, message: str
+) -> None:
+    saved = save_model(tmp_path / "user.keras", inputs, outputs, head=None)
+    path = task_config(tmp_path, task, model={"name": "saved", "path": str(saved)}, loss={"name": "mse"})
+    overrides = [] if task == "regression" else ["loss.name=sparse_categorical_crossentropy"]
+    with pytest.raises(ConfigError, match=message):
+        build_training(load_config(path, overrides))
+
+
+APPLICATION = {"name": "keras.applications.MobileNetV2", "alpha": 0.35}
+
+
+def application_config(tmp_path: Path, **model: Any) -> Path:
+    """MobileNetV2 at a third of its width on 16 synthetic 32x32 RGB images: the smallest input it takes."""
+    return write_config(
+        tmp_path / "application.yaml",
+        seed=2,
+        data={"name": "synthetic", "samples": 16, "shape": [32, 32, 3], "classes": 3, "validation_split": 0.0},
+        model={**APPLICATION, **model},
+        training={"epochs": 1, "batch_size": 8, "subdivisions": 2},
+        output={"tensorboard": False},
+    )
+
+
+def test_an_application_gets_a_logits_head_sized_to_the_task(tmp_path: Path) -> None:
+    setup = build_training(load_config(application_config(tmp_path)))
+    assert setup.model.input_shape == (None, 32, 32, 3) and setup.model.output_shape == (None, 3)
+    assert setup.objective.activation is None and setup.config.loss.from_logits is True
+
+
+def test_an_application_with_its_own_top_is_trained_on_probabilities(tmp_path: Path) -> None:
+    setup = build_training(load_config(application_config(tmp_path, include_top=True)))
+    assert setup.model.output_shape == (None, 3)
+    assert setup.objective.activation == "softmax" and setup.config.loss.from_logits is False
+    assert "model outputs probabilities (softmax): loss uses from_logits=False" in setup.objective.describe()
+
+
+@pytest.mark.slow
+def test_freeze_base_trains_the_head_alone(tmp_path: Path) -> None:
+    path = application_config(tmp_path, freeze_base=True)
+    initial = {v.path: v.numpy() for v in build_training(load_config(path)).model.variables}
+    result = train(load_config(path), tmp_path / "run", quiet=True)
+    final = {v.path: v.numpy() for v in result.model.variables}
+    head = {path for path in final if path.startswith("head/")}
+    assert head and all(not np.array_equal(initial[p], final[p]) for p in head)
+    # Weights and BatchNorm statistics of the base: exactly as built.
+    assert all(np.array_equal(initial[p], final[p]) for p in final if p not in head)
+
+
+def test_an_input_smaller_than_the_application_takes_names_the_minimum(tmp_path: Path) -> None:
+    config = load_config(application_config(tmp_path), ["data.shape=[16,16,3]"])
+    with pytest.raises(ConfigError, match=r"MobileNetV2 refused input shape \(16, 16, 3\): .*at least 32x32"):
+        build_training(config)
