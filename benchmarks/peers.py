@@ -20,13 +20,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.config.schema import DarknetCnnConfig, DataConfig, MlpConfig
+from accumrun.config.schema import Config
 from accumrun.data.dataset import load_dataset
 from accumrun.models.builders import build_model
 
 SEED = 0
 LEARNING_RATE = 1e-3
-MODEL_CONFIGS = {"mlp": MlpConfig, "darknet_cnn": DarknetCnnConfig}
 PeerRun = tuple[list[float], bool]
 """What a peer returns: the seconds of each training epoch, and whether its step was compiled with XLA."""
 
@@ -126,10 +125,13 @@ PEERS: dict[str, Callable[[keras.Model, np.ndarray, np.ndarray, dict[str, Any]],
 
 def run_peer(method: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Build accumrun's data and model for ``spec`` and train them with ``method``; returns what it measured."""
-    dataset = load_dataset(DataConfig(**spec["data"]), seed=SEED)
+    # accumrun's own schema reads the sections, so every kind of model section (keras.applications included)
+    # gets the same defaults as in the accumrun run.
+    config = Config.model_validate({"seed": SEED, "data": spec["data"], "model": spec["model"]})
+    dataset = load_dataset(config.data, seed=SEED)
     keras.utils.set_random_seed(SEED)
-    model_config = MODEL_CONFIGS[spec["model"]["name"]](**spec["model"])
-    model = build_model(model_config, dataset.sample_shape, dataset.classes)
+    # dataset.outputs, as accumrun's setup passes: the classes here, since the benchmarks classify.
+    model = build_model(config.model, dataset.sample_shape, dataset.outputs)
     seconds, jit_compile = PEERS[method](model, dataset.x_train, dataset.y_train, spec)
     return {"method": method, "epoch_seconds": seconds, "jit_compile": jit_compile}
 

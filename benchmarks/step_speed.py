@@ -54,7 +54,7 @@ def main() -> None:
     for _ in range(args.epochs):
         started = time.perf_counter()
         for x_batch, y_batch in feeder.batches(rng.permutation(args.samples)):
-            loss, _, _ = step(x_batch, y_batch)
+            loss, _ = step(x_batch, y_batch)
         float(loss)  # wait for the last step
         seconds.append(time.perf_counter() - started)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
