@@ -46,10 +46,15 @@ class FittedObjective:
     activation: str | None
     """``softmax`` or ``sigmoid`` when the model outputs probabilities, else None."""
 
+    @property
+    def metric_names(self) -> list[str]:
+        """The metrics' logged names, in order (a repeated name gets ``_2``)."""
+        return [metric.name for metric in self.objective.metrics]
+
     def describe(self) -> list[str]:
         """The startup lines: the loss, logits or probabilities, and the metrics."""
         logits = f", from_logits={self.loss.from_logits}" if self.loss.from_logits is not None else ""
-        names = ", ".join(spec.name for spec in self.objective.metrics) or "none"
+        names = ", ".join(self.metric_names) or "none"
         lines = [f"loss {self.loss.name}{logits}; metrics {names}"]
         if self.activation is not None:
             lines.append(
@@ -76,12 +81,13 @@ def fit_objective(config: Config, dataset: Dataset, model: keras.Model) -> Fitte
         )
     activation = output_activation(model)
     if ":" in name:
-        loss_fn, sparse, from_logits = _custom_loss(config.loss, name, task)
+        loss_fn, sparse, from_logits = _custom_loss(config.loss, name)
     else:
         loss_fn, sparse, from_logits = _keras_loss(config.loss, name, task, activation)
     width = check_output_shape(model, task, dataset.target_shape, dataset.classes, sparse)
     outputs_probabilities = (not from_logits) if from_logits is not None else activation is not None
-    metrics = _metrics(config.metrics if config.metrics is not None else DEFAULT_METRICS[task], task, width)
+    entries = config.metrics if config.metrics is not None else DEFAULT_METRICS[task]
+    metrics = _metrics(entries, task, width)
     objective = Objective(
         loss=loss_fn,
         class_labels=task == "classification",
@@ -92,8 +98,7 @@ def fit_objective(config: Config, dataset: Dataset, model: keras.Model) -> Fitte
     )
     _check_per_sample(objective, model, dataset, name)
     resolved = LossConfig.model_validate({**config.loss.keywords, "name": name, "from_logits": from_logits})
-    entries: list[MetricEntry] = list(config.metrics if config.metrics is not None else DEFAULT_METRICS[task])
-    return FittedObjective(objective, resolved, entries, activation)
+    return FittedObjective(objective, resolved, list(entries), activation)
 
 
 def _keras_loss(config: LossConfig, name: str, task: str, activation: str | None) -> tuple[LossFn, bool, bool | None]:
@@ -125,7 +130,7 @@ def _keras_loss(config: LossConfig, name: str, task: str, activation: str | None
         raise ConfigError("loss", f"{loss_class.__name__} rejected the settings: {error}") from None
 
 
-def _custom_loss(config: LossConfig, name: str, task: str) -> tuple[LossFn, bool, bool | None]:
+def _custom_loss(config: LossConfig, name: str) -> tuple[LossFn, bool, bool | None]:
     """``package.module:function(targets, predictions)`` with the configured keywords; class labels reach it
     as indices."""
     function = import_function(name, "loss.name")

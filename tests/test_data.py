@@ -500,6 +500,7 @@ def test_boolean_labels_are_classes_0_and_1(tmp_path: Path) -> None:
         pytest.param(np.array([0.0, 2.0, 1.0, 2.0]), "classification", id="integral-floats"),
         pytest.param(np.array([[1], [0], [2], [1]]), "classification", id="a-column-of-integers"),
         pytest.param(np.array([[0, 1, 1], [1, 0, 0], [0, 0, 1], [1, 1, 1]]), "multi_label", id="rows-of-0-1"),
+        pytest.param(np.array([[0, 1, 1], [1, 0, 0], [0, 0, 1], [1, 1, 1]], dtype=bool), "multi_label", id="bool-rows"),
         pytest.param(np.array([0.5, -1.25, 3.0, 0.0]), "regression", id="float-values"),
         pytest.param(np.array([[0.5, 1.0], [2.0, 0.0], [1.5, 1.0], [0.0, 0.0]]), "regression", id="float-rows"),
     ],

@@ -115,7 +115,7 @@ def infer_task(y: np.ndarray) -> Task:
     column = y[:, 0] if y.ndim == 2 and y.shape[1] == 1 else y
     if column.ndim == 1 and (y.dtype == bool or _integral(column)):
         return "classification"
-    if y.ndim == 2 and y.dtype != bool and np.isin(y, (0, 1)).all():
+    if y.ndim == 2 and np.isin(y, (0, 1)).all():
         return "multi_label"
     return "regression"
 

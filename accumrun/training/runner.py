@@ -98,6 +98,7 @@ def _train(
     subdivisions = config.training.fixed_subdivisions
     if subdivisions is None:
         subdivisions, train_step, tried = _settle_auto(setup, echo)
+        # The settled count is what config.yaml records and what a resumed run keeps.
         config = setup.config = config.with_subdivisions(subdivisions)
         details["subdivisions_auto"] = {"chosen": subdivisions, "tried": tried}
     else:
@@ -117,7 +118,7 @@ def _train(
     write_text_atomically(run_dir / "config.yaml", config.to_yaml())
     status = RunStatus(run_dir / "run.json", resumed=resume, details=details)
     output = config.output
-    metric_names = [metric.name for metric in setup.objective.objective.metrics]
+    metric_names = setup.objective.metric_names
     log = RunLog(
         run_dir,
         epochs=config.training.epochs,
