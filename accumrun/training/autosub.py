@@ -45,7 +45,7 @@ def choose_subdivisions(
 ) -> AutoChoice:
     """Find the fewest subdivisions of the batch ``(x, y)`` that train without running out of memory.
 
-    ``make_step(s)`` compiles the step for ``s`` subdivisions; ``state`` (the model's and optimizer's
+    ``make_step(s)`` compiles the step for ``s`` subdivisions; ``state`` (the model's, optimizer's and metrics'
     variables) is restored after every try. ``fits_in_fresh_process(s)`` runs one batch in a new process.
 
     Raises:
