@@ -222,12 +222,15 @@ def train(
         overrides.append("output.tensorboard=false")
     if resume_dir is not None:
         config = load_resume_config(Path(resume_dir), config_path, overrides)
-        target = Path(resume_dir)
     else:
         assert config_path is not None  # checked above
         config = load_config(config_path, overrides)
-        target = Path(run_dir) if run_dir else _resolve_run_dir(config.output.run_dir, config_path)
+    # Before anything imports TensorFlow (the run folder's modules do), so that its start-up chatter is hidden.
     strategy = _start_tensorflow(config.distribute)
+    if resume_dir is not None:
+        target = Path(resume_dir)
+    else:
+        target = Path(run_dir) if run_dir else _resolve_run_dir(config.output.run_dir, str(config_path))
     from accumrun.training.checkpoints import CheckpointStore
     from accumrun.training.signals import resume_command
 

@@ -135,9 +135,9 @@ def _custom_loss(config: LossConfig, name: str) -> tuple[LossFn, bool, bool | No
     as indices."""
     function = import_function(name, "loss.name")
     keywords = config.keywords
-    check_keywords(function, keywords, "loss", name)
     if config.from_logits is not None:
         keywords["from_logits"] = config.from_logits
+    check_keywords(function, keywords, "loss", name)
     return functools.partial(function, **keywords), True, config.from_logits
 
 

@@ -41,6 +41,14 @@ def test_train_writes_the_run_directory(tmp_path: Path) -> None:
     assert keras.models.load_model(tmp_path / "run" / "model.keras").output_shape == (None, 3)
 
 
+def test_a_run_in_the_default_folder_starts_quietly(tmp_path: Path) -> None:
+    # Resolving output.run_dir must not import TensorFlow before its start-up chatter is hidden.
+    result = run_cli("train", str(tiny_config(tmp_path, training={"epochs": 1})), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "", result.stderr
+    assert [folder.name.startswith("tiny-") for folder in (tmp_path / "runs").iterdir()] == [True]
+
+
 def test_no_subdivisions_and_overrides_reach_the_config(tmp_path: Path) -> None:
     result = run_cli("check", str(tiny_config(tmp_path)), "--no-subdivisions", "--epochs", "7", "--set", "seed=11")
     assert result.returncode == 0, result.stderr

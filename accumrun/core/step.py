@@ -1,7 +1,7 @@
 """The accumulation step: one compiled call per batch, one optimizer update per batch.
 
 The rule: a batch of ``n`` samples is cut into ``s = min(subdivisions, n)`` sub-batches (see
-:mod:`accumrun.split`). Each sub-batch runs forward and backward on the *sum* of its per-sample losses divided
+:mod:`accumrun.core.split`). Each sub-batch runs forward and backward on the *sum* of its per-sample losses divided
 by ``n``, the whole batch's sample count. Summing those gradients over the sub-batches therefore gives exactly
 the gradient of the batch's mean loss, however unevenly the batch splits: it is the sample-weighted mean of the
 sub-batch mean gradients. Recipes that average the ``s`` sub-batch means (divide by ``s``) are wrong whenever
