@@ -63,8 +63,11 @@ class FittedObjective:
         return lines
 
 
-def fit_objective(config: Config, dataset: Dataset, model: keras.Model) -> FittedObjective:
-    """Build the loss and metrics for ``dataset``'s task and ``model``'s output, checking that they fit.
+def fit_objective(
+    config: Config, dataset: Dataset, model: keras.Model, sample: tuple[tf.Tensor, tf.Tensor]
+) -> FittedObjective:
+    """Build the loss and metrics for ``dataset``'s task and ``model``'s output, checking that they fit;
+    ``sample`` is a few training samples and targets, as the model takes them.
 
     Raises:
         ConfigError: an unknown loss or metric (the closest name is suggested), a keyword it does not take, a
@@ -96,7 +99,7 @@ def fit_objective(config: Config, dataset: Dataset, model: keras.Model) -> Fitte
         to_probabilities=_probabilities(task, width, outputs_probabilities),
         metrics=tuple(metrics),
     )
-    _check_per_sample(objective, model, dataset, name)
+    _check_per_sample(objective, model, sample, name)
     resolved = LossConfig.model_validate({**config.loss.keywords, "name": name, "from_logits": from_logits})
     return FittedObjective(objective, resolved, list(entries), activation)
 
@@ -202,10 +205,10 @@ def _probabilities(task: str, width: int, already: bool) -> Callable[[tf.Tensor]
     return tf.nn.softmax
 
 
-def _check_per_sample(objective: Objective, model: keras.Model, dataset: Dataset, name: str) -> None:
+def _check_per_sample(objective: Objective, model: keras.Model, sample: tuple[tf.Tensor, tf.Tensor], name: str) -> None:
     """Refuse a loss that returns one value for a whole sub-batch: sub-batches could not be weighted."""
-    samples = min(2, dataset.train_size)
-    x, y = tf.constant(dataset.x_train[:samples]), tf.constant(dataset.y_train[:samples])
+    x, y = sample
+    samples = int(x.shape[0])
     values = objective.loss_values(y, model(x, training=False))
     shape = tuple(values.shape)
     if not shape or shape[0] != samples:

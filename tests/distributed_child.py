@@ -95,7 +95,7 @@ def count_reductions(subdivisions: int) -> dict[str, int]:
         model = mlp((6,), 3, [16])
         optimizer = keras.optimizers.Adam(0.01)
         step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions, strategy=STRATEGY)
-    graph = step.get_concrete_function(
+    graph = step.compiled.get_concrete_function(
         tf.TensorSpec([None, 6], tf.float32), tf.TensorSpec([None], tf.int32)
     ).graph.as_graph_def()
     library = {function.signature.name: function for function in graph.library.function}

@@ -41,10 +41,10 @@ def test_npz_with_x_and_y(tmp_path: Path) -> None:
     y = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 4])
     ds = load_npz(write_npz(tmp_path / "d.npz", x=x, y=y), validation_split=0.0)
     assert ds.name == "npz"
-    assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
-    np.testing.assert_array_equal(ds.x_train, x.astype(np.float32))
-    np.testing.assert_array_equal(ds.y_train, y)
-    assert ds.x_val is None and ds.y_val is None and ds.val_size == 0
+    assert ds.train.x.dtype == np.float32 and ds.train.y.dtype == np.int32
+    np.testing.assert_array_equal(ds.train.x, x.astype(np.float32))
+    np.testing.assert_array_equal(ds.train.y, y)
+    assert ds.val is None and ds.val_size == 0
     assert ds.train_size == 10 and ds.sample_shape == (2,)
     assert ds.classes == 5  # max label 4, plus one
 
@@ -55,11 +55,11 @@ def test_npz_with_train_and_test_uses_the_test_split(tmp_path: Path) -> None:
     path = write_npz(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
     ds = load_npz(path, validation_split="test")
     assert (ds.train_size, ds.val_size) == (5, 2)
-    np.testing.assert_array_equal(ds.x_train, x_train)
-    np.testing.assert_array_equal(ds.y_train, y_train)
-    np.testing.assert_array_equal(ds.x_val, x_test)
-    np.testing.assert_array_equal(ds.y_val, y_test)
-    assert ds.y_val.dtype == np.int32
+    np.testing.assert_array_equal(ds.train.x, x_train)
+    np.testing.assert_array_equal(ds.train.y, y_train)
+    np.testing.assert_array_equal(ds.val.x, x_test)
+    np.testing.assert_array_equal(ds.val.y, y_test)
+    assert ds.val.y.dtype == np.int32
     assert ds.classes == 7  # the test labels count too
 
 
@@ -72,24 +72,24 @@ def test_npz_with_train_only_rejects_test_split(tmp_path: Path) -> None:
 def test_npz_rank3_images_get_a_channel_axis(tmp_path: Path) -> None:
     x = np.arange(4 * 5 * 6, dtype=np.uint8).reshape(4, 5, 6)
     ds = load_npz(write_npz(tmp_path / "d.npz", x=x, y=np.array([0, 1, 2, 3])), validation_split=0.0)
-    assert ds.x_train.shape == (4, 5, 6, 1)
+    assert ds.train.x.shape == (4, 5, 6, 1)
     assert ds.sample_shape == (5, 6, 1)
-    np.testing.assert_array_equal(ds.x_train[..., 0], x.astype(np.float32))
+    np.testing.assert_array_equal(ds.train.x[..., 0], x.astype(np.float32))
 
 
 def test_npz_integral_float_labels_are_accepted(tmp_path: Path) -> None:
     y = np.array([0.0, 2.0, 1.0, 2.0], dtype=np.float32)
     ds = load_npz(write_npz(tmp_path / "d.npz", x=np.ones((4, 2)), y=y), validation_split=0.0)
-    assert ds.y_train.dtype == np.int32
-    np.testing.assert_array_equal(ds.y_train, [0, 2, 1, 2])
+    assert ds.train.y.dtype == np.int32
+    np.testing.assert_array_equal(ds.train.y, [0, 2, 1, 2])
     assert ds.classes == 3
 
 
 def test_npz_column_labels_are_flattened(tmp_path: Path) -> None:
     y = np.array([[1], [0], [3]])
     ds = load_npz(write_npz(tmp_path / "d.npz", x=np.ones((3, 2)), y=y), validation_split=0.0)
-    assert ds.y_train.shape == (3,)
-    np.testing.assert_array_equal(ds.y_train, [1, 0, 3])
+    assert ds.train.y.shape == (3,)
+    np.testing.assert_array_equal(ds.train.y, [1, 0, 3])
 
 
 def test_single_class_still_counts_two_classes(tmp_path: Path) -> None:
@@ -212,16 +212,14 @@ def test_idx_folder_loads(tmp_path: Path, name: str, compressed: bool) -> None:
     assert all(p.endswith(".gz") == compressed for p in present)
     ds = dataset.load_dataset(DataConfig(name=name, path=str(folder), validation_split="test"), seed=0)
     assert ds.name == name
-    assert ds.x_train.shape == (6, 3, 2, 1) and ds.x_val.shape == (4, 3, 2, 1)
-    assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
-    assert ds.x_train[5, 2, 1, 0] == 1.0  # 255 -> 1.0
-    assert ds.x_train[0, 0, 0, 0] == 0.0
-    assert ds.x_train[0, 0, 1, 0] == pytest.approx(7 / 255)
-    assert float(ds.x_train.min()) == 0.0 and float(ds.x_train.max()) == 1.0
-    np.testing.assert_allclose(ds.x_train[..., 0], arrays["x_train"] / 255.0, rtol=1e-6)
-    np.testing.assert_array_equal(ds.x_val, np.ones((4, 3, 2, 1), dtype=np.float32))
-    np.testing.assert_array_equal(ds.y_train, [0, 1, 2, 9, 4, 5])
-    np.testing.assert_array_equal(ds.y_val, [3, 3, 7, 1])
+    assert ds.train.x.shape == (6, 3, 2, 1) and ds.val.x.shape == (4, 3, 2, 1)
+    # The bytes stay bytes on the host; rescale: auto scales them by 1/255 on the device.
+    assert ds.train.x.dtype == np.uint8 and ds.train.y.dtype == np.int32
+    assert ds.scale == 1 / 255
+    np.testing.assert_array_equal(ds.train.x[..., 0], arrays["x_train"])
+    np.testing.assert_array_equal(ds.val.x, np.full((4, 3, 2, 1), 255, dtype=np.uint8))
+    np.testing.assert_array_equal(ds.train.y, [0, 1, 2, 9, 4, 5])
+    np.testing.assert_array_equal(ds.val.y, [3, 3, 7, 1])
     assert ds.classes == 10
 
 
@@ -319,16 +317,18 @@ def test_idx_corrupt_file_in_folder_is_reported(tmp_path: Path) -> None:
 def test_digits_bundled_set() -> None:
     ds = dataset.load_dataset(DataConfig(name="digits", validation_split=0.0), seed=0)
     assert ds.train_size == 1797 and ds.val_size == 0
-    assert ds.x_train.shape == (1797, 8, 8, 1) and ds.sample_shape == (8, 8, 1)
+    assert ds.train.x.shape == (1797, 8, 8, 1) and ds.sample_shape == (8, 8, 1)
     assert ds.classes == 10
-    assert float(ds.x_train.min()) == 0.0 and float(ds.x_train.max()) == 1.0
-    assert set(np.unique(ds.y_train).tolist()) == set(range(10))
+    # Counts of 0..16, kept as uint8; rescale: auto divides them by 16 on the device.
+    assert ds.train.x.dtype == np.uint8 and int(ds.train.x.min()) == 0 and int(ds.train.x.max()) == 16
+    assert ds.scale == 1 / 16
+    assert set(np.unique(ds.train.y).tolist()) == set(range(10))
 
 
 def test_digits_validation_split() -> None:
     ds = dataset.load_dataset(DataConfig(name="digits", validation_split=0.1), seed=0)
     assert (ds.train_size, ds.val_size) == (1617, 180)
-    assert ds.x_val.shape == (180, 8, 8, 1)
+    assert ds.val.x.shape == (180, 8, 8, 1)
     assert ds.classes == 10
 
 
@@ -351,15 +351,15 @@ def _split(tmp_path: Path, seed: int, samples: int = 40, **config: object) -> da
 def test_split_is_deterministic_for_a_seed(tmp_path: Path) -> None:
     a = _split(tmp_path, seed=5, validation_split=0.25)
     b = _split(tmp_path, seed=5, validation_split=0.25)
-    np.testing.assert_array_equal(a.x_train, b.x_train)
-    np.testing.assert_array_equal(a.x_val, b.x_val)
-    np.testing.assert_array_equal(a.y_val, b.y_val)
+    np.testing.assert_array_equal(a.train.x, b.train.x)
+    np.testing.assert_array_equal(a.val.x, b.val.x)
+    np.testing.assert_array_equal(a.val.y, b.val.y)
 
 
 def test_split_differs_for_another_seed(tmp_path: Path) -> None:
     a = _split(tmp_path, seed=5, validation_split=0.25)
     b = _split(tmp_path, seed=6, validation_split=0.25)
-    assert set(a.x_val[:, 0].tolist()) != set(b.x_val[:, 0].tolist())
+    assert set(a.val.x[:, 0].tolist()) != set(b.val.x[:, 0].tolist())
 
 
 @pytest.mark.parametrize("shuffle", [True, False])
@@ -367,26 +367,26 @@ def test_split_is_disjoint_and_complete(tmp_path: Path, shuffle: bool) -> None:
     x, y = unique_rows(40)
     ds = _split(tmp_path, seed=3, validation_split=0.25, shuffle=shuffle)
     assert (ds.train_size, ds.val_size) == (30, 10)
-    joined_x = np.concatenate([ds.x_train, ds.x_val])
-    joined_y = np.concatenate([ds.y_train, ds.y_val])
+    joined_x = np.concatenate([ds.train.x, ds.val.x])
+    joined_y = np.concatenate([ds.train.y, ds.val.y])
     index = joined_x[:, 0].astype(int)
     np.testing.assert_array_equal(np.sort(index), np.arange(40))  # a permutation: nothing lost or repeated
     np.testing.assert_array_equal(joined_x, x[index])  # rows stay whole
     np.testing.assert_array_equal(joined_y, y[index])  # labels travel with their rows
-    assert not set(ds.x_train[:, 0].tolist()) & set(ds.x_val[:, 0].tolist())
+    assert not set(ds.train.x[:, 0].tolist()) & set(ds.val.x[:, 0].tolist())
 
 
 def test_split_without_shuffle_holds_out_the_tail(tmp_path: Path) -> None:
     ds = _split(tmp_path, seed=3, validation_split=0.25, shuffle=False)
-    np.testing.assert_array_equal(ds.x_train[:, 0], np.arange(30))
-    np.testing.assert_array_equal(ds.x_val[:, 0], np.arange(30, 40))
+    np.testing.assert_array_equal(ds.train.x[:, 0], np.arange(30))
+    np.testing.assert_array_equal(ds.val.x[:, 0], np.arange(30, 40))
     other = _split(tmp_path, seed=99, validation_split=0.25, shuffle=False)
-    np.testing.assert_array_equal(other.x_val, ds.x_val)  # the seed is irrelevant without shuffling
+    np.testing.assert_array_equal(other.val.x, ds.val.x)  # the seed is irrelevant without shuffling
 
 
 def test_split_with_shuffle_is_not_the_tail(tmp_path: Path) -> None:
     ds = _split(tmp_path, seed=3, validation_split=0.25, shuffle=True)
-    assert sorted(ds.x_val[:, 0].tolist()) != list(range(30, 40))
+    assert sorted(ds.val.x[:, 0].tolist()) != list(range(30, 40))
 
 
 def test_split_count_rounds(tmp_path: Path) -> None:
@@ -415,18 +415,18 @@ def _synthetic(seed: int, **config: object) -> dataset.Dataset:
 
 def test_synthetic_is_deterministic_for_a_seed() -> None:
     a, b, c = _synthetic(seed=7), _synthetic(seed=7), _synthetic(seed=8)
-    np.testing.assert_array_equal(a.x_train, b.x_train)
-    np.testing.assert_array_equal(a.y_train, b.y_train)
-    assert not np.allclose(a.x_train, c.x_train)
+    np.testing.assert_array_equal(a.train.x, b.train.x)
+    np.testing.assert_array_equal(a.train.y, b.train.y)
+    assert not np.allclose(a.train.x, c.train.x)
 
 
 def test_synthetic_shape_and_classes() -> None:
     ds = _synthetic(seed=1, samples=50, shape=[5, 3, 2], classes=7, validation_split=0.2)
     assert (ds.train_size, ds.val_size) == (40, 10)
-    assert ds.x_train.shape == (40, 5, 3, 2) and ds.sample_shape == (5, 3, 2)
-    assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
+    assert ds.train.x.shape == (40, 5, 3, 2) and ds.sample_shape == (5, 3, 2)
+    assert ds.train.x.dtype == np.float32 and ds.train.y.dtype == np.int32
     assert ds.classes == 7
-    labels = np.concatenate([ds.y_train, ds.y_val])
+    labels = np.concatenate([ds.train.y, ds.val.y])
     assert labels.min() >= 0 and labels.max() == 6
 
 
@@ -437,9 +437,9 @@ def test_synthetic_rank2_shape_gets_a_channel_axis() -> None:
 
 def test_synthetic_is_learnable() -> None:
     ds = _synthetic(seed=0, samples=2000, shape=[16], classes=5, validation_split=0.25)
-    means = np.stack([ds.x_train[ds.y_train == c].mean(axis=0) for c in range(ds.classes)])
-    distances = ((ds.x_val[:, None, :] - means[None]) ** 2).sum(axis=-1)
-    accuracy = float((distances.argmin(axis=1) == ds.y_val).mean())
+    means = np.stack([ds.train.x[ds.train.y == c].mean(axis=0) for c in range(ds.classes)])
+    distances = ((ds.val.x[:, None, :] - means[None]) ** 2).sum(axis=-1)
+    accuracy = float((distances.argmin(axis=1) == ds.val.y).mean())
     assert accuracy > 0.6  # chance is 0.2
 
 
@@ -490,7 +490,7 @@ def test_huge_labels_are_refused_not_wrapped(tmp_path: Path) -> None:
 def test_boolean_labels_are_classes_0_and_1(tmp_path: Path) -> None:
     path = write_npz(tmp_path / "d.npz", x=np.zeros((4, 2)), y=np.array([True, False, True, True]))
     dataset = load_npz(path, validation_split=0.0)
-    assert dataset.y_train.tolist() == [1, 0, 1, 1] and dataset.classes == 2
+    assert dataset.train.y.tolist() == [1, 0, 1, 1] and dataset.classes == 2
 
 
 @pytest.mark.parametrize(
@@ -510,7 +510,7 @@ def test_task_auto_reads_the_targets(tmp_path: Path, y: np.ndarray, task: str) -
     assert ds.task == task
     expected = {"classification": (np.int32, ()), "multi_label": (np.float32, (3,)), "regression": (np.float32, None)}
     dtype, shape = expected[task]
-    assert ds.y_train.dtype == dtype
+    assert ds.train.y.dtype == dtype
     # A regression target of one value per sample is a column: the model's output then has the same shape.
     assert ds.target_shape == (shape if shape is not None else (y.shape[1] if y.ndim == 2 else 1,))
 
@@ -527,4 +527,4 @@ def test_synthetic_data_makes_each_task(task: str) -> None:
     ds = dataset.load_dataset(config, seed=0)
     assert ds.task == task
     assert ds.target_shape == ((4,) if task == "multi_label" else (1,))
-    assert ds.y_train.std() > 0.1  # learnable targets, not constants
+    assert ds.train.y.std() > 0.1  # learnable targets, not constants

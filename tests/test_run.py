@@ -46,13 +46,14 @@ def test_run_directory_holds_config_metrics_and_a_loadable_model(tmp_path: Path)
 
     # config.yaml is the config, with what it left to accumrun resolved.
     saved = load_config(tmp_path / "run" / "config.yaml")
-    assert (saved.data.task, saved.loss.name, saved.loss.from_logits, saved.metrics) == (
-        "classification",
+    assert (saved.data.task, saved.data.rescale, saved.data.feed) == ("classification", 1.0, "batch")
+    assert (saved.loss.name, saved.loss.from_logits, saved.metrics) == (
         "sparse_categorical_crossentropy",
         True,
         ["accuracy"],
     )
-    resolved = {"data": config.data.model_copy(update={"task": "classification"}), "loss": saved.loss}
+    settled = {"task": "classification", "rescale": 1.0, "feed": "batch"}
+    resolved = {"data": config.data.model_copy(update=settled), "loss": saved.loss}
     assert saved == config.model_copy(update={**resolved, "metrics": ["accuracy"]})
     status = json.loads((tmp_path / "run" / "run.json").read_text())
     assert status["status"] == "completed" and status["ended"] and status["tensorflow_version"] == tf.__version__
@@ -82,7 +83,7 @@ def test_epoch_loss_is_the_mean_over_samples_not_over_batches(tmp_path: Path) ->
     dataset = load_dataset(config.data, config.seed)
     keras.utils.set_random_seed(config.seed)
     initial = build_model(config.model, dataset.sample_shape, dataset.classes)
-    per_sample = sparse_categorical_crossentropy(tf.constant(dataset.y_train), initial(dataset.x_train)).numpy()
+    per_sample = sparse_categorical_crossentropy(tf.constant(dataset.train.y), initial(dataset.train.x)).numpy()
     assert result.metrics[0]["loss"] == pytest.approx(float(per_sample.mean()), rel=1e-5)
     batch_means = [per_sample[i : i + 10].mean() for i in range(0, 23, 10)]
     assert abs(np.mean(batch_means) - per_sample.mean()) > 1e-4  # the distinction is visible on this data

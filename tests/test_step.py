@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.step import make_gradient_fn, make_train_step
-from accumrun.data.feeder import BatchFeeder
+from accumrun.data.feeder import Feeder
+from accumrun.data.splits import ArraySplit
 from tests.helpers import dense_model, make_data, max_difference
 
 OPTIMIZERS = {
@@ -145,14 +146,14 @@ def test_one_compiled_call_per_batch_and_no_python_per_sub_batch() -> None:
 
     step = make_train_step(model, counting_loss, optimizer, subdivisions=4)
     x, y = make_data(23)
-    feeder = BatchFeeder(x, y, batch_size=10)
+    feeder = Feeder(ArraySplit(x, y), [10, 10, 3], seed=0, shuffle=True)
     calls = 0
     traces = []
     for epoch in range(3):
-        for x_batch, y_batch in feeder.batches(np.random.default_rng(epoch).permutation(23)):  # 10, 10, 3
+        for x_batch, y_batch in feeder.epoch(epoch):
             step(x_batch, y_batch)
             calls += 1
-        traces.append(step.experimental_get_tracing_count())
+        traces.append(step.compiled.experimental_get_tracing_count())
     # At most one trace for the full batches and one for the short batch, all in the first epoch.
     assert traces[0] <= 2 and traces == [traces[0]] * 3
     assert calls == int(optimizer.iterations.numpy()) == 9

@@ -98,10 +98,15 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
 
 def _with_settled(config: Config, saved: Config) -> Config:
     """``config`` with what it leaves to accumrun (``auto`` or unset) taken from the run's ``saved`` config, which
-    records what the run settled on: the subdivisions, the task, the loss and its ``from_logits``, the metrics."""
+    records what the run settled on: the subdivisions, the task, the rescale factor, the feed, the loss and its
+    ``from_logits``, the metrics."""
     if config.training.fixed_subdivisions is None:
         config = config.with_subdivisions(saved.training.subdivisions)
-    data = config.data.model_copy(update={"task": saved.data.task}) if config.data.task == "auto" else config.data
+    data = config.data.model_copy(
+        update={
+            key: getattr(saved.data, key) for key in ("task", "rescale", "feed") if getattr(config.data, key) == "auto"
+        }
+    )
     loss = config.loss.model_copy(
         update={key: getattr(saved.loss, key) for key in ("name", "from_logits") if getattr(config.loss, key) is None}
     )

@@ -11,10 +11,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from accumrun.data.sources import SOURCES
+from accumrun.data.sources import SOURCE_KEYS, SOURCES
 from accumrun.errors import describe
 
-SYNTHETIC_ONLY_KEYS = ("samples", "shape", "classes")
 TASKS = ("classification", "regression", "multi_label")
 
 
@@ -22,6 +21,25 @@ class _Section(BaseModel):
     """A config section: strict types (YAML already typed the values) and no unknown keys."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NormalizeConfig(_Section):
+    """``(x - mean) / std`` per channel, after ``rescale``: one value per channel, or one for all."""
+
+    mean: list[float] = Field(min_length=1)
+    std: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+
+
+class AugmentConfig(BaseModel):
+    """A Keras image preprocessing layer by name (``random_flip``, ``random_crop``, ...); other keys are its
+    keywords (``mode: horizontal``, ``height: 56``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: str
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
 
 
 class DataConfig(_Section):
@@ -34,6 +52,53 @@ class DataConfig(_Section):
     classes: int = Field(10, ge=2)
     task: Literal["auto", "classification", "regression", "multi_label"] = "auto"
     """What the targets are; ``auto`` reads them (see :func:`accumrun.data.dataset.infer_task`)."""
+    validation_path: str | None = None
+    """A second folder or file of the same kind to validate on, instead of ``validation_split``."""
+    image_size: list[int] | None = None
+    """image_folder, tfrecord: ``[height, width]`` to resize every image to after decoding (required)."""
+    color_mode: Literal["rgb", "grayscale"] = "rgb"
+    image_key: str = "image/encoded"
+    label_key: str = "image/class/label"
+    label: str | None = None
+    """csv: the label column; the other columns are the features."""
+    shuffle_buffer: int = Field(10_000, ge=1)
+    """tfrecord: the seeded shuffle buffer after the per-epoch permutation of the files."""
+    rescale: float | Literal["auto"] | bool = "auto"
+    """A factor the raw samples are multiplied by on the device: ``auto`` is 1/255 for uint8 images (1/16 for the
+    bundled digits' counts, none for floats), ``false`` none."""
+    normalize: NormalizeConfig | None = None
+    augment: list[AugmentConfig] = Field(default_factory=list)
+    """Training only: Keras image preprocessing layers by name, drawn per (seed, epoch, sample)."""
+    feed: Literal["auto", "batch", "sub_batch"] = "auto"
+    """How batches reach the step: whole (``batch``), or streamed one sub-batch at a time (``sub_batch``), when
+    the batch itself does not fit; ``auto`` follows the memory estimate."""
+
+    @field_validator("image_size", mode="before")
+    @classmethod
+    def _two_positive_integers(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if (
+            not isinstance(value, list)
+            or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+        ):
+            raise ValueError("must be two positive integers [height, width]")
+        return value
+
+    @field_validator("rescale", mode="before")
+    @classmethod
+    def _factor(cls, value: Any) -> Any:
+        if value in ("auto", False):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError("must be 'auto', false, or a positive factor such as 0.00392156862745098 (1/255)")
+        return float(value)
+
+    @property
+    def channels(self) -> int:
+        """Channels of a decoded image: 3 for ``rgb``, 1 for ``grayscale``."""
+        return 3 if self.color_mode == "rgb" else 1
 
     @field_validator("name")
     @classmethod
@@ -289,9 +354,9 @@ class Config(_Section):
     def to_yaml(self) -> str:
         """The resolved configuration as YAML, loadable again by :func:`load_config`."""
         resolved = self.model_dump(mode="json")
-        if self.data.name != "synthetic":
-            # Only synthetic data reads these; written out, they would be refused on loading.
-            for key in SYNTHETIC_ONLY_KEYS:
+        # Keys that this source does not read would be refused on loading.
+        for key in SOURCE_KEYS:
+            if key not in SOURCES[self.data.name].keys:
                 del resolved["data"][key]
         return yaml.safe_dump(resolved, sort_keys=False)
 
@@ -314,16 +379,7 @@ def cross_field_problems(config: Config) -> list[str]:
                 training.subdivisions,
             )
         )
-    data = config.data
-    if data.name != "synthetic":
-        for key in SYNTHETIC_ONLY_KEYS:
-            if key in data.model_fields_set:
-                problems.append(describe(f"data.{key}", "only applies to data.name: synthetic", getattr(data, key)))
-    path_rule = SOURCES[data.name].path
-    if path_rule == "required" and not data.path:
-        problems.append(describe("data.path", f"data.name: {data.name} needs the path of an .{data.name} file"))
-    if path_rule == "unused" and data.path:
-        problems.append(describe("data.path", f"is not used by data.name: {data.name}", data.path))
+    problems += _data_problems(config)
     model = config.model
     if isinstance(model, DarknetCnnConfig) and len(model.filters) != len(model.strides):
         problems.append(
@@ -338,6 +394,14 @@ def cross_field_problems(config: Config) -> list[str]:
             describe("model.freeze_base", "trains a new head on a frozen base; it needs include_top: false", True)
         )
     distribute = config.distribute
+    if config.data.feed == "sub_batch" and distribute.strategy not in ("none", "auto"):
+        problems.append(
+            describe(
+                "data.feed",
+                f"sub_batch streams on one device, not with distribute.strategy: {distribute.strategy}",
+                "sub_batch",
+            )
+        )
     if distribute.logical_cpus is not None and distribute.strategy != "mirrored":
         problems.append(
             describe(
@@ -356,3 +420,41 @@ def cross_field_problems(config: Config) -> list[str]:
             )
         )
     return problems
+
+
+_PATH_NEEDS = {
+    "npz": "the path of an .npz file",
+    "image_folder": "a folder with one subfolder of images per class",
+    "tfrecord": "a TFRecord file or a glob of them",
+    "csv": "the path of a .csv file",
+}
+
+
+def _data_problems(config: Config) -> list[str]:
+    """The ``data`` keys that the source does not read, or that it needs and lacks."""
+    data = config.data
+    source = SOURCES[data.name]
+    problems = [
+        describe(f"data.{key}", f"only applies to data.name: {_readers_of(key)}", getattr(data, key))
+        for key in SOURCE_KEYS
+        if key in data.model_fields_set and key not in source.keys and getattr(data, key) is not None
+    ]
+    if source.path == "required" and not data.path:
+        problems.append(describe("data.path", f"data.name: {data.name} needs {_PATH_NEEDS.get(data.name, 'a path')}"))
+    if source.path == "unused" and data.path:
+        problems.append(describe("data.path", f"is not used by data.name: {data.name}", data.path))
+    if "image_size" in source.keys and data.image_size is None:
+        problems.append(
+            describe("data.image_size", f"data.name: {data.name} needs [height, width] to resize images to")
+        )
+    if "label" in source.keys and not data.label:
+        problems.append(describe("data.label", f"data.name: {data.name} needs the name of the label column"))
+    if data.validation_path and "validation_split" in data.model_fields_set and data.validation_split != 0:
+        problems.append(
+            describe("data.validation_split", "cannot be set with data.validation_path; use one", data.validation_split)
+        )
+    return problems
+
+
+def _readers_of(key: str) -> str:
+    return " or ".join(name for name, source in SOURCES.items() if key in source.keys)

@@ -44,7 +44,7 @@ from accumrun.core.losses import LossFn, MetricSet, Objective
 from accumrun.core.split import sub_batch_sizes
 
 Step = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
-"""``step(x, y) -> (loss_sum, applied)``: one batch, one update (see :func:`make_train_step`)."""
+"""``step(x, y) -> (loss_sum, applied)``: one batch, one update (see :class:`TrainStep`)."""
 
 # How many sub-batches the loop may run at once (TensorFlow's default is 10). More is faster on tiny sub-batches
 # but holds that many sub-batches' activations; benchmarks/step_speed.py --parallel measures it.
@@ -163,6 +163,102 @@ def make_gradient_fn(
     return accumulate
 
 
+class TrainStep:
+    """One batch, one update: ``step(x, y) -> (loss_sum, applied)`` runs a whole batch in one compiled call.
+
+    When the batch does not fit on the device at once, its sub-batches can be streamed instead:
+    ``accumulate(x_sub, y_sub, batch_samples)`` adds one sub-batch to accumulators that persist between calls
+    (one compiled call each), and ``apply()`` makes the batch's one update, clears them and returns what a
+    whole-batch call returns. Each sub-batch's
+    loss sum is divided by ``batch_samples``, the whole batch's count, so the update is the same as
+    ``step(x, y)`` on the batch, to float rounding.
+    """
+
+    def __init__(
+        self,
+        compiled: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]],
+        sub_batch_gradients: Callable[..., Totals] | None,
+        apply_or_skip: Callable[[list[tf.Tensor], tf.Tensor], tf.Tensor],
+        variables: list[tf.Variable],
+        metric_state: list[tf.Variable],
+        jit_compile: bool,
+    ) -> None:
+        self.compiled = compiled
+        """The compiled whole-batch step (a ``tf.function``)."""
+        self._sub_batch_gradients = sub_batch_gradients
+        self._apply_or_skip = apply_or_skip
+        self._variables = variables
+        self._metric_state = metric_state
+        self._jit_compile = jit_compile
+        self._streamed: _StreamedBatch | None = None
+
+    def __call__(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return self.compiled(x, y)
+
+    def accumulate(self, x: tf.Tensor, y: tf.Tensor, batch_samples: int) -> tf.Tensor:
+        """Add one streamed sub-batch of a batch of ``batch_samples``; return its loss sum.
+
+        Raises:
+            ValueError: the step is replicated (streaming runs on one device).
+        """
+        if self._sub_batch_gradients is None:
+            raise ValueError("streamed sub-batches run on one device; this step is replicated")
+        if self._streamed is None:
+            self._streamed = _StreamedBatch(self, self._sub_batch_gradients)
+        return self._streamed.add(x, y, batch_samples)
+
+    def apply(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """Update once with the accumulated gradients (or skip a non-finite batch); return the batch's
+        ``(loss_sum, applied)``, as a whole-batch call does."""
+        if self._streamed is None or not self._streamed.pending:
+            raise ValueError("apply() needs accumulate() first: no sub-batch has been added since the last update")
+        return self._streamed.apply()
+
+
+class _StreamedBatch:
+    """The accumulators of a streamed batch: variables, so they persist between compiled calls."""
+
+    def __init__(self, step: TrainStep, sub_batch_gradients: Callable[..., Totals]) -> None:
+        self._step = step
+        with tf.init_scope():
+            self._gradients = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False) for v in step._variables]
+            self._loss_sum = tf.Variable(0.0, trainable=False)
+            self._metrics_before = [tf.Variable(v, trainable=False) for v in step._metric_state]
+        self.pending = False
+
+        def add(x: tf.Tensor, y: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
+            gradients, loss_sum = sub_batch_gradients(x, y, total)
+            for accumulator, gradient in zip(self._gradients, gradients, strict=True):
+                accumulator.assign_add(gradient)
+            self._loss_sum.assign_add(loss_sum)
+            return loss_sum
+
+        def apply() -> tuple[tf.Tensor, tf.Tensor]:
+            gradients = [tf.identity(g) for g in self._gradients]
+            loss_sum = tf.identity(self._loss_sum)
+            applied = step._apply_or_skip(gradients, loss_sum)
+            _restore_unless(applied, step._metric_state, self._metrics_before)
+            for accumulator in self._gradients:
+                accumulator.assign(tf.zeros_like(accumulator))
+            self._loss_sum.assign(0.0)
+            return loss_sum, applied
+
+        self._add = tf.function(add, jit_compile=step._jit_compile or None, reduce_retracing=True)
+        self._apply = tf.function(apply)
+
+    def add(self, x: tf.Tensor, y: tf.Tensor, batch_samples: int) -> tf.Tensor:
+        if not self.pending:
+            # The metrics as they were before the batch, to put back if its update is skipped.
+            for saved, variable in zip(self._metrics_before, self._step._metric_state, strict=True):
+                saved.assign(variable)
+            self.pending = True
+        return self._add(x, y, tf.constant(batch_samples, tf.int32))
+
+    def apply(self) -> tuple[tf.Tensor, tf.Tensor]:
+        self.pending = False
+        return self._apply()
+
+
 def make_train_step(
     model: keras.Model,
     loss: Objective | LossFn,
@@ -172,10 +268,10 @@ def make_train_step(
     metrics: MetricSet | None = None,
     strategy: tf.distribute.Strategy | None = None,
     jit_compile: bool = False,
-) -> Step:
-    """Compile ``step(x, y) -> (loss_sum, applied)``: accumulate over sub-batches, then update once.
+) -> TrainStep:
+    """Compile the :class:`TrainStep`: accumulate over sub-batches, then update once.
 
-    The optimizer sees one ``apply_gradients`` per call, so clipping, weight decay, its iteration counter and
+    The optimizer sees one ``apply_gradients`` per batch, so clipping, weight decay, its iteration counter and
     learning-rate schedules all count batches. ``applied`` is false when the loss or a gradient is NaN or Inf:
     that batch's update is not applied, so the weights, the optimizer state and the ``metrics`` stay as they
     were and the caller decides whether to stop or go on. A ``keras.optimizers.LossScaleOptimizer`` scales each
@@ -188,11 +284,11 @@ def make_train_step(
     With a ``strategy`` (the model, optimizer and metrics created in its scope), the global batch ``(x, y)`` is
     dealt out to the replicas, each runs its sub-batches in a loop, and the two all-reduces and the update follow
     once (see the module's docstring); ``loss_sum`` is over the whole batch, and ``applied`` is false when any
-    replica saw a NaN or Inf. Loss scaling runs on one device only.
+    replica saw a NaN or Inf. Loss scaling runs on one device only, and so do streamed sub-batches.
 
-    The function traces at most twice per run: once for full batches and once, with a generalized shape, for a
-    short last batch. ``jit_compile`` compiles the whole step with XLA, once per batch shape (per sub-batch
-    under a strategy; see :func:`make_gradient_fn`).
+    The whole-batch call traces at most twice per run: once for full batches and once, with a generalized shape,
+    for a short last batch. ``jit_compile`` compiles it with XLA, once per batch shape (per sub-batch under a
+    strategy; see :func:`make_gradient_fn`).
 
     Raises:
         ValueError: ``subdivisions`` is below 1, or a loss-scale optimizer is given with a strategy.
@@ -207,33 +303,43 @@ def make_train_step(
         else:
             with strategy.scope():
                 optimizer.build(variables)
-    accumulate = make_gradient_fn(
-        model, loss, subdivisions, jit_compile, optimizer.scale_loss if loss_scaled else None, metrics
-    )
+    scale_loss = optimizer.scale_loss if loss_scaled else None
+    accumulate = make_gradient_fn(model, loss, subdivisions, jit_compile, scale_loss, metrics)
     metric_state = metrics.variables if metrics is not None else []
-    if strategy is not None:
-        return _replicated_step(strategy, accumulate, optimizer, variables, metric_state)
 
-    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        metrics_before = [tf.identity(v) for v in metric_state]
-        gradients, loss_sum = accumulate(x, y)
+    def apply_or_skip(gradients: list[tf.Tensor], loss_sum: tf.Tensor) -> tf.Tensor:
+        """Apply ``gradients`` unless they or the loss are not finite; return whether they were applied."""
         if loss_scaled:
             # The loss-scale optimizer checks the gradients itself and skips the update on overflow.
             updates_before = tf.identity(optimizer.iterations)
             optimizer.apply_gradients(zip(gradients, variables, strict=True))
-            applied = optimizer.iterations > updates_before
-        else:
+            return optimizer.iterations > updates_before
 
-            def apply() -> tf.Tensor:
-                optimizer.apply_gradients(zip(gradients, variables, strict=True))
-                return tf.constant(True)
+        def apply() -> tf.Tensor:
+            optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            return tf.constant(True)
 
-            applied = tf.cond(_all_finite(loss_sum, gradients), apply, lambda: tf.constant(False))
+        return tf.cond(_all_finite(loss_sum, gradients), apply, lambda: tf.constant(False))
+
+    if strategy is not None:
+        compiled = _replicated_step(strategy, accumulate, optimizer, variables, metric_state)
+        return TrainStep(compiled, None, apply_or_skip, variables, metric_state, jit_compile)
+
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        metrics_before = [tf.identity(v) for v in metric_state]
+        gradients, loss_sum = accumulate(x, y)
+        applied = apply_or_skip(gradients, loss_sum)
         _restore_unless(applied, metric_state, metrics_before)
         return loss_sum, applied
 
     # XLA needs static shapes, so a jit-compiled step keeps one trace per batch shape instead of generalizing.
-    return tf.function(train_step, jit_compile=True) if jit_compile else tf.function(train_step, reduce_retracing=True)
+    if jit_compile:
+        compiled = tf.function(train_step, jit_compile=True)
+    else:
+        compiled = tf.function(train_step, reduce_retracing=True)
+    # A streamed sub-batch is a batch of one subdivision, its losses divided by the whole batch's count.
+    one_sub_batch = make_gradient_fn(model, loss, 1, False, scale_loss, metrics)
+    return TrainStep(compiled, one_sub_batch, apply_or_skip, variables, metric_state, jit_compile)
 
 
 def _all_finite(loss_sum: tf.Tensor, gradients: list[tf.Tensor]) -> tf.Tensor:

@@ -1,7 +1,8 @@
-"""A dataset as numpy arrays: a source's arrays checked, the task its targets pose, the validation split, and
-the per-epoch sample order.
+"""A dataset: a source's splits checked, the task their targets pose, the validation split, and the per-epoch
+sample order.
 
-Samples become float32. Targets become int32 class indices (classification), float32 0/1 rows (multi_label) or
+Samples keep a compact dtype: uint8 stays uint8, other numbers become float32 (files are read as they stream, as
+uint8 images). Targets become int32 class indices (classification), float32 0/1 rows (multi_label) or
 float32 values of at least one column (regression). Shuffling and splitting depend on ``seed`` (and the
 epoch) alone, never on the batch size or the subdivisions, so runs that differ only in those see the same data
 in the same order. No TensorFlow here: ``accumrun check`` loads data to report sizes without it.
@@ -9,6 +10,7 @@ in the same order. No TensorFlow here: ``accumrun check`` loads data to report s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -17,6 +19,7 @@ import numpy as np
 
 from accumrun.config.schema import DataConfig
 from accumrun.data.sources import SOURCES
+from accumrun.data.splits import ArraySplit, Split
 from accumrun.errors import ConfigError, DataError
 
 # Far beyond any classifier head this tool builds, and well inside int32, to which labels are cast.
@@ -27,25 +30,35 @@ Task = Literal["classification", "regression", "multi_label"]
 
 @dataclass(frozen=True)
 class Dataset:
-    """Training and (optional) validation arrays, ready for the model, and the task their targets pose."""
+    """The training and (optional) validation splits, checked, and the task their targets pose."""
 
     name: str
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_val: np.ndarray | None
-    y_val: np.ndarray | None
+    train: Split
+    val: Split | None
     task: Task
     classes: int | None
     """The number of classes (classification) or labels (multi_label); None for regression."""
+    class_names: list[str] | None = None
+    """The classes' names in output order, where the source names them."""
+    scale: float = 1.0
+    """What ``rescale: auto`` multiplies raw samples by: 1/255 for uint8, the source's own for digits, else 1."""
+    skipped: int = 0
+    """Files the source passed over because they are not images."""
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
-        return tuple(self.x_train.shape[1:])
+        """One sample's shape as stored (before augmentation)."""
+        return self.train.sample_shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The samples' stored dtype: uint8 for images, float32 otherwise."""
+        return self.train.dtype
 
     @property
     def target_shape(self) -> tuple[int, ...]:
         """One sample's target: ``()`` for a class index, ``(k,)`` for k labels or values."""
-        return tuple(self.y_train.shape[1:])
+        return tuple(self.train.y.shape[1:])
 
     @property
     def outputs(self) -> int:
@@ -54,11 +67,16 @@ class Dataset:
 
     @property
     def train_size(self) -> int:
-        return len(self.y_train)
+        return self.train.size
 
     @property
     def val_size(self) -> int:
-        return 0 if self.y_val is None else len(self.y_val)
+        return 0 if self.val is None else self.val.size
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the samples are files read as they are needed rather than arrays in memory."""
+        return not isinstance(self.train, ArraySplit)
 
     def describe_targets(self) -> str:
         """``10 classes``, ``5 labels (multi-label)`` or ``regression targets of shape (3,)``."""
@@ -73,37 +91,49 @@ def load_dataset(config: DataConfig, seed: int) -> Dataset:
     """Load the configured dataset, settle its task and split off the validation data.
 
     Raises:
-        DataError: a file is missing or malformed, or the arrays are inconsistent or do not fit the task.
-        ConfigError: ``validation_split: test`` for a source without a test split.
+        DataError: a file is missing or malformed, or the samples are inconsistent or do not fit the task.
+        ConfigError: ``validation_split: test`` for a source without a test split, or a task that the source's
+            labels cannot pose.
     """
     splits = SOURCES[config.name].load(config, seed)
-    task: Task = infer_task(np.asarray(splits.y_train)) if config.task == "auto" else config.task
-    x_train, y_train = _checked("train", splits.x_train, splits.y_train, task)
-    x_val: np.ndarray | None
-    y_val: np.ndarray | None
-    if config.validation_split == "test":
-        if splits.x_test is None or splits.y_test is None:
+    task: Task = infer_task(np.asarray(splits.train.y)) if config.task == "auto" else config.task
+    if not isinstance(splits.train, ArraySplit) and task != "classification":
+        raise ConfigError("data.task", f"data.name: {config.name} gives class labels, so it poses classification", task)
+    train = _checked("train", splits.train, task)
+    val: Split | None = None
+    held_out = "validation" if config.validation_path else "test"
+    if config.validation_path:
+        if splits.test is None:
+            raise ConfigError(
+                "data.validation_path", f"is not read by data.name: {config.name}", config.validation_path
+            )
+        val = _checked(held_out, splits.test, task)
+    elif config.validation_split == "test":
+        if splits.test is None:
             raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
-        x_val, y_val = _checked("test", splits.x_test, splits.y_test, task)
+        val = _checked(held_out, splits.test, task)
     elif config.validation_split > 0:
-        x_train, y_train, x_val, y_val = _split_off_validation(
-            x_train, y_train, config.validation_split, seed, config.shuffle
+        train, val = _split_off_validation(train, config.validation_split, seed, config.shuffle)
+    if train.size == 0:
+        raise DataError("data", "no training samples are left after the validation split", splits.train.size)
+    if val is not None and val.sample_shape != train.sample_shape:
+        raise DataError(
+            "data", f"{held_out} samples have shape {val.sample_shape}, training samples {train.sample_shape}"
         )
-    else:
-        x_val = y_val = None
-    if len(y_train) == 0:
-        raise DataError("data", "no training samples are left after the validation split", len(splits.y_train))
-    if x_val is not None and x_val.shape[1:] != x_train.shape[1:]:
-        raise DataError("data", f"test samples have shape {x_val.shape[1:]}, training samples {x_train.shape[1:]}")
-    if y_val is not None and y_val.shape[1:] != y_train.shape[1:]:
-        raise DataError("data", f"test targets have shape {y_val.shape[1:]}, training targets {y_train.shape[1:]}")
+    if val is not None and val.y.shape[1:] != train.y.shape[1:]:
+        raise DataError(
+            "data", f"{held_out} targets have shape {val.y.shape[1:]}, training targets {train.y.shape[1:]}"
+        )
     classes: int | None = None
-    if task == "classification":
-        labels = y_train if y_val is None else np.concatenate([y_train, y_val])
+    if splits.class_names is not None:
+        classes = len(splits.class_names)
+    elif task == "classification":
+        labels = train.y if val is None else np.concatenate([train.y, val.y])
         classes = max(int(labels.max()) + 1, 2)
     elif task == "multi_label":
-        classes = int(y_train.shape[1])
-    return Dataset(config.name, x_train, y_train, x_val, y_val, task, classes)
+        classes = int(train.y.shape[1])
+    scale = splits.scale if splits.scale is not None else (1 / 255 if train.dtype == np.uint8 else 1.0)
+    return Dataset(config.name, train, val, task, classes, splits.class_names, scale, splits.skipped)
 
 
 def infer_task(y: np.ndarray) -> Task:
@@ -127,41 +157,53 @@ def epoch_order(size: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(size)
 
 
-def _split_off_validation(
-    x: np.ndarray, y: np.ndarray, fraction: float, seed: int, shuffle: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    count = round(len(y) * fraction)
+def _split_off_validation(split: Split, fraction: float, seed: int, shuffle: bool) -> tuple[Split, Split]:
+    size = split.size
+    count = round(size * fraction)
     if count == 0:
-        raise DataError("data.validation_split", f"leaves no validation sample out of {len(y)}", fraction)
+        raise DataError("data.validation_split", f"leaves no validation sample out of {size}", fraction)
     # Without shuffling, hold out the tail, as Keras' validation_split does.
-    order = np.random.default_rng(seed).permutation(len(y)) if shuffle else np.arange(len(y))
-    val, train = order[len(y) - count :], order[: len(y) - count]
-    return x[train], y[train], x[val], y[val]
+    order = np.random.default_rng(seed).permutation(size) if shuffle else np.arange(size)
+    return split.subset(order[: size - count]), split.subset(order[size - count :])
 
 
-def _checked(split: str, x: np.ndarray, y: np.ndarray, task: Task) -> tuple[np.ndarray, np.ndarray]:
-    """Validate one split: float32 samples (images get a channel axis), and targets as the task needs them."""
-    x, y = np.asarray(x), np.asarray(y)
+def _checked(name: str, split: Split, task: Task) -> Split:
+    """Validate one split's targets for the task; arrays also get compact samples (see :func:`_compact`)."""
+    if not isinstance(split, ArraySplit):
+        return dataclasses.replace(split, y=_TARGET_CHECKS[task](name, np.asarray(split.y)))
+    x, y = np.asarray(split.x), np.asarray(split.y)
     if x.ndim < 2:
-        raise DataError(f"data.x_{split}", "needs one row per sample (at least 2 dimensions)", x.shape)
+        raise DataError(f"data.x_{name}", "needs one row per sample (at least 2 dimensions)", x.shape)
     if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
-        raise DataError(f"data.x_{split}", "samples must be numeric", str(x.dtype))
+        raise DataError(f"data.x_{name}", "samples must be numeric", str(x.dtype))
     if np.issubdtype(x.dtype, np.complexfloating):
-        raise DataError(f"data.x_{split}", "samples must be real numbers", str(x.dtype))
+        raise DataError(f"data.x_{name}", "samples must be real numbers", str(x.dtype))
     if len(x) != len(y):
-        raise DataError(f"data.y_{split}", f"has {len(y)} labels for {len(x)} samples")
+        raise DataError(f"data.y_{name}", f"has {len(y)} labels for {len(x)} samples")
     if len(y) == 0:
-        raise DataError(f"data.x_{split}", "is empty")
-    y = _TARGET_CHECKS[task](split, y)
-    x = x.astype(np.float32, copy=False)
-    if not np.all(np.isfinite(x)):
-        raise DataError(f"data.x_{split}", "samples contain NaN or Inf")
+        raise DataError(f"data.x_{name}", "is empty")
+    y = _TARGET_CHECKS[task](name, y)
+    x = _compact(x)
+    if x.dtype == np.float32 and not np.all(np.isfinite(x)):
+        raise DataError(f"data.x_{name}", "samples contain NaN or Inf")
     if x.ndim == 3:
         x = x[..., np.newaxis]
-    return x, y
+    return ArraySplit(x, y)
+
+
+def _compact(x: np.ndarray) -> np.ndarray:
+    """uint8 stays uint8 (a quarter of float32's memory; cast on the device), bool becomes uint8, any other
+    number becomes float32."""
+    if x.dtype == np.uint8:
+        return x
+    if x.dtype == bool:
+        return x.astype(np.uint8)
+    return x.astype(np.float32, copy=False)
 
 
 def _class_indices(split: str, y: np.ndarray) -> np.ndarray:
+    if len(y) == 0:
+        raise DataError(f"data.y_{split}", "is empty")
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:

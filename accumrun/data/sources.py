@@ -1,10 +1,10 @@
-"""The data sources: the one table of dataset names, what each one's ``data.path`` means, how it loads, and
-where its files can be downloaded from.
+"""The data sources: the one table of dataset names, what each one's ``data.path`` means, which ``data`` keys
+apply to it, how it loads, and where its files can be downloaded from.
 
 The config accepts the names in :data:`SOURCES`, :func:`accumrun.data.dataset.load_dataset` calls their
-loaders, and ``accumrun download`` offers the ones with a :class:`Download`. Loaders return numpy arrays as the
-files hold them; :mod:`accumrun.data.dataset` checks and converts them. This module imports neither TensorFlow
-nor the config, so the config can read the table.
+loaders, and ``accumrun download`` offers the ones with a :class:`Download`. Loaders return splits as the files
+hold them (arrays in their stored dtype, or lists of files to stream); :mod:`accumrun.data.dataset` checks
+them. This module imports neither TensorFlow nor the config, so the config can read the table.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from accumrun.data.images import load_image_folder
+from accumrun.data.records import load_tfrecord
+from accumrun.data.splits import ArraySplit, Splits
+from accumrun.data.tables import load_csv
 from accumrun.errors import DataError
 
 if TYPE_CHECKING:
@@ -40,16 +44,6 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 
 @dataclass(frozen=True)
-class Splits:
-    """What a loader returns: training arrays and, when the source has one, a test split."""
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray | None = None
-    y_test: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
 class Download:
     """Where a source's four IDX files are published, with each file's MD5."""
 
@@ -57,21 +51,40 @@ class Download:
     md5: dict[str, str]
 
 
+SOURCE_KEYS = (
+    "samples",
+    "shape",
+    "classes",
+    "image_size",
+    "color_mode",
+    "image_key",
+    "label_key",
+    "label",
+    "shuffle_buffer",
+    "validation_path",
+)
+"""The ``data`` keys that only some sources read; :attr:`Source.keys` says which."""
+_IMAGES = ("image_size", "color_mode")
+
+
 @dataclass(frozen=True)
 class Source:
-    """One dataset name: its loader, whether ``data.path`` is required, optional or unused, and its download."""
+    """One dataset name: its loader, whether ``data.path`` is required, optional or unused, which of
+    :data:`SOURCE_KEYS` it reads, and its download."""
 
     load: Callable[[DataConfig, int], Splits]
     path: Literal["required", "optional", "unused"]
+    keys: tuple[str, ...] = ()
     download: Download | None = None
 
 
 def load_digits(config: DataConfig, seed: int) -> Splits:
-    """The bundled 8x8 digits (``datasets/digits.npz``), scaled from counts of 0..16 to [0, 1]."""
+    """The bundled 8x8 digits (``datasets/digits.npz``): uint8 counts of 0..16, which ``rescale: auto`` maps to
+    [0, 1]."""
     if not DIGITS_FILE.is_file():
         raise DataError("data.name", f"the bundled file {DIGITS_FILE} is missing; run datasets/make_digits.py")
     with np.load(DIGITS_FILE) as arrays:
-        return Splits(arrays["x"].astype(np.float32) / 16.0, arrays["y"])
+        return Splits(ArraySplit(arrays["x"], arrays["y"]), scale=1 / 16)
 
 
 def load_npz(config: DataConfig, seed: int) -> Splits:
@@ -91,17 +104,17 @@ def load_npz(config: DataConfig, seed: int) -> Splits:
         with loaded as arrays:
             keys = set(arrays.files)
             if {"x_train", "y_train"} <= keys:
-                test = (arrays["x_test"], arrays["y_test"]) if {"x_test", "y_test"} <= keys else (None, None)
-                return Splits(arrays["x_train"], arrays["y_train"], *test)
+                test = ArraySplit(arrays["x_test"], arrays["y_test"]) if {"x_test", "y_test"} <= keys else None
+                return Splits(ArraySplit(arrays["x_train"], arrays["y_train"]), test)
             if {"x", "y"} <= keys:
-                return Splits(arrays["x"], arrays["y"])
+                return Splits(ArraySplit(arrays["x"], arrays["y"]))
     except (OSError, ValueError) as error:
         raise DataError("data.path", f"cannot read as .npz: {error}", config.path) from None
     raise DataError("data.path", f"needs arrays 'x' and 'y' (or 'x_train' and 'y_train'); it has {sorted(keys)}")
 
 
 def load_idx_folder(config: DataConfig, seed: int) -> Splits:
-    """The four IDX files of MNIST or Fashion-MNIST, from ``data.path`` or ``datasets/NAME``, scaled to [0, 1]."""
+    """The four IDX files of MNIST or Fashion-MNIST, from ``data.path`` or ``datasets/NAME``, as uint8."""
     folder = Path(config.path) if config.path else DATASETS_DIR / config.name
     download = SOURCES[config.name].download
     arrays = {}
@@ -117,12 +130,7 @@ def load_idx_folder(config: DataConfig, seed: int) -> Splits:
                 f"{origin}",
             )
         arrays[key] = read_idx(file)
-    return Splits(
-        arrays["x_train"].astype(np.float32) / 255.0,
-        arrays["y_train"],
-        arrays["x_test"].astype(np.float32) / 255.0,
-        arrays["y_test"],
-    )
+    return Splits(ArraySplit(arrays["x_train"], arrays["y_train"]), ArraySplit(arrays["x_test"], arrays["y_test"]))
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -164,14 +172,14 @@ def load_synthetic(config: DataConfig, seed: int) -> Splits:
         prototypes = rng.normal(size=(config.classes, *shape)).astype(np.float32)
         labels = rng.integers(config.classes, size=config.samples)
         noise = rng.normal(scale=2.0, size=(config.samples, *shape)).astype(np.float32)
-        return Splits(prototypes[labels] + noise, labels)
+        return Splits(ArraySplit(prototypes[labels] + noise, labels))
     x = rng.normal(size=(config.samples, *shape)).astype(np.float32)
     flat = x.reshape(config.samples, -1)
     if config.task == "multi_label":
         weights = rng.normal(size=(flat.shape[1], config.classes)) / np.sqrt(flat.shape[1])
-        return Splits(x, (flat @ weights > 0).astype(np.int64))
+        return Splits(ArraySplit(x, (flat @ weights > 0).astype(np.int64)))
     weights = rng.normal(size=flat.shape[1]) / np.sqrt(flat.shape[1])
-    return Splits(x, (np.tanh(flat @ weights) * 2.0).astype(np.float32))
+    return Splits(ArraySplit(x, (np.tanh(flat @ weights) * 2.0).astype(np.float32)))
 
 
 # The published checksums: torchvision's MNIST/FashionMNIST ``resources`` and the Fashion-MNIST README.
@@ -204,7 +212,14 @@ SOURCES: dict[str, Source] = {
             },
         ),
     ),
-    "synthetic": Source(load_synthetic, path="unused"),
+    "synthetic": Source(load_synthetic, path="unused", keys=("samples", "shape", "classes")),
+    "image_folder": Source(load_image_folder, path="required", keys=(*_IMAGES, "validation_path")),
+    "tfrecord": Source(
+        load_tfrecord,
+        path="required",
+        keys=(*_IMAGES, "image_key", "label_key", "shuffle_buffer", "validation_path"),
+    ),
+    "csv": Source(load_csv, path="required", keys=("label", "validation_path")),
 }
 """Every dataset name the config accepts, in the order the docs list them."""
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from accumrun.data.feeder import BatchFeeder
 from accumrun.training.setup import TrainingSetup
 
 
@@ -13,11 +10,8 @@ class Validation:
     never needs more memory than training."""
 
     def __init__(self, setup: TrainingSetup, batch_size: int) -> None:
-        dataset = setup.dataset
-        if dataset.x_val is None or dataset.y_val is None:
-            raise ValueError("the dataset has no validation split")
-        self._size = dataset.val_size
-        self._feeder = BatchFeeder(dataset.x_val, dataset.y_val, batch_size)
+        self._size = setup.dataset.val_size
+        self._feeder = setup.val_feeder(batch_size)
         self._metrics = setup.val_metrics
         self._step = setup.make_eval_step()
 
@@ -25,7 +19,7 @@ class Validation:
         """``val_loss`` and ``val_<metric>`` for each metric under the current weights, in inference mode."""
         self._metrics.reset()
         loss_sum = 0.0
-        for x, y in self._feeder.batches(np.arange(self._size)):
+        for x, y in self._feeder.epoch(0):
             loss_sum += float(self._step(x, y))
         results = {f"val_{name}": value for name, value in self._metrics.results().items()}
         return {"val_loss": loss_sum / self._size, **results}

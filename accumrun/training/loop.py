@@ -11,16 +11,16 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import keras
+import tensorflow as tf
 
 from accumrun.core.split import replica_sub_batch_sizes
-from accumrun.core.step import Step
-from accumrun.data.dataset import epoch_order
-from accumrun.data.feeder import BatchFeeder
+from accumrun.core.step import Step, TrainStep
+from accumrun.data.feeder import Feeder
 from accumrun.errors import Interrupted, TrainingDiverged
 from accumrun.training.checkpoints import CheckpointStore, Position
 from accumrun.training.console import progress_bar
@@ -32,24 +32,31 @@ from accumrun.training.signals import StopRequests, resume_command
 
 @dataclass(kw_only=True)
 class EpochLoop:
-    """Trains ``setup`` with ``train_step`` (compiled for ``subdivisions``), checkpointing into ``store``."""
+    """Trains ``setup`` with ``train_step`` (compiled for ``subdivisions``), checkpointing into ``store``.
+
+    ``train_step`` takes whole batches; with ``data.feed: sub_batch`` a :class:`TrainStep` gets each batch's
+    sub-batches one by one and applies the batch's update after the last.
+    """
 
     setup: TrainingSetup
-    train_step: Step
+    train_step: Step | TrainStep
     subdivisions: int
     run_dir: Path
     store: CheckpointStore
     log: RunLog
     echo: Callable[[str], None]
     show_progress: bool = True
-    feeder: BatchFeeder = field(init=False)
+    feeder: Feeder = field(init=False)
+    plan: list[list[int]] = field(init=False)
+    """Each batch of an epoch as the chunks the feeder serves: one whole batch, or its sub-batches."""
     sub_batch_size: int = field(init=False)
     validation: Validation | None = field(init=False)
 
     def __post_init__(self) -> None:
-        setup, training = self.setup, self.setup.config.training
+        setup = self.setup
         dataset = setup.dataset
-        self.feeder = BatchFeeder(dataset.x_train, dataset.y_train, setup.batch_size, training.drop_remainder)
+        self.plan = setup.chunk_sizes(self.subdivisions)
+        self.feeder = setup.train_feeder([size for sizes in self.plan for size in sizes])
         # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
         self.sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, self.subdivisions))
         self.validation = Validation(setup, self.sub_batch_size) if dataset.val_size else None
@@ -78,23 +85,21 @@ class EpochLoop:
         """Run the epoch's remaining batches, adding them to ``position``."""
         config = self.setup.config
         every = config.output.checkpoint_every_updates
-        order = epoch_order(self.setup.dataset.train_size, config.seed, position.epoch, config.data.shuffle)
+        batches = len(self.plan)
         bar = (
-            progress_bar(self.feeder.count, position.epoch, config.training.epochs, position.batch)
+            progress_bar(batches, position.epoch, config.training.epochs, position.batch)
             if self.show_progress
             else None
         )
         seconds_before, started = position.train_seconds, time.perf_counter()
         if position.batch == 0:
             self.setup.train_metrics.reset()
-        for x, y in self.feeder.batches(order, skip=position.batch):
-            batch_loss, applied = self.train_step(x, y)
+        for samples, (batch_loss, applied) in self._batches(position.epoch, position.batch):
             position.batch += 1
             position.train_seconds = seconds_before + time.perf_counter() - started
             if not bool(applied):
                 self._non_finite(position, float(batch_loss))
             else:
-                samples = int(x.shape[0])
                 position.loss_sum += float(batch_loss)
                 position.samples += samples
                 self.log.update(float(batch_loss) / samples)
@@ -108,6 +113,23 @@ class EpochLoop:
                 self._stop_if_requested(stops, position, self.store.save(position))
         if bar is not None:
             bar.finish(dirty=True)
+
+    def _batches(self, epoch: int, skip: int) -> Iterator[tuple[int, tuple[tf.Tensor, tf.Tensor]]]:
+        """Train the epoch's batches after the first ``skip``; yield each one's sample count and what the step
+        returned for it: ``(loss_sum, applied)``."""
+        plan = self.plan
+        chunks = self.feeder.epoch(epoch, skip=sum(len(sizes) for sizes in plan[:skip]))
+        step = self.train_step
+        for sizes in plan[skip:]:
+            samples = sum(sizes)
+            if self.setup.feed == "batch":
+                yield samples, step(*next(chunks))
+                continue
+            if not isinstance(step, TrainStep):
+                raise TypeError(f"streaming sub-batches needs a TrainStep, not {type(step).__name__}")
+            for _ in sizes:
+                step.accumulate(*next(chunks), batch_samples=samples)
+            yield samples, step.apply()
 
     def _end_epoch(self, position: Position) -> None:
         """Validate, then record the row of the epoch that ``position`` has just finished."""
@@ -155,6 +177,6 @@ class EpochLoop:
         if stops.signal_number is None:
             return
         name = signal.Signals(stops.signal_number).name
-        epoch, batch = position.counted(self.feeder.count)
+        epoch, batch = position.counted(len(self.plan))
         reason = f"{name} at epoch {epoch}, batch {batch}; saved {checkpoint}"
         raise Interrupted(stops.signal_number, reason, resume_command(self.run_dir))

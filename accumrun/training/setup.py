@@ -11,13 +11,18 @@ import tensorflow as tf
 
 from accumrun.config.schema import Config, TrainingConfig
 from accumrun.core.losses import MetricSet
-from accumrun.core.step import Step, make_eval_step, make_train_step
-from accumrun.data.dataset import Dataset, epoch_order, load_dataset
+from accumrun.core.split import epoch_batches, sub_batch_sizes
+from accumrun.core.step import TrainStep, make_eval_step, make_train_step
+from accumrun.data.augment import Augmentation
+from accumrun.data.dataset import Dataset, load_dataset
+from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError
 from accumrun.models.builders import build_model
+from accumrun.models.preprocessing import with_input_preprocessing
 from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
 from accumrun.training.distribute import strategy_scope
+from accumrun.training.feed import Feed, choose_feed
 
 
 def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
@@ -43,12 +48,16 @@ def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
 
 @dataclass
 class TrainingSetup:
-    """What a run trains: the data, the batch size, the model, optimizer, loss and metrics, and the steps that
-    train them. ``config`` is resolved: the task, loss and metrics it left to accumrun are filled in."""
+    """What a run trains: the data, the batch size, how batches are fed, the model, optimizer, loss and metrics,
+    and the steps that train them. ``config`` is resolved: the task, rescale factor, feed, loss and metrics it
+    left to accumrun are filled in."""
 
     config: Config
     dataset: Dataset
     batch_size: int
+    feed: Feed
+    feed_reason: str
+    augmentation: Augmentation | None
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     objective: FittedObjective
@@ -66,7 +75,7 @@ class TrainingSetup:
         """How many replicas share each batch (1 without a strategy)."""
         return self.strategy.num_replicas_in_sync if self.strategy is not None else 1
 
-    def make_step(self, subdivisions: int) -> Step:
+    def make_step(self, subdivisions: int) -> TrainStep:
         """Compile the train step for ``subdivisions`` (see :func:`accumrun.core.step.make_train_step`)."""
         with strategy_scope(self.strategy):
             return make_train_step(
@@ -83,11 +92,39 @@ class TrainingSetup:
         """Compile the evaluation step (inference mode), which adds to ``val_metrics``."""
         return make_eval_step(self.model, self.objective.objective, self.val_metrics)
 
+    def chunk_sizes(self, subdivisions: int) -> list[list[int]]:
+        """Each batch of an epoch as the chunks the feeder serves it in: the whole batch, or its sub-batches."""
+        count, last = epoch_batches(self.dataset.train_size, self.batch_size, self.config.training.drop_remainder)
+        batches = [self.batch_size] * (count - 1) + [last]
+        if self.feed == "batch":
+            return [[size] for size in batches]
+        return [sub_batch_sizes(size, subdivisions) for size in batches]
+
+    def train_feeder(self, chunk_sizes: list[int]) -> Feeder:
+        """The training samples in chunks of ``chunk_sizes``, augmented, in the seed's order."""
+        data = self.config.data
+        return Feeder(
+            self.dataset.train, chunk_sizes, seed=self.config.seed, shuffle=data.shuffle, augmentation=self.augmentation
+        )
+
+    def val_feeder(self, batch_size: int) -> Feeder:
+        """The validation samples in batches of ``batch_size``, in their order, augmentation in inference mode."""
+        if self.dataset.val is None:
+            raise ValueError("the dataset has no validation split")
+        size = self.dataset.val_size
+        batches = [batch_size] * (size // batch_size) + ([size % batch_size] if size % batch_size else [])
+        return Feeder(
+            self.dataset.val,
+            batches,
+            seed=self.config.seed,
+            shuffle=False,
+            augmentation=self.augmentation,
+            training=False,
+        )
+
     def first_batch(self) -> tuple[tf.Tensor, tf.Tensor]:
         """The first batch of the first epoch, as the run will see it."""
-        config, dataset = self.config, self.dataset
-        index = epoch_order(dataset.train_size, config.seed, 0, config.data.shuffle)[: self.batch_size]
-        return tf.constant(dataset.x_train[index]), tf.constant(dataset.y_train[index])
+        return _first(self.train_feeder([self.batch_size]))
 
 
 def build_training(config: Config, strategy: tf.distribute.Strategy | None = None) -> TrainingSetup:
@@ -103,6 +140,17 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
     """
     dataset = load_dataset(config.data, config.seed)
     batch_size = resolve_batch_size(config.training, dataset.train_size)
+    feed, feed_reason = choose_feed(config.data.feed, dataset, batch_size, strategy is not None)
+    if feed == "sub_batch" and config.training.fixed_subdivisions is None:
+        raise ConfigError(
+            "training.subdivisions",
+            f"auto tries whole batches, and this run streams sub-batches ({feed_reason}); set a number",
+            "auto",
+        )
+    data = config.data
+    augmentation = Augmentation(data.augment, dataset.sample_shape, dataset.dtype) if data.augment else None
+    input_shape = augmentation.output_shape if augmentation is not None else dataset.sample_shape
+    scale = dataset.scale if data.rescale == "auto" else (1.0 if data.rescale is False else float(data.rescale))
     keras.utils.set_random_seed(config.seed)
     precision = config.training.precision
     previous_policy = keras.mixed_precision.dtype_policy()
@@ -110,10 +158,16 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
         # The policy is global in Keras; layers keep the one they were built with, so restore it at once.
         keras.mixed_precision.set_dtype_policy(precision)
         try:
-            model = build_model(config.model, dataset.sample_shape, dataset.outputs)
+            model = build_model(config.model, input_shape, dataset.outputs)
+            model = with_input_preprocessing(model, input_shape, dataset.dtype, scale, data.normalize)
         finally:
             keras.mixed_precision.set_dtype_policy(previous_policy)
-        objective = fit_objective(config, dataset, model)
+        # Two samples as the model takes them, to check that the loss gives one value per sample.
+        probe = Feeder(
+            dataset.train, [min(2, dataset.train_size)], seed=config.seed, shuffle=False, augmentation=augmentation
+        )
+        sample = _first(probe)
+        objective = fit_objective(config, dataset, model, sample)
         optimizer = build_optimizer(config.optimizer)
         if precision == "mixed_float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -121,9 +175,15 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
         optimizer.build(model.trainable_variables)
     resolved = config.model_copy(
         update={
-            "data": config.data.model_copy(update={"task": dataset.task}),
+            "data": data.model_copy(update={"task": dataset.task, "rescale": scale, "feed": feed}),
             "loss": objective.loss,
             "metrics": objective.metrics,
         }
     )
-    return TrainingSetup(resolved, dataset, batch_size, model, optimizer, objective, strategy)
+    return TrainingSetup(
+        resolved, dataset, batch_size, feed, feed_reason, augmentation, model, optimizer, objective, strategy
+    )
+
+
+def _first(feeder: Feeder) -> tuple[tf.Tensor, tf.Tensor]:
+    return next(iter(feeder.epoch(0)))

@@ -1,0 +1,123 @@
+"""``data.augment``: Keras image preprocessing layers, applied per sample in the feeder, training only.
+
+Each sample's draw is a function of the run's seed, the 0-based epoch and the sample's index alone: the layer
+gets a stateless seed folded from those three, so subdivided and plain training, and a resumed run, see the
+same augmented samples, and the draw never depends on the batch a sample lands in. The result is cast back to
+the stored dtype (uint8 images stay one byte per value until the model's input layers).
+
+Validation, and everything that scores the model, applies the same layers in inference mode: most are then the
+identity, and ``random_crop`` crops the centre, so every path sees the trained size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from accumrun.config.schema import AugmentConfig
+from accumrun.errors import ConfigError
+from accumrun.lookup import check_keywords, find, normalized
+
+# Layers that mix samples with each other (and their labels) cannot be drawn one sample at a time.
+_BATCH_ONLY = {"mixup", "cutmix"}
+
+
+def image_layers() -> dict[str, type]:
+    """The Keras layers that transform one image with a random draw, by normalized name."""
+    return {
+        normalized(name): cls
+        for name, cls in vars(keras.layers).items()
+        if isinstance(cls, type)
+        and hasattr(cls, "get_random_transformation")
+        and hasattr(cls, "transform_images")
+        and normalized(name) not in _BATCH_ONLY
+    }
+
+
+class _SampleSeed(keras.random.SeedGenerator):
+    """A seed generator whose draws are fixed by one stateless seed: the n-th draw is ``seed`` folded with n.
+
+    Keras' image layers take a ``SeedGenerator`` for their random draws; this one holds no state, so a draw
+    depends on the sample's seed alone. Successive draws differ (a crop's row and column offsets are two).
+    """
+
+    def __init__(self, seed: tf.Tensor) -> None:  # no variable: nothing here is state
+        self._sample_seed = seed
+        self._draws = 0
+
+    def next(self, ordered: bool = True) -> tf.Tensor:
+        self._draws += 1
+        return tf.random.experimental.stateless_fold_in(self._sample_seed, self._draws)
+
+
+class Augmentation:
+    """The configured layers, applied one sample at a time."""
+
+    def __init__(self, entries: list[AugmentConfig], sample_shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """Build the layers and check that they take samples of ``sample_shape``.
+
+        Raises:
+            ConfigError: an unknown layer (with the closest name), a keyword it does not take, a sample that is
+                not an image, or an image too small for it.
+        """
+        if len(sample_shape) != 3:
+            raise ConfigError("data.augment", "image layers need image samples (height, width, channels)", sample_shape)
+        known = image_layers()
+        self.layers: list[Any] = []
+        shape: tuple[int, ...] = sample_shape
+        for position, entry in enumerate(entries):
+            path = f"data.augment[{position}]"
+            cls = find(known, entry.name, f"{path}.name", "augmentation layer")
+            check_keywords(cls, entry.keywords, path, cls.__name__)
+            try:
+                layer = cls(**entry.keywords)
+            except (TypeError, ValueError) as error:
+                raise ConfigError(path, f"{cls.__name__}: {error}", entry.name) from None
+            shape = _output_shape(layer, shape, path, entry.name)
+            self.layers.append(layer)
+        self.dtype = tf.as_dtype(dtype)
+        self.output_shape: tuple[int, ...] = shape
+        """A sample's shape after the layers, which the model takes."""
+
+    def __call__(self, x: tf.Tensor, index: tf.Tensor, seed: int, epoch: int, training: bool) -> tf.Tensor:
+        """Sample ``x`` (number ``index``) augmented as drawn for ``(seed, epoch, index)``, in the stored dtype."""
+        sample_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, epoch], tf.int64), index)
+        image = x
+        for position, layer in enumerate(self.layers):
+            layer_seed = _SampleSeed(tf.random.experimental.stateless_fold_in(sample_seed, position))
+            transformation = layer.get_random_transformation(image, training=training, seed=layer_seed)
+            image = layer.transform_images(image, transformation, training=training)
+        return _stored(image, self.dtype)
+
+
+def _stored(image: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    if dtype.is_integer:
+        return tf.cast(tf.clip_by_value(tf.round(image), dtype.min, dtype.max), dtype)
+    return tf.cast(image, dtype)
+
+
+def _output_shape(layer: Any, shape: tuple[int, ...], path: str, name: str) -> tuple[int, ...]:
+    """The shape ``layer`` turns samples of ``shape`` into; refuses an image smaller than a crop."""
+    height, width = shape[0], shape[1]
+    wanted = (getattr(layer, "height", None), getattr(layer, "width", None))
+    if isinstance(wanted[0], int) and isinstance(wanted[1], int) and (wanted[0] > height or wanted[1] > width):
+        raise ConfigError(
+            path,
+            f"{type(layer).__name__} takes {wanted[0]}x{wanted[1]} crops of {height}x{width} images; the images are "
+            "too small (lower it, or raise data.image_size)",
+            name,
+        )
+    try:
+        out = layer.transform_images(
+            tf.zeros(shape),
+            layer.get_random_transformation(
+                tf.zeros(shape), training=True, seed=_SampleSeed(tf.constant([0, 0], tf.int64))
+            ),
+            training=True,
+        )
+    except (ValueError, TypeError, tf.errors.OpError) as error:
+        raise ConfigError(path, f"{type(layer).__name__} refused samples of shape {shape}: {error}", name) from None
+    return tuple(int(d) for d in out.shape)

@@ -1,0 +1,90 @@
+"""``data.name: image_folder``: one subfolder per class, as ``keras.utils.image_dataset_from_directory`` reads.
+
+Listing the folder is all that happens at startup: the files are decoded as they stream (see
+:mod:`accumrun.data.readers`), so a folder bigger than memory trains. Class names are the sorted subfolder names;
+a file whose extension is not an image's is passed over and counted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from accumrun.data.splits import IMAGE_EXTENSIONS, ImageFiles, Splits
+from accumrun.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from accumrun.config.schema import DataConfig
+
+
+def image_size(config: DataConfig) -> tuple[int, int]:
+    """``data.image_size`` as a pair; an image source cannot do without it.
+
+    Raises:
+        ConfigError: it is unset.
+    """
+    if config.image_size is None:
+        raise ConfigError("data.image_size", f"data.name: {config.name} needs [height, width] to resize images to")
+    height, width = config.image_size
+    return height, width
+
+
+def load_image_folder(config: DataConfig, seed: int) -> Splits:
+    """The files under ``data.path`` (and ``data.validation_path``, with the same classes), listed in a stable
+    order: by class, then by path.
+
+    Raises:
+        DataError: a folder is missing or empty, has fewer than two classes or no images, or the two folders'
+            classes differ.
+    """
+    size = image_size(config)
+    train, names, skipped = list_image_folder(Path(str(config.path)), "data.path", size, config.channels)
+    test = None
+    if config.validation_path:
+        test, val_names, val_skipped = list_image_folder(
+            Path(config.validation_path), "data.validation_path", size, config.channels
+        )
+        if val_names != names:
+            raise DataError(
+                "data.validation_path",
+                f"has classes {_names(val_names)}, data.path has {_names(names)}; they must be the same",
+                config.validation_path,
+            )
+        skipped += val_skipped
+    return Splits(train, test, class_names=names, skipped=skipped)
+
+
+def list_image_folder(
+    folder: Path, key: str, size: tuple[int, int], channels: int
+) -> tuple[ImageFiles, list[str], int]:
+    """The images in ``folder``'s class subfolders, their class names and the count of other files skipped."""
+    if not folder.exists():
+        raise DataError(key, "folder not found", str(folder))
+    if not folder.is_dir():
+        raise DataError(key, "is not a folder of class subfolders", str(folder))
+    classes = sorted(entry.name for entry in folder.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+    if not classes:
+        raise DataError(key, "holds no class subfolders (one subfolder of images per class)", str(folder))
+    if len(classes) < 2:
+        raise DataError(key, f"holds one class ({classes[0]}); classification needs at least two", str(folder))
+    paths: list[str] = []
+    labels: list[int] = []
+    skipped = 0
+    for label, name in enumerate(classes):
+        for file in sorted(path for path in (folder / name).rglob("*") if path.is_file()):
+            if file.suffix.lower() in IMAGE_EXTENSIONS:
+                paths.append(str(file))
+                labels.append(label)
+            elif not file.name.startswith("."):
+                skipped += 1
+    if not paths:
+        raise DataError(key, f"holds no images ({', '.join(IMAGE_EXTENSIONS)}) in its class subfolders", str(folder))
+    files = ImageFiles(np.array(paths), np.array(labels, dtype=np.int32), size, channels)
+    return files, classes, skipped
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:6])
+    return f"[{shown}{', ...' if len(names) > 6 else ''}]"

@@ -1,0 +1,100 @@
+"""``data.name: tfrecord``: TFRecord files of ``tf.train.Example``, each an encoded image and an int64 label.
+
+The keys follow common ImageNet-style TFRecords (``image/encoded``, ``image/class/label``) and can be renamed.
+At startup one pass over the records counts them per file and reads their labels (no image is decoded), so
+that the batch plan and the classes are known; the images stream when training reads them.
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from accumrun.data.images import image_size
+from accumrun.data.splits import RecordFiles, Splits
+from accumrun.errors import DataError
+
+if TYPE_CHECKING:
+    from accumrun.config.schema import DataConfig
+
+_LABEL_BATCH = 4096
+
+
+def load_tfrecord(config: DataConfig, seed: int) -> Splits:
+    """The records under ``data.path`` (a file or a glob), and ``data.validation_path`` when it is set.
+
+    Raises:
+        DataError: no file matches, a file is not TFRecord, or a record lacks the image or label key.
+    """
+    train = read_record_files(str(config.path), "data.path", config)
+    test = read_record_files(config.validation_path, "data.validation_path", config) if config.validation_path else None
+    return Splits(train, test)
+
+
+def read_record_files(pattern: str, key: str, config: DataConfig) -> RecordFiles:
+    """Count the records of every file that ``pattern`` matches and read their labels."""
+    import tensorflow as tf
+
+    files = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+    files = [file for file in files if Path(file).is_file()]
+    if not files:
+        raise DataError(key, "no TFRecord file matches", pattern)
+    counts, labels = [], []
+    features = {config.label_key: tf.io.FixedLenFeature([], tf.int64)}
+    for file in files:
+        _check_keys(file, key, config)
+        parsed = tf.data.TFRecordDataset(file).batch(_LABEL_BATCH).map(lambda r: tf.io.parse_example(r, features))
+        try:
+            file_labels = [batch[config.label_key].numpy() for batch in parsed]
+        except tf.errors.OpError as error:
+            raise DataError(key, f"{file}: cannot read its records: {_first_line(error)}") from None
+        found = np.concatenate(file_labels) if file_labels else np.zeros(0, np.int64)
+        counts.append(len(found))
+        labels.append(found)
+    y = np.concatenate(labels)
+    if len(y) == 0:
+        raise DataError(key, "the TFRecord files hold no records", pattern)
+    return RecordFiles(
+        files=tuple(files),
+        counts=tuple(counts),
+        records=np.arange(len(y)),
+        y=y,
+        image_key=config.image_key,
+        label_key=config.label_key,
+        image_size=image_size(config),
+        channels=config.channels,
+        shuffle_buffer=config.shuffle_buffer,
+    )
+
+
+def _check_keys(file: str, key: str, config: DataConfig) -> None:
+    """Refuse a file whose first record lacks the image or the label key, naming the keys it has."""
+    import tensorflow as tf
+
+    try:
+        first = next(iter(tf.data.TFRecordDataset(file).take(1)), None)
+    except tf.errors.OpError as error:
+        raise DataError(key, f"{file} is not a TFRecord file: {_first_line(error)}") from None
+    if first is None:
+        return
+    try:
+        example = tf.train.Example.FromString(first.numpy())
+    except Exception:  # protobuf's DecodeError: the record is not a tf.train.Example
+        raise DataError(key, f"{file}: its records are not tf.train.Example protos") from None
+    present = sorted(example.features.feature)
+    for name, field, kind in (
+        (config.image_key, "data.image_key", "bytes_list"),
+        (config.label_key, "data.label_key", "int64_list"),
+    ):
+        if name not in present:
+            raise DataError(field, f"{file} has no feature '{name}'; its features are {present}", name)
+        if example.features.feature[name].WhichOneof("kind") != kind:
+            raise DataError(field, f"{file}: feature '{name}' must be a {kind}", name)
+
+
+def _first_line(error: Exception) -> str:
+    message = getattr(error, "message", None) or str(error)
+    return message.strip().splitlines()[0] if message.strip() else type(error).__name__

@@ -1,0 +1,127 @@
+"""What a split of data is before it is read: arrays in memory, a list of image files, or TFRecord files.
+
+Each kind knows its size, one sample's stored shape and dtype, and how to keep a subset of its samples (the
+validation hold-out). Reading them, through ``tf.data``, is :mod:`accumrun.data.readers`' job; this module
+imports no TensorFlow, so ``accumrun check`` can size a run without it.
+
+Samples keep the dtype their source stores: uint8 images stay one byte per value on the host and cross to the
+device as such; the model's input layers cast and rescale them, one sub-batch at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+"""The files an image folder reads, as ``keras.utils.image_dataset_from_directory`` does."""
+
+
+@dataclass(frozen=True)
+class ArraySplit:
+    """Samples and targets held in memory, in the samples' stored dtype."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.y)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.x.shape[1:])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.x.dtype
+
+    def subset(self, index: np.ndarray) -> ArraySplit:
+        return ArraySplit(self.x[index], self.y[index])
+
+
+@dataclass(frozen=True)
+class ImageFiles:
+    """Image files and their class indices; each is decoded and resized to ``image_size`` when it is read."""
+
+    paths: np.ndarray
+    """The files, as an array of path strings (so that a subset is one indexing)."""
+    y: np.ndarray
+    image_size: tuple[int, int]
+    channels: int
+
+    @property
+    def size(self) -> int:
+        return len(self.y)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return (*self.image_size, self.channels)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8)
+
+    def subset(self, index: np.ndarray) -> ImageFiles:
+        return replace(self, paths=self.paths[index], y=self.y[index])
+
+
+@dataclass(frozen=True)
+class RecordFiles:
+    """TFRecord files of ``tf.train.Example``: an encoded image and an int64 class label each.
+
+    Records are numbered across the files in their sorted order; ``records`` is the numbers this split holds
+    (all of them, or one side of the validation hold-out), and ``y`` their labels, read once at startup.
+    """
+
+    files: tuple[str, ...]
+    counts: tuple[int, ...]
+    """Records per file."""
+    records: np.ndarray
+    y: np.ndarray
+    image_key: str
+    label_key: str
+    image_size: tuple[int, int]
+    channels: int
+    shuffle_buffer: int
+
+    @property
+    def size(self) -> int:
+        return len(self.records)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return (*self.image_size, self.channels)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the split holds every record of its files (no hold-out to filter out)."""
+        return self.size == sum(self.counts)
+
+    def subset(self, index: np.ndarray) -> RecordFiles:
+        chosen = np.sort(index)
+        return replace(self, records=self.records[chosen], y=self.y[chosen])
+
+
+Split = ArraySplit | ImageFiles | RecordFiles
+"""One split of a dataset, as a source gives it."""
+
+
+@dataclass(frozen=True)
+class Splits:
+    """What a loader returns: the training split and, when the source has one, a test or validation split."""
+
+    train: Split
+    test: Split | None = None
+    class_names: list[str] | None = None
+    """The classes' names in label order, where the source names them (an image folder's subfolders)."""
+    skipped: int = 0
+    """Files passed over because they are not images."""
+    scale: float | None = None
+    """What ``rescale: auto`` multiplies the raw samples by, where the source knows (digits' counts of 0..16);
+    None leaves it to the dtype: 1/255 for uint8, nothing for floats."""

@@ -1,0 +1,129 @@
+"""``data.name: csv``: a table with a header row; ``data.label`` names the target column.
+
+The other columns are the features, as float32, held in memory. A column with no number in it (an id, a name)
+is not a feature and is left out; a column of numbers with a cell that is not one is an error that names the
+file, the row and the column. The label column may hold numbers (class indices or regression values) or class
+names, which are then numbered in sorted order.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from accumrun.data.splits import ArraySplit, Splits
+from accumrun.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from accumrun.config.schema import DataConfig
+
+
+def load_csv(config: DataConfig, seed: int) -> Splits:
+    """The table at ``data.path`` (and ``data.validation_path``, with the same columns).
+
+    Raises:
+        ConfigError: ``data.label`` is unset.
+        DataError: a file is missing or empty, lacks the label column, or has a non-numeric feature cell.
+    """
+    if not config.label:
+        raise ConfigError("data.label", "data.name: csv needs the name of the label column")
+    train = read_table(Path(str(config.path)), "data.path", config.label)
+    test = None
+    if config.validation_path:
+        test = read_table(Path(config.validation_path), "data.validation_path", config.label, train.features)
+    names = train.class_names
+    if names is not None and test is not None:
+        if test.class_names is None or not set(test.class_names) <= set(names):
+            raise DataError("data.validation_path", f"has labels that data.path does not: {test.class_names}")
+        test = test.renumbered(names)
+    return Splits(train.split, test.split if test else None, class_names=names)
+
+
+class Table:
+    """One CSV file read: its feature columns, features and labels, and class names when labels are text."""
+
+    def __init__(self, features: list[str], x: np.ndarray, labels: list[str]) -> None:
+        self.features = features
+        self.x = x
+        self._labels = labels
+        numeric = _numbers(labels)
+        if numeric is not None:
+            self.class_names: list[str] | None = None
+            self.y = numeric
+        else:
+            self.class_names = sorted(set(labels))
+            self.y = self._numbered(self.class_names)
+
+    def renumbered(self, names: list[str]) -> Table:
+        """The same table with its text labels numbered as in ``names`` (the training file's classes)."""
+        self.class_names = names
+        self.y = self._numbered(names)
+        return self
+
+    def _numbered(self, names: list[str]) -> np.ndarray:
+        index = {name: i for i, name in enumerate(names)}
+        return np.array([index[label] for label in self._labels], dtype=np.int32)
+
+    @property
+    def split(self) -> ArraySplit:
+        return ArraySplit(self.x, self.y)
+
+
+def read_table(path: Path, key: str, label: str, features: list[str] | None = None) -> Table:
+    """Read ``path``; with ``features``, the file must have those feature columns (a validation file)."""
+    if not path.is_file():
+        raise DataError(key, "CSV file not found", str(path))
+    try:
+        with path.open(newline="") as file:
+            rows = list(csv.reader(file))
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise DataError(key, f"cannot read {path} as CSV: {error}") from None
+    if not rows or not rows[0]:
+        raise DataError(key, f"{path} is empty; it needs a header row and one row per sample")
+    header, body = [name.strip() for name in rows[0]], rows[1:]
+    if label not in header:
+        raise DataError("data.label", f"{path} has no column '{label}'; its columns are {header}", label)
+    if not body:
+        raise DataError(key, f"{path} has a header but no rows")
+    for number, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise DataError(key, f"{path}, row {number}: {len(row)} cells for {len(header)} columns")
+    columns = {name: [row[i].strip() for row in body] for i, name in enumerate(header)}
+    if features is None:
+        features = [name for name in header if name != label and any(_is_number(cell) for cell in columns[name])]
+        if not features:
+            raise DataError(key, f"{path} has no numeric feature column besides '{label}'")
+    missing = [name for name in features if name not in columns]
+    if missing:
+        raise DataError(key, f"{path} lacks the feature columns {missing} that data.path has")
+    x = np.empty((len(body), len(features)), dtype=np.float32)
+    for j, name in enumerate(features):
+        for i, cell in enumerate(columns[name]):
+            try:
+                x[i, j] = float(cell)
+            except ValueError:
+                raise DataError(key, f"{path}, row {i + 2}, column '{name}': not a number", cell) from None
+    if not np.all(np.isfinite(x)):
+        i, j = np.argwhere(~np.isfinite(x))[0]
+        raise DataError(key, f"{path}, row {i + 2}, column '{features[j]}': NaN or Inf", columns[features[j]][i])
+    return Table(features, x, columns[label])
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _numbers(cells: list[str]) -> np.ndarray | None:
+    """The labels as numbers (int64 when all are whole), or None when any is text."""
+    try:
+        values = np.array([float(cell) for cell in cells])
+    except ValueError:
+        return None
+    return values.astype(np.int64) if np.all(values == np.round(values)) else values

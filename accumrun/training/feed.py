@@ -1,0 +1,65 @@
+"""``data.feed``: whether the step gets whole batches or streamed sub-batches.
+
+A whole batch crosses to the device in one transfer and its sub-batches run in one compiled call: the fast way,
+as long as the batch fits. When it does not (``batch_size: full`` over an image folder, or a large batch of large
+images), the feeder streams sub-batches, as darknet loads batch/subdivisions images per step: one compiled call
+per sub-batch, one update per batch, the same numbers.
+
+``auto`` streams when the data itself streams from files and the batch is the whole training set, or when two
+input batches (the one training and the one prefetched) would take more than a quarter of the memory available.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Literal
+
+from accumrun.data.dataset import Dataset
+from accumrun.errors import ConfigError
+
+Feed = Literal["batch", "sub_batch"]
+
+BUDGET_SHARE = 4
+"""Two input batches may take 1/BUDGET_SHARE of the available memory before ``auto`` streams sub-batches."""
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation: Linux's MemAvailable, or the physical memory elsewhere."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def input_bytes(dataset: Dataset, samples: int) -> int:
+    """What ``samples`` samples take as stored (one byte per value for uint8 images)."""
+    return samples * math.prod(dataset.sample_shape) * dataset.dtype.itemsize
+
+
+def choose_feed(
+    feed: Literal["auto", "batch", "sub_batch"], dataset: Dataset, batch_size: int, replicated: bool
+) -> tuple[Feed, str]:
+    """The feed to use and why, in words for the startup summary.
+
+    Raises:
+        ConfigError: ``sub_batch`` on a replicated step (streaming runs on one device).
+    """
+    batch = input_bytes(dataset, batch_size)
+    size = f"input batch {batch / 2**20:,.1f} MiB"
+    if feed != "auto":
+        if feed == "sub_batch" and replicated:
+            raise ConfigError("data.feed", "sub_batch streams on one device; use batch with distribute", feed)
+        return feed, f"{size}; data.feed: {feed}"
+    if replicated:
+        return "batch", f"{size}; replicas take whole batches"
+    if dataset.streamed and batch_size == dataset.train_size:
+        return "sub_batch", f"{size}; the full batch of streamed files is never held at once"
+    available = available_memory()
+    if 2 * batch * BUDGET_SHARE > available:
+        return "sub_batch", f"{size} x 2 exceeds 1/{BUDGET_SHARE} of {available / 2**30:,.1f} GiB available"
+    return "batch", size
