@@ -278,7 +278,15 @@ def check(
 
         configured = config.training.fixed_subdivisions
         traced = max(sub_batch_sizes(setup.batch_size, configured or 1))
-        estimate = estimate_memory(setup.model, setup.optimizer, setup.dataset.sample_shape, setup.batch_size, traced)
+        estimate = estimate_memory(
+            setup.model,
+            setup.optimizer,
+            tuple(setup.model.input_shape[1:]),
+            setup.batch_size,
+            traced,
+            sample_bytes=setup.dataset.dtype.itemsize,
+            feed=setup.feed,
+        )
         click.echo("\n".join(format_estimate(estimate, setup.batch_size, configured)))
 
 

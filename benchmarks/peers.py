@@ -132,7 +132,9 @@ def run_peer(method: str, spec: dict[str, Any]) -> dict[str, Any]:
     keras.utils.set_random_seed(SEED)
     # dataset.outputs, as accumrun's setup passes: the classes here, since the benchmarks classify.
     model = build_model(config.model, dataset.sample_shape, dataset.outputs)
-    seconds, jit_compile = PEERS[method](model, dataset.x_train, dataset.y_train, spec)
+    # The peers take float32 samples, scaled as accumrun's input layers scale the stored ones on the device.
+    x = dataset.train.x.astype(np.float32) * np.float32(dataset.scale)
+    seconds, jit_compile = PEERS[method](model, x, dataset.train.y, spec)
     return {"method": method, "epoch_seconds": seconds, "jit_compile": jit_compile}
 
 

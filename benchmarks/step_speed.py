@@ -19,7 +19,8 @@ import numpy as np
 import accumrun.core.step
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.step import make_train_step
-from accumrun.data.feeder import BatchFeeder
+from accumrun.data.feeder import Feeder
+from accumrun.data.splits import ArraySplit
 from accumrun.models.builders import darknet_cnn, mlp
 
 MODELS = {
@@ -49,11 +50,12 @@ def main() -> None:
     step = make_train_step(
         model, sparse_categorical_crossentropy, keras.optimizers.Adam(1e-3), args.subdivisions, jit_compile=args.xla
     )
-    feeder = BatchFeeder(x, y, args.batch)
+    full, rest = divmod(args.samples, args.batch)
+    feeder = Feeder(ArraySplit(x, y), [args.batch] * full + ([rest] if rest else []), seed=0, shuffle=True)
     seconds = []
-    for _ in range(args.epochs):
+    for epoch in range(args.epochs):
         started = time.perf_counter()
-        for x_batch, y_batch in feeder.batches(rng.permutation(args.samples)):
+        for x_batch, y_batch in feeder.epoch(epoch):
             loss, _ = step(x_batch, y_batch)
         float(loss)  # wait for the last step
         seconds.append(time.perf_counter() - started)

@@ -114,6 +114,49 @@ def idx_config(tmp: Path, replace: str, raw: bytes) -> Path:
     return config_with(tmp, data={"name": "mnist", "path": str(folder)})
 
 
+def image_folder(tmp: Path, name: str, classes: list[str], suffix: str = "png") -> Path:
+    """A folder ``name`` with two 8x8 images (or text files) per class in ``classes``."""
+    from PIL import Image
+
+    for label in classes:
+        (tmp / name / label).mkdir(parents=True)
+        for index in range(2):
+            if suffix == "txt":
+                (tmp / name / label / f"{index}.txt").write_text("not an image")
+            else:
+                Image.new("RGB", (8, 8), (index * 90, 40, 200)).save(tmp / name / label / f"{index}.{suffix}")
+    return tmp / name
+
+
+def empty_folder(tmp: Path) -> Path:
+    (tmp / "empty").mkdir()
+    return tmp / "empty"
+
+
+def images_config(tmp: Path, **data: Any) -> Path:
+    """The tiny config reading an image folder of two classes (classes a and b), with ``data`` keys set."""
+    folder = image_folder(tmp, "images", ["a", "b"])
+    settings = {"name": "image_folder", "path": str(folder), "image_size": [8, 8], "validation_split": 0.25, **data}
+    return config_with(tmp, data={key: value for key, value in settings.items() if value is not None},
+                       training={"epochs": 1, "batch_size": 2})  # fmt: skip
+
+
+def records_config(tmp: Path, **data: Any) -> Path:
+    """The tiny config reading TFRecord files of 6 images, with ``data`` keys set."""
+    from accumrun.data.make_example import write_tfrecords
+
+    write_tfrecords(tmp / "shapes", count=6, size=8)
+    settings = {"name": "tfrecord", "path": str(tmp / "shapes-*"), "image_size": [8, 8], **data}
+    return config_with(tmp, data=settings, training={"epochs": 1, "batch_size": 2})
+
+
+def csv_config(tmp: Path, text: str, label: str = "label") -> Path:
+    """The tiny config reading a CSV file that holds ``text``."""
+    (tmp / "table.csv").write_text(text)
+    data = {"name": "csv", "path": str(tmp / "table.csv"), "label": label, "validation_split": 0}
+    return config_with(tmp, data=data, training={"epochs": 1, "batch_size": 2})
+
+
 def finished_run(tmp: Path) -> None:
     """A completed one-epoch tiny run in ``run``, to resume from."""
     result = run_cli("train", str(tiny_config(tmp)), "--run-dir", str(tmp / "run"), "--epochs", "1", "--quiet")
@@ -170,7 +213,8 @@ CASES = [
         "model.name: unknown model; use darknet_cnn, mlp, keras.applications.<Name>, saved or "
         "'package.module:function' (got 'resnet')"),
     row("dataset-unknown", lambda t: config_with(t, data={"name": "imagenet"}), 1,
-        "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist' or 'synthetic'"),
+        "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist', 'synthetic', 'image_folder', "
+        "'tfrecord' or 'csv'"),
     row("digits-with-a-path", lambda t: config_with(t, data={"name": "digits", "path": str(t / "nowhere")}), 1,
         "data.path: is not used by data.name: digits"),
     row("set-unknown-key", tiny_config, 1, "training.subdivison: unknown key (did you mean 'subdivisions'?)",
@@ -236,6 +280,35 @@ CASES = [
     row("usage-config-is-a-folder", lambda t: (t / "tiny.yaml").mkdir(), 2, "is a directory"),
     row("usage-set-without-equals", tiny_config, 2, "'training.subdivisions' is not KEY=VALUE",
         (*TRAIN, "--set", "training.subdivisions")),
+    # --- files that stream: refused at startup, before the run folder is made ---
+    row("image-folder-missing", lambda t: images_config(t, path=str(t / "absent")), 1,
+        "data.path: folder not found"),
+    row("image-folder-empty", lambda t: images_config(t, path=str(empty_folder(t))), 1,
+        "data.path: holds no class subfolders"),
+    row("image-folder-one-class", lambda t: images_config(t, path=str(image_folder(t, "one", ["a"]))), 1,
+        "holds one class (a); classification needs at least two"),
+    row("image-folder-classes-differ",
+        lambda t: images_config(t, validation_split=0, validation_path=str(image_folder(t, "val", ["a", "c"]))), 1,
+        "data.validation_path: has classes [a, c], data.path has [a, b]; they must be the same"),
+    row("image-folder-no-images", lambda t: images_config(t, path=str(image_folder(t, "texts", ["a", "b"], "txt"))),
+        1, "holds no images (.png, .jpg, .jpeg, .bmp, .gif)"),
+    row("image-size-not-two-integers", lambda t: images_config(t, image_size=[0, 8]), 1,
+        "data.image_size: must be two positive integers [height, width] (got [0, 8])"),
+    row("image-size-missing", lambda t: images_config(t, image_size=None), 1,
+        "data.image_size: data.name: image_folder needs [height, width]"),
+    row("augment-unknown", lambda t: images_config(t, augment=[{"name": "random_flipp"}]), 1,
+        "data.augment[0].name: unknown augmentation layer; did you mean 'RandomFlip'? (got 'random_flipp')"),
+    row("augment-crop-larger-than-the-image",
+        lambda t: images_config(t, augment=[{"name": "random_crop", "height": 9, "width": 9}]), 1,
+        "RandomCrop takes 9x9 crops of 8x8 images; the images are too small"),
+    row("tfrecord-key-missing", lambda t: records_config(t, image_key="image/jpeg"), 1,
+        "data.image_key: "),
+    row("tfrecord-no-files", lambda t: records_config(t, path=str(t / "none-*")), 1,
+        "data.path: no TFRecord file matches"),
+    row("csv-label-missing", lambda t: csv_config(t, "a,b,label\n1,2,0\n3,4,1\n", label="target"), 1,
+        "has no column 'target'; its columns are ['a', 'b', 'label']"),
+    row("csv-non-numeric-cell", lambda t: csv_config(t, "a,b,label\n1,2,0\n3,x,1\n"), 1,
+        "row 3, column 'b': not a number (got 'x')"),
 ]  # fmt: skip
 
 

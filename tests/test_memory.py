@@ -27,7 +27,17 @@ def test_fixed_costs_count_every_variable() -> None:
     # Adam: two moments per parameter, plus its iteration counter (int64) and learning rate (float32).
     assert estimate.optimizer_state == 2 * parameters * 4 + 8 + 4
     assert estimate.accumulators == 2 * parameters * 4
-    assert estimate.input_batch == 10 * 4 * 4
+    assert estimate.input_bytes(5) == 10 * 4 * 4  # the whole batch of float32 samples
+
+
+def test_the_input_counts_its_stored_bytes_and_only_a_sub_batch_when_streamed() -> None:
+    model = small_mlp()
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    whole = estimate_memory(model, optimizer, (4,), batch_size=10, traced_sub_batch=5, sample_bytes=1)
+    streamed = estimate_memory(model, optimizer, (4,), 10, 5, sample_bytes=1, feed="sub_batch")
+    assert whole.input_bytes(5) == 10 * 4 and streamed.input_bytes(5) == 5 * 4
+    assert whole.total(5) - streamed.total(5) == 5 * 4
 
 
 def test_activations_grow_with_the_sub_batch() -> None:

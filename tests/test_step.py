@@ -180,3 +180,70 @@ def test_a_non_finite_batch_is_not_applied() -> None:
 def test_subdivisions_must_be_positive() -> None:
     with pytest.raises(ValueError, match="subdivisions must be >= 1, got 0"):
         make_gradient_fn(dense_model(), sparse_categorical_crossentropy, 0)
+
+
+# --- streamed sub-batches: one compiled call each, one update per batch --------------------------------------
+
+
+def train_streamed(subdivisions: int, batch_size: int, samples: int = 23, epochs: int = 2, regularized: bool = False):
+    """As :func:`train_weights`, but each batch's sub-batches are fed one call at a time."""
+    from accumrun.core.split import sub_batch_sizes
+
+    model = dense_model(regularized=regularized)
+    optimizer = OPTIMIZERS["adam"]()
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions)
+    x, y = make_data(samples)
+    losses = []
+    for _ in range(epochs):
+        for start in range(0, samples, batch_size):
+            n = min(batch_size, samples - start)
+            offset = start
+            for size in sub_batch_sizes(n, subdivisions):
+                step.accumulate(tf.constant(x[offset : offset + size]), tf.constant(y[offset : offset + size]), n)
+                offset += size
+            loss_sum, applied = step.apply()
+            assert bool(applied)
+            losses.append(float(loss_sum))
+    return [v.numpy() for v in model.trainable_variables], optimizer, losses
+
+
+@pytest.mark.parametrize("subdivisions", [1, 3, 4])
+@pytest.mark.parametrize("regularized", [False, True])
+def test_streamed_sub_batches_equal_the_whole_batch(subdivisions: int, regularized: bool) -> None:
+    # Batches of 10, 10 and 3 cut 3 or 4 ways: uneven sub-batches, and a last batch smaller than S.
+    reference, _, _ = train_weights(1, batch_size=10, regularized=regularized)
+    weights, optimizer, losses = train_streamed(subdivisions, batch_size=10, regularized=regularized)
+    assert max_difference(reference, weights) < 1e-5
+    assert int(optimizer.iterations.numpy()) == 6  # one update per batch, not per sub-batch
+    model = dense_model()
+    x, y = make_data(23)
+    first = sparse_categorical_crossentropy(tf.constant(y[:10]), model(tf.constant(x[:10]))).numpy().sum()
+    assert losses[0] == pytest.approx(float(first), rel=1e-5)
+
+
+def test_a_streamed_batch_with_a_non_finite_sub_batch_is_skipped_and_its_metrics_put_back() -> None:
+    from accumrun.core.losses import Metric, Objective
+
+    model = dense_model()
+    optimizer = OPTIMIZERS["adam"]()
+    accuracy = Metric("accuracy", keras.metrics.SparseCategoricalAccuracy, sparse=True)
+    metrics = Objective(sparse_categorical_crossentropy, metrics=(accuracy,)).new_metrics()
+    assert metrics.variables
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 2, metrics=metrics)
+    x, y = make_data(10)
+    step.accumulate(tf.constant(x[:5]), tf.constant(y[:5]), 10)
+    step.accumulate(tf.constant(x[5:]), tf.constant(y[5:]), 10)
+    step.apply()
+    counted = [v.numpy().copy() for v in metrics.variables]
+    before = [v.numpy() for v in model.trainable_variables]
+    poisoned = x.copy()
+    poisoned[7, 0] = np.nan
+    step.accumulate(tf.constant(poisoned[:5]), tf.constant(y[:5]), 10)
+    step.accumulate(tf.constant(poisoned[5:]), tf.constant(y[5:]), 10)
+    _, applied = step.apply()
+    assert not bool(applied) and int(optimizer.iterations.numpy()) == 1
+    assert max_difference(before, [v.numpy() for v in model.trainable_variables]) == 0
+    for kept, variable in zip(counted, metrics.variables, strict=True):
+        np.testing.assert_array_equal(kept, variable.numpy())
+    with pytest.raises(ValueError, match="apply\\(\\) needs accumulate\\(\\) first"):
+        step.apply()

@@ -6,7 +6,8 @@ same augmented samples, and the draw never depends on the batch a sample lands i
 the stored dtype (uint8 images stay one byte per value until the model's input layers).
 
 Validation, and everything that scores the model, applies the same layers in inference mode: most are then the
-identity, and ``random_crop`` crops the centre, so every path sees the trained size.
+identity. A layer that changes the size (``random_crop``) is followed there by a crop of the centre to the size
+it trains at, so every path sees the trained size (Keras' own ``RandomCrop`` passes the image through whole).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Augmentation:
             raise ConfigError("data.augment", "image layers need image samples (height, width, channels)", sample_shape)
         known = image_layers()
         self.layers: list[Any] = []
+        self._centre_crops: list[keras.layers.CenterCrop | None] = []
         shape: tuple[int, ...] = sample_shape
         for position, entry in enumerate(entries):
             path = f"data.augment[{position}]"
@@ -76,8 +78,12 @@ class Augmentation:
                 layer = cls(**entry.keywords)
             except (TypeError, ValueError) as error:
                 raise ConfigError(path, f"{cls.__name__}: {error}", entry.name) from None
-            shape = _output_shape(layer, shape, path, entry.name)
+            trained = _output_shape(layer, shape, path, entry.name)
+            # Keras' RandomCrop passes images through whole in inference mode; validation must see the trained
+            # size, so a layer that changes the size is followed there by a crop of the centre to that size.
+            self._centre_crops.append(keras.layers.CenterCrop(*trained[:2]) if trained != shape else None)
             self.layers.append(layer)
+            shape = trained
         self.dtype = tf.as_dtype(dtype)
         self.output_shape: tuple[int, ...] = shape
         """A sample's shape after the layers, which the model takes."""
@@ -86,10 +92,12 @@ class Augmentation:
         """Sample ``x`` (number ``index``) augmented as drawn for ``(seed, epoch, index)``, in the stored dtype."""
         sample_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, epoch], tf.int64), index)
         image = x
-        for position, layer in enumerate(self.layers):
+        for position, (layer, centre_crop) in enumerate(zip(self.layers, self._centre_crops, strict=True)):
             layer_seed = _SampleSeed(tf.random.experimental.stateless_fold_in(sample_seed, position))
             transformation = layer.get_random_transformation(image, training=training, seed=layer_seed)
             image = layer.transform_images(image, transformation, training=training)
+            if not training and centre_crop is not None:
+                image = centre_crop(image)
         return _stored(image, self.dtype)
 
 

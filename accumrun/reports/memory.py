@@ -1,9 +1,10 @@
 """``accumrun check --memory``: what a run will hold in memory, per sub-batch size, before it runs.
 
 Fixed costs come from the variables: the parameters, the optimizer's state, and the float32 accumulators (the
-running gradient sum plus one sub-batch's gradients). The input batch sits on the device whole. Activations
-grow with the sub-batch: the forward pass of one sub-batch is traced (not run) and every batch-sized tensor it
-produces is counted, since the backward pass keeps them. That is an upper bound of the forward activations
+running gradient sum plus one sub-batch's gradients). The input sits on the device in its stored dtype (one byte
+per value for uint8 images): the whole batch with ``data.feed: batch``, one sub-batch with ``sub_batch``.
+Activations grow with the sub-batch: the forward pass of one sub-batch is traced (not run) and every batch-sized
+tensor it produces is counted, since the backward pass keeps them. That is an upper bound of the forward activations
 and leaves out the allocator's overhead and the backward pass's transients, so treat totals as estimates.
 """
 
@@ -27,12 +28,20 @@ class MemoryEstimate:
     parameters: int
     optimizer_state: int
     accumulators: int
-    input_batch: int
+    input_per_sample: int
+    """Bytes of one sample as stored."""
+    batch_size: int
+    feed: str
+    """``batch`` (the whole batch on the device) or ``sub_batch`` (one streamed sub-batch at a time)."""
     activations_per_sample: float
+
+    def input_bytes(self, sub_batch: int) -> int:
+        """The input on the device: the batch, or with streamed sub-batches, one of them."""
+        return self.input_per_sample * (self.batch_size if self.feed == "batch" else sub_batch)
 
     def total(self, sub_batch: int) -> float:
         """The estimated peak in bytes with sub-batches of ``sub_batch`` samples."""
-        fixed = self.parameters + self.optimizer_state + self.accumulators + self.input_batch
+        fixed = self.parameters + self.optimizer_state + self.accumulators + self.input_bytes(sub_batch)
         return fixed + self.activations_per_sample * sub_batch
 
 
@@ -42,7 +51,7 @@ def _bytes(variables: list) -> int:
 
 def forward_activation_bytes(model: keras.Model, sample_shape: tuple[int, ...], sub_batch: int) -> int:
     """The bytes of the batch-sized tensors one training-mode forward pass of ``sub_batch`` samples makes."""
-    spec = tf.TensorSpec([sub_batch, *sample_shape], tf.float32)
+    spec = tf.TensorSpec([sub_batch, *sample_shape], model.inputs[0].dtype if model.inputs else tf.float32)
     graph = tf.function(lambda x: model(x, training=True)).get_concrete_function(spec).graph
     total = 0
     for op in graph.get_operations():
@@ -61,14 +70,20 @@ def estimate_memory(
     sample_shape: tuple[int, ...],
     batch_size: int,
     traced_sub_batch: int,
+    *,
+    sample_bytes: int = 4,
+    feed: str = "batch",
 ) -> MemoryEstimate:
-    """Estimate a run's memory from its (built) model and optimizer and one traced sub-batch."""
+    """Estimate a run's memory from its (built) model and optimizer and one traced sub-batch; a value of a sample
+    takes ``sample_bytes`` as stored (1 for uint8), and ``feed`` says whether the input is a batch or a sub-batch."""
     trainable_float32 = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
     return MemoryEstimate(
         parameters=_bytes(model.variables),
         optimizer_state=_bytes(optimizer.variables),
         accumulators=2 * trainable_float32,
-        input_batch=batch_size * math.prod(sample_shape) * 4,
+        input_per_sample=math.prod(sample_shape) * sample_bytes,
+        batch_size=batch_size,
+        feed=feed,
         activations_per_sample=forward_activation_bytes(model, sample_shape, traced_sub_batch) / traced_sub_batch,
     )
 
@@ -90,7 +105,7 @@ def format_estimate(estimate: MemoryEstimate, batch_size: int, configured: int |
         f"  parameters       {mib(estimate.parameters)}",
         f"  optimizer state  {mib(estimate.optimizer_state)}",
         f"  accumulators     {mib(estimate.accumulators)} (gradient sum + one sub-batch's gradients, float32)",
-        f"  input batch      {mib(estimate.input_batch)} ({batch_size:,} samples)",
+        f"  input            {_input(estimate)}",
         f"  {'subdivisions':>12}  {'sub-batch':>9}  {'activations':>14}  {'total':>14}",
     ]
     for subdivisions in candidate_subdivisions(batch_size, configured):
@@ -101,3 +116,11 @@ def format_estimate(estimate: MemoryEstimate, batch_size: int, configured: int |
             f"  {mib(estimate.total(sub_batch)):>14}{mark}"
         )
     return lines
+
+
+def _input(estimate: MemoryEstimate) -> str:
+    per_sample = f"{estimate.input_per_sample:,} bytes per sample as stored"
+    if estimate.feed == "batch":
+        whole = estimate.input_per_sample * estimate.batch_size / 2**20
+        return f"{whole:,.3f} MiB (data.feed: batch, {estimate.batch_size:,} samples; {per_sample})"
+    return f"one sub-batch, in the total below (data.feed: sub_batch; {per_sample})"

@@ -1,0 +1,368 @@
+"""Data that streams: image folders, TFRecord and CSV files made in tmp_path, read through the one feeder.
+
+They prove the promises of the in-memory path hold for files too: subdivided == plain on an uneven split, with
+whole batches or streamed sub-batches; the same seed gives the same run; a resumed run equals an uninterrupted
+one; augmentation does not depend on the subdivisions; uint8 stays uint8 until the model's input layers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from accumrun import load_config, train
+from accumrun.config.loading import load_resume_config
+from accumrun.config.schema import AugmentConfig, DataConfig
+from accumrun.core.step import TrainStep
+from accumrun.data.augment import Augmentation
+from accumrun.data.dataset import load_dataset
+from accumrun.data.feeder import Feeder
+from accumrun.data.make_example import encode, shape_images, write_csv, write_image_folder, write_tfrecords
+from accumrun.data.readers import RecordReader
+from accumrun.data.splits import ArraySplit
+from accumrun.errors import ConfigError, DataError, Interrupted
+
+SIZE = 8
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """23 PNG images of 8x8 in three classes, plus a file that is not an image."""
+    root = write_image_folder(tmp_path_factory.mktemp("images") / "shapes", count=23, size=SIZE, seed=1)
+    (root / "bars" / "notes.txt").write_text("not an image")
+    return root
+
+
+def image_config(folder: Path, **data: Any) -> dict[str, Any]:
+    """A fast run on the image folder: an MLP (no BatchNorm), batch 10 split 3 ways, a short last batch of 1."""
+    return {
+        "seed": 5,
+        "data": {"name": "image_folder", "path": str(folder), "image_size": [SIZE, SIZE], "validation_split": 0.1}
+        | data,
+        "model": {"name": "mlp", "hidden": [8]},
+        "training": {"epochs": 2, "batch_size": 10, "subdivisions": 3},
+        "optimizer": {"name": "adam", "learning_rate": 0.01},
+        "output": {"tensorboard": False},
+    }
+
+
+def weights(result: Any) -> list[np.ndarray]:
+    return [v.numpy() for v in result.model.variables]
+
+
+def assert_close(a: list[np.ndarray], b: list[np.ndarray], atol: float = 1e-6) -> None:
+    assert len(a) == len(b)
+    for left, right in zip(a, b, strict=True):
+        np.testing.assert_allclose(left, right, atol=atol, rtol=0)
+
+
+# --- the image folder ------------------------------------------------------------------------------------------
+
+
+def test_an_image_folder_lists_classes_in_order_and_counts_what_it_skips(folder: Path) -> None:
+    dataset = load_dataset(DataConfig(name="image_folder", path=str(folder), image_size=[SIZE, SIZE]), seed=0)
+    assert dataset.class_names == ["bars", "columns", "disc"] and dataset.classes == 3
+    assert dataset.skipped == 1
+    assert dataset.train_size + dataset.val_size == 23 and dataset.val_size == 2
+    assert dataset.dtype == np.uint8 and dataset.sample_shape == (SIZE, SIZE, 3)
+    assert dataset.scale == 1 / 255
+
+
+@pytest.mark.parametrize("fmt", ["png", "jpeg", "bmp", "gif"])
+def test_each_image_format_decodes_resized_to_image_size(tmp_path: Path, fmt: str) -> None:
+    from PIL import Image
+
+    images, _ = shape_images(2, 12, seed=0)
+    for label, image in zip(("a", "b"), images, strict=True):
+        (tmp_path / label).mkdir()
+        Image.fromarray(image).save(tmp_path / label / f"x.{fmt}")
+    for color_mode, channels in (("rgb", 3), ("grayscale", 1)):
+        config = DataConfig(
+            name="image_folder", path=str(tmp_path), image_size=[6, 5], color_mode=color_mode, validation_split=0
+        )
+        dataset = load_dataset(config, seed=0)
+        x, y = next(iter(Feeder(dataset.train, [2], seed=0, shuffle=False).epoch(0)))
+        assert x.dtype == tf.uint8 and tuple(x.shape) == (2, 6, 5, channels)
+        assert y.numpy().tolist() == [0, 1]
+    if fmt == "png":  # lossless: at its own size, the decoded image is the file's
+        same = DataConfig(name="image_folder", path=str(tmp_path), image_size=[12, 12], validation_split=0)
+        x, _ = next(iter(Feeder(load_dataset(same, seed=0).train, [2], seed=0, shuffle=False).epoch(0)))
+        np.testing.assert_array_equal(x.numpy(), images)
+
+
+@pytest.mark.parametrize("feed", ["batch", "sub_batch"])
+def test_subdivided_training_on_an_image_folder_equals_plain_training(folder: Path, tmp_path: Path, feed: str) -> None:
+    # 21 training images in batches of 10, 10 and 1; 3 sub-batches of 4, 3, 3 (and one of 1).
+    plain = train(
+        image_config(folder, feed="batch") | {"training": {"epochs": 2, "batch_size": 10, "subdivisions": 1}},
+        tmp_path / "plain",
+        quiet=True,
+    )
+    subdivided = train(image_config(folder, feed=feed), tmp_path / "sub", quiet=True)
+    assert_close(weights(plain), weights(subdivided))
+    for a, b in zip(plain.metrics, subdivided.metrics, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+        assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-6)
+        assert a["optimizer_steps"] == b["optimizer_steps"] == 3 * a["epoch"]
+    saved = load_config(tmp_path / "sub" / "config.yaml")
+    assert (saved.data.feed, saved.data.rescale) == (feed, 1 / 255)
+
+
+def test_the_same_seed_gives_the_same_run_and_another_seed_another(folder: Path, tmp_path: Path) -> None:
+    config = image_config(folder, feed="sub_batch")
+    first = train(config, tmp_path / "a", quiet=True)
+    second = train(config, tmp_path / "b", quiet=True)
+    assert_close(weights(first), weights(second), atol=0)
+    assert [row["loss"] for row in first.metrics] == [row["loss"] for row in second.metrics]
+    order = [
+        Feeder(
+            load_dataset(DataConfig(name="image_folder", path=str(folder), image_size=[SIZE, SIZE]), seed).train,
+            [21],
+            seed=seed,
+            shuffle=True,
+        )
+        for seed in (5, 6)
+    ]
+    x5, x6 = (next(iter(feeder.epoch(0)))[0].numpy() for feeder in order)
+    assert not np.array_equal(x5, x6)
+
+
+def stop_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
+    """Send SIGINT while the step trains ``batch`` (1-based), whole or streamed."""
+    batches = 0
+
+    def counted(method: Any) -> Any:
+        def wrapper(self: TrainStep, *args: Any, **kwargs: Any) -> Any:
+            nonlocal batches
+            result = method(self, *args, **kwargs)
+            batches += 1
+            if batches == batch:
+                os.kill(os.getpid(), signal.SIGINT)
+            return result
+
+        return wrapper
+
+    monkeypatch.setattr(TrainStep, "__call__", counted(TrainStep.__call__))
+    monkeypatch.setattr(TrainStep, "apply", counted(TrainStep.apply))
+
+
+@pytest.mark.parametrize("feed", ["batch", "sub_batch"])
+def test_a_run_stopped_mid_epoch_resumes_to_the_same_weights(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, feed: str
+) -> None:
+    config = image_config(folder, feed=feed, augment=[{"name": "random_flip", "mode": "horizontal"}])
+    config["training"]["epochs"] = 3
+    reference = train(config, tmp_path / "reference", quiet=True)
+    stop_after_batch(monkeypatch, 5)  # the middle batch of epoch 2
+    with pytest.raises(Interrupted):
+        train(config, tmp_path / "run", quiet=True)
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "interrupted"
+    resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
+    assert_close(weights(resumed), weights(reference), atol=0)
+    assert [row["loss"] for row in resumed.metrics] == [row["loss"] for row in reference.metrics]
+
+
+# --- augmentation ----------------------------------------------------------------------------------------------
+
+
+def test_augmentation_is_drawn_per_sample_and_epoch_not_per_chunk() -> None:
+    images, labels = shape_images(10, 12, seed=0)
+    augmentation = Augmentation(
+        [AugmentConfig(name="random_crop", height=9, width=9), AugmentConfig(name="random_flip")],
+        (12, 12, 3),
+        np.dtype(np.uint8),
+    )
+    assert augmentation.output_shape == (9, 9, 3)
+    split = ArraySplit(images, labels)
+
+    def epoch(chunks: list[int], number: int) -> np.ndarray:
+        feeder = Feeder(split, chunks, seed=3, shuffle=True, augmentation=augmentation)
+        return np.concatenate([x.numpy() for x, _ in feeder.epoch(number)])
+
+    whole = epoch([10], 0)
+    assert whole.dtype == np.uint8 and whole.shape == (10, 9, 9, 3)
+    np.testing.assert_array_equal(whole, epoch([4, 3, 3], 0))  # the sub-batches see the same samples
+    np.testing.assert_array_equal(whole, epoch([10], 0))  # and again
+    assert not np.array_equal(whole, epoch([10], 1))  # another epoch, other draws
+    # Inference mode crops the centre, for validation.
+    feeder = Feeder(split, [10], seed=3, shuffle=False, augmentation=augmentation, training=False)
+    centre = next(iter(feeder.epoch(0)))[0].numpy()
+    np.testing.assert_array_equal(centre, images[:, 1:10, 1:10, :])
+
+
+def test_subdivided_training_with_augmentation_equals_plain_training(folder: Path, tmp_path: Path) -> None:
+    augment = [{"name": "random_crop", "height": 6, "width": 6}, {"name": "random_rotation", "factor": 0.1}]
+    plain = image_config(folder, augment=augment)
+    plain["training"]["subdivisions"] = 1
+    results = [
+        train(config, tmp_path / name, quiet=True)
+        for name, config in (("plain", plain), ("sub", image_config(folder, augment=augment)))
+    ]
+    assert_close(*(weights(result) for result in results))
+    assert results[0].model.input_shape == (None, 6, 6, 3)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            {"name": "random_flipp"},
+            r"data\.augment\[0\]\.name: unknown augmentation layer; did you mean 'RandomFlip'\?",
+        ),
+        (
+            {"name": "random_crop", "height": 20, "width": 4},
+            r"data\.augment\[0\]: RandomCrop takes 20x4 crops of 8x8 images",
+        ),
+        ({"name": "random_flip", "direction": "up"}, r"data\.augment\[0\]\.direction: RandomFlip has no such argument"),
+    ],
+)
+def test_bad_augmentation_is_refused(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Augmentation([AugmentConfig(**entry)], (8, 8, 3), np.dtype(np.uint8))
+
+
+# --- compact storage -------------------------------------------------------------------------------------------
+
+
+def test_uint8_stays_uint8_on_the_host_and_is_scaled_inside_the_model(tmp_path: Path) -> None:
+    images, labels = shape_images(12, 6, seed=0)
+    np.savez(tmp_path / "d.npz", x=images, y=labels)
+    config = {
+        "data": {"name": "npz", "path": str(tmp_path / "d.npz"), "validation_split": 0},
+        "model": {"name": "mlp", "hidden": [4]},
+        "training": {"epochs": 1, "batch_size": 4},
+        "output": {"tensorboard": False},
+    }
+    result = train(config, tmp_path / "run", quiet=True)
+    dataset = load_dataset(DataConfig(name="npz", path=str(tmp_path / "d.npz"), validation_split=0), seed=0)
+    assert dataset.train.x.dtype == np.uint8 and dataset.train.x.nbytes == images.nbytes
+    x, _ = next(iter(Feeder(dataset.train, [4], seed=0, shuffle=False).epoch(0)))
+    assert x.dtype == tf.uint8
+    model = result.model
+    assert model.inputs[0].dtype == "uint8"
+    # The model on raw bytes equals its inner network on the bytes scaled by 1/255.
+    inner = model.layers[-1]
+    np.testing.assert_allclose(model(images[:3]).numpy(), inner(images[:3].astype(np.float32) / 255).numpy(), atol=1e-6)
+    reloaded = keras.models.load_model(tmp_path / "run" / "model.keras")
+    np.testing.assert_allclose(reloaded(images[:3]).numpy(), model(images[:3]).numpy(), atol=1e-6)
+
+
+def test_normalize_applies_per_channel_after_rescale(tmp_path: Path) -> None:
+    images, labels = shape_images(6, 4, seed=0)
+    np.savez(tmp_path / "d.npz", x=images, y=labels)
+    config = {
+        "data": {
+            "name": "npz",
+            "path": str(tmp_path / "d.npz"),
+            "validation_split": 0,
+            "normalize": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.5]},
+        },
+        "model": {"name": "mlp", "hidden": [4]},
+        "training": {"epochs": 1, "batch_size": 6},
+        "output": {"tensorboard": False},
+    }
+    model = train(config, tmp_path / "run", quiet=True).model
+    inner = model.layers[-1]
+    expected = (images.astype(np.float32) / 255 - [0.5, 0.4, 0.3]) / [0.2, 0.25, 0.5]
+    np.testing.assert_allclose(model(images).numpy(), inner(expected.astype(np.float32)).numpy(), atol=1e-5)
+
+
+# --- TFRecord --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> str:
+    files = write_tfrecords(tmp_path_factory.mktemp("records") / "shapes", count=23, size=SIZE, seed=2, shards=3)
+    return str(files[0].parent / "shapes-*")
+
+
+def record_config(pattern: str, **data: Any) -> DataConfig:
+    return DataConfig(name="tfrecord", path=pattern, image_size=[SIZE, SIZE], shuffle_buffer=8, **data)
+
+
+def test_tfrecord_epochs_visit_every_record_once_in_a_seeded_order(records: str) -> None:
+    dataset = load_dataset(record_config(records), seed=0)
+    assert (dataset.train_size, dataset.val_size, dataset.classes) == (21, 2, 3)
+    reader = RecordReader(dataset.train)
+    held_out = set(RecordReader(dataset.val).stream(0, 0, False).map(lambda i, x, y: i).as_numpy_iterator())
+
+    def order(epoch: int, seed: int = 0, skip: int = 0) -> list[int]:
+        return [int(i) for i, _, _ in reader.stream(epoch, seed, True, skip).as_numpy_iterator()]
+
+    first = order(0)
+    assert sorted(first) == sorted(set(range(23)) - held_out)
+    assert order(0) == first and order(0, skip=5) == first[5:]
+    assert order(1) != first and order(0, seed=1) != first
+    # Records are numbered through the sorted files; shard k holds images k, k + 3, ...
+    images, labels = shape_images(23, SIZE, seed=2)
+    image_of_record = [i for shard in range(3) for i in range(shard, 23, 3)]
+    for index, x, y in reader.stream(0, 0, True).take(4).as_numpy_iterator():
+        np.testing.assert_array_equal(x, images[image_of_record[index]])
+        assert int(y) == labels[image_of_record[index]]
+
+
+def test_subdivided_training_on_tfrecords_equals_plain_training(records: str, tmp_path: Path) -> None:
+    base = {
+        "seed": 1,
+        "data": {"name": "tfrecord", "path": records, "image_size": [SIZE, SIZE], "shuffle_buffer": 8},
+        "model": {"name": "mlp", "hidden": [8]},
+        "optimizer": {"name": "adam", "learning_rate": 0.01},
+        "output": {"tensorboard": False},
+    }
+    plain = train(base | {"training": {"epochs": 2, "batch_size": 10}}, tmp_path / "plain", quiet=True)
+    sub = train(base | {"training": {"epochs": 2, "batch_size": 10, "subdivisions": 4}}, tmp_path / "sub", quiet=True)
+    assert_close(weights(plain), weights(sub))
+
+
+def test_a_missing_tfrecord_key_names_the_keys_the_file_has(records: str) -> None:
+    with pytest.raises(
+        DataError,
+        match=r"data\.image_key: .* has no feature 'jpeg'; its features are \['image/class/label', 'image/encoded'\]",
+    ):
+        load_dataset(record_config(records, image_key="jpeg"), seed=0)
+
+
+# --- CSV -------------------------------------------------------------------------------------------------------
+
+
+def test_csv_reads_numeric_features_and_names_text_labels(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "t.csv", count=30, features=4)
+    dataset = load_dataset(DataConfig(name="csv", path=str(path), label="species", validation_split=0), seed=0)
+    assert dataset.sample_shape == (4,) and dataset.dtype == np.float32  # the id column is not a feature
+    assert dataset.class_names == ["adelie", "chinstrap", "gentoo"] and dataset.task == "classification"
+    first = path.read_text().splitlines()[1].split(",")
+    np.testing.assert_allclose(dataset.train.x[0], [float(v) for v in first[1:5]], rtol=1e-6)
+    assert dataset.class_names[dataset.train.y[0]] == first[5]
+
+
+def test_csv_faults_name_the_file_row_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("a,b,label\n1,2,0\n3,x,1\n")
+    with pytest.raises(DataError, match=r"t\.csv, row 3, column 'b': not a number \(got 'x'\)"):
+        load_dataset(DataConfig(name="csv", path=str(path), label="label", validation_split=0), seed=0)
+    with pytest.raises(
+        DataError, match=r"data\.label: .* has no column 'target'; its columns are \['a', 'b', 'label'\]"
+    ):
+        load_dataset(DataConfig(name="csv", path=str(path), label="target", validation_split=0), seed=0)
+
+
+def test_an_undecodable_image_names_its_file(tmp_path: Path) -> None:
+    folder = write_image_folder(tmp_path / "images", count=6, size=SIZE)
+    broken = folder / "disc" / "00005.png"
+    broken.write_bytes(b"\x89PNG but not really")
+    dataset = load_dataset(
+        DataConfig(name="image_folder", path=str(folder), image_size=[SIZE, SIZE], validation_split=0), seed=0
+    )
+    feeder = Feeder(dataset.train, [3, 3], seed=0, shuffle=True)
+    with pytest.raises(DataError, match=rf"{broken} does not decode as an image"):
+        list(feeder.epoch(0))
+    assert encode(np.zeros((2, 2, 3), np.uint8))[:4] == b"\x89PNG"
