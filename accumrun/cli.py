@@ -382,3 +382,28 @@ def download(dataset: str, folder: str | None, base_url: str | None) -> None:
     target = Path(folder) if folder else DATASETS_DIR / dataset
     download_dataset(dataset, target, base_url=base_url, echo=click.echo)
     click.echo(f"{dataset} is ready in {target}")
+
+
+@main.command("make-example")
+@click.argument("kind", type=click.Choice(["images", "tfrecord", "csv"]))
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--count", type=click.IntRange(min=6), default=600, show_default=True, help="Images or rows to make.")
+@click.option("--size", type=click.IntRange(min=4), default=32, show_default=True, help="Image side in pixels.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> None:
+    """Make example data in TARGET: an image folder (images), TFRecord files named TARGET-0000i-of-00002
+    (tfrecord), or a CSV table (csv). Nothing is downloaded."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        from accumrun.errors import DataError
+
+        raise DataError(str(target), "already exists; choose another target or remove it")
+    _start_tensorflow()
+    from accumrun.data.examples import write_csv, write_image_folder, write_tfrecords
+
+    if kind == "images":
+        write_image_folder(target, count, size, seed)
+    elif kind == "tfrecord":
+        write_tfrecords(target, count, size, seed)
+    else:
+        write_csv(target, count, seed=seed)
+    click.echo(f"wrote {count:,} {'rows' if kind == 'csv' else 'images'} to {target}")

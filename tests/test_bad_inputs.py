@@ -143,7 +143,7 @@ def images_config(tmp: Path, **data: Any) -> Path:
 
 def records_config(tmp: Path, **data: Any) -> Path:
     """The tiny config reading TFRecord files of 6 images, with ``data`` keys set."""
-    from accumrun.data.make_example import write_tfrecords
+    from accumrun.data.examples import write_tfrecords
 
     write_tfrecords(tmp / "shapes", count=6, size=8)
     settings = {"name": "tfrecord", "path": str(tmp / "shapes-*"), "image_size": [8, 8], **data}

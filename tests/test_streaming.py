@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
@@ -24,11 +25,12 @@ from accumrun.config.schema import AugmentConfig, DataConfig
 from accumrun.core.step import TrainStep
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import load_dataset
+from accumrun.data.examples import encode, shape_images, write_csv, write_image_folder, write_tfrecords
 from accumrun.data.feeder import Feeder
-from accumrun.data.make_example import encode, shape_images, write_csv, write_image_folder, write_tfrecords
 from accumrun.data.readers import RecordReader
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import ConfigError, DataError, Interrupted
+from tests.helpers import run_cli
 
 SIZE = 8
 
@@ -366,3 +368,47 @@ def test_an_undecodable_image_names_its_file(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=rf"{broken} does not decode as an image"):
         list(feeder.epoch(0))
     assert encode(np.zeros((2, 2, 3), np.uint8))[:4] == b"\x89PNG"
+
+
+# --- the command line ------------------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_every_example_config_loads() -> None:
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        load_config(path)
+
+
+@pytest.mark.subprocess
+def test_the_image_folder_example_trains_as_documented(tmp_path: Path) -> None:
+    made = run_cli("make-example", "images", str(tmp_path / "shapes"), "--count", "90", "--size", "32")
+    assert made.returncode == 0, made.stderr
+    again = run_cli("make-example", "images", str(tmp_path / "shapes"))
+    assert again.returncode == 1 and "already exists" in again.stderr
+    config = REPO / "configs" / "image_folder.yaml"
+    run = tmp_path / "run"
+    trained = run_cli(
+        "train", str(config), "--run-dir", str(run), "--epochs", "1", "--set", f"data.path={tmp_path / 'shapes'}"
+    )
+    assert trained.returncode == 0, trained.stderr
+    assert "input uint8 streamed from files" in trained.stdout and "feed batch" in trained.stdout
+    assert json.loads((run / "labels.json").read_text()) == ["bars", "columns", "disc"]
+    assert keras.models.load_model(run / "model.keras").input_shape == (None, 28, 28, 3)
+
+
+@pytest.mark.subprocess
+def test_an_image_that_does_not_decode_stops_the_run_naming_it(tmp_path: Path) -> None:
+    folder = write_image_folder(tmp_path / "images", count=12, size=SIZE)
+    broken = folder / "columns" / "00007.png"
+    broken.write_bytes(b"not a png at all")
+    config = image_config(folder, validation_split=0)
+    config["training"]["batch_size"] = 4
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("train", str(path), "--run-dir", str(tmp_path / "run"), "--quiet")
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [f"Error: data: {broken} does not decode as an image ({lines[0].split('(', 1)[1]}"]
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
+    assert not (tmp_path / "run" / "model.keras").exists()

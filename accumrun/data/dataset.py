@@ -66,6 +66,14 @@ class Dataset:
         return self.classes if self.classes is not None else int(np.prod(self.target_shape))
 
     @property
+    def labels(self) -> list[str] | None:
+        """The names of the outputs for classification and multi-label, as ``labels.json`` records them: the
+        source's class names, or the class indices as text; None for regression."""
+        if self.classes is None:
+            return None
+        return self.class_names if self.class_names is not None else [str(i) for i in range(self.classes)]
+
+    @property
     def train_size(self) -> int:
         return self.train.size
 

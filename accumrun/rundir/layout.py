@@ -6,6 +6,7 @@ writes are removed, and a folder holding anything else is refused.
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -13,11 +14,11 @@ from pathlib import Path
 import keras
 
 from accumrun.errors import ConfigError
-from accumrun.rundir.atomic import write_atomically
+from accumrun.rundir.atomic import write_atomically, write_text_atomically
 from accumrun.rundir.status import read_status
 
 # Everything a run writes; --overwrite removes these and nothing else.
-RUN_FILES = ("run.json", "config.yaml", "metrics.jsonl", "model.keras", "checkpoints", "tensorboard")
+RUN_FILES = ("run.json", "config.yaml", "labels.json", "metrics.jsonl", "model.keras", "checkpoints", "tensorboard")
 
 
 def resolve_run_dir(template: str, config_name: str) -> Path:
@@ -68,3 +69,8 @@ def _why_taken(run_dir: Path) -> str:
 def save_model(model: keras.Model, path: Path) -> Path:
     """Save ``model`` to ``path`` (a ``.keras`` file), atomically."""
     return write_atomically(path, model.save)
+
+
+def write_labels(run_dir: Path, names: list[str]) -> None:
+    """``labels.json``: the class names in the order of the model's outputs, for predictions."""
+    write_text_atomically(run_dir / "labels.json", json.dumps(names, indent=1) + "\n")

@@ -34,12 +34,32 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
     return [
         f"data {dataset.name}: {dataset.train_size:,} training + {dataset.val_size:,} validation samples of shape "
         f"{shape}, {dataset.describe_targets()}",
+        _input_line(setup),
         f"model {config.model.name}: {parameters:,} parameters{frozen}",
         *setup.objective.describe(),
         _plan(config, dataset.train_size, setup.batch_size, setup.replicas),
         f"optimizer {config.optimizer.name}, learning rate {rate}, {_count(config.training.epochs, 'epoch')}, "
         f"seed {config.seed}",
     ]
+
+
+def _input_line(setup: TrainingSetup) -> str:
+    """How samples reach the model: stored dtype, streamed or held, skipped files, the input layers, the
+    augmentation, and the feed (with why)."""
+    dataset, data = setup.dataset, setup.config.data
+    held = "streamed from files" if dataset.streamed else "held in memory"
+    parts = [f"input {dataset.dtype.name} {held}"]
+    if dataset.skipped:
+        parts.append(f"{_count(dataset.skipped, 'file')} skipped (not images)")
+    scale = data.rescale if isinstance(data.rescale, float) else 1.0
+    steps = ([f"x {scale:.6g}"] if scale != 1.0 else []) + (["normalize"] if data.normalize else [])
+    parts.append(f"scaled in the model ({', '.join(steps)})" if steps else "not scaled")
+    if setup.augmentation is not None:
+        names = ", ".join(entry.name for entry in data.augment)
+        shape = "x".join(str(d) for d in setup.augmentation.output_shape)
+        parts.append(f"augment {names} -> {shape}")
+    parts.append(f"feed {setup.feed} ({setup.feed_reason})")
+    return "; ".join(parts)
 
 
 def _plan(config: Config, train_size: int, batch_size: int, replicas: int) -> str:

@@ -50,7 +50,7 @@ def choose_feed(
         ConfigError: ``sub_batch`` on a replicated step (streaming runs on one device).
     """
     batch = input_bytes(dataset, batch_size)
-    size = f"input batch {batch / 2**20:,.1f} MiB"
+    size = f"input batch {_size(batch)}"
     if feed != "auto":
         if feed == "sub_batch" and replicated:
             raise ConfigError("data.feed", "sub_batch streams on one device; use batch with distribute", feed)
@@ -63,3 +63,7 @@ def choose_feed(
     if 2 * batch * BUDGET_SHARE > available:
         return "sub_batch", f"{size} x 2 exceeds 1/{BUDGET_SHARE} of {available / 2**30:,.1f} GiB available"
     return "batch", size
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**20:,.1f} MiB" if count >= 2**20 else f"{count / 2**10:,.1f} KiB"

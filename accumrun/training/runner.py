@@ -20,7 +20,7 @@ from accumrun.core.split import epoch_batches
 from accumrun.core.step import Step
 from accumrun.errors import ConfigError, Interrupted
 from accumrun.rundir.atomic import write_text_atomically
-from accumrun.rundir.layout import prepare_run_dir, save_model
+from accumrun.rundir.layout import prepare_run_dir, save_model, write_labels
 from accumrun.rundir.metrics import keep_metrics_before
 from accumrun.rundir.status import RunStatus
 from accumrun.rundir.tensorboard import TensorBoardLog
@@ -116,6 +116,9 @@ def _train(
         prepare_run_dir(run_dir, overwrite)
         position, rows = Position(), []
     write_text_atomically(run_dir / "config.yaml", config.to_yaml())
+    labels = setup.dataset.labels
+    if labels is not None:
+        write_labels(run_dir, labels)
     status = RunStatus(run_dir / "run.json", resumed=resume, details=details)
     output = config.output
     metric_names = setup.objective.metric_names

@@ -1,8 +1,8 @@
-"""Make example data to try the file sources on: an image folder, TFRecord files and a CSV table.
+"""Example data to try the file sources on: an image folder, TFRecord files and a CSV table.
 
-    python -m accumrun.data.make_example images datasets/shapes      # configs/image_folder.yaml reads it
-    python -m accumrun.data.make_example tfrecord datasets/shapes.tfrecord
-    python -m accumrun.data.make_example csv datasets/blobs.csv     # configs/csv.yaml reads it
+    accumrun make-example images datasets/shapes        # configs/image_folder.yaml reads it
+    accumrun make-example tfrecord datasets/shapes      # datasets/shapes-00000-of-00002, ...
+    accumrun make-example csv datasets/blobs.csv        # configs/csv.yaml reads it
 
 The images are three classes of shapes (horizontal bars, vertical bars, a disc) drawn in random colours, sizes
 and places over noise, so they are learnable but not at a glance. Everything is made from ``--seed``; nothing
@@ -11,8 +11,6 @@ is downloaded. The tests use the same writers.
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +81,7 @@ def write_csv(path: Path, count: int = 600, features: int = 6, seed: int = 0) ->
     """A table of ``count`` rows: an ``id`` column (text, not a feature), ``features`` numeric columns and a
     ``species`` label of three names, separable by a random linear map of the features."""
     rng = np.random.default_rng(seed)
-    centres = rng.normal(scale=2.0, size=(3, features))
+    centres = rng.normal(scale=0.9, size=(3, features))
     labels = rng.integers(3, size=count)
     x = centres[labels] + rng.normal(size=(count, features))
     names = np.array(["adelie", "chinstrap", "gentoo"])
@@ -94,25 +92,3 @@ def write_csv(path: Path, count: int = 600, features: int = 6, seed: int = 0) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m accumrun.data.make_example", description=__doc__.split("\n")[0])
-    parser.add_argument("kind", choices=["images", "tfrecord", "csv"])
-    parser.add_argument("target", type=Path, help="the folder (images), file prefix (tfrecord) or file (csv)")
-    parser.add_argument("--count", type=int, default=None, help="samples (default 600 images, 600 rows)")
-    parser.add_argument("--size", type=int, default=32, help="image side in pixels (default 32)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    count = args.count or 600
-    if args.kind == "images":
-        write_image_folder(args.target, count, args.size, args.seed)
-    elif args.kind == "tfrecord":
-        write_tfrecords(args.target, count, args.size, args.seed)
-    else:
-        write_csv(args.target, count, seed=args.seed)
-    print(f"wrote {count} samples to {args.target}")
-
-
-if __name__ == "__main__":
-    main()
