@@ -412,3 +412,21 @@ def test_an_image_that_does_not_decode_stops_the_run_naming_it(tmp_path: Path) -
     assert lines == [f"Error: data: {broken} does not decode as an image ({lines[0].split('(', 1)[1]}"]
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
     assert not (tmp_path / "run" / "model.keras").exists()
+
+
+# --- TFDS (only where tensorflow-datasets is installed) --------------------------------------------------------
+
+
+def test_a_prepared_tfds_dataset_streams_like_tfrecord(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow_datasets")
+
+    from tests.tfds_tiny import AccumrunTiny
+
+    AccumrunTiny(data_dir=str(tmp_path / "tfds")).download_and_prepare()
+    data = {"name": "tfds", "dataset": "accumrun_tiny", "data_dir": str(tmp_path / "tfds"), "image_size": [8, 8]}
+    dataset = load_dataset(DataConfig(**data, validation_split="test"), seed=0)
+    assert (dataset.train_size, dataset.val_size, dataset.class_names) == (23, 6, ["cat", "dog"])
+    config = image_config(tmp_path) | {"data": data | {"validation_split": "test", "shuffle_buffer": 8}}
+    plain = train(config | {"training": {"epochs": 2, "batch_size": 10}}, tmp_path / "plain", quiet=True)
+    sub = train(config, tmp_path / "sub", quiet=True)
+    assert_close(weights(plain), weights(sub))

@@ -62,7 +62,10 @@ class DataConfig(_Section):
     label: str | None = None
     """csv: the label column; the other columns are the features."""
     shuffle_buffer: int = Field(10_000, ge=1)
-    """tfrecord: the seeded shuffle buffer after the per-epoch permutation of the files."""
+    """tfrecord, tfds: the seeded shuffle buffer after the per-epoch permutation of the files."""
+    dataset: str | None = None
+    """tfds: the name of a dataset prepared in ``data_dir`` (accumrun never downloads it)."""
+    data_dir: str | None = None
     rescale: float | Literal["auto"] | bool = "auto"
     """A factor the raw samples are multiplied by on the device: ``auto`` is 1/255 for uint8 images (1/16 for the
     bundled digits' counts, none for floats), ``false`` none."""
@@ -447,6 +450,8 @@ def _data_problems(config: Config) -> list[str]:
         problems.append(
             describe("data.image_size", f"data.name: {data.name} needs [height, width] to resize images to")
         )
+    if "dataset" in source.keys and not data.dataset:
+        problems.append(describe("data.dataset", f"data.name: {data.name} needs the name of a prepared dataset"))
     if "label" in source.keys and not data.label:
         problems.append(describe("data.label", f"data.name: {data.name} needs the name of the label column"))
     if data.validation_path and "validation_split" in data.model_fields_set and data.validation_split != 0:

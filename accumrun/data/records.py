@@ -29,19 +29,36 @@ def load_tfrecord(config: DataConfig, seed: int) -> Splits:
     Raises:
         DataError: no file matches, a file is not TFRecord, or a record lacks the image or label key.
     """
-    train = read_record_files(str(config.path), "data.path", config)
-    test = read_record_files(config.validation_path, "data.validation_path", config) if config.validation_path else None
+    train = read_record_files(matching(str(config.path), "data.path"), "data.path", config)
+    test = None
+    if config.validation_path:
+        test = read_record_files(
+            matching(config.validation_path, "data.validation_path"), "data.validation_path", config
+        )
     return Splits(train, test)
 
 
-def read_record_files(pattern: str, key: str, config: DataConfig) -> RecordFiles:
-    """Count the records of every file that ``pattern`` matches and read their labels."""
-    import tensorflow as tf
+def matching(pattern: str, key: str) -> list[str]:
+    """The files that ``pattern`` (a path or a glob) names, sorted.
 
+    Raises:
+        DataError: none.
+    """
     files = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
     files = [file for file in files if Path(file).is_file()]
     if not files:
         raise DataError(key, "no TFRecord file matches", pattern)
+    return files
+
+
+def read_record_files(files: list[str], key: str, config: DataConfig) -> RecordFiles:
+    """Count the records of ``files`` and read their labels.
+
+    Raises:
+        DataError: a file is not TFRecord, or its records lack the image or label key.
+    """
+    import tensorflow as tf
+
     counts, labels = [], []
     features = {config.label_key: tf.io.FixedLenFeature([], tf.int64)}
     for file in files:
@@ -56,7 +73,7 @@ def read_record_files(pattern: str, key: str, config: DataConfig) -> RecordFiles
         labels.append(found)
     y = np.concatenate(labels)
     if len(y) == 0:
-        raise DataError(key, "the TFRecord files hold no records", pattern)
+        raise DataError(key, "the TFRecord files hold no records", files[0] if len(files) == 1 else files)
     return RecordFiles(
         files=tuple(files),
         counts=tuple(counts),

@@ -23,6 +23,7 @@ from accumrun.data.images import load_image_folder
 from accumrun.data.records import load_tfrecord
 from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.tables import load_csv
+from accumrun.data.tfds_source import load_tfds
 from accumrun.errors import DataError
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ SOURCE_KEYS = (
     "label_key",
     "label",
     "shuffle_buffer",
+    "dataset",
+    "data_dir",
     "validation_path",
 )
 """The ``data`` keys that only some sources read; :attr:`Source.keys` says which."""
@@ -220,6 +223,7 @@ SOURCES: dict[str, Source] = {
         keys=(*_IMAGES, "image_key", "label_key", "shuffle_buffer", "validation_path"),
     ),
     "csv": Source(load_csv, path="required", keys=("label", "validation_path")),
+    "tfds": Source(load_tfds, path="unused", keys=(*_IMAGES, "dataset", "data_dir", "shuffle_buffer")),
 }
 """Every dataset name the config accepts, in the order the docs list them."""
 

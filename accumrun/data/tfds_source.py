@@ -1,0 +1,70 @@
+"""``data.name: tfds``: a TensorFlow Datasets dataset that is already prepared in ``data.data_dir``.
+
+``tensorflow-datasets`` is optional (``pip install tensorflow-datasets``). accumrun never downloads or prepares a
+dataset: prepare it once where the network is (``tfds build NAME --data_dir DIR``, or ``tfds.load`` there), then
+point ``data.data_dir`` at that folder. A prepared image-classification dataset is TFRecord files of
+``tf.train.Example`` with an encoded ``image`` and an int64 ``label``, so it streams exactly as
+``data.name: tfrecord`` does (same order, shuffle buffer and resume); the class names come from its metadata.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accumrun.data.records import read_record_files
+from accumrun.data.splits import Splits
+from accumrun.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from accumrun.config.schema import DataConfig
+
+IMAGE_FEATURE, LABEL_FEATURE = "image", "label"
+
+
+def load_tfds(config: DataConfig, seed: int) -> Splits:
+    """The prepared ``train`` split of ``data.dataset`` (and ``test``, for ``validation_split: test``).
+
+    Raises:
+        ConfigError: ``tensorflow-datasets`` is not installed, or ``data.dataset`` is unset or unknown.
+        DataError: the dataset is not prepared in ``data.data_dir``, or is not image classification.
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise ConfigError(
+            "data.name", "tfds needs the optional package: pip install tensorflow-datasets", "tfds"
+        ) from None
+    if not config.dataset:
+        raise ConfigError("data.dataset", "data.name: tfds needs the name of a prepared dataset, such as mnist")
+    try:
+        builder = tfds.builder(config.dataset, data_dir=config.data_dir)
+    except Exception as error:  # tfds raises its own DatasetNotFoundError and friends
+        raise ConfigError("data.dataset", f"{type(error).__name__}: {_first_line(error)}", config.dataset) from None
+    if not Path(builder.data_dir).is_dir() or "train" not in builder.info.splits:
+        where = config.data_dir or "the default TFDS folder"
+        raise DataError(
+            "data.data_dir",
+            f"{config.dataset} is not prepared in {where}; prepare it where the network is (tfds build "
+            f"{config.dataset} --data_dir DIR) and copy DIR here; accumrun never downloads",
+        )
+    features: Any = builder.info.features
+    if IMAGE_FEATURE not in features or LABEL_FEATURE not in features:
+        raise DataError(
+            "data.dataset", f"needs '{IMAGE_FEATURE}' and '{LABEL_FEATURE}' features; it has {sorted(features)}"
+        )
+    keys = config.model_copy(update={"image_key": IMAGE_FEATURE, "label_key": LABEL_FEATURE})
+    splits = {name: _files(builder, name) for name in ("train", "test") if name in builder.info.splits}
+    train = read_record_files(splits["train"], "data.dataset", keys)
+    test = read_record_files(splits["test"], "data.dataset", keys) if "test" in splits else None
+    names = list(getattr(features[LABEL_FEATURE], "names", []) or [])
+    return Splits(train, test, class_names=names or None)
+
+
+def _files(builder: Any, split: str) -> list[str]:
+    return [str(Path(builder.data_dir) / name) for name in builder.info.splits[split].filenames]
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
