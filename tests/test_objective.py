@@ -263,3 +263,21 @@ def test_an_input_smaller_than_the_application_takes_names_the_minimum(tmp_path:
     config = load_config(application_config(tmp_path), ["data.shape=[16,16,3]"])
     with pytest.raises(ConfigError, match=r"MobileNetV2 refused input shape \(16, 16, 3\): .*at least 32x32"):
         build_training(config)
+
+
+def test_a_pretrained_application_gets_its_own_preprocess_input(tmp_path: Path) -> None:
+    # Weights from a file this test saves (never imagenet): MobileNetV2 expects 0..255 mapped to [-1, 1].
+    import keras
+
+    base = keras.applications.MobileNetV2(
+        input_shape=(32, 32, 3), alpha=0.35, include_top=False, pooling="avg", weights=None
+    )
+    base.save_weights(tmp_path / "base.weights.h5")
+    setup = build_training(load_config(application_config(tmp_path, weights=str(tmp_path / "base.weights.h5"))))
+    assert setup.config.data.rescale == "auto"
+    x = np.random.default_rng(0).uniform(0, 255, size=(2, 32, 32, 3)).astype(np.float32)
+    inner = setup.model.layers[-1]
+    expected = inner(x / 127.5 - 1, training=False).numpy()
+    np.testing.assert_allclose(setup.model(x, training=False).numpy(), expected, atol=1e-5)
+    # Without pretrained weights, rescale: auto leaves float samples as they are.
+    assert build_training(load_config(application_config(tmp_path))).config.data.rescale == 1.0

@@ -8,11 +8,18 @@ samples wherever it is used.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
 import keras
 import numpy as np
 
-from accumrun.config.schema import NormalizeConfig
+from accumrun.config.schema import ApplicationConfig, NormalizeConfig
 from accumrun.errors import ConfigError
+from accumrun.lookup import normalized
+
+Preprocess = Callable[[Any], Any]
 
 
 def with_input_preprocessing(
@@ -21,22 +28,42 @@ def with_input_preprocessing(
     dtype: np.dtype,
     scale: float,
     normalize: NormalizeConfig | None,
+    preprocess: Preprocess | None = None,
 ) -> keras.Model:
-    """``model`` behind a raw input of ``dtype``: ``x * scale``, then ``(x - mean) / std`` per channel.
+    """``model`` behind a raw input of ``dtype``: ``x * scale``, then ``(x - mean) / std`` per channel, then
+    ``preprocess`` (a pretrained application's own ``preprocess_input``, on values of 0..255).
 
     float32 samples with nothing to scale are given to ``model`` as they are.
 
     Raises:
         ConfigError: ``normalize`` has neither one value nor one per channel.
     """
-    if dtype == np.float32 and scale == 1.0 and normalize is None:
+    if dtype == np.float32 and scale == 1.0 and normalize is None and preprocess is None:
         return model
     inputs = keras.Input(shape=input_shape, dtype=np.dtype(dtype).name, name="raw_input")
     # Rescaling casts to the compute dtype first, so a uint8 input is cast here, per sub-batch.
     x = keras.layers.Rescaling(scale, name="rescale")(inputs)
     if normalize is not None:
         x = _normalization(normalize, input_shape[-1])(x)
+    if preprocess is not None:
+        # Keras ops on the symbolic input: they are saved with the model and load without accumrun.
+        x = preprocess(x)
     return keras.Model(inputs, model(x), name=model.name)
+
+
+def application_preprocessing(config: ApplicationConfig) -> Preprocess | None:
+    """The ``preprocess_input`` of a pretrained application (the module that defines its constructor), which
+    ``rescale: auto`` applies to its raw 0..255 inputs; None without pretrained weights."""
+    if config.weights is None:
+        return None
+    for module in vars(keras.applications).values():
+        if isinstance(module, ModuleType) and _defines(module, config.constructor):
+            return getattr(module, "preprocess_input", None)
+    return None
+
+
+def _defines(module: ModuleType, constructor: str) -> bool:
+    return any(normalized(name) == normalized(constructor) for name in vars(module))
 
 
 def _normalization(normalize: NormalizeConfig, channels: int) -> keras.layers.Layer:

@@ -53,6 +53,8 @@ def _input_line(setup: TrainingSetup) -> str:
         parts.append(f"{_count(dataset.skipped, 'file')} skipped (not images)")
     scale = data.rescale if isinstance(data.rescale, float) else 1.0
     steps = ([f"x {scale:.6g}"] if scale != 1.0 else []) + (["normalize"] if data.normalize else [])
+    if data.rescale == "auto":  # settled to a number unless a pretrained application brings its own
+        steps.append(f"{setup.config.model.name}'s preprocess_input")
     parts.append(f"scaled in the model ({', '.join(steps)})" if steps else "not scaled")
     if setup.augmentation is not None:
         names = ", ".join(entry.name for entry in data.augment)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import keras
 import tensorflow as tf
 
-from accumrun.config.schema import Config, TrainingConfig
+from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
 from accumrun.core.losses import MetricSet
 from accumrun.core.split import epoch_batches, sub_batch_sizes
 from accumrun.core.step import TrainStep, make_eval_step, make_train_step
@@ -18,7 +19,7 @@ from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError
 from accumrun.models.builders import build_model
-from accumrun.models.preprocessing import with_input_preprocessing
+from accumrun.models.preprocessing import Preprocess, application_preprocessing, with_input_preprocessing
 from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
 from accumrun.training.distribute import strategy_scope
@@ -150,7 +151,7 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
     data = config.data
     augmentation = Augmentation(data.augment, dataset.sample_shape, dataset.dtype) if data.augment else None
     input_shape = augmentation.output_shape if augmentation is not None else dataset.sample_shape
-    scale = dataset.scale if data.rescale == "auto" else (1.0 if data.rescale is False else float(data.rescale))
+    rescale, preprocess = _rescaling(config, dataset)
     keras.utils.set_random_seed(config.seed)
     precision = config.training.precision
     previous_policy = keras.mixed_precision.dtype_policy()
@@ -159,7 +160,8 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
         keras.mixed_precision.set_dtype_policy(precision)
         try:
             model = build_model(config.model, input_shape, dataset.outputs)
-            model = with_input_preprocessing(model, input_shape, dataset.dtype, scale, data.normalize)
+            scale = 1.0 if rescale == "auto" else rescale
+            model = with_input_preprocessing(model, input_shape, dataset.dtype, scale, data.normalize, preprocess)
         finally:
             keras.mixed_precision.set_dtype_policy(previous_policy)
         # Two samples as the model takes them, to check that the loss gives one value per sample.
@@ -175,7 +177,7 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
         optimizer.build(model.trainable_variables)
     resolved = config.model_copy(
         update={
-            "data": data.model_copy(update={"task": dataset.task, "rescale": scale, "feed": feed}),
+            "data": data.model_copy(update={"task": dataset.task, "rescale": rescale, "feed": feed}),
             "loss": objective.loss,
             "metrics": objective.metrics,
         }
@@ -183,6 +185,17 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
     return TrainingSetup(
         resolved, dataset, batch_size, feed, feed_reason, augmentation, model, optimizer, objective, strategy
     )
+
+
+def _rescaling(config: Config, dataset: Dataset) -> tuple[float | Literal["auto"], Preprocess | None]:
+    """``data.rescale`` settled: a factor, or ``auto`` with a pretrained application's own ``preprocess_input``
+    (which takes values of 0..255); otherwise ``auto`` is the source's scale (1/255 for uint8)."""
+    rescale = config.data.rescale
+    if rescale != "auto":
+        return (1.0 if rescale is False else float(rescale)), None
+    model = config.model
+    preprocess = application_preprocessing(model) if isinstance(model, ApplicationConfig) else None
+    return ("auto", preprocess) if preprocess is not None else (dataset.scale, None)
 
 
 def _first(feeder: Feeder) -> tuple[tf.Tensor, tf.Tensor]:
