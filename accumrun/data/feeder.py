@@ -85,10 +85,10 @@ class Feeder:
             )
         sizes = self._sizes[skip:]
         return (
-            samples.map(lambda index, x, y: (x, y))
-            .batch(max(sizes))
+            samples.batch(max(sizes))
             .rebatch(tf.constant(sizes, tf.int64))
             .take(len(sizes))
+            .map(lambda index, x, y: (x, y))
             .prefetch(AUTOTUNE)
         )
 

@@ -30,12 +30,19 @@ def decode_image(raw: tf.Tensor, size: tuple[int, int], channels: int) -> tf.Ten
     image = tf.io.decode_image(raw, channels=3, expand_animations=False)
     if channels == 1:
         image = tf.image.rgb_to_grayscale(image)
-    image = tf.image.resize(tf.cast(image, tf.float32), size)
-    return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+
+    def resized() -> tf.Tensor:
+        scaled = tf.image.resize(tf.cast(image, tf.float32), size)
+        return tf.cast(tf.clip_by_value(tf.round(scaled), 0.0, 255.0), tf.uint8)
+
+    # An image already of the size is kept as it is: resizing it would only cost time (a third of the decode).
+    same = tf.reduce_all(tf.equal(tf.shape(image)[:2], size))
+    return tf.ensure_shape(tf.cond(same, lambda: image, resized), (*size, channels))
 
 
 class Reader:
-    """A split read as a stream of ``(index, raw, y)``, decoded by :meth:`decode`."""
+    """A split read as a stream of ``(index, raw, y)``, decoded by :meth:`decode` (``raw`` is whatever is cheap
+    to pass along: a row index, a file's path, a record's bytes)."""
 
     size: int
 
@@ -93,12 +100,11 @@ class ImageReader(Reader):
     def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
         order = epoch_order(self.size, seed, epoch, shuffle)[skip:]
         paths, labels = self.split.paths[order], self.split.y[order]
-        return tf.data.Dataset.from_tensor_slices((order.astype(np.int64), paths, labels)).map(
-            lambda i, path, y: (i, tf.io.read_file(path), y), num_parallel_calls=AUTOTUNE, deterministic=True
-        )
+        return tf.data.Dataset.from_tensor_slices((order.astype(np.int64), paths, labels))
 
     def decode(self, raw: tf.Tensor) -> tf.Tensor:
-        return decode_image(raw, self.split.image_size, self.split.channels)
+        """``raw`` is the file's path: reading and decoding are one step of the pipeline."""
+        return decode_image(tf.io.read_file(raw), self.split.image_size, self.split.channels)
 
     def describe(self, index: int) -> str:
         return str(self.split.paths[index])
