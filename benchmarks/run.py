@@ -377,6 +377,8 @@ def render_markdown(
         "# Benchmarks: accumrun against its peers",
         "",
         f"Written by `benchmarks/run.py`; the raw numbers, every epoch's included, are in `{json_name}`.",
+        "Streaming data from files (memory as a folder grows, uint8 against float32, speed against data in memory)",
+        "has its own: `benchmarks/streaming.py` writes `benchmarks-streaming.md`.",
         "",
         f"- machine: {info['cpu']}, {info['cores']} cores (`os.cpu_count()`); load average "
         f"{info['load_average_at_start']} at the start, {info['load_average_at_end']} at the end",
