@@ -214,7 +214,7 @@ CASES = [
         "'package.module:function' (got 'resnet')"),
     row("dataset-unknown", lambda t: config_with(t, data={"name": "imagenet"}), 1,
         "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist', 'synthetic', 'image_folder', "
-        "'tfrecord' or 'csv'"),
+        "'tfrecord', 'csv' or 'tfds'"),
     row("digits-with-a-path", lambda t: config_with(t, data={"name": "digits", "path": str(t / "nowhere")}), 1,
         "data.path: is not used by data.name: digits"),
     row("set-unknown-key", tiny_config, 1, "training.subdivison: unknown key (did you mean 'subdivisions'?)",
