@@ -18,6 +18,7 @@ import numpy as np
 
 import accumrun.core.step
 from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.split import batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
@@ -50,8 +51,7 @@ def main() -> None:
     step = make_train_step(
         model, sparse_categorical_crossentropy, keras.optimizers.Adam(1e-3), args.subdivisions, jit_compile=args.xla
     )
-    full, rest = divmod(args.samples, args.batch)
-    feeder = Feeder(ArraySplit(x, y), [args.batch] * full + ([rest] if rest else []), seed=0, shuffle=True)
+    feeder = Feeder(ArraySplit(x, y), batch_sizes(args.samples, args.batch), seed=0, shuffle=True)
     seconds = []
     for epoch in range(args.epochs):
         started = time.perf_counter()

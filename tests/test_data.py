@@ -528,3 +528,15 @@ def test_synthetic_data_makes_each_task(task: str) -> None:
     assert ds.task == task
     assert ds.target_shape == ((4,) if task == "multi_label" else (1,))
     assert ds.train.y.std() > 0.1  # learnable targets, not constants
+
+
+@pytest.mark.parametrize(
+    ("dtype", "scale"), [(np.uint8, 1 / 255), (np.uint16, 1 / 65535), (np.int16, 1.0), (np.float64, 1.0)]
+)
+def test_small_integers_keep_their_dtype_and_auto_scales_unsigned_ones_to_one(
+    tmp_path: Path, dtype: type, scale: float
+) -> None:
+    x = np.arange(24).reshape(6, 4).astype(dtype)
+    ds = load_npz(write_npz(tmp_path / "d.npz", x=x, y=np.arange(6) % 2), validation_split=0.0)
+    assert ds.train.x.dtype == (np.float32 if dtype == np.float64 else dtype)
+    assert ds.scale == scale

@@ -156,11 +156,15 @@ def stop_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
     monkeypatch.setattr(TrainStep, "apply", counted(TrainStep.apply))
 
 
-@pytest.mark.parametrize("feed", ["batch", "sub_batch"])
+@pytest.mark.parametrize(
+    ("source", "feed"), [("image_folder", "batch"), ("image_folder", "sub_batch"), ("tfrecord", "batch")]
+)
 def test_a_run_stopped_mid_epoch_resumes_to_the_same_weights(
-    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, feed: str
+    folder: Path, records: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, feed: str
 ) -> None:
     config = image_config(folder, feed=feed, augment=[{"name": "random_flip", "mode": "horizontal"}])
+    if source == "tfrecord":  # the shuffle buffer and the file order must repeat too
+        config["data"] |= {"name": "tfrecord", "path": records, "shuffle_buffer": 8}
     config["training"]["epochs"] = 3
     reference = train(config, tmp_path / "reference", quiet=True)
     stop_after_batch(monkeypatch, 5)  # the middle batch of epoch 2
@@ -171,6 +175,18 @@ def test_a_run_stopped_mid_epoch_resumes_to_the_same_weights(
     resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
     assert_close(weights(resumed), weights(reference), atol=0)
     assert [row["loss"] for row in resumed.metrics] == [row["loss"] for row in reference.metrics]
+
+
+def test_a_run_that_validates_on_a_second_folder_reloads_and_resumes(folder: Path, tmp_path: Path) -> None:
+    config = image_config(folder, validation_split=0, validation_path=str(folder))
+    config["training"]["epochs"] = 1
+    first = train(config, tmp_path / "run", quiet=True)
+    assert first.metrics[0]["val_loss"] > 0
+    saved = load_config(tmp_path / "run" / "config.yaml")
+    assert (saved.data.validation_path, saved.data.validation_split) == (str(folder), 0.0)
+    longer = load_resume_config(tmp_path / "run", None, ["training.epochs=2"])
+    resumed = train(longer, tmp_path / "run", quiet=True, resume=True)
+    assert [row["epoch"] for row in resumed.metrics] == [1, 2]
 
 
 # --- augmentation ----------------------------------------------------------------------------------------------
@@ -211,6 +227,11 @@ def test_subdivided_training_with_augmentation_equals_plain_training(folder: Pat
     ]
     assert_close(*(weights(result) for result in results))
     assert results[0].model.input_shape == (None, 6, 6, 3)
+    # model.keras takes the folder's 8x8 images and crops their centre, as validation does.
+    saved = keras.models.load_model(tmp_path / "sub" / "model.keras")
+    images = shape_images(4, SIZE, seed=9)[0]
+    expected = results[1].model(images[:, 1:7, 1:7, :]).numpy()
+    np.testing.assert_allclose(saved(images).numpy(), expected, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -225,6 +246,7 @@ def test_subdivided_training_with_augmentation_equals_plain_training(folder: Pat
             r"data\.augment\[0\]: RandomCrop takes 20x4 crops of 8x8 images",
         ),
         ({"name": "random_flip", "direction": "up"}, r"data\.augment\[0\]\.direction: RandomFlip has no such argument"),
+        ({"name": "rand_augment"}, r"data\.augment\[0\]: RandAugment ignores the seed it is given"),
     ],
 )
 def test_bad_augmentation_is_refused(entry: dict[str, Any], message: str) -> None:
@@ -394,7 +416,8 @@ def test_the_image_folder_example_trains_as_documented(tmp_path: Path) -> None:
     assert trained.returncode == 0, trained.stderr
     assert "input uint8 streamed from files" in trained.stdout and "feed batch" in trained.stdout
     assert json.loads((run / "labels.json").read_text()) == ["bars", "columns", "disc"]
-    assert keras.models.load_model(run / "model.keras").input_shape == (None, 28, 28, 3)
+    # Trained on 28x28 random crops, the saved model takes 32x32 images as the folder holds them, as validation did.
+    assert keras.models.load_model(run / "model.keras").input_shape == (None, 32, 32, 3)
 
 
 @pytest.mark.subprocess
@@ -430,3 +453,25 @@ def test_a_prepared_tfds_dataset_streams_like_tfrecord(tmp_path: Path) -> None:
     plain = train(config | {"training": {"epochs": 2, "batch_size": 10}}, tmp_path / "plain", quiet=True)
     sub = train(config, tmp_path / "sub", quiet=True)
     assert_close(weights(plain), weights(sub))
+
+
+def test_a_rescale_of_zero_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"data\.rescale: must be 'auto', false, or a positive factor"):
+        load_config({"data": {"rescale": 0}})
+
+
+def test_a_saved_accumrun_model_keeps_its_own_input_layers(tmp_path: Path) -> None:
+    from accumrun.training.setup import build_training
+
+    images, labels = shape_images(12, 6, seed=0)
+    np.savez(tmp_path / "d.npz", x=images, y=labels)
+    data = {"name": "npz", "path": str(tmp_path / "d.npz"), "validation_split": 0}
+    config = {"data": data, "model": {"name": "mlp", "hidden": [4]}, "training": {"epochs": 1, "batch_size": 4}}
+    train(config | {"output": {"tensorboard": False}}, tmp_path / "run", quiet=True)
+    saved = keras.models.load_model(tmp_path / "run" / "model.keras")
+    again = build_training(
+        load_config(config | {"model": {"name": "saved", "path": str(tmp_path / "run" / "model.keras")}})
+    )
+    # Not wrapped in a second rescale: the raw bytes reach the saved model's own input layers once.
+    assert again.model.inputs[0].dtype == "uint8"
+    np.testing.assert_allclose(again.model(images).numpy(), saved(images).numpy(), atol=1e-6)

@@ -80,6 +80,9 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     if not saved_path.is_file():
         raise ConfigError("--resume", "is not an accumrun run directory (it has no config.yaml)", str(run_dir))
     saved = load_config(saved_path)
+    if saved.data.name == "npz" and "rescale" not in (_read_yaml(saved_path).get("data") or {}):
+        # A run from before data.rescale, when npz samples reached the model as the file held them.
+        saved = saved.model_copy(update={"data": saved.data.model_copy(update={"rescale": False})})
     config = load_config(config_path or saved_path, overrides)
     config = _with_settled(config, saved)
     changed = [

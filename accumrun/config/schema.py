@@ -92,7 +92,7 @@ class DataConfig(_Section):
     @field_validator("rescale", mode="before")
     @classmethod
     def _factor(cls, value: Any) -> Any:
-        if value in ("auto", False):
+        if value is False or value == "auto":  # not `in`: 0 == False would let a factor of 0 through
             return value
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ValueError("must be 'auto', false, or a positive factor such as 0.00392156862745098 (1/255)")
@@ -361,6 +361,9 @@ class Config(_Section):
         for key in SOURCE_KEYS:
             if key not in SOURCES[self.data.name].keys:
                 del resolved["data"][key]
+        if self.data.validation_path:
+            # The second file validates; a split would be refused beside it on loading.
+            resolved["data"]["validation_split"] = 0.0
         return yaml.safe_dump(resolved, sort_keys=False)
 
     def with_subdivisions(self, subdivisions: int | Literal["auto"]) -> Config:

@@ -69,6 +69,12 @@ def epoch_batches(train_size: int, batch_size: int, drop_remainder: bool) -> tup
     return full, batch_size
 
 
+def batch_sizes(samples: int, batch_size: int, drop_remainder: bool = False) -> list[int]:
+    """The size of each batch of a pass over ``samples`` in batches of ``batch_size``."""
+    count, last = epoch_batches(samples, batch_size, drop_remainder)
+    return [batch_size] * (count - 1) + [last] if count else []
+
+
 def describe_plan(train_size: int, batch_size: int, subdivisions: int, drop_remainder: bool, replicas: int = 1) -> str:
     """The derived sizes of an epoch, for example ``batch 256 = 8 sub-batches x 32 samples; 42 updates per
     epoch``, naming the short last batch when there is one; with several ``replicas``, how each batch is dealt

@@ -204,7 +204,9 @@ class TrainStep:
         if self._sub_batch_gradients is None:
             raise ValueError("streamed sub-batches run on one device; this step is replicated")
         if self._streamed is None:
-            self._streamed = _StreamedBatch(self, self._sub_batch_gradients)
+            self._streamed = _StreamedBatch(
+                self._sub_batch_gradients, self._apply_or_skip, self._variables, self._metric_state, self._jit_compile
+            )
         return self._streamed.add(x, y, batch_samples)
 
     def apply(self) -> tuple[tf.Tensor, tf.Tensor]:
@@ -218,12 +220,19 @@ class TrainStep:
 class _StreamedBatch:
     """The accumulators of a streamed batch: variables, so they persist between compiled calls."""
 
-    def __init__(self, step: TrainStep, sub_batch_gradients: Callable[..., Totals]) -> None:
-        self._step = step
+    def __init__(
+        self,
+        sub_batch_gradients: Callable[..., Totals],
+        apply_or_skip: Callable[[list[tf.Tensor], tf.Tensor], tf.Tensor],
+        variables: list[tf.Variable],
+        metric_state: list[tf.Variable],
+        jit_compile: bool,
+    ) -> None:
+        self._metric_state = metric_state
         with tf.init_scope():
-            self._gradients = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False) for v in step._variables]
+            self._gradients = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False) for v in variables]
             self._loss_sum = tf.Variable(0.0, trainable=False)
-            self._metrics_before = [tf.Variable(v, trainable=False) for v in step._metric_state]
+            self._metrics_before = [tf.Variable(v, trainable=False) for v in metric_state]
         self.pending = False
 
         def add(x: tf.Tensor, y: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
@@ -236,20 +245,20 @@ class _StreamedBatch:
         def apply() -> tuple[tf.Tensor, tf.Tensor]:
             gradients = [tf.identity(g) for g in self._gradients]
             loss_sum = tf.identity(self._loss_sum)
-            applied = step._apply_or_skip(gradients, loss_sum)
-            _restore_unless(applied, step._metric_state, self._metrics_before)
+            applied = apply_or_skip(gradients, loss_sum)
+            _restore_unless(applied, metric_state, self._metrics_before)
             for accumulator in self._gradients:
                 accumulator.assign(tf.zeros_like(accumulator))
             self._loss_sum.assign(0.0)
             return loss_sum, applied
 
-        self._add = tf.function(add, jit_compile=step._jit_compile or None, reduce_retracing=True)
+        self._add = tf.function(add, jit_compile=jit_compile or None, reduce_retracing=True)
         self._apply = tf.function(apply)
 
     def add(self, x: tf.Tensor, y: tf.Tensor, batch_samples: int) -> tf.Tensor:
         if not self.pending:
             # The metrics as they were before the batch, to put back if its update is skipped.
-            for saved, variable in zip(self._metrics_before, self._step._metric_state, strict=True):
+            for saved, variable in zip(self._metrics_before, self._metric_state, strict=True):
                 saved.assign(variable)
             self.pending = True
         return self._add(x, y, tf.constant(batch_samples, tf.int32))

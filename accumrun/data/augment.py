@@ -91,14 +91,14 @@ class Augmentation:
     def __call__(self, x: tf.Tensor, index: tf.Tensor, seed: int, epoch: int, training: bool) -> tf.Tensor:
         """Sample ``x`` (number ``index``) augmented as drawn for ``(seed, epoch, index)``, in the stored dtype."""
         sample_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, epoch], tf.int64), index)
-        image = x
+        image = x[tf.newaxis]  # a batch of one: some layers take batches only; the draws are the sample's own
         for position, (layer, centre_crop) in enumerate(zip(self.layers, self._centre_crops, strict=True)):
             layer_seed = _SampleSeed(tf.random.experimental.stateless_fold_in(sample_seed, position))
             transformation = layer.get_random_transformation(image, training=training, seed=layer_seed)
             image = layer.transform_images(image, transformation, training=training)
             if not training and centre_crop is not None:
                 image = centre_crop(image)
-        return _stored(image, self.dtype)
+        return _stored(image[0], self.dtype)
 
 
 def _stored(image: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
@@ -108,7 +108,12 @@ def _stored(image: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
 
 
 def _output_shape(layer: Any, shape: tuple[int, ...], path: str, name: str) -> tuple[int, ...]:
-    """The shape ``layer`` turns samples of ``shape`` into; refuses an image smaller than a crop."""
+    """The shape ``layer`` turns samples of ``shape`` into.
+
+    Raises:
+        ConfigError: the image is smaller than a crop, the layer refuses the shape, or it does not draw from
+            the seed it is given (its draws would then change from run to run).
+    """
     height, width = shape[0], shape[1]
     wanted = (getattr(layer, "height", None), getattr(layer, "width", None))
     if isinstance(wanted[0], int) and isinstance(wanted[1], int) and (wanted[0] > height or wanted[1] > width):
@@ -118,14 +123,22 @@ def _output_shape(layer: Any, shape: tuple[int, ...], path: str, name: str) -> t
             "too small (lower it, or raise data.image_size)",
             name,
         )
+    image = tf.random.stateless_uniform((1, *shape), seed=[1, 2], maxval=255.0)
+
+    def draw() -> tf.Tensor:
+        seed = _SampleSeed(tf.constant([3, 4], tf.int64))
+        return layer.transform_images(image, layer.get_random_transformation(image, training=True, seed=seed))
+
     try:
-        out = layer.transform_images(
-            tf.zeros(shape),
-            layer.get_random_transformation(
-                tf.zeros(shape), training=True, seed=_SampleSeed(tf.constant([0, 0], tf.int64))
-            ),
-            training=True,
-        )
+        first, second = draw(), draw()
     except (ValueError, TypeError, tf.errors.OpError) as error:
-        raise ConfigError(path, f"{type(layer).__name__} refused samples of shape {shape}: {error}", name) from None
-    return tuple(int(d) for d in out.shape)
+        reason = str(getattr(error, "message", error)).strip().splitlines()[-1]
+        raise ConfigError(path, f"{type(layer).__name__} refused samples of shape {shape}: {reason}", name) from None
+    if not bool(tf.reduce_all(tf.equal(first, second))):
+        raise ConfigError(
+            path,
+            f"{type(layer).__name__} ignores the seed it is given, so its draws would differ from run to run; "
+            "use another layer",
+            name,
+        )
+    return tuple(int(d) for d in first.shape[1:])

@@ -5,7 +5,7 @@ Samples keep a compact dtype: uint8 stays uint8, other numbers become float32 (f
 uint8 images). Targets become int32 class indices (classification), float32 0/1 rows (multi_label) or
 float32 values of at least one column (regression). Shuffling and splitting depend on ``seed`` (and the
 epoch) alone, never on the batch size or the subdivisions, so runs that differ only in those see the same data
-in the same order. No TensorFlow here: ``accumrun check`` loads data to report sizes without it.
+in the same order. No TensorFlow here: the file sources list and count their files without it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ class Dataset:
     class_names: list[str] | None = None
     """The classes' names in output order, where the source names them."""
     scale: float = 1.0
-    """What ``rescale: auto`` multiplies raw samples by: 1/255 for uint8, the source's own for digits, else 1."""
+    """What ``rescale: auto`` multiplies raw samples by: 1/255 for uint8, 1/65535 for uint16, the source's own
+    for digits, else 1."""
     skipped: int = 0
     """Files the source passed over because they are not images."""
 
@@ -121,7 +122,9 @@ def load_dataset(config: DataConfig, seed: int) -> Dataset:
             raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
         val = _checked(held_out, splits.test, task)
     elif config.validation_split > 0:
-        train, val = _split_off_validation(train, config.validation_split, seed, config.shuffle)
+        # Files are listed class by class, so their tail would be the last class: they are always split seeded.
+        seeded = config.shuffle or not isinstance(train, ArraySplit)
+        train, val = _split_off_validation(train, config.validation_split, seed, seeded)
     if train.size == 0:
         raise DataError("data", "no training samples are left after the validation split", splits.train.size)
     if val is not None and val.sample_shape != train.sample_shape:
@@ -140,7 +143,7 @@ def load_dataset(config: DataConfig, seed: int) -> Dataset:
         classes = max(int(labels.max()) + 1, 2)
     elif task == "multi_label":
         classes = int(train.y.shape[1])
-    scale = splits.scale if splits.scale is not None else (1 / 255 if train.dtype == np.uint8 else 1.0)
+    scale = splits.scale if splits.scale is not None else _FULL_SCALE.get(train.dtype, 1.0)
     return Dataset(config.name, train, val, task, classes, splits.class_names, scale, splits.skipped)
 
 
@@ -200,13 +203,18 @@ def _checked(name: str, split: Split, task: Task) -> Split:
 
 
 def _compact(x: np.ndarray) -> np.ndarray:
-    """uint8 stays uint8 (a quarter of float32's memory; cast on the device), bool becomes uint8, any other
-    number becomes float32."""
-    if x.dtype == np.uint8:
+    """Integers of one or two bytes keep their dtype (a quarter or half of float32's memory; cast on the
+    device), bool becomes uint8, any other number becomes float32."""
+    if x.dtype in _COMPACT:
         return x
     if x.dtype == bool:
         return x.astype(np.uint8)
     return x.astype(np.float32, copy=False)
+
+
+_COMPACT = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
+_FULL_SCALE = {np.dtype(np.uint8): 1 / 255, np.dtype(np.uint16): 1 / 65535}
+"""What ``rescale: auto`` multiplies unsigned integers by: their full range to [0, 1]."""
 
 
 def _class_indices(split: str, y: np.ndarray) -> np.ndarray:

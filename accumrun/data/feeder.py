@@ -69,8 +69,8 @@ class Feeder:
                 x, y = next(chunks)
             except StopIteration:
                 return
-            except tf.errors.InvalidArgumentError as error:
-                raise self._decode_error(epoch, done, error) from None
+            except tf.errors.OpError as error:  # a file that does not decode, or went missing, or a truncated one
+                raise self._read_error(epoch, done, error) from None
             done += 1
             yield x, y
 
@@ -92,8 +92,12 @@ class Feeder:
             .prefetch(AUTOTUNE)
         )
 
-    def _decode_error(self, epoch: int, chunk: int, error: tf.errors.OpError) -> DataError:
-        where = self.reader.find_undecodable(epoch, self._seed, self._shuffle, int(self._starts[chunk]))
+    def _read_error(self, epoch: int, chunk: int, error: tf.errors.OpError) -> DataError:
+        """The error for a chunk that could not be read: it names the sample that does not decode, found by
+        decoding the chunk's samples one by one, or else says what TensorFlow reported. The chunks are cut from
+        batches of the largest chunk's size, so the culprit may lie up to that many samples past the chunk."""
+        start, count = int(self._starts[chunk]), self._sizes[chunk] + max(self._sizes)
+        where = self.reader.find_undecodable(epoch, self._seed, self._shuffle, start, count)
         message = (error.message or "").strip().splitlines()
         detail = message[0] if message else type(error).__name__
         if where is None:

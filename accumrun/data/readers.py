@@ -64,13 +64,17 @@ class Reader:
             lambda index, raw, y: (index, self.decode(raw), y), num_parallel_calls=AUTOTUNE, deterministic=True
         )
 
-    def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int) -> str | None:
-        """The first sample after ``skip`` in the epoch that does not decode, described; None if all do."""
-        for index, raw, _ in self.raw_stream(epoch, seed, shuffle, skip):
-            try:
-                self.decode(raw)
-            except tf.errors.OpError:
-                return self.describe(int(index))
+    def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int, count: int) -> str | None:
+        """The first of the ``count`` samples after ``skip`` in the epoch that does not decode, described; None
+        if they all do (or the fault is not in decoding them)."""
+        try:
+            for index, raw, _ in self.raw_stream(epoch, seed, shuffle, skip).take(count):
+                try:
+                    self.decode(raw)
+                except tf.errors.OpError:
+                    return self.describe(int(index))
+        except tf.errors.OpError:
+            return None
         return None
 
 
@@ -118,10 +122,8 @@ class RecordReader(Reader):
         self.size = split.size
         self.split = split
         self._offsets = np.concatenate([[0], np.cumsum(split.counts)[:-1]]).astype(np.int64)
-        self._features = {
-            split.image_key: tf.io.FixedLenFeature([], tf.string),
-            split.label_key: tf.io.FixedLenFeature([], tf.int64),
-        }
+        self._label = {split.label_key: tf.io.FixedLenFeature([], tf.int64)}
+        self._image = {split.image_key: tf.io.FixedLenFeature([], tf.string)}
         held = np.zeros(sum(split.counts), dtype=bool)
         held[split.records] = True
         self._held = tf.constant(held)
@@ -142,14 +144,17 @@ class RecordReader(Reader):
             # One seed per epoch, from the run's seed: the same records in the same order, run after run.
             epoch_seed = int(np.random.default_rng([seed, epoch, 1]).integers(2**31))
             records = records.shuffle(split.shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
-        return records.skip(skip).map(self._parse, num_parallel_calls=AUTOTUNE, deterministic=True)
+        return records.skip(skip).map(self._label_of, num_parallel_calls=AUTOTUNE, deterministic=True)
 
-    def _parse(self, index: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        example = tf.io.parse_single_example(record, self._features)
-        return index, example[self.split.image_key], tf.cast(example[self.split.label_key], tf.int32)
+    def _label_of(self, index: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        # Every record's label was read at startup, so this cannot fail; the image is parsed with the decode.
+        label = tf.io.parse_single_example(record, self._label)[self.split.label_key]
+        return index, record, tf.cast(label, tf.int32)
 
     def decode(self, raw: tf.Tensor) -> tf.Tensor:
-        return decode_image(raw, self.split.image_size, self.split.channels)
+        """``raw`` is the record: its image is parsed (a record without it fails here) and decoded."""
+        image = tf.io.parse_single_example(raw, self._image)[self.split.image_key]
+        return decode_image(image, self.split.image_size, self.split.channels)
 
     def describe(self, index: int) -> str:
         file = int(np.searchsorted(self._offsets, index, side="right")) - 1

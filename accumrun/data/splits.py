@@ -2,7 +2,7 @@
 
 Each kind knows its size, one sample's stored shape and dtype, and how to keep a subset of its samples (the
 validation hold-out). Reading them, through ``tf.data``, is :mod:`accumrun.data.readers`' job; this module
-imports no TensorFlow, so ``accumrun check`` can size a run without it.
+imports no TensorFlow.
 
 Samples keep the dtype their source stores: uint8 images stay one byte per value on the host and cross to the
 device as such; the model's input layers cast and rescale them, one sub-batch at a time.

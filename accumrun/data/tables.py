@@ -35,9 +35,12 @@ def load_csv(config: DataConfig, seed: int) -> Splits:
     if config.validation_path:
         test = read_table(Path(config.validation_path), "data.validation_path", config.label, train.features)
     names = train.class_names
-    if names is not None and test is not None:
-        if test.class_names is None or not set(test.class_names) <= set(names):
-            raise DataError("data.validation_path", f"has labels that data.path does not: {test.class_names}")
+    if test is not None and (names is None) != (test.class_names is None):
+        raise DataError("data.validation_path", f"has {_kind(test)} labels where data.path has {_kind(train)} ones")
+    if names is not None and test is not None and test.class_names is not None:
+        unknown = sorted(set(test.class_names) - set(names))
+        if unknown:
+            raise DataError("data.validation_path", f"has labels that data.path does not: {unknown}")
         test = test.renumbered(names)
     return Splits(train.split, test.split if test else None, class_names=names)
 
@@ -77,18 +80,21 @@ def read_table(path: Path, key: str, label: str, features: list[str] | None = No
     if not path.is_file():
         raise DataError(key, "CSV file not found", str(path))
     try:
-        with path.open(newline="") as file:
-            rows = list(csv.reader(file))
+        # utf-8-sig: a spreadsheet's byte-order mark would otherwise become part of the first column's name.
+        with path.open(newline="", encoding="utf-8-sig") as file:
+            # Blank lines (a trailing one, say) are no rows; the others keep their line numbers for messages.
+            numbered = [(number, row) for number, row in enumerate(csv.reader(file), start=1) if any(row)]
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise DataError(key, f"cannot read {path} as CSV: {error}") from None
-    if not rows or not rows[0]:
+    if not numbered:
         raise DataError(key, f"{path} is empty; it needs a header row and one row per sample")
-    header, body = [name.strip() for name in rows[0]], rows[1:]
+    header = [name.strip() for name in numbered[0][1]]
+    lines, body = [number for number, _ in numbered[1:]], [row for _, row in numbered[1:]]
     if label not in header:
         raise DataError("data.label", f"{path} has no column '{label}'; its columns are {header}", label)
     if not body:
         raise DataError(key, f"{path} has a header but no rows")
-    for number, row in enumerate(body, start=2):
+    for number, row in zip(lines, body, strict=True):
         if len(row) != len(header):
             raise DataError(key, f"{path}, row {number}: {len(row)} cells for {len(header)} columns")
     columns = {name: [row[i].strip() for row in body] for i, name in enumerate(header)}
@@ -105,11 +111,15 @@ def read_table(path: Path, key: str, label: str, features: list[str] | None = No
             try:
                 x[i, j] = float(cell)
             except ValueError:
-                raise DataError(key, f"{path}, row {i + 2}, column '{name}': not a number", cell) from None
+                raise DataError(key, f"{path}, row {lines[i]}, column '{name}': not a number", cell) from None
     if not np.all(np.isfinite(x)):
         i, j = np.argwhere(~np.isfinite(x))[0]
-        raise DataError(key, f"{path}, row {i + 2}, column '{features[j]}': NaN or Inf", columns[features[j]][i])
+        raise DataError(key, f"{path}, row {lines[i]}, column '{features[j]}': NaN or Inf", columns[features[j]][i])
     return Table(features, x, columns[label])
+
+
+def _kind(table: Table) -> str:
+    return "numeric" if table.class_names is None else "text"
 
 
 def _is_number(cell: str) -> bool:

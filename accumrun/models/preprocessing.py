@@ -33,12 +33,15 @@ def with_input_preprocessing(
     """``model`` behind a raw input of ``dtype``: ``x * scale``, then ``(x - mean) / std`` per channel, then
     ``preprocess`` (a pretrained application's own ``preprocess_input``, on values of 0..255).
 
-    float32 samples with nothing to scale are given to ``model`` as they are.
+    float32 samples with nothing to scale are given to ``model`` as they are, and so is a model whose input is
+    not floating point: it takes raw samples and scales them itself (a ``model.keras`` that accumrun saved).
 
     Raises:
         ConfigError: ``normalize`` has neither one value nor one per channel.
     """
     if dtype == np.float32 and scale == 1.0 and normalize is None and preprocess is None:
+        return model
+    if model.inputs and not np.issubdtype(np.dtype(model.inputs[0].dtype), np.floating):
         return model
     inputs = keras.Input(shape=input_shape, dtype=np.dtype(dtype).name, name="raw_input")
     # Rescaling casts to the compute dtype first, so a uint8 input is cast here, per sub-batch.
@@ -78,3 +81,15 @@ def _normalization(normalize: NormalizeConfig, channels: int) -> keras.layers.La
     mean = np.broadcast_to(mean, (channels,))
     std = np.broadcast_to(std, (channels,))
     return keras.layers.Normalization(axis=-1, mean=mean.tolist(), variance=(std**2).tolist(), name="normalize")
+
+
+def at_stored_size(model: keras.Model, stored_shape: tuple[int, ...], dtype: np.dtype) -> keras.Model:
+    """``model`` behind an input of the samples' stored shape, cropped at the centre to the size it trained at:
+    what ``model.keras`` holds when augmentation changed the size, so that it takes images at ``image_size``,
+    as validation did. ``model`` itself when the sizes agree."""
+    trained = tuple(model.input_shape[1:])
+    if trained == tuple(stored_shape):
+        return model
+    inputs = keras.Input(shape=stored_shape, dtype=np.dtype(dtype).name, name="image")
+    cropped = keras.layers.CenterCrop(trained[0], trained[1], name="centre_crop")(inputs)
+    return keras.Model(inputs, model(cropped), name=model.name)

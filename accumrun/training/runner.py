@@ -150,7 +150,7 @@ def _train(
     try:
         with StopRequests() as stops:
             loop.run(position, stops)
-        save_model(setup.model, run_dir / "model.keras")
+        save_model(setup.model_to_save(), run_dir / "model.keras")
         echo(f"saved {run_dir / 'model.keras'}")
     except Interrupted as stop:
         status.end("interrupted", stop.reason)

@@ -12,14 +12,19 @@ import tensorflow as tf
 
 from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
 from accumrun.core.losses import MetricSet
-from accumrun.core.split import epoch_batches, sub_batch_sizes
+from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import TrainStep, make_eval_step, make_train_step
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError
 from accumrun.models.builders import build_model
-from accumrun.models.preprocessing import Preprocess, application_preprocessing, with_input_preprocessing
+from accumrun.models.preprocessing import (
+    Preprocess,
+    application_preprocessing,
+    at_stored_size,
+    with_input_preprocessing,
+)
 from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
 from accumrun.training.distribute import strategy_scope
@@ -95,8 +100,7 @@ class TrainingSetup:
 
     def chunk_sizes(self, subdivisions: int) -> list[list[int]]:
         """Each batch of an epoch as the chunks the feeder serves it in: the whole batch, or its sub-batches."""
-        count, last = epoch_batches(self.dataset.train_size, self.batch_size, self.config.training.drop_remainder)
-        batches = [self.batch_size] * (count - 1) + [last]
+        batches = batch_sizes(self.dataset.train_size, self.batch_size, self.config.training.drop_remainder)
         if self.feed == "batch":
             return [[size] for size in batches]
         return [sub_batch_sizes(size, subdivisions) for size in batches]
@@ -112,16 +116,19 @@ class TrainingSetup:
         """The validation samples in batches of ``batch_size``, in their order, augmentation in inference mode."""
         if self.dataset.val is None:
             raise ValueError("the dataset has no validation split")
-        size = self.dataset.val_size
-        batches = [batch_size] * (size // batch_size) + ([size % batch_size] if size % batch_size else [])
         return Feeder(
             self.dataset.val,
-            batches,
+            batch_sizes(self.dataset.val_size, batch_size),
             seed=self.config.seed,
             shuffle=False,
             augmentation=self.augmentation,
             training=False,
         )
+
+    def model_to_save(self) -> keras.Model:
+        """The trained model as ``model.keras`` holds it: taking raw samples of the stored size (with a crop of
+        the centre in front when augmentation trained it on smaller ones)."""
+        return at_stored_size(self.model, self.dataset.sample_shape, self.dataset.dtype)
 
     def first_batch(self) -> tuple[tf.Tensor, tf.Tensor]:
         """The first batch of the first epoch, as the run will see it."""
