@@ -100,6 +100,7 @@ def test_each_image_format_decodes_resized_to_image_size(tmp_path: Path, fmt: st
         np.testing.assert_array_equal(x.numpy(), images)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("feed", ["batch", "sub_batch"])
 def test_subdivided_training_on_an_image_folder_equals_plain_training(folder: Path, tmp_path: Path, feed: str) -> None:
     # 21 training images in batches of 10, 10 and 1; 3 sub-batches of 4, 3, 3 (and one of 1).
@@ -118,6 +119,7 @@ def test_subdivided_training_on_an_image_folder_equals_plain_training(folder: Pa
     assert (saved.data.feed, saved.data.rescale) == (feed, 1 / 255)
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_run_and_another_seed_another(folder: Path, tmp_path: Path) -> None:
     config = image_config(folder, feed="sub_batch")
     first = train(config, tmp_path / "a", quiet=True)
@@ -156,6 +158,7 @@ def stop_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
     monkeypatch.setattr(TrainStep, "apply", counted(TrainStep.apply))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("source", "feed"), [("image_folder", "batch"), ("image_folder", "sub_batch"), ("tfrecord", "batch")]
 )
@@ -177,6 +180,7 @@ def test_a_run_stopped_mid_epoch_resumes_to_the_same_weights(
     assert [row["loss"] for row in resumed.metrics] == [row["loss"] for row in reference.metrics]
 
 
+@pytest.mark.slow
 def test_a_run_that_validates_on_a_second_folder_reloads_and_resumes(folder: Path, tmp_path: Path) -> None:
     config = image_config(folder, validation_split=0, validation_path=str(folder))
     config["training"]["epochs"] = 1
@@ -217,6 +221,7 @@ def test_augmentation_is_drawn_per_sample_and_epoch_not_per_chunk() -> None:
     np.testing.assert_array_equal(centre, images[:, 1:10, 1:10, :])
 
 
+@pytest.mark.slow
 def test_subdivided_training_with_augmentation_equals_plain_training(folder: Path, tmp_path: Path) -> None:
     augment = [{"name": "random_crop", "height": 6, "width": 6}, {"name": "random_rotation", "factor": 0.1}]
     plain = image_config(folder, augment=augment)
@@ -257,6 +262,7 @@ def test_bad_augmentation_is_refused(entry: dict[str, Any], message: str) -> Non
 # --- compact storage -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_uint8_stays_uint8_on_the_host_and_is_scaled_inside_the_model(tmp_path: Path) -> None:
     images, labels = shape_images(12, 6, seed=0)
     np.savez(tmp_path / "d.npz", x=images, y=labels)
@@ -280,6 +286,7 @@ def test_uint8_stays_uint8_on_the_host_and_is_scaled_inside_the_model(tmp_path: 
     np.testing.assert_allclose(reloaded(images[:3]).numpy(), model(images[:3]).numpy(), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_normalize_applies_per_channel_after_rescale(tmp_path: Path) -> None:
     images, labels = shape_images(6, 4, seed=0)
     np.savez(tmp_path / "d.npz", x=images, y=labels)
@@ -334,6 +341,7 @@ def test_tfrecord_epochs_visit_every_record_once_in_a_seeded_order(records: str)
         assert int(y) == labels[image_of_record[index]]
 
 
+@pytest.mark.slow
 def test_subdivided_training_on_tfrecords_equals_plain_training(records: str, tmp_path: Path) -> None:
     base = {
         "seed": 1,
@@ -402,6 +410,7 @@ def test_every_example_config_loads() -> None:
         load_config(path)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_image_folder_example_trains_as_documented(tmp_path: Path) -> None:
     made = run_cli("make-example", "images", str(tmp_path / "shapes"), "--count", "90", "--size", "32")
@@ -420,6 +429,7 @@ def test_the_image_folder_example_trains_as_documented(tmp_path: Path) -> None:
     assert keras.models.load_model(run / "model.keras").input_shape == (None, 32, 32, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_an_image_that_does_not_decode_stops_the_run_naming_it(tmp_path: Path) -> None:
     folder = write_image_folder(tmp_path / "images", count=12, size=SIZE)
@@ -440,6 +450,7 @@ def test_an_image_that_does_not_decode_stops_the_run_naming_it(tmp_path: Path) -
 # --- TFDS (only where tensorflow-datasets is installed) --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_prepared_tfds_dataset_streams_like_tfrecord(tmp_path: Path) -> None:
     pytest.importorskip("tensorflow_datasets")
 
@@ -460,6 +471,7 @@ def test_a_rescale_of_zero_is_refused() -> None:
         load_config({"data": {"rescale": 0}})
 
 
+@pytest.mark.slow
 def test_a_saved_accumrun_model_keeps_its_own_input_layers(tmp_path: Path) -> None:
     from accumrun.training.setup import build_training
 
