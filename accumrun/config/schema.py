@@ -253,6 +253,47 @@ MetricEntry = str | MetricConfig
 UNION_TAGS = {"model": set(MODEL_SECTIONS), "learning_rate": {"rate", "schedule"}}
 
 
+Mode = Literal["auto", "min", "max"]
+
+
+class Watched(_Section):
+    """A logged figure to watch (``loss``, ``val_accuracy``, ...): ``auto`` minimizes names with "loss" or
+    "error" in them and maximizes the others."""
+
+    monitor: str = "val_loss"
+    mode: Mode = "auto"
+
+    @property
+    def minimize(self) -> bool:
+        """Whether lower is better for the monitored figure."""
+        if self.mode != "auto":
+            return self.mode == "min"
+        return "loss" in self.monitor or "error" in self.monitor
+
+
+class EarlyStoppingConfig(Watched):
+    """Stop when ``monitor`` has not improved by more than ``min_delta`` for ``patience`` epochs."""
+
+    patience: int = Field(5, ge=1)
+    min_delta: float = Field(0.0, ge=0)
+
+
+class ReduceOnPlateauConfig(Watched):
+    """Multiply the learning rate by ``factor`` when ``monitor`` has not improved by more than ``min_delta`` for
+    ``patience`` epochs; then wait ``cooldown`` epochs; never below ``min_lr``. A change applies from the next
+    epoch's first update."""
+
+    factor: float = Field(0.5, gt=0, lt=1)
+    patience: int = Field(3, ge=1)
+    min_delta: float = Field(0.0, ge=0)
+    cooldown: int = Field(0, ge=0)
+    min_lr: float = Field(0.0, ge=0)
+
+
+class KeepBestConfig(Watched):
+    """Keep ``model.best.keras`` from the epoch with the best ``monitor``."""
+
+
 class TrainingConfig(_Section):
     epochs: int = Field(10, ge=1)
     batch_size: int | Literal["full"] = 256
@@ -262,6 +303,7 @@ class TrainingConfig(_Section):
     on_nonfinite: Literal["stop", "skip_batch"] = "stop"
     jit_compile: bool = False
     precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
+    early_stopping: EarlyStoppingConfig | None = None
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -310,6 +352,7 @@ class OptimizerConfig(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     name: str = "adam"
     learning_rate: LearningRate = 0.001
+    reduce_on_plateau: ReduceOnPlateauConfig | None = None
 
     @field_validator("learning_rate", mode="before")
     @classmethod
@@ -322,7 +365,7 @@ class OptimizerConfig(BaseModel):
 
     @property
     def keywords(self) -> dict[str, Any]:
-        """The keyword arguments for the optimizer besides ``name`` and ``learning_rate``."""
+        """The keyword arguments for the optimizer besides ``name``, ``learning_rate`` and ``reduce_on_plateau``."""
         return dict(self.model_extra or {})
 
 
@@ -332,6 +375,14 @@ class OutputConfig(_Section):
     log_every_updates: int | None = Field(None, ge=1)
     checkpoint_every_updates: int | None = Field(None, ge=1)
     keep_checkpoints: int = Field(3, ge=1)
+    keep_best: str | KeepBestConfig | None = None
+    """A logged figure (``val_loss``), or ``{monitor: ..., mode: ...}``: keep ``model.best.keras`` from its best
+    epoch."""
+
+    @property
+    def best(self) -> KeepBestConfig | None:
+        """``keep_best`` as a monitor and mode."""
+        return KeepBestConfig(monitor=self.keep_best) if isinstance(self.keep_best, str) else self.keep_best
 
 
 class DistributeConfig(_Section):
@@ -398,6 +449,15 @@ def cross_field_problems(config: Config) -> list[str]:
     if isinstance(model, ApplicationConfig) and model.freeze_base and model.include_top:
         problems.append(
             describe("model.freeze_base", "trains a new head on a frozen base; it needs include_top: false", True)
+        )
+    optimizer = config.optimizer
+    if optimizer.reduce_on_plateau is not None and isinstance(optimizer.learning_rate, ScheduleConfig):
+        problems.append(
+            describe(
+                "optimizer.reduce_on_plateau",
+                f"cannot change a learning-rate schedule ({optimizer.learning_rate.name}); use a number",
+                optimizer.reduce_on_plateau.monitor,
+            )
         )
     distribute = config.distribute
     if config.data.feed == "sub_batch" and distribute.strategy not in ("none", "auto"):

@@ -18,7 +18,16 @@ from accumrun.rundir.atomic import write_atomically, write_text_atomically
 from accumrun.rundir.status import read_status
 
 # Everything a run writes; --overwrite removes these and nothing else.
-RUN_FILES = ("run.json", "config.yaml", "labels.json", "metrics.jsonl", "model.keras", "checkpoints", "tensorboard")
+RUN_FILES = (
+    "run.json",
+    "config.yaml",
+    "labels.json",
+    "metrics.jsonl",
+    "model.keras",
+    "model.best.keras",
+    "checkpoints",
+    "tensorboard",
+)
 
 
 def resolve_run_dir(template: str, config_name: str) -> Path:

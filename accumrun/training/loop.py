@@ -22,8 +22,10 @@ from accumrun.core.split import replica_sub_batch_sizes
 from accumrun.core.step import Step, TrainStep
 from accumrun.data.feeder import Feeder
 from accumrun.errors import Interrupted, TrainingDiverged
+from accumrun.rundir.layout import save_model
 from accumrun.training.checkpoints import CheckpointStore, Position
 from accumrun.training.console import progress_bar
+from accumrun.training.controls import Controls
 from accumrun.training.evaluation import Validation
 from accumrun.training.log import RunLog, epoch_row
 from accumrun.training.setup import TrainingSetup
@@ -44,6 +46,7 @@ class EpochLoop:
     run_dir: Path
     store: CheckpointStore
     log: RunLog
+    controls: Controls
     echo: Callable[[str], None]
     show_progress: bool = True
     feeder: Feeder = field(init=False)
@@ -65,21 +68,25 @@ class EpochLoop:
     def _optimizer(self) -> keras.optimizers.Optimizer:
         return self.setup.optimizer
 
-    def run(self, position: Position, stops: StopRequests) -> None:
-        """Train from ``position`` to the last epoch.
+    def run(self, position: Position, stops: StopRequests) -> str | None:
+        """Train from ``position`` to the last epoch, or until early stopping; return why it stopped early.
 
         Raises:
             Interrupted: a stop was requested; the checkpoint at the batch boundary is saved.
             TrainingDiverged: a non-finite loss or gradient with ``training.on_nonfinite: stop``.
         """
         epochs = self.setup.config.training.epochs
-        while position.epoch < epochs:
+        stopped = None
+        while position.epoch < epochs and stopped is None:
             self._train_epoch(position, stops)
-            self._end_epoch(position)
+            stopped = self._end_epoch(position)
             position = Position(epoch=position.epoch + 1)
             checkpoint = self.store.save(position)
             self._stop_if_requested(stops, position, checkpoint)
+        if stopped is not None:
+            self.echo(stopped)
         self.log.close()
+        return stopped
 
     def _train_epoch(self, position: Position, stops: StopRequests) -> None:
         """Run the epoch's remaining batches, adding them to ``position``."""
@@ -131,28 +138,38 @@ class EpochLoop:
                 step.accumulate(*next(chunks), batch_samples=samples)
             yield samples, step.apply()
 
-    def _end_epoch(self, position: Position) -> None:
-        """Validate, then record the row of the epoch that ``position`` has just finished."""
+    def _end_epoch(self, position: Position) -> str | None:
+        """Validate, record the row of the epoch that ``position`` has just finished and apply the controls;
+        return why training stops here, if it does."""
         started = time.perf_counter()
         validation = self.validation() if self.validation is not None else {}
         optimizer = self._optimizer
-        self.log.epoch(
-            epoch_row(
-                position,
-                self.setup.train_metrics.results(),
-                validation,
-                position.train_seconds + time.perf_counter() - started,
-                batch_size=self.setup.batch_size,
-                subdivisions=self.subdivisions,
-                replicas=self.setup.replicas,
-                sub_batch_size=self.sub_batch_size,
-                optimizer_steps=int(optimizer.iterations.numpy()),
-                skipped_batches=position.skipped_batches,
-                **({"loss_scale_skips": position.loss_scale_skips} if self._loss_scaled else {}),
-                # Not float(): a Keras variable over a tf.distribute (mirrored) variable does not convert that way.
-                learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
-            )
+        row = epoch_row(
+            position,
+            self.setup.train_metrics.results(),
+            validation,
+            position.train_seconds + time.perf_counter() - started,
+            batch_size=self.setup.batch_size,
+            subdivisions=self.subdivisions,
+            replicas=self.setup.replicas,
+            sub_batch_size=self.sub_batch_size,
+            optimizer_steps=int(optimizer.iterations.numpy()),
+            skipped_batches=position.skipped_batches,
+            **({"loss_scale_skips": position.loss_scale_skips} if self._loss_scaled else {}),
+            # Not float(): a Keras variable over a tf.distribute (mirrored) variable does not convert that way.
+            learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
         )
+        decision = self.controls.after_epoch(row, row["learning_rate"])
+        if decision.stop is not None:
+            row["stopped"] = decision.stop
+        self.log.epoch(row)
+        for note in decision.notes:
+            self.echo(note)
+        if decision.keep_best:
+            save_model(self.setup.model_to_save(), self.run_dir / "model.best.keras")
+        if decision.learning_rate is not None:
+            optimizer.learning_rate = decision.learning_rate
+        return decision.stop
 
     @property
     def _loss_scaled(self) -> bool:

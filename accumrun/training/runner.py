@@ -27,6 +27,7 @@ from accumrun.rundir.tensorboard import TensorBoardLog
 from accumrun.training.autosub import choose_subdivisions
 from accumrun.training.checkpoints import CheckpointStore, Position
 from accumrun.training.console import describe_setup, device_name
+from accumrun.training.controls import Controls
 from accumrun.training.distribute import describe_strategy, is_chief
 from accumrun.training.log import RunLog
 from accumrun.training.loop import EpochLoop
@@ -110,8 +111,13 @@ def _train(
         "metrics": setup.train_metrics.variables,
     }
     store = CheckpointStore(run_dir / "checkpoints", config.output.keep_checkpoints, batches_per_epoch, state)
+    metric_names = setup.objective.metric_names
+    logged = ["loss", *metric_names]
+    controls = Controls(config, logged + [f"val_{name}" for name in logged] if setup.dataset.val_size else logged)
     if resume:
         position, rows = _restore(store, setup, run_dir)
+        # The controls' state is a function of the rows: replayed, it is what the interrupted run had.
+        controls.replay(rows)
     else:
         prepare_run_dir(run_dir, overwrite)
         position, rows = Position(), []
@@ -121,7 +127,6 @@ def _train(
         write_labels(run_dir, labels)
     status = RunStatus(run_dir / "run.json", resumed=resume, details=details)
     output = config.output
-    metric_names = setup.objective.metric_names
     log = RunLog(
         run_dir,
         epochs=config.training.epochs,
@@ -143,13 +148,14 @@ def _train(
         run_dir=run_dir,
         store=store,
         log=log,
+        controls=controls,
         echo=echo,
         show_progress=not quiet,
     )
     _announce(setup, run_dir, position, echo)
     try:
         with StopRequests() as stops:
-            loop.run(position, stops)
+            stopped = loop.run(position, stops)
         save_model(setup.model_to_save(), run_dir / "model.keras")
         echo(f"saved {run_dir / 'model.keras'}")
     except Interrupted as stop:
@@ -161,7 +167,7 @@ def _train(
     except BaseException as error:
         status.end("failed", str(error) or type(error).__name__)
         raise
-    status.end("completed")
+    status.end("completed", stopped)
     return RunResult(run_dir, log.rows, setup.model)
 
 
@@ -188,6 +194,10 @@ def _restore(store: CheckpointStore, setup: TrainingSetup, run_dir: Path) -> tup
     if checkpoint is None:
         raise ConfigError("--resume", "holds no checkpoint to resume from", str(run_dir))
     position = store.load(checkpoint)
+    rows = keep_metrics_before(run_dir, position.epoch)
+    stopped = next((row["stopped"] for row in rows if "stopped" in row), None)
+    if stopped is not None:
+        raise ConfigError("--resume", f"the run ended by {stopped}; start a new run to train further", str(run_dir))
     epochs = setup.config.training.epochs
     if position.epoch >= epochs:
         noun = "epoch" if epochs == 1 else "epochs"
@@ -196,7 +206,7 @@ def _restore(store: CheckpointStore, setup: TrainingSetup, run_dir: Path) -> tup
             f"the run has finished its {epochs} {noun}; pass --epochs N (more than {epochs}) to train further",
             str(run_dir),
         )
-    return position, keep_metrics_before(run_dir, position.epoch)
+    return position, rows
 
 
 def _announce(setup: TrainingSetup, run_dir: Path, position: Position, echo: Callable[[str], None]) -> None:

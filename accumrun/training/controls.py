@@ -1,0 +1,122 @@
+"""The controls Keras users know from ``fit`` callbacks, decided from each epoch's logged row: early stopping,
+keeping the best model, and lowering the learning rate on a plateau.
+
+Their state (the best figure so far, the epochs since, the cooldown) is a function of the rows alone, so a resumed
+run rebuilds it by replaying the rows it keeps (:meth:`Controls.replay`) and then decides exactly as an
+uninterrupted run would. The learning rate itself lives in the optimizer, whose variables the checkpoints hold.
+Patience counts epochs; a lowered rate applies from the next epoch's first update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from accumrun.config.schema import Config, Watched
+from accumrun.errors import ConfigError
+
+
+@dataclass
+class Watch:
+    """A monitored figure's best value so far and the epochs since it improved."""
+
+    monitor: str
+    minimize: bool
+    min_delta: float = 0.0
+    best: float | None = None
+    since_best: int = 0
+
+    def improves(self, value: float) -> bool:
+        """Record ``value``; whether it beats the best so far by more than ``min_delta``."""
+        better = (
+            self.best is None
+            or (self.minimize and value < self.best - self.min_delta)
+            or (not self.minimize and value > self.best + self.min_delta)
+        )
+        if better:
+            self.best, self.since_best = value, 0
+        else:
+            self.since_best += 1
+        return better
+
+
+@dataclass
+class Decision:
+    """What the controls decided after one epoch."""
+
+    stop: str | None = None
+    """Why training stops here, or None."""
+    keep_best: bool = False
+    """Whether this epoch's model is the best so far."""
+    learning_rate: float | None = None
+    """The rate to train the next epoch with, when it changes."""
+    notes: list[str] = field(default_factory=list)
+
+
+class Controls:
+    """Early stopping, best-model keeping and reduce-on-plateau, as ``config`` asks for them."""
+
+    def __init__(self, config: Config, logged: Iterable[str]) -> None:
+        """Check that every monitored figure is one the rows log (``logged``).
+
+        Raises:
+            ConfigError: a monitor names a figure that is not logged, with the ones that are.
+        """
+        names = sorted(logged)
+        self._stopping = config.training.early_stopping
+        self._plateau = config.optimizer.reduce_on_plateau
+        self._best_config = config.output.best
+        for key, watched in (
+            ("training.early_stopping.monitor", self._stopping),
+            ("optimizer.reduce_on_plateau.monitor", self._plateau),
+            ("output.keep_best", self._best_config),
+        ):
+            if watched is not None and watched.monitor not in names:
+                raise ConfigError(key, f"is not a logged figure; choose one of {', '.join(names)}", watched.monitor)
+        self._stop_watch = _watch(self._stopping, self._stopping.min_delta if self._stopping else 0.0)
+        self._plateau_watch = _watch(self._plateau, self._plateau.min_delta if self._plateau else 0.0)
+        self._best_watch = _watch(self._best_config, 0.0)
+        self._cooldown = 0
+
+    @property
+    def keeps_best(self) -> bool:
+        return self._best_watch is not None
+
+    def replay(self, rows: list[dict[str, Any]]) -> None:
+        """Rebuild the state from the rows a resumed run keeps, as if they had just been decided."""
+        for row in rows:
+            self.after_epoch(row, float(row.get("learning_rate", 0.0)))
+
+    def after_epoch(self, row: dict[str, Any], learning_rate: float) -> Decision:
+        """Decide after the epoch that ``row`` logs, trained at ``learning_rate``."""
+        decision = Decision()
+        if self._best_watch is not None:
+            decision.keep_best = self._best_watch.improves(float(row[self._best_watch.monitor]))
+        if self._plateau is not None and self._plateau_watch is not None:
+            improved = self._plateau_watch.improves(float(row[self._plateau.monitor]))
+            if self._cooldown > 0:
+                self._cooldown -= 1
+                self._plateau_watch.since_best = 0
+            elif not improved and self._plateau_watch.since_best >= self._plateau.patience:
+                lowered = max(learning_rate * self._plateau.factor, self._plateau.min_lr)
+                if lowered < learning_rate:
+                    decision.learning_rate = lowered
+                    decision.notes.append(
+                        f"{self._plateau.monitor} has not improved for {self._plateau.patience} epochs: learning rate "
+                        f"{learning_rate:g} -> {lowered:g} from the next update"
+                    )
+                self._cooldown = self._plateau.cooldown
+                self._plateau_watch.since_best = 0
+        if self._stopping is not None and self._stop_watch is not None:
+            self._stop_watch.improves(float(row[self._stopping.monitor]))
+            if self._stop_watch.since_best >= self._stopping.patience:
+                decision.stop = (
+                    f"early stopping: {self._stopping.monitor} has not improved for {self._stopping.patience} "
+                    f"epochs (best {self._stop_watch.best:.6g})"
+                )
+        return decision
+
+
+def _watch(watched: Watched | None, min_delta: float) -> Watch | None:
+    return None if watched is None else Watch(watched.monitor, watched.minimize, min_delta)
