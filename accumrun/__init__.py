@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_config", "train"]
+__all__ = ["__version__", "evaluate", "load_config", "train"]
 
 
 def load_config(source: str | Path | dict[str, Any], overrides: Sequence[str] = ()) -> Config:
@@ -75,3 +75,33 @@ def train(
     if strategy is None:
         strategy = create_strategy(config.distribute)
     return train_run(config, target, strategy=strategy, quiet=quiet, resume=resume, overwrite=overwrite)
+
+
+def evaluate(
+    run_dir: str | Path,
+    split: Literal["val", "test", "train"] = "val",
+    *,
+    data: str | Path | None = None,
+    model: Literal["final", "best"] = "final",
+) -> dict[str, Any]:
+    """Score a finished run's model with its own loss and metrics; also written to ``run_dir/eval-<split>.json``.
+
+    Args:
+        run_dir: A finished run's directory.
+        split: ``val`` (the run's validation data), ``test`` (the source's test split) or ``train``.
+        data: Score all of this source instead (a file or folder of the run's kind); the result's split is
+            ``data``.
+        model: ``final`` (``model.keras``) or ``best`` (``model.best.keras``, with ``output.keep_best``).
+
+    Returns:
+        ``loss``, each metric under its name, ``samples``, ``model`` and ``split``.
+
+    Raises:
+        ConfigError: not a finished run, no such model or split.
+        DataError: the data cannot be read.
+    """
+    from accumrun.reports.evaluate import evaluate_run
+
+    if split not in ("val", "test", "train") or model not in ("final", "best"):
+        raise ValueError(f"split must be val, test or train and model final or best, not {split!r} and {model!r}")
+    return evaluate_run(Path(run_dir), split, str(data) if data is not None else None, model)

@@ -357,6 +357,23 @@ def compare(
 
 
 @main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--split", type=click.Choice(["val", "test", "train"]), default="val", show_default=True, help="What to score."
+)
+@click.option("--data", "data_path", metavar="PATH", help="Score all of this source (of the run's kind) instead.")
+@click.option("--model", "which", type=click.Choice(["final", "best"]), default="final", show_default=True)
+def evaluate(run_dir: Path, split: str, data_path: str | None, which: str) -> None:
+    """Score a finished run's model with its loss and metrics; write RUN_DIR/eval-<split>.json."""
+    _start_tensorflow()
+    from accumrun.reports.evaluate import describe
+
+    # click.Choice has checked split and which; the API's Literal types cannot see that.
+    result = accumrun.evaluate(run_dir, split, data=data_path, model=which)  # type: ignore[arg-type]
+    click.echo(describe(result))
+
+
+@main.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", type=click.Path(dir_okay=False), default="plot.png", show_default=True, help="PNG to write.")
 def plot(run_dirs: tuple[str, ...], out: str) -> None:

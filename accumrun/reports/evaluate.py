@@ -1,0 +1,106 @@
+"""``accumrun evaluate``: score a finished run's saved model on its validation, test or training data, or on
+another source of the same kind, with the run's own loss and metrics.
+
+The model is the saved one (``model.keras`` or ``model.best.keras``): it takes the samples as the source stores
+them, so they are read without augmentation (a model trained on crops crops the centre itself). The scoring is
+the run's validation pass: the same per-sample loss, the same metrics, in batches of one training sub-batch, in
+inference mode. So ``--split val --model final`` gives the run's last ``val_*`` figures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import keras
+
+from accumrun.config.loading import load_config
+from accumrun.config.schema import Config
+from accumrun.core.split import batch_sizes, sub_batch_sizes
+from accumrun.core.step import make_eval_step
+from accumrun.data.dataset import Dataset, load_dataset
+from accumrun.data.feeder import Feeder
+from accumrun.data.splits import Split as SplitSamples
+from accumrun.errors import ConfigError
+from accumrun.objective import fit_objective
+from accumrun.rundir.atomic import write_text_atomically
+from accumrun.rundir.status import read_status
+
+Split = Literal["val", "test", "train"]
+Which = Literal["final", "best"]
+MODEL_FILES: dict[str, str] = {"final": "model.keras", "best": "model.best.keras"}
+
+
+def evaluate_run(
+    run_dir: Path, split: Split = "val", data_path: str | None = None, which: Which = "final"
+) -> dict[str, Any]:
+    """Score the run's model on ``split`` of its data (all of ``data_path`` when given); write and return
+    ``eval-<split>.json`` (``eval-best-<split>.json`` for the best model; ``data`` as the split for
+    ``data_path``): ``loss``, each metric under its name, ``samples``, ``model``, ``split``.
+
+    Raises:
+        ConfigError: ``run_dir`` is not a finished run, the model or the split does not exist.
+        DataError: the data cannot be read.
+    """
+    if read_status(run_dir) != "completed":
+        raise ConfigError(
+            "RUN_DIR", "is not a finished accumrun run (its run.json does not say completed)", str(run_dir)
+        )
+    model_path = run_dir / MODEL_FILES[which]
+    if not model_path.is_file():
+        hint = "; set output.keep_best to keep one" if which == "best" else ""
+        raise ConfigError("--model", f"the run has no {model_path.name}{hint}", which)
+    config = load_config(run_dir / "config.yaml")
+    dataset = load_dataset(config.data, config.seed)  # the run's data: its task, classes and splits
+    samples, name = _split(config, dataset, split, data_path)
+    model = keras.models.load_model(model_path, compile=False)
+    first = next(iter(Feeder(samples, [min(2, samples.size)], seed=config.seed, shuffle=False).epoch(0)))
+    objective = fit_objective(config, dataset, model, first).objective
+    metrics = objective.new_metrics()
+    step = make_eval_step(model, objective, metrics)
+    loss_sum = 0.0
+    feeder = Feeder(samples, batch_sizes(samples.size, _sub_batch(config, dataset.train_size)), seed=0, shuffle=False)
+    for x, y in feeder.epoch(0):
+        loss_sum += float(step(x, y))
+    result: dict[str, Any] = {"loss": loss_sum / samples.size, **metrics.results()}
+    result |= {"samples": samples.size, "model": model_path.name, "split": name}
+    stem = f"eval-{name}" if which == "final" else f"eval-best-{name}"
+    write_text_atomically(run_dir / f"{stem}.json", json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def describe(result: dict[str, Any]) -> str:
+    """``eval val (model.keras): loss 0.0318 | accuracy 0.989 | 180 samples``."""
+    figures = [f"{key} {value:.4f}" for key, value in result.items() if key not in ("samples", "model", "split")]
+    return f"eval {result['split']} ({result['model']}): {' | '.join(figures)} | {result['samples']:,} samples"
+
+
+def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None) -> tuple[SplitSamples, str]:
+    """The samples to score and the name the result goes under."""
+    data = config.data
+    if data_path is not None:
+        other = data.model_copy(update={"path": data_path, "validation_path": None, "validation_split": 0.0})
+        return load_dataset(other, config.seed).train, "data"
+    if split == "train":
+        return dataset.train, "train"
+    if split == "val":
+        if dataset.val is None:
+            raise ConfigError("--split", "the run has no validation data (data.validation_split: 0)", "val")
+        return dataset.val, "val"
+    if data.validation_split == "test" and dataset.val is not None:
+        return dataset.val, "test"
+    try:
+        held = load_dataset(data.model_copy(update={"validation_split": "test"}), config.seed).val
+    except ConfigError:
+        held = None
+    if held is None:
+        raise ConfigError("--split", f"data.name: {data.name} has no test split", "test")
+    return held, "test"
+
+
+def _sub_batch(config: Config, train_size: int) -> int:
+    """The run's largest training sub-batch: scoring needs no more memory than training did."""
+    training = config.training
+    batch = train_size if training.batch_size == "full" else training.batch_size
+    return max(sub_batch_sizes(batch, training.fixed_subdivisions or 1))
