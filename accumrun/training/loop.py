@@ -1,9 +1,10 @@
-"""The epoch loop: batches through the step, in the seed's order, from a position to the last epoch.
+"""The epoch loop: batches through the step, in the seed's order, from a position to the last epoch (or an early
+stop).
 
 After every batch the loop counts what the step returned, applies the non-finite policy and honours a stop
-request; after every epoch it validates, records the row and checkpoints. What each of those does lives
-elsewhere: the row and its destinations in :mod:`.log`, validation in :mod:`.evaluation`, the files in
-:mod:`.checkpoints`.
+request; after every epoch it validates, applies the controls (early stopping, the best model, the learning
+rate), records the row and checkpoints. What each of those does lives elsewhere: the row and its destinations in
+:mod:`.log`, validation in :mod:`.evaluation`, the decisions in :mod:`.controls`, the files in :mod:`.checkpoints`.
 """
 
 from __future__ import annotations
