@@ -41,12 +41,10 @@ class ArraySplit:
         return ArraySplit(self.x[index], self.y[index])
 
 
-@dataclass(frozen=True)
-class ImageFiles:
-    """Image files and their class indices; each is decoded and resized to ``image_size`` when it is read."""
+class _EncodedImages:
+    """What image sources share: samples are decoded to uint8 images of ``image_size`` and ``channels``, one per
+    label in ``y``."""
 
-    paths: np.ndarray
-    """The files, as an array of path strings (so that a subset is one indexing)."""
     y: np.ndarray
     image_size: tuple[int, int]
     channels: int
@@ -63,12 +61,23 @@ class ImageFiles:
     def dtype(self) -> np.dtype:
         return np.dtype(np.uint8)
 
+
+@dataclass(frozen=True)
+class ImageFiles(_EncodedImages):
+    """Image files and their class indices; each is decoded and resized to ``image_size`` when it is read."""
+
+    paths: np.ndarray
+    """The files, as an array of path strings (so that a subset is one indexing)."""
+    y: np.ndarray
+    image_size: tuple[int, int]
+    channels: int
+
     def subset(self, index: np.ndarray) -> ImageFiles:
         return replace(self, paths=self.paths[index], y=self.y[index])
 
 
 @dataclass(frozen=True)
-class RecordFiles:
+class RecordFiles(_EncodedImages):
     """TFRecord files of ``tf.train.Example``: an encoded image and an int64 class label each.
 
     Records are numbered across the files in their sorted order; ``records`` is the numbers this split holds
@@ -85,18 +94,6 @@ class RecordFiles:
     image_size: tuple[int, int]
     channels: int
     shuffle_buffer: int
-
-    @property
-    def size(self) -> int:
-        return len(self.records)
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        return (*self.image_size, self.channels)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(np.uint8)
 
     @property
     def complete(self) -> bool:
