@@ -12,6 +12,8 @@ Decoding runs in parallel (``num_parallel_calls=AUTOTUNE``) and keeps the order 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import tensorflow as tf
 
@@ -67,14 +69,12 @@ class Reader:
     def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int, count: int) -> str | None:
         """The first of the ``count`` samples after ``skip`` in the epoch that does not decode, described; None
         if they all do (or the fault is not in decoding them)."""
-        try:
+        with contextlib.suppress(tf.errors.OpError):  # the stream itself failed: not a fault of one sample
             for index, raw, _ in self.raw_stream(epoch, seed, shuffle, skip).take(count):
                 try:
                     self.decode(raw)
                 except tf.errors.OpError:
                     return self.describe(int(index))
-        except tf.errors.OpError:
-            return None
         return None
 
 

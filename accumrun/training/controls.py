@@ -79,10 +79,6 @@ class Controls:
         self._best_watch = _watch(self._best_config, 0.0)
         self._cooldown = 0
 
-    @property
-    def keeps_best(self) -> bool:
-        return self._best_watch is not None
-
     def replay(self, rows: list[dict[str, Any]]) -> None:
         """Rebuild the state from the rows a resumed run keeps, as if they had just been decided."""
         for row in rows:
