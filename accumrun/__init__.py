@@ -5,6 +5,8 @@ The Python API. ``import accumrun`` stays light: TensorFlow is imported on the f
     >>> config = accumrun.load_config("configs/digits.yaml", ["training.epochs=2"])
     >>> result = accumrun.train(config, "runs/digits-notebook", quiet=True)
     >>> result.metrics[-1]["val_accuracy"]
+    >>> accumrun.evaluate(result.run_dir)["accuracy"]
+    >>> accumrun.predict(result.run_dir, ["new.npz"]).records()[0]["prediction"]
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
     from accumrun.config.schema import Config
+    from accumrun.reports.compare import Comparison
+    from accumrun.reports.export import Exported
+    from accumrun.reports.predict import Predictions
     from accumrun.training.runner import RunResult
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "evaluate", "load_config", "train"]
+__all__ = ["__version__", "compare", "evaluate", "export", "load_config", "predict", "train"]
 
 
 def load_config(source: str | Path | dict[str, Any], overrides: Sequence[str] = ()) -> Config:
@@ -102,6 +107,115 @@ def evaluate(
     """
     from accumrun.reports.evaluate import evaluate_run
 
-    if split not in ("val", "test", "train") or model not in ("final", "best"):
-        raise ValueError(f"split must be val, test or train and model final or best, not {split!r} and {model!r}")
-    return evaluate_run(Path(run_dir), split, str(data) if data is not None else None, model)
+    if split not in ("val", "test", "train"):
+        raise ValueError(f"split must be val, test or train, not {split!r}")
+    return evaluate_run(Path(run_dir), split, str(data) if data is not None else None, _which(model))
+
+
+def predict(
+    run_dir: str | Path,
+    inputs: Sequence[str | Path],
+    *,
+    top_k: int | None = None,
+    model: Literal["final", "best"] = "final",
+    show_progress: bool = False,
+) -> Predictions:
+    """Predict new inputs with a finished run's model: one row per sample.
+
+    Args:
+        run_dir: A finished run's directory.
+        inputs: Image files or folders of them (image runs), ``.npz`` files with ``x``, or CSV tables with the
+            run's feature columns (CSV runs); raw samples, as the run's source stores them.
+        top_k: Classes per row for classification; default ``min(5, classes)``.
+        model: ``final`` or ``best``.
+        show_progress: A progress bar on standard error (on a terminal, over more than one batch).
+
+    Returns:
+        The table: ``columns`` and ``rows``; ``records()`` as dicts, ``write(path)`` to CSV or JSON,
+        ``table()`` as text. Columns: ``input, prediction, top1_class, top1_prob, ...`` (classification),
+        ``input, prediction, <one probability per class>`` (multi-label) or ``input, value_0, ...``.
+
+    Raises:
+        ConfigError: not a finished run, no such model, ``top_k`` out of range.
+        DataError: an input is missing, unreadable, of the wrong kind, shape or columns.
+    """
+    from accumrun.reports.predict import predict_run
+
+    paths = [str(path) for path in inputs]
+    return predict_run(Path(run_dir), paths, top_k=top_k, which=_which(model), show_progress=show_progress)
+
+
+def export(
+    run_dir: str | Path,
+    output: str | Path | None = None,
+    *,
+    overwrite: bool = False,
+    model: Literal["final", "best"] = "final",
+) -> Exported:
+    """Export a finished run's model as a TensorFlow SavedModel with a ``serving_default`` signature on raw samples
+    that returns ``probabilities``, ``class_index`` and ``class_name`` (classification), ``probabilities``
+    (multi-label) or ``values`` (regression).
+
+    Args:
+        run_dir: A finished run's directory.
+        output: The SavedModel folder; ``run_dir/export/savedmodel`` by default.
+        overwrite: Replace an existing ``output``.
+        model: ``final`` or ``best``.
+
+    Raises:
+        ConfigError: not a finished run, no such model, or ``output`` exists without ``overwrite``.
+    """
+    from accumrun.reports.export import export_run
+
+    target = Path(output) if output is not None else None
+    return export_run(Path(run_dir), target, overwrite=overwrite, which=_which(model))
+
+
+def compare(
+    config: str | Path,
+    subdivisions: Sequence[int | str] | None = None,
+    run_dir: str | Path | None = None,
+    *,
+    overrides: Sequence[str] = (),
+    quiet: bool = False,
+) -> Comparison:
+    """Train the config at ``config`` once per subdivision count (each in its own process, from the same seed and
+    data order) and compare the curves, the speed, the memory and the final weights.
+
+    Args:
+        config: A YAML config file.
+        subdivisions: The counts to train (``auto`` among them); default the config's and 1.
+        run_dir: The folder for the variants and ``compare.json``/``compare.png``; new or empty.
+        overrides: ``key.path=value`` settings for every variant.
+        quiet: Print nothing.
+
+    Returns:
+        The variants (status, metrics rows, largest weight difference to the first) and the report's paths;
+        ``table()`` gives the text the command prints.
+
+    Raises:
+        ConfigError: the config is invalid.
+        click.UsageError: subdivisions left to the config when it trains with 1, or ``run_dir`` holds files.
+    """
+    import click
+
+    from accumrun.reports.compare import compare_runs
+    from accumrun.rundir.layout import resolve_run_dir
+
+    path = Path(config)
+    loaded = load_config(path, overrides)
+    if subdivisions is None:
+        if loaded.training.subdivisions == 1:
+            raise click.UsageError("the config trains with subdivisions 1; pass --subdivisions LIST, e.g. 8,1")
+        subdivisions = [loaded.training.subdivisions, 1]
+    target = (
+        Path(run_dir) if run_dir is not None else resolve_run_dir("runs/compare-{config_name}-{timestamp}", path.stem)
+    )
+    echo = (lambda _: None) if quiet else click.echo
+    return compare_runs(path, list(subdivisions), target, list(overrides), echo)
+
+
+def _which(model: str) -> Literal["final", "best"]:
+    if model not in ("final", "best"):
+        raise ValueError(f"model must be final or best, not {model!r}")
+    return "best" if model == "best" else "final"

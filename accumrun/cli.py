@@ -331,29 +331,16 @@ def compare(
     Each variant is a run folder of its own under the compare folder, with its TensorBoard scalars, so
     `tensorboard --logdir COMPARE_DIR` overlays them.
     """
-    from accumrun.config.loading import load_config
-
     overrides = _overrides(assignments, None, False, epochs, batch_size)
-    config = load_config(config_path, overrides)
-    if subdivision_counts is None:
-        if config.training.subdivisions == 1:
-            raise click.UsageError("the config trains with subdivisions 1; pass --subdivisions LIST, e.g. 8,1")
-        subdivision_counts = [config.training.subdivisions, 1]
     _start_tensorflow()
-    from accumrun.reports.compare import format_table, run_variants, write_report
-
-    out_dir = Path(run_dir) if run_dir else _resolve_run_dir("runs/compare-{config_name}-{timestamp}", config_path)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise click.UsageError(f"{out_dir} exists and is not empty; choose another --run-dir")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    variants = run_variants(Path(config_path), overrides, subdivision_counts, out_dir)
+    comparison = accumrun.compare(config_path, subdivision_counts, run_dir, overrides=overrides)
     click.echo("")
-    click.echo(format_table(variants))
-    json_path, png_path = write_report(variants, out_dir, Path(config_path))
-    click.echo(f"\nwrote {json_path}" + (f" and {png_path}" if png_path else ""))
-    failed = [v for v in variants if v.status != "completed"]
-    if failed:
-        raise click.ClickException(f"{len(failed)} of {len(variants)} variants failed; see the table above")
+    click.echo(comparison.table())
+    png = f" and {comparison.png_path}" if comparison.png_path else ""
+    click.echo(f"\nwrote {comparison.json_path}{png}")
+    if comparison.failed:
+        count = len(comparison.variants)
+        raise click.ClickException(f"{len(comparison.failed)} of {count} variants failed; see the table above")
 
 
 @main.command()
@@ -371,6 +358,39 @@ def evaluate(run_dir: Path, split: str, data_path: str | None, which: str) -> No
     # click.Choice has checked split and which; the API's Literal types cannot see that.
     result = accumrun.evaluate(run_dir, split, data=data_path, model=which)  # type: ignore[arg-type]
     click.echo(describe(result))
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("inputs", metavar="INPUT...", nargs=-1, required=True)
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write a .csv or .json file.")
+@click.option("--top-k", type=click.IntRange(min=1), help="Classes per row [default: up to 5].")
+@click.option("--model", "which", type=click.Choice(["final", "best"]), default="final", show_default=True)
+def predict(run_dir: Path, inputs: tuple[str, ...], output: Path | None, top_k: int | None, which: str) -> None:
+    """Label new inputs with a finished run's model: image files or folders, an .npz with x, or a CSV.
+
+    Prints a table, or writes one row per input to --output (CSV, or JSON for a .json name).
+    """
+    _start_tensorflow()
+    predictions = accumrun.predict(run_dir, inputs, top_k=top_k, model=which, show_progress=True)  # type: ignore[arg-type]
+    if output is None:
+        click.echo(predictions.table())
+    else:
+        click.echo(f"wrote {len(predictions.rows):,} predictions to {predictions.write(output)}")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--format", "format_", type=click.Choice(["savedmodel"]), default="savedmodel", show_default=True)
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="[default: RUN_DIR/export/savedmodel]")
+@click.option("--overwrite", is_flag=True, help="Replace what is at the output.")
+@click.option("--model", "which", type=click.Choice(["final", "best"]), default="final", show_default=True)
+def export(run_dir: Path, format_: str, output: Path | None, overwrite: bool, which: str) -> None:
+    """Export a finished run's model as a TensorFlow SavedModel whose serving signature takes raw samples and
+    returns probabilities (and, for classification, class_index and class_name)."""
+    _start_tensorflow()
+    exported = accumrun.export(run_dir, output, overwrite=overwrite, model=which)  # type: ignore[arg-type]
+    click.echo(exported.describe())
 
 
 @main.command()

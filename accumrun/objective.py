@@ -88,7 +88,6 @@ def fit_objective(
     else:
         loss_fn, sparse, from_logits = _keras_loss(config.loss, name, task, activation)
     width = check_output_shape(model, task, dataset.target_shape, dataset.classes, sparse)
-    outputs_probabilities = (not from_logits) if from_logits is not None else activation is not None
     entries = config.metrics if config.metrics is not None else DEFAULT_METRICS[task]
     metrics = _metrics(entries, task, width)
     objective = Objective(
@@ -96,7 +95,7 @@ def fit_objective(
         class_labels=task == "classification",
         sparse_loss=sparse,
         outputs=width,
-        to_probabilities=_probabilities(task, width, outputs_probabilities),
+        to_probabilities=probability_function(task, width, from_logits, activation),
         metrics=tuple(metrics),
     )
     _check_per_sample(objective, model, sample, name)
@@ -196,8 +195,12 @@ def _parameters(cls: type) -> set[str]:
     return set(inspect.signature(cls).parameters)
 
 
-def _probabilities(task: str, width: int, already: bool) -> Callable[[tf.Tensor], tf.Tensor]:
-    """What metrics see: probabilities, whatever the model outputs."""
+def probability_function(
+    task: str, width: int, from_logits: bool | None, activation: str | None
+) -> Callable[[tf.Tensor], tf.Tensor]:
+    """What turns the model's outputs into what metrics and predictions see: probabilities, whatever the model
+    outputs. ``from_logits`` is the loss's (None when it takes none: then the model's last ``activation`` says)."""
+    already = (not from_logits) if from_logits is not None else activation is not None
     if already or task == "regression":
         return tf.identity
     if task == "multi_label" or width == 1:

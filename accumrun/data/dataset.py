@@ -45,6 +45,8 @@ class Dataset:
     for digits, else 1."""
     skipped: int = 0
     """Files the source passed over because they are not images."""
+    features: list[str] | None = None
+    """A table's feature columns, in the order the model takes them (``features.json``)."""
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -144,7 +146,7 @@ def load_dataset(config: DataConfig, seed: int) -> Dataset:
     elif task == "multi_label":
         classes = int(train.y.shape[1])
     scale = splits.scale if splits.scale is not None else _FULL_SCALE.get(train.dtype, 1.0)
-    return Dataset(config.name, train, val, task, classes, splits.class_names, scale, splits.skipped)
+    return Dataset(config.name, train, val, task, classes, splits.class_names, scale, splits.skipped, splits.features)
 
 
 def infer_task(y: np.ndarray) -> Task:

@@ -122,3 +122,5 @@ class Splits:
     scale: float | None = None
     """What ``rescale: auto`` multiplies the raw samples by, where the source knows (digits' counts of 0..16);
     None leaves it to the dtype: 1/255 for uint8, nothing for floats."""
+    features: list[str] | None = None
+    """A table's feature columns, in the order the model takes them."""

@@ -42,7 +42,7 @@ def load_csv(config: DataConfig, seed: int) -> Splits:
         if unknown:
             raise DataError("data.validation_path", f"has labels that data.path does not: {unknown}")
         test = test.renumbered(names)
-    return Splits(train.split, test.split if test else None, class_names=names)
+    return Splits(train.split, test.split if test else None, class_names=names, features=train.features)
 
 
 class Table:
@@ -77,6 +77,34 @@ class Table:
 
 def read_table(path: Path, key: str, label: str, features: list[str] | None = None) -> Table:
     """Read ``path``; with ``features``, the file must have those feature columns (a validation file)."""
+    header, lines, columns = _read_columns(path, key)
+    if label not in header:
+        raise DataError("data.label", f"{path} has no column '{label}'; its columns are {header}", label)
+    if features is None:
+        features = [name for name in header if name != label and any(_is_number(cell) for cell in columns[name])]
+        if not features:
+            raise DataError(key, f"{path} has no numeric feature column besides '{label}'")
+    missing = [name for name in features if name not in columns]
+    if missing:
+        raise DataError(key, f"{path} lacks the feature columns {missing} that data.path has")
+    return Table(features, _numeric(path, key, columns, features, lines), columns[label])
+
+
+def read_features(path: Path, features: list[str]) -> np.ndarray:
+    """The ``features`` columns of the CSV at ``path``, in that order, as float32 rows (inputs to predict on).
+
+    Raises:
+        DataError: the file is missing or malformed, lacks a feature column, or has a cell that is not a number.
+    """
+    header, lines, columns = _read_columns(path, str(path))
+    missing = [name for name in features if name not in columns]
+    if missing:
+        raise DataError(str(path), f"lacks the feature columns {missing} that the run trained on; it has {header}")
+    return _numeric(path, str(path), columns, features, lines)
+
+
+def _read_columns(path: Path, key: str) -> tuple[list[str], list[int], dict[str, list[str]]]:
+    """The header, each row's line number, and each column's cells, of a CSV with at least one row."""
     if not path.is_file():
         raise DataError(key, "CSV file not found", str(path))
     try:
@@ -90,22 +118,17 @@ def read_table(path: Path, key: str, label: str, features: list[str] | None = No
         raise DataError(key, f"{path} is empty; it needs a header row and one row per sample")
     header = [name.strip() for name in numbered[0][1]]
     lines, body = [number for number, _ in numbered[1:]], [row for _, row in numbered[1:]]
-    if label not in header:
-        raise DataError("data.label", f"{path} has no column '{label}'; its columns are {header}", label)
     if not body:
         raise DataError(key, f"{path} has a header but no rows")
     for number, row in zip(lines, body, strict=True):
         if len(row) != len(header):
             raise DataError(key, f"{path}, row {number}: {len(row)} cells for {len(header)} columns")
-    columns = {name: [row[i].strip() for row in body] for i, name in enumerate(header)}
-    if features is None:
-        features = [name for name in header if name != label and any(_is_number(cell) for cell in columns[name])]
-        if not features:
-            raise DataError(key, f"{path} has no numeric feature column besides '{label}'")
-    missing = [name for name in features if name not in columns]
-    if missing:
-        raise DataError(key, f"{path} lacks the feature columns {missing} that data.path has")
-    x = np.empty((len(body), len(features)), dtype=np.float32)
+    return header, lines, {name: [row[i].strip() for row in body] for i, name in enumerate(header)}
+
+
+def _numeric(path: Path, key: str, columns: dict[str, list[str]], features: list[str], lines: list[int]) -> np.ndarray:
+    """The ``features`` columns as float32 rows; a cell that is not a finite number is an error naming it."""
+    x = np.empty((len(lines), len(features)), dtype=np.float32)
     for j, name in enumerate(features):
         for i, cell in enumerate(columns[name]):
             try:
@@ -115,7 +138,7 @@ def read_table(path: Path, key: str, label: str, features: list[str] | None = No
     if not np.all(np.isfinite(x)):
         i, j = np.argwhere(~np.isfinite(x))[0]
         raise DataError(key, f"{path}, row {lines[i]}, column '{features[j]}': NaN or Inf", columns[features[j]][i])
-    return Table(features, x, columns[label])
+    return x
 
 
 def _kind(table: Table) -> str:

@@ -12,6 +12,7 @@ import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,56 @@ class Variant:
         return f"{name}: {seconds:.2f} s/epoch, peak {rss:,.0f} MiB RSS"
 
 
+@dataclass
+class Comparison:
+    """What ``compare`` did: the variants, and the report files it wrote."""
+
+    variants: list[Variant]
+    json_path: Path
+    png_path: Path | None
+
+    @property
+    def failed(self) -> list[Variant]:
+        return [v for v in self.variants if v.status != "completed"]
+
+    def table(self) -> str:
+        """The per-epoch and per-variant tables (see :func:`format_table`)."""
+        return format_table(self.variants)
+
+
+def compare_runs(
+    config_path: Path,
+    subdivisions: list[int | str],
+    out_dir: Path,
+    overrides: list[str] | None = None,
+    echo: Callable[[str], None] = click.echo,
+) -> Comparison:
+    """Train ``config_path`` once per subdivision count into ``out_dir`` (which must be empty or new), then write
+    ``compare.json`` and ``compare.png`` there.
+
+    Raises:
+        click.UsageError: ``out_dir`` holds files.
+    """
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise click.UsageError(f"{out_dir} exists and is not empty; choose another --run-dir")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    variants = run_variants(config_path, overrides or [], subdivisions, out_dir, echo)
+    json_path, png_path = write_report(variants, out_dir, config_path)
+    return Comparison(variants, json_path, png_path)
+
+
 def run_variants(
-    config_path: Path, overrides: list[str], subdivisions: list[int | str], out_dir: Path
+    config_path: Path,
+    overrides: list[str],
+    subdivisions: list[int | str],
+    out_dir: Path,
+    echo: Callable[[str], None] = click.echo,
 ) -> list[Variant]:
     """Train one variant per subdivision count into ``out_dir/subdivisions-N``; a failure does not stop the rest."""
     variants = []
     for count in subdivisions:
         variant = Variant(count, out_dir / f"subdivisions-{count}")
-        click.echo(f"== training with subdivisions {count} -> {variant.run_dir}")
+        echo(f"== training with subdivisions {count} -> {variant.run_dir}")
         command = [sys.executable, "-m", "accumrun", "train", str(config_path), "--quiet"]
         command += [arg for override in overrides for arg in ("--set", override)]
         command += ["--subdivisions", str(count), "--run-dir", str(variant.run_dir)]
@@ -66,7 +109,7 @@ def run_variants(
             lines = [line for line in finished.stderr.strip().splitlines() if line.strip()]
             variant.status = f"failed (exit {finished.returncode})"
             variant.error = lines[-1].removeprefix("Error: ") if lines else "no error message"
-            click.echo(f"   failed: {variant.error}")
+            echo(f"   failed: {variant.error}")
         variants.append(variant)
     _fill_weight_differences(variants)
     return variants
@@ -79,10 +122,10 @@ def _fill_weight_differences(variants: list[Variant]) -> None:
         return
     import keras
 
-    reference = keras.models.load_model(done[0].run_dir / "model.keras").get_weights()
+    reference = keras.models.load_model(done[0].run_dir / "model.keras", compile=False).get_weights()
     done[0].max_weight_difference = 0.0
     for variant in done[1:]:
-        weights = keras.models.load_model(variant.run_dir / "model.keras").get_weights()
+        weights = keras.models.load_model(variant.run_dir / "model.keras", compile=False).get_weights()
         variant.max_weight_difference = max(
             float(np.max(np.abs(a - b))) for a, b in zip(reference, weights, strict=True)
         )

@@ -13,23 +13,18 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import keras
-
-from accumrun.config.loading import load_config
 from accumrun.config.schema import Config
-from accumrun.core.split import batch_sizes, sub_batch_sizes
+from accumrun.core.split import batch_sizes
 from accumrun.core.step import make_eval_step
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import Split as SplitSamples
 from accumrun.errors import ConfigError
 from accumrun.objective import fit_objective
+from accumrun.reports.finished import FinishedRun, Which
 from accumrun.rundir.atomic import write_text_atomically
-from accumrun.rundir.status import read_status
 
 Split = Literal["val", "test", "train"]
-Which = Literal["final", "best"]
-MODEL_FILES: dict[str, str] = {"final": "model.keras", "best": "model.best.keras"}
 
 
 def evaluate_run(
@@ -43,24 +38,18 @@ def evaluate_run(
         ConfigError: ``run_dir`` is not a finished run, the model or the split does not exist.
         DataError: the data cannot be read.
     """
-    if read_status(run_dir) != "completed":
-        raise ConfigError(
-            "RUN_DIR", "is not a finished accumrun run (its run.json does not say completed)", str(run_dir)
-        )
-    model_path = run_dir / MODEL_FILES[which]
-    if not model_path.is_file():
-        hint = "; set output.keep_best to keep one" if which == "best" else ""
-        raise ConfigError("--model", f"the run has no {model_path.name}{hint}", which)
-    config = load_config(run_dir / "config.yaml")
+    run = FinishedRun(run_dir)
+    config = run.config
+    model_path = run.model_path(which)
     dataset = load_dataset(config.data, config.seed)  # the run's data: its task, classes and splits
     samples, name = _split(config, dataset, split, data_path)
-    model = keras.models.load_model(model_path, compile=False)
+    model = run.load_model(which)
     first = next(iter(Feeder(samples, [min(2, samples.size)], seed=config.seed, shuffle=False).epoch(0)))
     objective = fit_objective(config, dataset, model, first).objective
     metrics = objective.new_metrics()
     step = make_eval_step(model, objective, metrics)
     loss_sum = 0.0
-    feeder = Feeder(samples, batch_sizes(samples.size, _sub_batch(config, dataset.train_size)), seed=0, shuffle=False)
+    feeder = Feeder(samples, batch_sizes(samples.size, run.sub_batch_size), seed=0, shuffle=False)
     for x, y in feeder.epoch(0):
         loss_sum += float(step(x, y))
     result: dict[str, Any] = {"loss": loss_sum / samples.size, **metrics.results()}
@@ -97,10 +86,3 @@ def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None
     if held is None:
         raise ConfigError("--split", f"data.name: {data.name} has no test split", "test")
     return held, "test"
-
-
-def _sub_batch(config: Config, train_size: int) -> int:
-    """The run's largest training sub-batch: scoring needs no more memory than training did."""
-    training = config.training
-    batch = train_size if training.batch_size == "full" else training.batch_size
-    return max(sub_batch_sizes(batch, training.fixed_subdivisions or 1))

@@ -7,6 +7,7 @@ writes are removed, and a folder holding anything else is refused.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -22,12 +23,16 @@ RUN_FILES = (
     "run.json",
     "config.yaml",
     "labels.json",
+    "features.json",
     "metrics.jsonl",
     "model.keras",
     "model.best.keras",
     "checkpoints",
     "tensorboard",
+    "export",
 )
+# What accumrun evaluate adds to a finished run: eval-val.json, eval-best-test.json, ...
+_EVAL_FILE = re.compile(r"eval-(best-)?[a-z]+\.json")
 
 
 def resolve_run_dir(template: str, config_name: str) -> Path:
@@ -55,7 +60,7 @@ def prepare_run_dir(run_dir: Path, overwrite: bool = False) -> None:
     existing = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
     if existing and not overwrite:
         raise ConfigError("output.run_dir", _why_taken(run_dir), str(run_dir))
-    foreign = [name for name in existing if name not in RUN_FILES and not name.startswith(".")]
+    foreign = [name for name in existing if not is_run_file(name) and not name.startswith(".")]
     if foreign:
         raise ConfigError(
             "output.run_dir", f"holds files accumrun did not write ({', '.join(foreign)}); not overwriting it"
@@ -64,6 +69,11 @@ def prepare_run_dir(run_dir: Path, overwrite: bool = False) -> None:
         path = run_dir / name
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def is_run_file(name: str) -> bool:
+    """Whether ``name`` in a run folder is one that accumrun writes (so ``--overwrite`` may remove it)."""
+    return name in RUN_FILES or _EVAL_FILE.fullmatch(name) is not None
 
 
 def _why_taken(run_dir: Path) -> str:
@@ -83,3 +93,8 @@ def save_model(model: keras.Model, path: Path) -> Path:
 def write_labels(run_dir: Path, names: list[str]) -> None:
     """``labels.json``: the class names in the order of the model's outputs, for predictions."""
     write_text_atomically(run_dir / "labels.json", json.dumps(names, indent=1) + "\n")
+
+
+def write_features(run_dir: Path, names: list[str]) -> None:
+    """``features.json``: a table's feature columns in the order the model takes them, for predictions."""
+    write_text_atomically(run_dir / "features.json", json.dumps(names, indent=1) + "\n")

@@ -23,12 +23,12 @@ from accumrun.core.split import replica_sub_batch_sizes
 from accumrun.core.step import Step, TrainStep
 from accumrun.data.feeder import Feeder
 from accumrun.errors import Interrupted, TrainingDiverged
-from accumrun.rundir.layout import save_model
 from accumrun.training.checkpoints import CheckpointStore, Position
 from accumrun.training.console import progress_bar
 from accumrun.training.controls import Controls
 from accumrun.training.evaluation import Validation
 from accumrun.training.log import RunLog, epoch_row
+from accumrun.training.saving import save_trained_model
 from accumrun.training.setup import TrainingSetup
 from accumrun.training.signals import StopRequests, resume_command
 
@@ -167,7 +167,7 @@ class EpochLoop:
         for note in decision.notes:
             self.echo(note)
         if decision.keep_best:
-            save_model(self.setup.model_to_save(), self.run_dir / "model.best.keras")
+            save_trained_model(self.setup, self.run_dir / "model.best.keras")
         if decision.learning_rate is not None:
             optimizer.learning_rate = decision.learning_rate
         return decision.stop

@@ -20,7 +20,7 @@ from accumrun.core.split import epoch_batches
 from accumrun.core.step import Step
 from accumrun.errors import ConfigError, Interrupted
 from accumrun.rundir.atomic import write_text_atomically
-from accumrun.rundir.layout import prepare_run_dir, save_model, write_labels
+from accumrun.rundir.layout import prepare_run_dir, write_features, write_labels
 from accumrun.rundir.metrics import keep_metrics_before
 from accumrun.rundir.status import RunStatus
 from accumrun.rundir.tensorboard import TensorBoardLog
@@ -32,6 +32,7 @@ from accumrun.training.distribute import describe_strategy, is_chief
 from accumrun.training.log import RunLog
 from accumrun.training.loop import EpochLoop
 from accumrun.training.probe import fits_in_fresh_process
+from accumrun.training.saving import save_trained_model
 from accumrun.training.setup import TrainingSetup, build_training
 from accumrun.training.signals import StopRequests
 
@@ -125,6 +126,8 @@ def _train(
     labels = setup.dataset.labels
     if labels is not None:
         write_labels(run_dir, labels)
+    if setup.dataset.features is not None:
+        write_features(run_dir, setup.dataset.features)
     status = RunStatus(run_dir / "run.json", resumed=resume, details=details)
     output = config.output
     log = RunLog(
@@ -156,8 +159,11 @@ def _train(
     try:
         with StopRequests() as stops:
             stopped = loop.run(position, stops)
-        save_model(setup.model_to_save(), run_dir / "model.keras")
+        compiled = save_trained_model(setup, run_dir / "model.keras")
         echo(f"saved {run_dir / 'model.keras'}")
+        note = compiled.describe()
+        if note is not None:
+            echo(note)
     except Interrupted as stop:
         status.end("interrupted", stop.reason)
         raise

@@ -1,0 +1,126 @@
+"""What ``accumrun predict`` reads: image files and folders of them, ``.npz`` files with ``x``, and CSV tables,
+as splits of samples stored the way the run's own were, each sample named for the output.
+
+Images are decoded and resized by the training pipeline's own function when they are read; arrays and tables
+are checked against the shape the model takes here, so that a wrong input is one clear error, not a failure
+deep inside the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from accumrun.data.splits import IMAGE_EXTENSIONS, ArraySplit, ImageFiles, Split
+from accumrun.data.tables import read_features
+from accumrun.errors import DataError
+
+
+@dataclass(frozen=True)
+class InputKind:
+    """What the model takes: one sample's shape and dtype, whether it reads image files (an image run), and
+    the feature columns of a table (a CSV run)."""
+
+    sample_shape: tuple[int, ...]
+    dtype: np.dtype
+    images: bool = False
+    features: list[str] | None = None
+
+    def describe(self) -> str:
+        if self.images:
+            return "image files or folders of them, or an .npz with x"
+        if self.features is not None:
+            return "a CSV with the feature columns, or an .npz with x"
+        return "an .npz with x"
+
+
+@dataclass(frozen=True)
+class InputGroup:
+    """Samples read from one or more inputs, with one name per sample: the path as given, or the row index."""
+
+    names: list[str]
+    split: Split
+
+
+def read_inputs(paths: Sequence[str], kind: InputKind) -> list[InputGroup]:
+    """The samples of ``paths``, in order: consecutive image files make one group, each folder, ``.npz`` or CSV
+    another. Rows of an ``.npz`` or CSV are named by their index, prefixed by the file when several are given.
+
+    Raises:
+        DataError: a path is missing or of a kind the run does not take, an array or table has the wrong shape
+            or columns, or a folder holds no images.
+    """
+    groups: list[InputGroup] = []
+    images: list[str] = []
+    prefix = len(paths) > 1
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            raise DataError(given, "no such file or folder")
+        if path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS:
+            _check_images(given, kind)
+            images.append(given)
+            continue
+        if images:
+            groups.append(_image_group(images, kind))
+            images = []
+        if path.is_dir():
+            _check_images(given, kind)
+            found = sorted(str(p) for p in path.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
+            if not found:
+                raise DataError(given, f"holds no images ({', '.join(IMAGE_EXTENSIONS)})")
+            groups.append(_image_group(found, kind))
+        elif path.suffix.lower() == ".npz":
+            groups.append(_rows(given, _npz(path, kind), prefix))
+        elif path.suffix.lower() == ".csv" and kind.features is not None:
+            groups.append(_rows(given, read_features(path, kind.features), prefix))
+        else:
+            raise DataError(given, f"is not an input this run takes ({kind.describe()})")
+    if images:
+        groups.append(_image_group(images, kind))
+    return groups
+
+
+def _check_images(given: str, kind: InputKind) -> None:
+    if not kind.images:
+        raise DataError(given, f"is an image or a folder; this run's model takes {kind.describe()}")
+
+
+def _image_group(paths: list[str], kind: InputKind) -> InputGroup:
+    height, width, channels = kind.sample_shape
+    files = ImageFiles(np.array(paths), np.zeros(len(paths), np.int32), (height, width), channels)
+    return InputGroup(paths, files)
+
+
+def _rows(given: str, x: np.ndarray, prefix: bool) -> InputGroup:
+    names = [f"{given}:{i}" if prefix else str(i) for i in range(len(x))]
+    return InputGroup(names, ArraySplit(x, np.zeros(len(x), np.int32)))
+
+
+def _npz(path: Path, kind: InputKind) -> np.ndarray:
+    """The ``x`` array, checked against the model's sample shape and brought to its dtype; an integer input
+    (uint8 images, digits' counts) takes only values it can hold exactly, stored as integers or floats."""
+    try:
+        with np.load(path) as archive:
+            if "x" not in archive:
+                raise DataError(str(path), f"has no array 'x'; it has {sorted(archive.files)}")
+            x = archive["x"]
+    except (OSError, ValueError) as error:
+        raise DataError(str(path), f"cannot read it as .npz: {error}") from None
+    if tuple(x.shape[1:]) != kind.sample_shape:
+        raise DataError(
+            str(path), f"x holds samples of shape {tuple(x.shape[1:])}; the model takes {kind.sample_shape}"
+        )
+    if not np.issubdtype(x.dtype, np.number):
+        raise DataError(str(path), f"x is {x.dtype.name}, not numbers")
+    converted = x.astype(kind.dtype)
+    if np.issubdtype(kind.dtype, np.integer) and not np.array_equal(converted, x):
+        raise DataError(
+            str(path),
+            f"x is {x.dtype.name} with values that {kind.dtype.name} cannot hold; give the samples as the run's "
+            f"source stores them ({kind.dtype.name})",
+        )
+    return converted

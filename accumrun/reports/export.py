@@ -1,0 +1,85 @@
+"""``accumrun export``: a finished run's model as a TensorFlow SavedModel, for TF Serving or ``tf.saved_model.load``.
+
+Its ``serving_default`` signature takes raw samples (as the run's source stores them; the preprocessing is in the
+model) and returns ``probabilities``, and for classification also ``class_index`` and ``class_name``; for
+regression it returns ``values``. It is written with Keras' ``ExportArchive`` (what ``model.export`` uses) into a
+temporary folder first and renamed into place, so a failed export leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from accumrun.errors import ConfigError
+from accumrun.reports.finished import FinishedRun, Which
+
+
+@dataclass(frozen=True)
+class Exported:
+    """Where the SavedModel is, and its serving signature."""
+
+    path: Path
+    samples: tf.TensorSpec
+    outputs: list[str]
+
+    def describe(self) -> str:
+        """``wrote runs/x/export/savedmodel: serving_default(samples uint8 [None, 8, 8, 1]) -> probabilities, ...``."""
+        shape = ", ".join("None" if size is None else str(size) for size in self.samples.shape)
+        return f"wrote {self.path}: serving_default(samples {self.samples.dtype.name} [{shape}]) -> " + ", ".join(
+            self.outputs
+        )
+
+
+def export_run(
+    run_dir: Path, output: Path | None = None, *, overwrite: bool = False, which: Which = "final"
+) -> Exported:
+    """Write the run's model as a SavedModel to ``output`` (``RUN_DIR/export/savedmodel`` by default).
+
+    Raises:
+        ConfigError: ``run_dir`` is not a finished run or has no such model, or ``output`` exists and
+            ``overwrite`` is not set.
+    """
+    run = FinishedRun(run_dir)
+    target = output if output is not None else run_dir / "export" / "savedmodel"
+    if target.exists() and not overwrite:
+        raise ConfigError("--output", "exists; pass --overwrite to replace it", str(target))
+    model = run.load_model(which)
+    to_probabilities = run.probabilities(model)
+    labels = run.labels
+    task = run.task
+
+    def serve(samples: tf.Tensor) -> dict[str, tf.Tensor]:
+        outputs = to_probabilities(tf.cast(model(samples, training=False), tf.float32))
+        if task == "regression":
+            return {"values": outputs}
+        if task == "multi_label" or labels is None:  # labels.json is there for every classification run
+            return {"probabilities": outputs}
+        if outputs.shape[-1] == 1:  # one sigmoid unit: the probability of the second of two classes
+            outputs = tf.concat([1.0 - outputs, outputs], axis=-1)
+        index = tf.argmax(outputs, axis=-1, output_type=tf.int32)
+        return {"probabilities": outputs, "class_index": index, "class_name": tf.gather(tf.constant(labels), index)}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    spec = tf.TensorSpec((None, *model.input_shape[1:]), model.inputs[0].dtype, name="samples")
+    archive.add_endpoint("serving_default", serve, input_signature=[spec])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        archive.write_out(str(staging), verbose=False)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    outputs = {"regression": ["values"], "multi_label": ["probabilities"]}.get(
+        task, ["probabilities", "class_index", "class_name"]
+    )
+    return Exported(target, spec, outputs)

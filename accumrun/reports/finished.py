@@ -1,0 +1,84 @@
+"""A finished run, as ``evaluate``, ``predict`` and ``export`` read it: its config, its saved models, the names
+of its outputs, and how its outputs become probabilities."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import keras
+import tensorflow as tf
+
+from accumrun.config.loading import load_config
+from accumrun.config.schema import Config
+from accumrun.errors import ConfigError
+from accumrun.models.outputs import output_activation
+from accumrun.objective import probability_function
+from accumrun.rundir.metrics import load_metrics
+from accumrun.rundir.status import read_status
+
+Which = Literal["final", "best"]
+MODEL_FILES: dict[str, str] = {"final": "model.keras", "best": "model.best.keras"}
+
+
+class FinishedRun:
+    """A run folder whose ``run.json`` says completed.
+
+    Raises:
+        ConfigError: the folder is not a finished run.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        if read_status(run_dir) != "completed":
+            raise ConfigError(
+                "RUN_DIR", "is not a finished accumrun run (its run.json does not say completed)", str(run_dir)
+            )
+        self.run_dir = run_dir
+        self.config: Config = load_config(run_dir / "config.yaml")
+
+    @property
+    def task(self) -> str:
+        return str(self.config.data.task)
+
+    def model_path(self, which: Which) -> Path:
+        """``model.keras`` or ``model.best.keras``.
+
+        Raises:
+            ConfigError: the run has no such model.
+        """
+        path = self.run_dir / MODEL_FILES[which]
+        if not path.is_file():
+            hint = "; set output.keep_best to keep one" if which == "best" else ""
+            raise ConfigError("--model", f"the run has no {path.name}{hint}", which)
+        return path
+
+    def load_model(self, which: Which) -> keras.Model:
+        """The saved model, uncompiled: accumrun scores it with the run's own objective."""
+        return keras.models.load_model(self.model_path(which), compile=False)
+
+    @property
+    def labels(self) -> list[str] | None:
+        """The output names of ``labels.json`` (classification and multi-label); None for regression."""
+        return self._json_list("labels.json")
+
+    @property
+    def features(self) -> list[str] | None:
+        """The feature columns of ``features.json`` (a CSV run); None for other sources."""
+        return self._json_list("features.json")
+
+    @property
+    def sub_batch_size(self) -> int:
+        """The run's training sub-batch: scoring and predicting in batches of it needs no more memory than
+        training did."""
+        return max(int(load_metrics(self.run_dir)[-1]["sub_batch_size"]), 1)
+
+    def probabilities(self, model: keras.Model) -> Callable[[tf.Tensor], tf.Tensor]:
+        """What turns ``model``'s outputs into probabilities (or leaves regression values as they are)."""
+        width = int(model.output_shape[-1])
+        return probability_function(self.task, width, self.config.loss.from_logits, output_activation(model))
+
+    def _json_list(self, name: str) -> list[str] | None:
+        path = self.run_dir / name
+        return [str(item) for item in json.loads(path.read_text())] if path.is_file() else None

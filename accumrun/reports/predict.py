@@ -1,0 +1,148 @@
+"""``accumrun predict``: a finished run's model on new inputs, one row per input.
+
+Classification rows give the predicted class name and the top-k classes with their probabilities; multi-label
+rows give the classes at probability 0.5 or more, then every class's probability; regression rows give the
+values. The model is the saved one, so inputs are raw samples, as the run's source stores them; they are read
+in batches of the run's training sub-batch.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import progressbar
+import tensorflow as tf
+
+from accumrun.core.split import batch_sizes
+from accumrun.data.feeder import Feeder
+from accumrun.data.inputs import InputKind, read_inputs
+from accumrun.errors import ConfigError
+from accumrun.reports.finished import FinishedRun, Which
+from accumrun.rundir.atomic import write_text_atomically
+
+Cell = str | float
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """The table of predictions: its column names and one row per input."""
+
+    columns: list[str]
+    rows: list[list[Cell]]
+
+    def records(self) -> list[dict[str, Cell]]:
+        """The rows as ``{column: value}`` records."""
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+    def write(self, path: Path) -> Path:
+        """Write a ``.json`` list of records, or else CSV, atomically."""
+        if path.suffix.lower() == ".json":
+            return write_text_atomically(path, json.dumps(self.records(), indent=1) + "\n")
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows(self.rows)
+        return write_text_atomically(path, text.getvalue())
+
+    def table(self) -> str:
+        """The rows as aligned text columns, probabilities and values to 4 decimals."""
+        cells = [self.columns] + [[_text(cell) for cell in row] for row in self.rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
+        return "\n".join(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells
+        )
+
+
+def predict_run(
+    run_dir: Path,
+    inputs: Sequence[str],
+    *,
+    top_k: int | None = None,
+    which: Which = "final",
+    show_progress: bool = False,
+) -> Predictions:
+    """Predict every sample of ``inputs`` (image files, folders, ``.npz`` with ``x``, CSV tables) with the run's
+    model; ``top_k`` classes per row for classification (default: up to 5).
+
+    Raises:
+        ConfigError: ``run_dir`` is not a finished run, has no such model, or ``top_k`` exceeds the classes.
+        DataError: an input is missing, of a kind the run does not take, or of the wrong shape or columns.
+    """
+    run = FinishedRun(run_dir)
+    model = run.load_model(which)
+    labels = run.labels
+    if run.task == "classification" and labels is not None:
+        top_k = top_k if top_k is not None else min(5, len(labels))
+        if not 1 <= top_k <= len(labels):
+            raise ConfigError("--top-k", f"must be 1 to {len(labels)}, the run's classes", top_k)
+    kind = InputKind(
+        sample_shape=tuple(model.input_shape[1:]),
+        dtype=np.dtype(model.inputs[0].dtype),
+        images=run.config.data.image_size is not None,
+        features=run.features,
+    )
+    groups = read_inputs(inputs, kind)
+    to_probabilities = run.probabilities(model)
+    forward = tf.function(lambda x: to_probabilities(tf.cast(model(x, training=False), tf.float32)))
+    sizes = [batch_sizes(len(group.names), run.sub_batch_size) for group in groups]
+    bar = _progress_bar(sum(len(s) for s in sizes)) if show_progress else None
+    outputs = []
+    for group, chunk_sizes in zip(groups, sizes, strict=True):
+        for x, _ in Feeder(group.split, chunk_sizes, seed=0, shuffle=False).epoch(0):
+            outputs.append(forward(x).numpy())
+            if bar is not None:
+                bar.increment()
+    if bar is not None:
+        bar.finish()
+    names = [name for group in groups for name in group.names]
+    values = np.concatenate(outputs).reshape(len(names), -1)
+    if run.task == "regression":
+        columns = ["input", *(f"value_{i}" for i in range(values.shape[1]))]
+        return Predictions(columns, [[name, *map(float, row)] for name, row in zip(names, values, strict=True)])
+    assert labels is not None  # classification and multi-label runs always write labels.json
+    if run.task == "multi_label":
+        rows: list[list[Cell]] = [
+            [name, ";".join(label for label, p in zip(labels, row, strict=True) if p >= 0.5), *map(float, row)]
+            for name, row in zip(names, values, strict=True)
+        ]
+        return Predictions(["input", "prediction", *labels], rows)
+    assert top_k is not None
+    return Predictions(
+        _top_k_columns(top_k), [_top_k_row(name, row, labels, top_k) for name, row in zip(names, values, strict=True)]
+    )
+
+
+def _top_k_columns(k: int) -> list[str]:
+    return ["input", "prediction", *(f"top{i}_{what}" for i in range(1, k + 1) for what in ("class", "prob"))]
+
+
+def _top_k_row(name: str, probabilities: np.ndarray, labels: list[str], k: int) -> list[Cell]:
+    """A classification row; a single sigmoid unit is the probability of class 1 of two."""
+    if len(probabilities) == 1:
+        probabilities = np.array([1.0 - probabilities[0], probabilities[0]])
+    # A stable sort: equal probabilities keep the class order.
+    order = np.argsort(-probabilities, kind="stable")[:k]
+    cells: list[Cell] = [name, labels[order[0]]]
+    for index in order:
+        cells += [labels[index], float(probabilities[index])]
+    return cells
+
+
+def _text(cell: Cell) -> str:
+    return f"{cell:.4f}" if isinstance(cell, float) else cell
+
+
+def _progress_bar(count: int) -> progressbar.ProgressBar | None:
+    """A bar on standard error over ``count`` batches, when it is a terminal and there is more than one batch;
+    standard output keeps only the predictions."""
+    if count < 2 or not sys.stderr.isatty():
+        return None
+    widgets = ["predict ", progressbar.SimpleProgress(), " ", progressbar.Bar(), " ", progressbar.ETA()]
+    return progressbar.ProgressBar(max_value=count, widgets=widgets, fd=sys.stderr).start()

@@ -1,0 +1,110 @@
+"""Saving the trained model: ``model.keras`` and ``model.best.keras``, compiled so that Keras alone reproduces
+the run's figures.
+
+``keras.models.load_model("run/model.keras").evaluate(x, y)`` must give the run's validation loss and metrics
+with no accumrun code, so the compiled loss and metrics are Keras' own classes. Two things differ from the step:
+
+- The model outputs what it trained to output (usually logits), while accumrun's metrics see probabilities.
+  Metrics that read only the order of the outputs (accuracy, top-k) are the same on logits. A threshold on a
+  sigmoid's probability is a threshold on the logit (``BinaryAccuracy``), and ``AUC`` takes ``from_logits``.
+- The targets are what the user passes: class indices, or one-hot rows when the run's loss takes them that
+  way (``categorical_crossentropy`` on a multi-class output).
+
+A metric that cannot be computed from what Keras sees is left out, and named, so that nobody mistakes a
+different number for the run's; ``accumrun evaluate`` always gives every metric.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from accumrun.core.losses import Objective
+from accumrun.rundir.layout import save_model
+from accumrun.training.distribute import strategy_scope
+from accumrun.training.setup import TrainingSetup
+
+_ORDER_ONLY = (
+    keras.metrics.SparseCategoricalAccuracy,
+    keras.metrics.CategoricalAccuracy,
+    keras.metrics.SparseTopKCategoricalAccuracy,
+    keras.metrics.TopKCategoricalAccuracy,
+)
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """What ``model.compile`` gets: the loss and the metrics (None when the loss is the user's own function,
+    which Keras could not load without their code), the form of the targets, and the metrics left out."""
+
+    loss: keras.losses.Loss | None
+    metrics: list[keras.metrics.Metric] = field(default_factory=list)
+    one_hot_targets: bool = False
+    left_out: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str | None:
+        """A line for the console when the compiled model differs from the run in what it measures."""
+        if self.loss is None:
+            return "model.keras is saved uncompiled: its loss is a custom function; accumrun evaluate scores it"
+        if not self.left_out:
+            return None
+        why = "; ".join(f"{name} ({reason})" for name, reason in self.left_out.items())
+        return f"model.keras is compiled without {why}; accumrun evaluate gives every metric"
+
+
+def compile_spec(objective: Objective) -> CompileSpec:
+    """The Keras loss and metrics that give the run's figures on the saved model's output."""
+    # The step's loss, reduced to the batch mean as Keras reports it: the same class and keywords.
+    step_loss = objective.loss
+    if not isinstance(step_loss, keras.losses.Loss):
+        return CompileSpec(loss=None)
+    loss = type(step_loss).from_config({**step_loss.get_config(), "reduction": "sum_over_batch_size"})
+    one_hot = objective.class_labels and not objective.sparse_loss and objective.outputs > 1
+    metrics: list[keras.metrics.Metric] = []
+    left_out: dict[str, str] = {}
+    for spec in objective.metrics:
+        metric = spec.make()
+        takes_indices = spec.sparse or not objective.class_labels or objective.outputs == 1
+        if objective.class_labels and takes_indices == one_hot:
+            left_out[spec.name] = "it needs class indices" if one_hot else "it needs one-hot targets"
+            continue
+        on_outputs = _on_outputs(metric, objective)
+        if on_outputs is None:
+            left_out[spec.name] = "it needs probabilities and the model outputs logits"
+            continue
+        metrics.append(on_outputs)
+    return CompileSpec(loss, metrics, one_hot, left_out)
+
+
+def save_trained_model(setup: TrainingSetup, path: Path) -> CompileSpec:
+    """Save the trained model to ``path`` as :meth:`TrainingSetup.model_to_save` shapes it, compiled with the run's
+    optimizer (its state included, so that ``fit`` can go on) and :func:`compile_spec`'s loss and metrics."""
+    model = setup.model_to_save()
+    spec = compile_spec(setup.objective.objective)
+    if spec.loss is not None:
+        with strategy_scope(setup.strategy):
+            model.compile(optimizer=setup.optimizer, loss=spec.loss, metrics=spec.metrics)
+    save_model(model, path)
+    return spec
+
+
+def _on_outputs(metric: keras.metrics.Metric, objective: Objective) -> keras.metrics.Metric | None:
+    """``metric`` as it must be built to see the model's raw outputs; None when no Keras setting makes it so."""
+    activation = objective.to_probabilities
+    # Softmax and sigmoid keep the order of the outputs, so accuracy and top-k read logits alike.
+    if activation is tf.identity or isinstance(metric, _ORDER_ONLY):
+        return metric
+    if activation is not tf.sigmoid:
+        return None
+    config = metric.get_config()
+    if isinstance(metric, keras.metrics.BinaryAccuracy):
+        threshold = config["threshold"]
+        config["threshold"] = math.log(threshold / (1 - threshold)) if 0 < threshold < 1 else threshold
+        return type(metric).from_config(config)
+    if isinstance(metric, keras.metrics.AUC):
+        return type(metric).from_config({**config, "from_logits": True})
+    return None
