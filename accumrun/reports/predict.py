@@ -41,8 +41,9 @@ class Predictions:
         """The rows as ``{column: value}`` records."""
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
-    def write(self, path: Path) -> Path:
+    def write(self, path: str | Path) -> Path:
         """Write a ``.json`` list of records, or else CSV, atomically."""
+        path = Path(path)
         if path.suffix.lower() == ".json":
             return write_text_atomically(path, json.dumps(self.records(), indent=1) + "\n")
         text = io.StringIO()
