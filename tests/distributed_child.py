@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from accumrun import train  # noqa: E402
+from accumrun.core.batch_norm import BatchNormMode, BatchNormStatistics  # noqa: E402
 from accumrun.core.losses import sparse_categorical_crossentropy  # noqa: E402
 from accumrun.core.step import make_train_step  # noqa: E402
 from accumrun.models.builders import mlp  # noqa: E402
@@ -121,8 +122,56 @@ def _ops(nodes: Any, library: dict[str, Any], in_loop: bool, in_branch: bool) ->
                     yield from _ops(library[name].node_def, library, loop, branch)
 
 
+def _input_bn_model() -> keras.Model:
+    keras.utils.set_random_seed(7)
+    inputs = keras.Input((6,))
+    x = keras.layers.BatchNormalization(name="input_bn")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(3)(x))
+
+
+def batch_norm_across_replicas(mode: BatchNormMode) -> dict[str, float]:
+    """An input BatchNorm's moving statistics after 3 batches of 9 (4 + 5 samples per replica, each in 2
+    sub-batches): how far replica 0's are from one device's (whole batches), and the replicas' from each other."""
+    rng = np.random.default_rng(3)
+    data = [
+        (tf.constant(rng.normal(2.0, 3.0, (9, 6)), tf.float32), tf.constant(rng.integers(3, size=9), tf.int32))
+        for _ in range(3)
+    ]
+    one = _input_bn_model()
+    step = make_train_step(
+        one, sparse_categorical_crossentropy, keras.optimizers.SGD(0.1), 1, batch_norm=BatchNormStatistics(one, mode)
+    )
+    for x, y in data:
+        step(x, y)
+    with STRATEGY.scope():
+        model = _input_bn_model()
+        optimizer = keras.optimizers.SGD(0.1)
+    statistics = BatchNormStatistics(model, mode, STRATEGY)
+    step = make_train_step(
+        model, sparse_categorical_crossentropy, optimizer, 2, strategy=STRATEGY, batch_norm=statistics
+    )
+    for x, y in data:
+        step(x, y)
+    layer, reference = model.get_layer("input_bn"), one.get_layer("input_bn")
+    copies = [
+        np.concatenate([mean.numpy(), variance.numpy()])
+        for mean, variance in zip(
+            STRATEGY.experimental_local_results(layer.moving_mean.value),
+            STRATEGY.experimental_local_results(layer.moving_variance.value),
+            strict=True,
+        )
+    ]
+    expected = np.concatenate([reference.moving_mean.numpy(), reference.moving_variance.numpy()])
+    return {
+        "to_one_device": float(np.max(np.abs(copies[0] - expected))),
+        "between_replicas": float(np.max(np.abs(copies[0] - copies[1]))),
+        "moved": float(np.max(np.abs(expected - np.concatenate([np.zeros(6), np.ones(6)])))),
+    }
+
+
 def main(out: Path) -> None:
     results: dict[str, Any] = {"weights": {}, "reductions": {}}
+    results["batch_norm"] = {mode: batch_norm_across_replicas(mode) for mode in ("per_batch", "sub_batch")}
     with tempfile.TemporaryDirectory() as folder:
         for optimizer in OPTIMIZERS:
             for subdivisions in (1, 3):

@@ -67,6 +67,16 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_per_batch_statistics_are_those_of_the_global_batch_on_every_replica(mirrored: dict[str, Any]) -> None:
+    per_batch, sub_batch = mirrored["batch_norm"]["per_batch"], mirrored["batch_norm"]["sub_batch"]
+    assert per_batch["moved"] > 1e-2
+    assert per_batch["to_one_device"] < 1e-5 and per_batch["between_replicas"] == 0.0
+    # The control: each replica's own sub-batches move its own copy.
+    assert sub_batch["between_replicas"] > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_one_gradient_all_reduce_per_batch_whatever_the_subdivisions(mirrored: dict[str, Any]) -> None:
     """The traced step holds the same reductions for 1 and 4 sub-batches, and none inside the sub-batch loop.
 

@@ -304,6 +304,12 @@ class TrainingConfig(_Section):
     jit_compile: bool = False
     precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     early_stopping: EarlyStoppingConfig | None = None
+    batch_norm: Literal["per_batch", "sub_batch", "precise", "frozen"] = "per_batch"
+    """What BatchNorm layers normalize with and when their moving statistics move (see
+    :mod:`accumrun.core.batch_norm`)."""
+    precise_bn_samples: int | None = Field(None, ge=1)
+    """``batch_norm: precise``: the training samples (a seeded subset) that each epoch's population statistics
+    are computed over; all of them by default."""
 
     @field_validator("batch_size", mode="before")
     @classmethod

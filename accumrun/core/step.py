@@ -33,13 +33,16 @@ This module knows nothing of configs, files or the command line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import keras
 import tensorflow as tf
 
+from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import LossFn, MetricSet, Objective
 from accumrun.core.split import sub_batch_sizes
 
@@ -72,6 +75,7 @@ def make_gradient_fn(
     jit_compile: bool = False,
     scale_loss: Callable[[tf.Tensor], tf.Tensor] | None = None,
     metrics: MetricSet | None = None,
+    batch_norm: BatchNormStatistics | None = None,
 ) -> Callable[..., Totals]:
     """A function ``(x, y, total=None) -> (gradients, loss_sum)`` that accumulates over the sub-batches.
 
@@ -91,6 +95,8 @@ def make_gradient_fn(
     accumulation is then one XLA cluster, compiled once per sub-batch shape. ``scale_loss`` (a loss-scale
     optimizer's) multiplies each sub-batch's objective, so float16 gradients do not underflow; the gradients
     returned are then scaled by it too, and are accumulated in float32 whatever the compute dtype.
+    ``batch_norm`` sets what the BatchNorm layers do in the forward passes, and records each sub-batch's moments
+    for a per-batch update of their moving statistics (see :mod:`accumrun.core.batch_norm`).
     """
     if subdivisions < 1:
         raise ValueError(f"subdivisions must be >= 1, got {subdivisions}")
@@ -99,7 +105,9 @@ def make_gradient_fn(
 
     def add_sub_batch(x_sub: tf.Tensor, y_sub: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]) -> Totals:
         with tf.GradientTape() as tape:
-            predictions = model(x_sub, training=True)
+            # Runs while the step is traced: the BatchNorm layers are traced as the mode says.
+            with batch_norm.tracing() if batch_norm is not None else contextlib.nullcontext():
+                predictions = model(x_sub, training=True)
             sub_loss_sum = tf.reduce_sum(objective.per_sample_loss(y_sub, predictions))
             batch_share = sub_loss_sum / n_float
             if model.losses:
@@ -111,6 +119,8 @@ def make_gradient_fn(
         sub_gradients = tape.gradient(batch_share, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         if metrics is not None:
             metrics.update(y_sub, predictions)
+        if batch_norm is not None and batch_norm.records:
+            batch_norm.record(tf.shape(x_sub)[0])
         gradients = [
             g + tf.cast(tf.convert_to_tensor(d), tf.float32) for g, d in zip(gradients, sub_gradients, strict=True)
         ]
@@ -182,6 +192,7 @@ class TrainStep:
         variables: list[tf.Variable],
         metric_state: list[tf.Variable],
         jit_compile: bool,
+        batch_norm: BatchNormStatistics | None = None,
     ) -> None:
         self.compiled = compiled
         """The compiled whole-batch step (a ``tf.function``)."""
@@ -190,6 +201,7 @@ class TrainStep:
         self._variables = variables
         self._metric_state = metric_state
         self._jit_compile = jit_compile
+        self._batch_norm = batch_norm
         self._streamed: _StreamedBatch | None = None
 
     def __call__(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -205,7 +217,12 @@ class TrainStep:
             raise ValueError("streamed sub-batches run on one device; this step is replicated")
         if self._streamed is None:
             self._streamed = _StreamedBatch(
-                self._sub_batch_gradients, self._apply_or_skip, self._variables, self._metric_state, self._jit_compile
+                self._sub_batch_gradients,
+                self._apply_or_skip,
+                self._variables,
+                self._metric_state,
+                self._jit_compile,
+                self._batch_norm,
             )
         return self._streamed.add(x, y, batch_samples)
 
@@ -227,8 +244,10 @@ class _StreamedBatch:
         variables: list[tf.Variable],
         metric_state: list[tf.Variable],
         jit_compile: bool,
+        batch_norm: BatchNormStatistics | None,
     ) -> None:
         self._metric_state = metric_state
+        self._batch_norm = batch_norm if batch_norm is not None and batch_norm.records else None
         with tf.init_scope():
             self._gradients = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False) for v in variables]
             self._loss_sum = tf.Variable(0.0, trainable=False)
@@ -247,6 +266,8 @@ class _StreamedBatch:
             loss_sum = tf.identity(self._loss_sum)
             applied = apply_or_skip(gradients, loss_sum)
             _restore_unless(applied, metric_state, self._metrics_before)
+            if self._batch_norm is not None:
+                self._batch_norm.update(self._batch_norm.batch_moments(), applied)
             for accumulator in self._gradients:
                 accumulator.assign(tf.zeros_like(accumulator))
             self._loss_sum.assign(0.0)
@@ -260,6 +281,9 @@ class _StreamedBatch:
             # The metrics as they were before the batch, to put back if its update is skipped.
             for saved, variable in zip(self._metrics_before, self._metric_state, strict=True):
                 saved.assign(variable)
+            if self._batch_norm is not None:
+                self._batch_norm.save()
+                self._batch_norm.reset()
             self.pending = True
         return self._add(x, y, tf.constant(batch_samples, tf.int32))
 
@@ -277,6 +301,7 @@ def make_train_step(
     metrics: MetricSet | None = None,
     strategy: tf.distribute.Strategy | None = None,
     jit_compile: bool = False,
+    batch_norm: BatchNormStatistics | None = None,
 ) -> TrainStep:
     """Compile the :class:`TrainStep`: accumulate over sub-batches, then update once.
 
@@ -288,7 +313,10 @@ def make_train_step(
     its scale on) a batch whose scaled gradients overflowed, which ``applied`` reports too.
 
     ``loss`` is an :class:`~accumrun.core.losses.Objective`, or a bare per-sample loss of class indices.
-    ``metrics`` (from ``objective.new_metrics()``) are updated with every sub-batch's samples.
+    ``metrics`` (from ``objective.new_metrics()``) are updated with every sub-batch's samples. ``batch_norm``
+    (created in the strategy's scope) sets the BatchNorm mode; with ``per_batch`` or ``precise`` the moving
+    statistics move once per batch, from the batch's moments over every sub-batch and replica, or not at all
+    when the batch is skipped. Without it, Keras' own behaviour holds (``sub_batch``).
 
     With a ``strategy`` (the model, optimizer and metrics created in its scope), the global batch ``(x, y)`` is
     dealt out to the replicas, each runs its sub-batches in a loop, and the two all-reduces and the update follow
@@ -313,8 +341,9 @@ def make_train_step(
             with strategy.scope():
                 optimizer.build(variables)
     scale_loss = optimizer.scale_loss if loss_scaled else None
-    accumulate = make_gradient_fn(model, loss, subdivisions, jit_compile, scale_loss, metrics)
+    accumulate = make_gradient_fn(model, loss, subdivisions, jit_compile, scale_loss, metrics, batch_norm)
     metric_state = metrics.variables if metrics is not None else []
+    recording = batch_norm if batch_norm is not None and batch_norm.records else None
 
     def apply_or_skip(gradients: list[tf.Tensor], loss_sum: tf.Tensor) -> tf.Tensor:
         """Apply ``gradients`` unless they or the loss are not finite; return whether they were applied."""
@@ -331,14 +360,19 @@ def make_train_step(
         return tf.cond(_all_finite(loss_sum, gradients), apply, lambda: tf.constant(False))
 
     if strategy is not None:
-        compiled = _replicated_step(strategy, accumulate, optimizer, variables, metric_state)
+        compiled = _replicated_step(strategy, accumulate, optimizer, variables, metric_state, recording)
         return TrainStep(compiled, None, apply_or_skip, variables, metric_state, jit_compile)
 
     def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         metrics_before = [tf.identity(v) for v in metric_state]
+        if recording is not None:
+            recording.save()
+            recording.reset()
         gradients, loss_sum = accumulate(x, y)
         applied = apply_or_skip(gradients, loss_sum)
         _restore_unless(applied, metric_state, metrics_before)
+        if recording is not None:
+            recording.update(recording.batch_moments(), applied)
         return loss_sum, applied
 
     # XLA needs static shapes, so a jit-compiled step keeps one trace per batch shape instead of generalizing.
@@ -347,8 +381,8 @@ def make_train_step(
     else:
         compiled = tf.function(train_step, reduce_retracing=True)
     # A streamed sub-batch is a batch of one subdivision, its losses divided by the whole batch's count.
-    one_sub_batch = make_gradient_fn(model, loss, 1, False, scale_loss, metrics)
-    return TrainStep(compiled, one_sub_batch, apply_or_skip, variables, metric_state, jit_compile)
+    one_sub_batch = make_gradient_fn(model, loss, 1, False, scale_loss, metrics, batch_norm)
+    return TrainStep(compiled, one_sub_batch, apply_or_skip, variables, metric_state, jit_compile, batch_norm)
 
 
 def _all_finite(loss_sum: tf.Tensor, gradients: list[tf.Tensor]) -> tf.Tensor:
@@ -374,20 +408,24 @@ def _replicated_step(
     optimizer: keras.optimizers.Optimizer,
     variables: list[tf.Variable],
     metric_state: list[tf.Variable],
+    batch_norm: BatchNormStatistics | None,
 ) -> Step:
     """The step of :func:`make_train_step` over the replicas of ``strategy``."""
     replicas = strategy.num_replicas_in_sync
 
-    def replica_gradients(
-        x: tf.Tensor, y: tf.Tensor, total: tf.Tensor
-    ) -> tuple[list[tf.Tensor], tf.Tensor, list[tf.Tensor]]:
+    def replica_gradients(x: tf.Tensor, y: tf.Tensor, total: tf.Tensor) -> tuple[Any, ...]:
         # Each replica's own metric state (synchronized on read), to put back if the batch is skipped.
         metrics_before = [tf.identity(v) for v in metric_state]
+        if batch_norm is not None:
+            batch_norm.reset()
         gradients, loss_sum = accumulate(x, y, total)
         not_finite = tf.logical_not(_all_finite(loss_sum, gradients))
         local = tf.stack([loss_sum, tf.cast(not_finite, tf.float32)])
-        totals = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local)
-        return gradients, totals, metrics_before
+        context = tf.distribute.get_replica_context()
+        totals = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
+        # The batch's BatchNorm moments over every replica: the same on each, like the totals.
+        moments = batch_norm.batch_moments(context) if batch_norm is not None else []
+        return gradients, totals, metrics_before, moments
 
     def replica_update(gradients: list[tf.Tensor]) -> None:
         # apply_gradients sums the replicas' gradients (the one gradient all-reduce), then updates.
@@ -407,9 +445,11 @@ def _replicated_step(
             return x[start:end], y[start:end]
 
         x_parts, y_parts = strategy.experimental_distribute_values_from_function(replica_slice)
-        gradients, totals, metrics_before = strategy.run(replica_gradients, args=(x_parts, y_parts, total))
-        # After the all-reduce every replica holds the same totals; any local copy will do.
-        totals = strategy.experimental_local_results(totals)[0]
+        if batch_norm is not None:
+            batch_norm.save()
+        gradients, totals, metrics_before, moments = strategy.run(replica_gradients, args=(x_parts, y_parts, total))
+        # After the all-reduces every replica holds the same totals and moments; any local copy will do.
+        totals, moments = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], (totals, moments))
 
         def update() -> tf.Tensor:
             strategy.run(replica_update, args=(gradients,))
@@ -421,6 +461,8 @@ def _replicated_step(
             return tf.constant(False)
 
         applied = tf.cond(tf.equal(totals[1], 0.0), update, skip)
+        if batch_norm is not None:
+            batch_norm.update(moments, applied)
         return totals[0], applied
 
     return train_step

@@ -36,6 +36,8 @@ class Variant:
     error: str | None = None
     metrics: list[dict[str, Any]] = field(default_factory=list)
     max_weight_difference: float | None = None
+    batch_norm: dict[str, Any] | None = None
+    """``layers`` and ``mode`` when the model has BatchNorm layers (from the variant's ``run.json``)."""
 
     @property
     def label(self) -> str:
@@ -105,6 +107,7 @@ def run_variants(
         finished = subprocess.run(command, stderr=subprocess.PIPE, text=True)
         if finished.returncode == 0:
             variant.status, variant.metrics = "completed", load_metrics(variant.run_dir)
+            variant.batch_norm = json.loads((variant.run_dir / "run.json").read_text()).get("batch_norm")
         else:
             lines = [line for line in finished.stderr.strip().splitlines() if line.strip()]
             variant.status = f"failed (exit {finished.returncode})"
@@ -173,6 +176,13 @@ def format_table(variants: list[Variant]) -> str:
         else:
             cells += [f"{'-':>14}"] * 5
         lines.append(" | ".join(cells) + f" | {v.status}" + (f": {v.error}" if v.error else ""))
+    batch_norm = next((v.batch_norm for v in variants if v.batch_norm), None)
+    if batch_norm is not None and batch_norm["mode"] != "frozen":
+        lines.append(
+            f"\nnote: the model has {batch_norm['layers']} BatchNorm layers (batch_norm: {batch_norm['mode']}); each "
+            "sub-batch is normalized with its own statistics, so the variants are not expected to match (batch_norm: "
+            "frozen makes them match)"
+        )
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ import progressbar
 import tensorflow as tf
 
 from accumrun.config.schema import Config
-from accumrun.core.split import describe_plan
+from accumrun.core.split import describe_plan, replica_sub_batch_sizes
 from accumrun.training.setup import TrainingSetup
 
 
@@ -38,9 +38,16 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         f"model {config.model.name}: {parameters:,} parameters{frozen}",
         *setup.objective.describe(),
         _plan(config, dataset.train_size, setup.batch_size, setup.replicas),
+        *setup.batch_norm.describe(_smallest_sub_batch(setup)),
         f"optimizer {config.optimizer.name}, learning rate {rate}, {_count(config.training.epochs, 'epoch')}, "
         f"seed {config.seed}",
     ]
+
+
+def _smallest_sub_batch(setup: TrainingSetup) -> int:
+    """The fewest samples a replica's sub-batch of a full batch holds (the subdivisions settled)."""
+    subdivisions = setup.config.training.fixed_subdivisions or 1
+    return min(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
 
 
 def _input_line(setup: TrainingSetup) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from accumrun.core.batch_norm import PopulationStatistics
 from accumrun.core.split import replica_sub_batch_sizes
 from accumrun.core.step import Step, TrainStep
 from accumrun.data.feeder import Feeder
@@ -64,6 +65,12 @@ class EpochLoop:
         # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
         self.sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, self.subdivisions))
         self.validation = Validation(setup, self.sub_batch_size) if dataset.val_size else None
+        precise = setup.batch_norm.mode == "precise" and setup.batch_norm.records
+        self.population_statistics = (
+            PopulationStatistics(setup.model, setup.batch_norm, self.sub_batch_size, setup.strategy)
+            if precise
+            else None
+        )
 
     @property
     def _optimizer(self) -> keras.optimizers.Optimizer:
@@ -143,6 +150,12 @@ class EpochLoop:
         """Validate, record the row of the epoch that ``position`` has just finished and apply the controls;
         return why training stops here, if it does."""
         started = time.perf_counter()
+        setup = self.setup
+        if self.population_statistics is not None:
+            # Before validation and the epoch's checkpoint, which then hold the population statistics.
+            # Whole batches, cut on the device, when they fit; else the sub-batches one at a time.
+            chunk = setup.batch_size if setup.feed == "batch" else self.sub_batch_size
+            self.population_statistics(setup.population_chunks(chunk))
         validation = self.validation() if self.validation is not None else {}
         optimizer = self._optimizer
         row = epoch_row(

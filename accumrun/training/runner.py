@@ -97,6 +97,9 @@ def _train(
     setup = build_training(config, strategy)
     config = setup.config
     details: dict[str, Any] = {}
+    if setup.batch_norm.layers:
+        # compare reads it: with BatchNorm, subdivided and plain runs are not expected to match.
+        details["batch_norm"] = {"layers": len(setup.batch_norm.layers), "mode": setup.batch_norm.mode}
     subdivisions = config.training.fixed_subdivisions
     if subdivisions is None:
         subdivisions, train_step, tried = _settle_auto(setup, echo)

@@ -3,14 +3,16 @@ and metrics, and the steps."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
+from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import MetricSet
 from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import TrainStep, make_eval_step, make_train_step
@@ -70,11 +72,13 @@ class TrainingSetup:
     strategy: tf.distribute.Strategy | None
     train_metrics: MetricSet = field(init=False)
     val_metrics: MetricSet = field(init=False)
+    batch_norm: BatchNormStatistics = field(init=False)
 
     def __post_init__(self) -> None:
         with strategy_scope(self.strategy):
             self.train_metrics = self.objective.objective.new_metrics()
             self.val_metrics = self.objective.objective.new_metrics()
+        self.batch_norm = BatchNormStatistics(self.model, self.config.training.batch_norm, self.strategy)
 
     @property
     def replicas(self) -> int:
@@ -92,6 +96,7 @@ class TrainingSetup:
                 metrics=self.train_metrics,
                 strategy=self.strategy,
                 jit_compile=self.config.training.jit_compile,
+                batch_norm=self.batch_norm,
             )
 
     def make_eval_step(self) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
@@ -124,6 +129,25 @@ class TrainingSetup:
             augmentation=self.augmentation,
             training=False,
         )
+
+    def population_chunks(self, chunk_size: int) -> Iterator[tf.Tensor]:
+        """The training samples that ``batch_norm: precise`` computes population statistics over (all, or a
+        seeded subset of ``training.precise_bn_samples``), in chunks of ``chunk_size``, as validation sees them:
+        augmentation in inference mode."""
+        train = self.dataset.train
+        limit = self.config.training.precise_bn_samples
+        if limit is not None and limit < train.size:
+            chosen = np.random.default_rng(self.config.seed).permutation(train.size)[:limit]
+            train = train.subset(np.sort(chosen))
+        feeder = Feeder(
+            train,
+            batch_sizes(train.size, chunk_size),
+            seed=self.config.seed,
+            shuffle=False,
+            augmentation=self.augmentation,
+            training=False,
+        )
+        return (x for x, _ in feeder.epoch(0))
 
     def model_to_save(self) -> keras.Model:
         """The trained model as ``model.keras`` holds it: taking raw samples of the stored size (with a crop of

@@ -1,0 +1,183 @@
+"""BatchNorm under accumulation (``training.batch_norm``): per-batch moving statistics equal plain training's
+where they can, precise statistics are the training set's, frozen training equals plain training in every
+weight, and ``sub_batch`` differs, as the control that lets the others fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from accumrun import load_config, train
+from accumrun.core.batch_norm import BatchNormMode, BatchNormStatistics, PopulationStatistics
+from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.split import sub_batch_sizes
+from accumrun.core.step import make_train_step
+from accumrun.reports.compare import Variant, format_table
+from accumrun.training.console import describe_setup
+from accumrun.training.setup import build_training
+from tests.helpers import max_difference, write_config
+
+FEATURES, CLASSES = 4, 3
+
+
+def bn_model(seed: int = 0) -> keras.Model:
+    """A BatchNorm on the raw input (whose input no weight changes), a hidden layer with a BatchNorm after it."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((FEATURES,))
+    x = keras.layers.BatchNormalization(name="input_bn")(inputs)
+    x = keras.layers.Dense(8, activation="relu")(x)
+    x = keras.layers.BatchNormalization(name="hidden_bn")(x)
+    return keras.Model(inputs, keras.layers.Dense(CLASSES)(x))
+
+
+def batches(count: int, size: int, seed: int = 1) -> list[tuple[tf.Tensor, tf.Tensor]]:
+    rng = np.random.default_rng(seed)
+    # Far from the initial statistics (mean 0, variance 1), so that their updates show.
+    x = rng.normal(loc=3.0, scale=2.0, size=(count, size, FEATURES)).astype(np.float32)
+    y = rng.integers(CLASSES, size=(count, size)).astype(np.int32)
+    return [(tf.constant(a), tf.constant(b)) for a, b in zip(x, y, strict=True)]
+
+
+def trained(mode: BatchNormMode, subdivisions: int, data: list[tuple[tf.Tensor, tf.Tensor]]) -> keras.Model:
+    model = bn_model()
+    statistics = BatchNormStatistics(model, mode)
+    step = make_train_step(
+        model, sparse_categorical_crossentropy, keras.optimizers.SGD(0.1), subdivisions, batch_norm=statistics
+    )
+    for x, y in data:
+        step(x, y)
+    return model
+
+
+def moving(model: keras.Model, name: str) -> np.ndarray:
+    layer = model.get_layer(name)
+    return np.concatenate([layer.moving_mean.numpy(), layer.moving_variance.numpy()])
+
+
+def test_per_batch_moves_an_input_batch_norm_as_plain_training_does_on_uneven_splits() -> None:
+    data = batches(3, 10)  # 10 in 3 sub-batches of 3, 3 and 4; in 4 of 2, 3, 2, 3
+    plain = trained("per_batch", 1, data)
+    for subdivisions in (3, 4):
+        subdivided = trained("per_batch", subdivisions, data)
+        np.testing.assert_allclose(moving(subdivided, "input_bn"), moving(plain, "input_bn"), rtol=1e-6, atol=1e-6)
+    # The control: sub_batch moves them once per sub-batch, with a different result.
+    darknet = trained("sub_batch", 3, data)
+    assert np.max(np.abs(moving(darknet, "input_bn") - moving(plain, "input_bn"))) > 1e-2
+
+
+def test_per_batch_moves_the_statistics_by_the_whole_batch_moments_once() -> None:
+    data = batches(1, 10)
+    model = trained("per_batch", 3, data)
+    x = data[0][0].numpy()
+    expected = np.concatenate([0.01 * x.mean(axis=0), 0.99 + 0.01 * x.var(axis=0)])
+    np.testing.assert_allclose(moving(model, "input_bn"), expected, rtol=1e-6)
+
+
+def test_streamed_sub_batches_move_the_statistics_as_the_whole_batch_does() -> None:
+    data = batches(2, 10)
+    whole = trained("per_batch", 3, data)
+    model = bn_model()
+    step = make_train_step(
+        model,
+        sparse_categorical_crossentropy,
+        keras.optimizers.SGD(0.1),
+        3,
+        batch_norm=BatchNormStatistics(model, "per_batch"),
+    )
+    for x, y in data:
+        start = 0
+        for size in sub_batch_sizes(10, 3):  # the sub-batches that the whole-batch step cuts
+            step.accumulate(x[start : start + size], y[start : start + size], batch_samples=10)
+            start += size
+        step.apply()
+    assert max_difference(model.get_weights(), whole.get_weights()) < 1e-6
+
+
+def test_a_skipped_batch_leaves_the_statistics_as_they_were() -> None:
+    model = bn_model()
+    before = moving(model, "input_bn")
+    step = make_train_step(
+        model,
+        sparse_categorical_crossentropy,
+        keras.optimizers.SGD(0.1),
+        2,
+        batch_norm=BatchNormStatistics(model, "per_batch"),
+    )
+    x, y = batches(1, 6)[0]
+    _, applied = step(tf.tensor_scatter_nd_update(x, [[0, 0]], [np.nan]), y)
+    assert not bool(applied)
+    np.testing.assert_array_equal(moving(model, "input_bn"), before)
+
+
+def test_frozen_training_is_the_same_with_subdivisions_in_every_weight() -> None:
+    data = batches(3, 10)
+    plain = trained("frozen", 1, data)
+    subdivided = trained("frozen", 3, data)
+    assert max_difference(subdivided.get_weights(), plain.get_weights()) < 1e-6
+    # Moving statistics fixed; gamma and beta trained.
+    np.testing.assert_array_equal(moving(plain, "input_bn"), moving(bn_model(), "input_bn"))
+    assert not np.allclose(plain.get_layer("input_bn").gamma.numpy(), 1.0)
+    # The control: with statistics from each sub-batch, the weights differ.
+    assert (
+        max_difference(trained("per_batch", 3, data).get_weights(), trained("per_batch", 1, data).get_weights()) > 1e-4
+    )
+
+
+def test_precise_statistics_are_the_training_set_mean_and_variance() -> None:
+    model = bn_model()
+    statistics = BatchNormStatistics(model, "precise")
+    rng = np.random.default_rng(2)
+    x = rng.normal(loc=5.0, scale=3.0, size=(23, FEATURES)).astype(np.float32)
+    # Chunks of 10, 10 and 3, cut into pieces of at most 4: uneven everywhere.
+    PopulationStatistics(model, statistics, piece=4)(tf.constant(x[i : i + 10]) for i in range(0, 23, 10))
+    layer = model.get_layer("input_bn")
+    np.testing.assert_allclose(layer.moving_mean.numpy(), x.mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(layer.moving_variance.numpy(), x.var(axis=0), rtol=1e-5)
+
+
+def config_sections(tmp_path: Path, **training: Any) -> dict[str, Any]:
+    return {
+        "seed": 0,
+        "data": {"name": "synthetic", "samples": 30, "shape": [6, 6, 1], "classes": 3, "validation_split": 0.2},
+        "model": {"name": "darknet_cnn", "filters": [4, 8], "strides": [2, 2]},
+        "training": {"epochs": 2, "batch_size": 8, "subdivisions": 2, **training},
+        "output": {"tensorboard": False},
+    }
+
+
+def test_the_summary_counts_the_layers_and_warns_of_tiny_sub_batches(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "bn.yaml", **config_sections(tmp_path, subdivisions=8))
+    lines = describe_setup(build_training(load_config(path)))
+    assert "batch norm: 2 BatchNormalization layers, per_batch (moving statistics move once per batch" in "\n".join(
+        lines
+    )
+    warning = [line for line in lines if line.startswith("warning: BatchNorm")]
+    assert warning and "sub-batch of 1 sample per replica" in warning[0] and "batch_norm: frozen" in warning[0]
+    frozen = write_config(tmp_path / "frozen.yaml", **config_sections(tmp_path, subdivisions=8, batch_norm="frozen"))
+    assert not any(line.startswith("warning") for line in describe_setup(build_training(load_config(frozen))))
+
+
+@pytest.mark.slow
+def test_precise_training_resumes_to_the_same_weights(tmp_path: Path) -> None:
+    sections = config_sections(tmp_path, batch_norm="precise", precise_bn_samples=17)
+    whole = train(sections, tmp_path / "whole", quiet=True)
+    first = {**sections, "training": {**sections["training"], "epochs": 1}}
+    train(first, tmp_path / "resumed", quiet=True)
+    resumed = train({**sections}, tmp_path / "resumed", resume=True, quiet=True)
+    assert max_difference(resumed.model.get_weights(), whole.model.get_weights()) == 0.0
+    assert resumed.metrics[-1]["val_loss"] == whole.metrics[-1]["val_loss"]
+
+
+def test_compare_notes_a_batch_norm_model_unless_frozen(tmp_path: Path) -> None:
+    row = {"epoch": 1, "loss": 0.5, "val_loss": 0.6, "seconds": 1.0, "samples_per_second": 10.0, "subdivisions": 4}
+    variants = [Variant(count, tmp_path / str(count), "completed", metrics=[row]) for count in (4, 1)]
+    assert "note:" not in format_table(variants)
+    variants[0].batch_norm = {"layers": 3, "mode": "per_batch"}
+    assert "note: the model has 3 BatchNorm layers (batch_norm: per_batch)" in format_table(variants)
+    variants[0].batch_norm = {"layers": 3, "mode": "frozen"}
+    assert "note:" not in format_table(variants)
