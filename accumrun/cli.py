@@ -343,6 +343,64 @@ def compare(
         raise click.ClickException(f"{len(comparison.failed)} of {count} variants failed; see the table above")
 
 
+# The train options that take a value, to find CONFIG, --run-dir and --resume among a launch's train options.
+_TRAIN_VALUE_OPTIONS = ("--subdivisions", "--epochs", "--batch-size", "--set", "--run-dir", "--resume")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--workers", type=click.IntRange(min=1), required=True, help="How many local workers to start.")
+@click.argument("train_args", metavar="[CONFIG] [TRAIN OPTIONS]...", nargs=-1, type=click.UNPROCESSED)
+def launch(workers: int, train_args: tuple[str, ...]) -> None:
+    """Start WORKERS local processes of one multi-worker run: `accumrun train` with the same CONFIG and train
+    options (--resume RUN_DIR among them), TF_CONFIG on free localhost ports, output prefixed [w0], [w1], ...
+
+    Ctrl-C and SIGTERM are passed on to every worker, which stop at the same batch after a checkpoint. The
+    launcher exits with worker 0's status.
+    """
+    from accumrun.launcher import launch as launch_workers
+    from accumrun.launcher import resume_hint
+    from accumrun.rundir.status import read_status
+
+    args = list(train_args)
+    run_dir, new_run = _launched_run_dir(args)
+    if new_run:
+        args += ["--run-dir", str(run_dir)]
+    args += ["--set", "distribute.strategy=multi_worker"]
+    code = launch_workers(workers, args, click.echo)
+    if code != 0 and (run_dir / "checkpoints").is_dir() and read_status(run_dir) != "completed":
+        click.echo(f"[launch] resume with: {resume_hint(workers, run_dir)}", err=True)
+    sys.exit(code)
+
+
+def _launched_run_dir(args: list[str]) -> tuple[Path, bool]:
+    """The run directory that a launch's train options name (--resume, --run-dir), or the config's
+    ``output.run_dir``, resolved once for every worker; and whether it is a new run's to pass on as --run-dir."""
+    values: dict[str, list[str]] = {}
+    positionals = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        name, equals, value = arg.partition("=")
+        if name in _TRAIN_VALUE_OPTIONS and equals:
+            values.setdefault(name, []).append(value)
+        elif arg in _TRAIN_VALUE_OPTIONS and index + 1 < len(args):
+            values.setdefault(arg, []).append(args[index + 1])
+            index += 1
+        elif not arg.startswith("-"):
+            positionals.append(arg)
+        index += 1
+    if "--resume" in values:
+        return Path(values["--resume"][-1]), False
+    if "--run-dir" in values:
+        return Path(values["--run-dir"][-1]), False
+    if not positionals:
+        raise click.UsageError("missing CONFIG (or --resume RUN_DIR to continue a run)")
+    from accumrun.config.loading import load_config
+
+    config = load_config(positionals[0], values.get("--set", []))
+    return _resolve_run_dir(config.output.run_dir, positionals[0]), True
+
+
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option(

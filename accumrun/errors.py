@@ -64,3 +64,9 @@ class Interrupted(click.ClickException):
     def show(self, file: IO[Any] | None = None) -> None:
         # A stop the user asked for is not an error; say where the run stands and how to go on.
         click.echo(self.message, err=True)
+
+
+class WorkerLost(click.ClickException):
+    """A worker of a multi-worker run stopped answering; the others stopped, and the last checkpoint is intact."""
+
+    exit_code = 1

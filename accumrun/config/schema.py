@@ -393,10 +393,15 @@ class OutputConfig(_Section):
 
 class DistributeConfig(_Section):
     """Where the replicas of the step run: one device (``none``), the local GPUs (``mirrored``), or several hosts
-    (``multi_worker``, cluster from ``TF_CONFIG``). ``auto`` is ``mirrored`` with more than one GPU, else ``none``."""
+    (``multi_worker``, cluster from ``TF_CONFIG`` or Slurm). ``auto`` is ``mirrored`` with more than one GPU, else
+    ``none``."""
 
     strategy: Literal["none", "auto", "mirrored", "multi_worker"] = "none"
     logical_cpus: int | None = Field(None, ge=1)
+    cluster: Literal["auto", "tf_config", "slurm"] = "auto"
+    """``multi_worker``: where the cluster is described: ``TF_CONFIG``, Slurm's variables, or whichever is set."""
+    timeout_seconds: int = Field(300, ge=1)
+    """``multi_worker``: how long a collective waits for a worker that stopped answering before the run ends."""
 
 
 class Config(_Section):

@@ -21,13 +21,16 @@ def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
         os.fsync(file.fileno())
 
 
-def keep_metrics_before(run_dir: Path, epochs: int) -> list[dict[str, Any]]:
-    """Keep only the rows of the first ``epochs`` epochs (a resumed run logs the later ones again); return them."""
+def metrics_before(run_dir: Path, epochs: int) -> list[dict[str, Any]]:
+    """The rows of the first ``epochs`` epochs (those a resumed run keeps; it logs the later ones again)."""
     path = run_dir / METRICS_FILE
     rows = load_metrics(run_dir) if path.is_file() and path.read_text().strip() else []
-    kept = [row for row in rows if row["epoch"] <= epochs]
-    write_text_atomically(path, "".join(json.dumps(row) + "\n" for row in kept))
-    return kept
+    return [row for row in rows if row["epoch"] <= epochs]
+
+
+def keep_metrics(run_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """Rewrite ``metrics.jsonl`` with ``rows`` only, atomically."""
+    write_text_atomically(run_dir / METRICS_FILE, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 def load_metrics(run_dir: Path) -> list[dict[str, Any]]:

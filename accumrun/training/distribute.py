@@ -2,10 +2,10 @@
 
 ``none`` trains on one device without ``tf.distribute``. ``mirrored`` replicates the model on the local GPUs (or
 on ``logical_cpus`` slices of the CPU, to try it without GPUs); ``multi_worker`` on the devices of several hosts,
-whose cluster the standard ``TF_CONFIG`` environment variable describes. Logical devices and the multi-worker
-runtime must be set up before TensorFlow creates its devices, so :func:`create_strategy` is called first thing
-(the command line does so before anything else touches TensorFlow), once per process, and the strategy is
-passed down as a value.
+whose cluster the standard ``TF_CONFIG`` environment variable or a Slurm job step describes. Logical devices and
+the multi-worker runtime must be set up before TensorFlow creates its devices, so :func:`create_strategy` is
+called first thing (the command line does so before anything else touches TensorFlow), once per process, and
+the strategy is passed down as a value.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import signal
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -35,8 +38,10 @@ def create_strategy(config: DistributeConfig) -> tf.distribute.Strategy | None:
     if name == "none":
         return None
     if name == "multi_worker":
-        read_cluster()
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        resolver = cluster_resolver(config.cluster)
+        # Collectives give up on a worker that stops answering, instead of waiting for ever.
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=config.timeout_seconds)
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     devices = _split_cpu(config.logical_cpus) if config.logical_cpus else None
     return tf.distribute.MirroredStrategy(devices)
 
@@ -56,6 +61,53 @@ def _split_cpu(count: int) -> list[str]:
                 count,
             ) from None
     return [device.name for device in tf.config.list_logical_devices("CPU")]
+
+
+def cluster_resolver(cluster: str) -> tf.distribute.cluster_resolver.ClusterResolver:
+    """The cluster of a multi-worker run: from ``TF_CONFIG`` (``tf_config``), Slurm's variables (``slurm``), or,
+    with ``auto``, ``TF_CONFIG`` when it is set, else Slurm's when this process is a Slurm task.
+
+    Raises:
+        ConfigError: neither is there, or what is there is malformed.
+    """
+    if cluster == "auto":
+        if os.environ.get("TF_CONFIG", "").strip():
+            cluster = "tf_config"
+        elif "SLURM_PROCID" in os.environ:
+            cluster = "slurm"
+        else:
+            raise ConfigError(
+                "distribute.cluster",
+                "multi_worker needs a cluster: set TF_CONFIG, run as a Slurm task (srun), or start local workers "
+                "with accumrun launch --workers N",
+                "auto",
+            )
+    if cluster == "tf_config":
+        read_cluster()
+        return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return slurm_resolver()
+
+
+def slurm_resolver() -> tf.distribute.cluster_resolver.SlurmClusterResolver:
+    """The cluster of this Slurm job step: one worker per task, ports from 8888 on each node.
+
+    Raises:
+        ConfigError: a Slurm variable is missing or malformed.
+    """
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    try:
+        if gpus:
+            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(gpus_per_node=gpus)
+        else:
+            # TensorFlow's resolver lists a task only beside a GPU of its own: on CPU nodes give it placeholder
+            # GPUs, and keep it from setting CUDA_VISIBLE_DEVICES.
+            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
+                gpus_per_node=1024, gpus_per_task=1, auto_set_gpu=False
+            )
+        resolver.cluster_spec()  # sets the task type and index
+    except (RuntimeError, ValueError, KeyError) as error:
+        raise ConfigError("distribute.cluster", f"slurm: cannot read the job step's cluster: {error}") from None
+    return resolver
 
 
 def read_cluster() -> dict[str, Any]:
@@ -102,6 +154,43 @@ def is_chief(strategy: tf.distribute.Strategy | None) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().jobs
 
 
+def stop_agreement(strategy: tf.distribute.Strategy | None) -> Callable[[int | None], int | None]:
+    """``agree(signal_number) -> signal_number``: on a multi-worker run, the stop that any worker was asked for
+    (SIGTERM before SIGINT), by one small all-reduce, so that every worker stops at the same batch; elsewhere the
+    local request as it is. Called once per batch."""
+    if not task_addresses(strategy):
+        return lambda number: number
+    assert strategy is not None
+    asked = (signal.SIGTERM, signal.SIGINT)
+
+    @tf.function
+    def counts(flags: tf.Tensor) -> tf.Tensor:
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(flags)), axis=None)
+
+    def agree(number: int | None) -> int | None:
+        totals = counts(tf.constant([float(number == each) for each in asked])).numpy()
+        return next((int(each) for each, total in zip(asked, totals, strict=True) if total > 0), None)
+
+    return agree
+
+
+# What a collective raises when a peer is gone: the coordination service's missed heartbeats, or the timeout.
+PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError)
+
+
+def lost_worker(error: Exception, strategy: tf.distribute.Strategy | None) -> str | None:
+    """``worker 1 (host:port)``, the task that ``error`` says stopped answering, or ``a worker`` when it names
+    none; None when ``error`` is not a lost peer of a multi-worker run."""
+    tasks = task_addresses(strategy)
+    if not tasks or not isinstance(error, PEER_ERRORS):
+        return None
+    resolver = strategy.cluster_resolver if strategy is not None else None
+    me = f"{resolver.task_type} {resolver.task_id}" if resolver is not None else ""
+    named = re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", str(error))
+    lost = [f"{job} {index}" for job, index in dict.fromkeys(named) if f"{job} {index}" != me]
+    return ", ".join(f"{task} ({tasks.get(task, '?')})" for task in lost) or "a worker"
+
+
 def strategy_scope(strategy: tf.distribute.Strategy | None) -> contextlib.AbstractContextManager:
     """The scope to create the model and the optimizer in, so that their variables live on every replica."""
     return strategy.scope() if strategy is not None else contextlib.nullcontext()
@@ -117,10 +206,28 @@ def describe_strategy(strategy: tf.distribute.Strategy) -> str:
     jobs = resolver.cluster_spec().as_dict()
     workers = len(jobs.get("chief", [])) + len(jobs.get("worker", []))
     role = "the chief, writes the run" if is_chief(strategy) else "writes nothing"
+    source = "Slurm" if isinstance(resolver, tf.distribute.cluster_resolver.SlurmClusterResolver) else "TF_CONFIG"
+    chief = chief_address(resolver)
     return (
-        f"multi_worker: {replicas} replicas on {workers} workers; this is {resolver.task_type} {resolver.task_id} "
-        f"({role}) with {devices}"
+        f"multi_worker: {replicas} replicas on {workers} workers (cluster from {source}; chief {chief}); this is "
+        f"{resolver.task_type} {resolver.task_id} ({role}) with {devices}"
     )
+
+
+def chief_address(resolver: tf.distribute.cluster_resolver.ClusterResolver) -> str:
+    """``worker 0 at host:port``: the task that writes the run."""
+    jobs = resolver.cluster_spec().as_dict()
+    job = "chief" if "chief" in jobs else "worker"
+    return f"{job} 0 at {jobs[job][0]}"
+
+
+def task_addresses(strategy: tf.distribute.Strategy | None) -> dict[str, str]:
+    """Every task of a multi-worker cluster by name (``worker 1``) and address; empty on one host."""
+    resolver = strategy.cluster_resolver if strategy is not None else None
+    if resolver is None or not resolver.cluster_spec().jobs:
+        return {}
+    jobs = resolver.cluster_spec().as_dict()
+    return {f"{job} {index}": address for job, hosts in jobs.items() for index, address in enumerate(hosts)}
 
 
 def _short_device(name: str) -> str:

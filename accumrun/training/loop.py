@@ -27,6 +27,7 @@ from accumrun.errors import Interrupted, TrainingDiverged
 from accumrun.training.checkpoints import CheckpointStore, Position
 from accumrun.training.console import progress_bar
 from accumrun.training.controls import Controls
+from accumrun.training.distribute import stop_agreement
 from accumrun.training.evaluation import Validation
 from accumrun.training.log import RunLog, epoch_row
 from accumrun.training.saving import save_trained_model
@@ -46,6 +47,9 @@ class EpochLoop:
     train_step: Step | TrainStep
     subdivisions: int
     run_dir: Path
+    """Where this process writes (a scratch folder on a multi-worker run's other workers)."""
+    run_home: Path
+    """The run's directory, which a resume names."""
     store: CheckpointStore
     log: RunLog
     controls: Controls
@@ -65,6 +69,7 @@ class EpochLoop:
         # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
         self.sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, self.subdivisions))
         self.validation = Validation(setup, self.sub_batch_size) if dataset.val_size else None
+        self.agree = stop_agreement(setup.strategy)
         precise = setup.batch_norm.mode == "precise" and setup.batch_norm.records
         self.population_statistics = (
             PopulationStatistics(setup.model, setup.batch_norm, self.sub_batch_size, setup.strategy)
@@ -90,7 +95,7 @@ class EpochLoop:
             stopped = self._end_epoch(position)
             position = Position(epoch=position.epoch + 1)
             checkpoint = self.store.save(position)
-            self._stop_if_requested(stops, position, checkpoint)
+            self._stop(self.agree(stops.signal_number), position, checkpoint)
         if stopped is not None:
             self.echo(stopped)
         self.log.close()
@@ -122,10 +127,12 @@ class EpochLoop:
                     self.store.save(position)
             if bar is not None:
                 bar.update(position.batch, loss=position.loss_sum / max(position.samples, 1))
-            if stops.requested:
+            # Every worker of a multi-worker run stops at the same batch, whichever got the signal.
+            number = self.agree(stops.signal_number)
+            if number is not None:
                 if bar is not None:
                     bar.finish(dirty=True)
-                self._stop_if_requested(stops, position, self.store.save(position))
+                self._stop(number, position, self.store.save(position))
         if bar is not None:
             bar.finish(dirty=True)
 
@@ -204,10 +211,11 @@ class EpochLoop:
         kept = f"the last good checkpoint is {latest}" if latest else "no checkpoint was taken yet"
         raise TrainingDiverged(f"training diverged: {what} {where}; that update was not applied, and {kept}")
 
-    def _stop_if_requested(self, stops: StopRequests, position: Position, checkpoint: Path) -> None:
-        if stops.signal_number is None:
+    def _stop(self, signal_number: int | None, position: Position, checkpoint: Path) -> None:
+        """Raise :class:`Interrupted` after ``checkpoint`` when a stop was asked for (``signal_number``)."""
+        if signal_number is None:
             return
-        name = signal.Signals(stops.signal_number).name
+        name = signal.Signals(signal_number).name
         epoch, batch = position.counted(len(self.plan))
         reason = f"{name} at epoch {epoch}, batch {batch}; saved {checkpoint}"
-        raise Interrupted(stops.signal_number, reason, resume_command(self.run_dir))
+        raise Interrupted(signal_number, reason, resume_command(self.run_home))

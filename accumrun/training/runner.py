@@ -18,17 +18,17 @@ from accumrun import __version__
 from accumrun.config.schema import Config
 from accumrun.core.split import epoch_batches
 from accumrun.core.step import Step
-from accumrun.errors import ConfigError, Interrupted
+from accumrun.errors import ConfigError, Interrupted, WorkerLost
 from accumrun.rundir.atomic import write_text_atomically
 from accumrun.rundir.layout import prepare_run_dir, write_features, write_labels
-from accumrun.rundir.metrics import keep_metrics_before
+from accumrun.rundir.metrics import keep_metrics, metrics_before
 from accumrun.rundir.status import RunStatus
 from accumrun.rundir.tensorboard import TensorBoardLog
 from accumrun.training.autosub import choose_subdivisions
 from accumrun.training.checkpoints import CheckpointStore, Position
 from accumrun.training.console import describe_setup, device_name
 from accumrun.training.controls import Controls
-from accumrun.training.distribute import describe_strategy, is_chief
+from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chief, lost_worker
 from accumrun.training.log import RunLog
 from accumrun.training.loop import EpochLoop
 from accumrun.training.probe import fits_in_fresh_process
@@ -66,20 +66,19 @@ def train_run(
     ``strategy`` is the ``tf.distribute`` strategy that ``config.distribute`` asks for (see
     :func:`accumrun.training.distribute.create_strategy`), or None for one device. On a multi-worker run only
     the chief writes ``run_dir``; the other workers train alike in a scratch folder under the system temp
-    folder, removed when they end.
+    folder, removed when they end. ``run_dir`` is on a filesystem that every worker sees: a resumed worker
+    restores the chief's latest checkpoint from it, so all continue from the same batch boundary.
 
     Raises:
         ConfigError, DataError: the config or the data is refused; nothing was written.
         Interrupted: SIGINT or SIGTERM stopped the run after a checkpoint.
         TrainingDiverged: the loss or a gradient became NaN or Inf.
     """
-    if resume and config.distribute.strategy == "multi_worker":
-        raise ConfigError("--resume", "is not supported on a multi-worker run; start a new run", str(run_dir))
     if is_chief(strategy):
-        return _train(config, run_dir, strategy, quiet=quiet, resume=resume, overwrite=overwrite)
+        return _train(config, run_dir, strategy, quiet=quiet, run_home=run_dir, resume=resume, overwrite=overwrite)
     scratch = Path(tempfile.mkdtemp(prefix="accumrun-worker-"))
     try:
-        return _train(config, scratch / "run", strategy, quiet=quiet)
+        return _train(config, scratch / "run", strategy, quiet=quiet, run_home=run_dir, resume=resume)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -90,9 +89,12 @@ def _train(
     strategy: tf.distribute.Strategy | None,
     *,
     quiet: bool = False,
+    run_home: Path,
     resume: bool = False,
     overwrite: bool = False,
 ) -> RunResult:
+    """Train into ``run_dir``: ``run_home``, the run's directory, or on a worker other than the chief a scratch
+    folder; with ``resume``, from the latest checkpoint in ``run_home``."""
     echo: Callable[[str], None] = (lambda _: None) if quiet else click.echo
     setup = build_training(config, strategy)
     config = setup.config
@@ -119,7 +121,13 @@ def _train(
     logged = ["loss", *metric_names]
     controls = Controls(config, logged + [f"val_{name}" for name in logged] if setup.dataset.val_size else logged)
     if resume:
-        position, rows = _restore(store, setup, run_dir)
+        source = CheckpointStore(run_home / "checkpoints", config.output.keep_checkpoints, batches_per_epoch, state)
+        position, rows = _restore(source, setup, run_home)
+        if run_home == run_dir:
+            # The rows after the checkpoint will be logged again.
+            keep_metrics(run_dir, rows)
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
         # The controls' state is a function of the rows: replayed, it is what the interrupted run had.
         controls.replay(rows)
     else:
@@ -152,6 +160,7 @@ def _train(
         train_step=train_step,
         subdivisions=subdivisions,
         run_dir=run_dir,
+        run_home=run_home,
         store=store,
         log=log,
         controls=controls,
@@ -170,6 +179,17 @@ def _train(
     except Interrupted as stop:
         status.end("interrupted", stop.reason)
         raise
+    except PEER_ERRORS as error:
+        lost = lost_worker(error, strategy)
+        if lost is None:
+            status.end("failed", str(error) or type(error).__name__)
+            raise
+        reason = (
+            f"{lost} stopped answering (distribute.timeout_seconds: {config.distribute.timeout_seconds}); the last "
+            f"checkpoint is intact: restart every worker with --resume {run_home}"
+        )
+        status.end("interrupted", reason)
+        raise WorkerLost(reason) from None
     except KeyboardInterrupt:
         status.end("interrupted", "stopped at once by a second Ctrl-C; the last checkpoint is intact")
         raise
@@ -203,7 +223,7 @@ def _restore(store: CheckpointStore, setup: TrainingSetup, run_dir: Path) -> tup
     if checkpoint is None:
         raise ConfigError("--resume", "holds no checkpoint to resume from", str(run_dir))
     position = store.load(checkpoint)
-    rows = keep_metrics_before(run_dir, position.epoch)
+    rows = metrics_before(run_dir, position.epoch)
     stopped = next((row["stopped"] for row in rows if "stopped" in row), None)
     if stopped is not None:
         raise ConfigError("--resume", f"the run ended by {stopped}; start a new run to train further", str(run_dir))

@@ -1,0 +1,96 @@
+"""``accumrun launch``: N local ``accumrun train`` workers of one multi-worker run, on this host.
+
+Each worker is a process of its own, in a session of its own (so that a Ctrl-C at the terminal reaches the
+launcher alone), with a ``TF_CONFIG`` that names every worker on a free localhost port and its own index.
+The launcher prefixes each line a worker prints with ``[wI] ``, forwards each SIGINT or SIGTERM it gets to every
+worker once (they agree on the batch to stop at, and the chief saves a checkpoint there), and exits with the
+chief's (worker 0's) status. It is for trying multi-worker training, for one big host, and for the tests; on
+several hosts, each host runs ``accumrun train`` with its own ``TF_CONFIG`` (or under Slurm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports nothing listens on now, chosen by the OS (released before the workers bind them)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for each in sockets:
+            each.bind(("localhost", 0))
+        return [each.getsockname()[1] for each in sockets]
+    finally:
+        for each in sockets:
+            each.close()
+
+
+def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None]) -> int:
+    """Run ``accumrun train TRAIN_ARGS`` as ``workers`` local workers; return worker 0's exit status."""
+    cluster = {"worker": [f"localhost:{port}" for port in free_ports(workers)]}
+    processes: list[subprocess.Popen[str]] = []
+    copiers: list[threading.Thread] = []
+    forwarded: set[int] = set()
+
+    def forward(number: int, frame: FrameType | None) -> None:
+        if number in forwarded:
+            return
+        forwarded.add(number)
+        echo(f"[launch] {signal.Signals(number).name}: passed on to the {workers} workers")
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(number)
+
+    previous = {number: signal.signal(number, forward) for number in FORWARDED}
+    try:
+        for index in range(workers):
+            task = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+            process = subprocess.Popen(
+                [sys.executable, "-m", "accumrun", "train", *train_args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env={**os.environ, "TF_CONFIG": json.dumps(task)},
+                start_new_session=True,
+            )
+            processes.append(process)
+            assert process.stdout is not None
+            copier = threading.Thread(target=_copy, args=(process.stdout, f"[w{index}] ", echo), daemon=True)
+            copier.start()
+            copiers.append(copier)
+            echo(f"[launch] worker {index}: pid {process.pid}, {cluster['worker'][index]}")
+        codes = [process.wait() for process in processes]
+        for copier in copiers:
+            copier.join()
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    echo(f"[launch] exit statuses {codes}; worker 0's is the launcher's")
+    return codes[0]
+
+
+def resume_hint(workers: int, run_dir: Path) -> str:
+    """The command that resumes the launched run in ``run_dir``."""
+    return shlex.join([sys.executable, "-m", "accumrun", "launch", "--workers", str(workers), "--resume", str(run_dir)])
+
+
+def _copy(stream: IO[str], prefix: str, echo: Callable[[str], None]) -> None:
+    for line in stream:
+        echo(prefix + line.rstrip("\n"))
