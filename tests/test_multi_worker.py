@@ -1,0 +1,165 @@
+"""Multi-worker runs on local processes (``accumrun launch``): two workers train like one process, stop together
+on Ctrl-C or SIGTERM and resume to the same weights, survive a killed worker, and read a Slurm cluster.
+
+Each worker is one replica on the CPU, on free localhost ports; the runs are short (small data, a few epochs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from accumrun import train
+from accumrun.training.distribute import cluster_resolver
+from tests.helpers import max_difference, write_config
+
+TIMEOUT = 240
+
+
+def config(tmp_path: Path, epochs: int, samples: int = 21, batch: int = 9) -> Path:
+    """An MLP without BatchNorm; batches dealt out to 2 workers, each in 3 sub-batches."""
+    return write_config(
+        tmp_path / "multi.yaml",
+        seed=5,
+        data={"name": "synthetic", "samples": samples, "shape": [6], "classes": 3, "validation_split": 0.1},
+        model={"name": "mlp", "hidden": [16], "dropout": 0.0},
+        training={"epochs": epochs, "batch_size": batch, "subdivisions": 3},
+        optimizer={"name": "adam", "learning_rate": 0.02},
+        output={"tensorboard": False},
+        distribute={"timeout_seconds": 30},
+    )
+
+
+def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """``accumrun launch --workers 2 ARGS`` in the background, its output in ``tmp_path/launch-N.log``."""
+    log = tmp_path / f"launch-{len(list(tmp_path.glob('launch-*.log')))}.log"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    with log.open("w") as output:  # the child holds its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "accumrun", "launch", "--workers", "2", *args],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+
+
+def finish(process: subprocess.Popen[str], tmp_path: Path) -> tuple[int, str]:
+    try:
+        code = process.wait(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    logs = sorted(tmp_path.glob("launch-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+    return code, logs[-1].read_text()
+
+
+def wait_for_rows(run_dir: Path, rows: int) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    path = run_dir / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if path.is_file() and len(path.read_text().splitlines()) >= rows:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never reached {rows} rows")
+
+
+def weights(run_dir: Path) -> list[np.ndarray]:
+    return keras.models.load_model(run_dir / "model.keras", compile=False).get_weights()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_two_launched_workers_train_like_one_process_and_only_the_chief_writes(tmp_path: Path) -> None:
+    path = config(tmp_path, epochs=2)
+    reference = train(path, tmp_path / "single", quiet=True)
+    code, output = finish(start(tmp_path, str(path), "--run-dir", str(tmp_path / "run")), tmp_path)
+    assert code == 0, output
+    assert re.search(
+        r"\[w0\] distribute multi_worker: 2 replicas on 2 workers \(cluster from TF_CONFIG; chief worker 0 "
+        r"at localhost:\d+\); this is worker 0 \(the chief",
+        output,
+    )
+    assert "[w1] distribute multi_worker" in output and "this is worker 1 (writes nothing" in output
+    assert "[w0] batch 9 = 2 replicas x 4-5 samples, each in 3 sub-batches x 1-2 samples" in output
+    assert max_difference(weights(tmp_path / "run"), reference.model.get_weights()) < 1e-5
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["replicas"] for row in rows] == [2, 2] and rows[-1]["optimizer_steps"] == 6
+    # The other worker wrote only into its scratch folder, which is gone.
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_ctrl_c_and_sigterm_stop_both_workers_at_one_batch_and_resume_to_the_same_weights(tmp_path: Path) -> None:
+    path = config(tmp_path, epochs=4, samples=400, batch=8)
+    reference = train(path, tmp_path / "single", quiet=True)
+    run_dir = tmp_path / "run"
+    for number, rows, expected in ((signal.SIGINT, 1, 130), (signal.SIGTERM, 2, 143)):
+        launcher = (
+            start(tmp_path, str(path), "--run-dir", str(run_dir))
+            if rows == 1
+            else start(tmp_path, "--resume", str(run_dir))
+        )
+        wait_for_rows(run_dir, rows)
+        launcher.send_signal(number)
+        code, output = finish(launcher, tmp_path)
+        assert code == expected, output
+        stops = re.findall(rf"\[w(\d)\] {number.name} at epoch (\d+), batch (\d+); saved ", output)
+        assert len(stops) == 2 and stops[0][1:] == stops[1][1:], output
+        assert f"[launch] resume with: {sys.executable} -m accumrun launch --workers 2 --resume {run_dir}" in output
+    code, output = finish(start(tmp_path, "--resume", str(run_dir)), tmp_path)
+    assert code == 0, output
+    assert max_difference(weights(run_dir), reference.model.get_weights()) < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_killed_worker_stops_the_other_within_the_timeout_and_the_run_resumes(tmp_path: Path) -> None:
+    path = config(tmp_path, epochs=4, samples=400, batch=8)
+    reference = train(path, tmp_path / "single", quiet=True)
+    run_dir = tmp_path / "run"
+    launcher = start(tmp_path, str(path), "--run-dir", str(run_dir))
+    wait_for_rows(run_dir, 1)
+    log = sorted(tmp_path.glob("launch-*.log"))[-1].read_text()
+    worker = int(re.search(r"\[launch\] worker 1: pid (\d+)", log).group(1))  # type: ignore[union-attr]
+    os.kill(worker, signal.SIGKILL)
+    killed = time.monotonic()
+    code, output = finish(launcher, tmp_path)
+    assert time.monotonic() - killed < 30 + 15
+    assert code == 1, output
+    assert re.search(
+        r"\[w0\] Error: worker 1 \(localhost:\d+\) stopped answering \(distribute\.timeout_seconds: 30\); the last "
+        rf"checkpoint is intact: restart every worker with --resume {run_dir}",
+        output,
+    ), output
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    code, output = finish(start(tmp_path, "--resume", str(run_dir)), tmp_path)
+    assert code == 0, output
+    assert max_difference(weights(run_dir), reference.model.get_weights()) < 1e-5
+
+
+def test_a_slurm_job_step_resolves_to_one_worker_per_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for name, value in {
+        "SLURM_PROCID": "1",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_NODELIST": "node[07-08]",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    }.items():
+        monkeypatch.setenv(name, value)
+    resolver = cluster_resolver("auto")
+    assert resolver.cluster_spec().as_dict() == {"worker": ["node07:8888", "node08:8888"]}
+    assert (resolver.task_type, resolver.task_id) == ("worker", 1)
