@@ -30,6 +30,7 @@ import tensorflow as tf  # noqa: E402
 from accumrun import train  # noqa: E402
 from accumrun.core.batch_norm import BatchNormMode, BatchNormStatistics  # noqa: E402
 from accumrun.core.losses import sparse_categorical_crossentropy  # noqa: E402
+from accumrun.core.seeds import SubBatchSeeds  # noqa: E402
 from accumrun.core.step import make_train_step  # noqa: E402
 from accumrun.models.builders import mlp  # noqa: E402
 
@@ -169,9 +170,40 @@ def batch_norm_across_replicas(mode: BatchNormMode) -> dict[str, float]:
     }
 
 
+def dropout_across_replicas() -> dict[str, bool]:
+    """A dropout layer's masks on the two replicas, for the same update and sub-batch: with the step's reseeding,
+    and without it (the control)."""
+    with STRATEGY.scope():
+        inputs = keras.Input((200,))
+        model = keras.Model(inputs, keras.layers.Dropout(0.5)(inputs))
+        updates = tf.Variable(0, dtype=tf.int64)
+    seeds = SubBatchSeeds(model, updates)
+
+    def draw(reseed: bool) -> list[np.ndarray]:
+        @tf.function
+        def on_replicas() -> Any:
+            def replica() -> tf.Tensor:
+                if reseed:
+                    seeds.reseed(tf.constant(0))
+                return model(tf.ones((1, 200)), training=True)
+
+            return STRATEGY.run(replica)
+
+        return [t.numpy() for t in STRATEGY.experimental_local_results(on_replicas())]
+
+    plain = draw(False)  # first, while the replicas' generators are still equal
+    first, again = draw(True), draw(True)
+    return {
+        "replicas_differ": not np.array_equal(first[0], first[1]),
+        "repeat": all(np.array_equal(a, b) for a, b in zip(first, again, strict=True)),
+        "without_reseeding_equal": np.array_equal(plain[0], plain[1]),
+    }
+
+
 def main(out: Path) -> None:
     results: dict[str, Any] = {"weights": {}, "reductions": {}}
     results["batch_norm"] = {mode: batch_norm_across_replicas(mode) for mode in ("per_batch", "sub_batch")}
+    results["dropout"] = dropout_across_replicas()
     with tempfile.TemporaryDirectory() as folder:
         for optimizer in OPTIMIZERS:
             for subdivisions in (1, 3):

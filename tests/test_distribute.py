@@ -71,6 +71,15 @@ def test_per_batch_statistics_are_those_of_the_global_batch_on_every_replica(mir
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_each_replica_draws_its_own_dropout_masks_and_they_repeat(mirrored: dict[str, Any]) -> None:
+    dropout = mirrored["dropout"]
+    assert dropout["replicas_differ"] and dropout["repeat"]
+    # The control: left to Keras, the replicas' generators start equal and draw the same masks.
+    assert dropout["without_reseeding_equal"]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_one_gradient_all_reduce_per_batch_whatever_the_subdivisions(mirrored: dict[str, Any]) -> None:
     """The traced step holds the same reductions for 1 and 4 sub-batches, and none inside the sub-batch loop.
 

@@ -44,6 +44,7 @@ import tensorflow as tf
 
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import LossFn, MetricSet, Objective
+from accumrun.core.seeds import SubBatchSeeds
 from accumrun.core.split import sub_batch_sizes
 
 Step = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
@@ -54,9 +55,9 @@ Step = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
 PARALLEL_SUB_BATCHES = 1
 
 
-def _slice_rows(x: tf.Tensor, y: tf.Tensor, size: int, start: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Rows ``[start, start + size)`` of ``x`` and ``y``, with the static size ``size``."""
-    return _rows(x, start, size), _rows(y, start, size)
+def _slice_rows(x: tf.Tensor, y: tf.Tensor, size: int, start: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Rows ``[start, start + size)`` of ``x`` and ``y``, with the static size ``size``, and ``start``."""
+    return _rows(x, start, size), _rows(y, start, size), start
 
 
 def _rows(t: tf.Tensor, start: tf.Tensor, size: int) -> tf.Tensor:
@@ -76,6 +77,7 @@ def make_gradient_fn(
     scale_loss: Callable[[tf.Tensor], tf.Tensor] | None = None,
     metrics: MetricSet | None = None,
     batch_norm: BatchNormStatistics | None = None,
+    seeds: SubBatchSeeds | None = None,
 ) -> Callable[..., Totals]:
     """A function ``(x, y, total=None) -> (gradients, loss_sum)`` that accumulates over the sub-batches.
 
@@ -96,14 +98,20 @@ def make_gradient_fn(
     optimizer's) multiplies each sub-batch's objective, so float16 gradients do not underflow; the gradients
     returned are then scaled by it too, and are accumulated in float32 whatever the compute dtype.
     ``batch_norm`` sets what the BatchNorm layers do in the forward passes, and records each sub-batch's moments
-    for a per-batch update of their moving statistics (see :mod:`accumrun.core.batch_norm`).
+    for a per-batch update of their moving statistics (see :mod:`accumrun.core.batch_norm`). ``seeds`` gives each
+    sub-batch's random layers (dropout) draws of their own (see :mod:`accumrun.core.seeds`); ``first_row`` is
+    where ``x`` starts in the batch, for a sub-batch streamed in a call of its own.
     """
     if subdivisions < 1:
         raise ValueError(f"subdivisions must be >= 1, got {subdivisions}")
     objective = loss if isinstance(loss, Objective) else Objective(loss)
     variables = model.trainable_variables
 
-    def add_sub_batch(x_sub: tf.Tensor, y_sub: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]) -> Totals:
+    def add_sub_batch(
+        x_sub: tf.Tensor, y_sub: tf.Tensor, first_row: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]
+    ) -> Totals:
+        if seeds:
+            seeds.reseed(first_row)
         with tf.GradientTape() as tape:
             # Runs while the step is traced: the BatchNorm layers are traced as the mode says.
             with batch_norm.tracing() if batch_norm is not None else contextlib.nullcontext():
@@ -128,10 +136,11 @@ def make_gradient_fn(
 
     def sum_sub_batches(
         indices: tf.Tensor,
-        cut: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]],
+        cut: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor, tf.Tensor]],
         add: Callable[..., Totals],
         n_float: tf.Tensor,
         totals: Totals,
+        offset: tf.Tensor,
     ) -> Totals:
         """Add the sub-batches ``cut(i)`` for ``i`` in ``indices`` to ``totals``; autograph makes the loop a
         ``tf.while_loop``, so there is no Python round-trip per sub-batch."""
@@ -140,14 +149,16 @@ def make_gradient_fn(
             # One iteration at a time: by default the loop may overlap up to 10 sub-batches, and with them their
             # activations, which is the memory that subdivisions exist to save.
             tf.autograph.experimental.set_loop_options(parallel_iterations=PARALLEL_SUB_BATCHES)
-            x_sub, y_sub = cut(i)
-            gradients, sub_loss_sum = add(x_sub, y_sub, n_float, gradients)
+            x_sub, y_sub, first_row = cut(i)
+            gradients, sub_loss_sum = add(x_sub, y_sub, offset + first_row, n_float, gradients)
             loss_sum += sub_loss_sum
         return gradients, loss_sum
 
     clustered_sub_batch = tf.function(add_sub_batch, jit_compile=True, reduce_retracing=True) if jit_compile else None
 
-    def accumulate(x: tf.Tensor, y: tf.Tensor, total: tf.Tensor | None = None) -> Totals:
+    def accumulate(
+        x: tf.Tensor, y: tf.Tensor, total: tf.Tensor | None = None, first_row: tf.Tensor | int = 0
+    ) -> Totals:
         totals: Totals = ([tf.zeros_like(v, dtype=tf.float32) for v in variables], tf.constant(0.0, tf.float32))
         if x.shape[0] is not None:
             # Static shapes: one loop per sub-batch size, each slicing a fixed size at a list of starts.
@@ -157,18 +168,18 @@ def make_gradient_fn(
             for size in sorted(set(sizes)):
                 group = tf.constant([start for start, length in zip(starts, sizes, strict=True) if length == size])
                 totals = sum_sub_batches(
-                    group, functools.partial(_slice_rows, x, y, size), add_sub_batch, n_float, totals
+                    group, functools.partial(_slice_rows, x, y, size), add_sub_batch, n_float, totals, first_row
                 )
             return totals
         n = tf.shape(x)[0]
         s = tf.minimum(tf.constant(subdivisions, tf.int32), n)
         n_float = tf.cast(n if total is None else total, tf.float32)
 
-        def cut(i: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        def cut(i: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             start, end = i * n // s, (i + 1) * n // s
-            return x[start:end], y[start:end]
+            return x[start:end], y[start:end], start
 
-        return sum_sub_batches(tf.range(s), cut, clustered_sub_batch or add_sub_batch, n_float, totals)
+        return sum_sub_batches(tf.range(s), cut, clustered_sub_batch or add_sub_batch, n_float, totals, first_row)
 
     return accumulate
 
@@ -253,9 +264,11 @@ class _StreamedBatch:
             self._loss_sum = tf.Variable(0.0, trainable=False)
             self._metrics_before = [tf.Variable(v, trainable=False) for v in metric_state]
         self.pending = False
+        self._rows = 0
+        """Rows of the batch streamed so far: where the next sub-batch starts."""
 
-        def add(x: tf.Tensor, y: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
-            gradients, loss_sum = sub_batch_gradients(x, y, total)
+        def add(x: tf.Tensor, y: tf.Tensor, total: tf.Tensor, first_row: tf.Tensor) -> tf.Tensor:
+            gradients, loss_sum = sub_batch_gradients(x, y, total, first_row)
             for accumulator, gradient in zip(self._gradients, gradients, strict=True):
                 accumulator.assign_add(gradient)
             self._loss_sum.assign_add(loss_sum)
@@ -285,7 +298,10 @@ class _StreamedBatch:
                 self._batch_norm.save()
                 self._batch_norm.reset()
             self.pending = True
-        return self._add(x, y, tf.constant(batch_samples, tf.int32))
+            self._rows = 0
+        loss_sum = self._add(x, y, tf.constant(batch_samples, tf.int32), tf.constant(self._rows, tf.int32))
+        self._rows += int(x.shape[0])
+        return loss_sum
 
     def apply(self) -> tuple[tf.Tensor, tf.Tensor]:
         self.pending = False
@@ -302,6 +318,7 @@ def make_train_step(
     strategy: tf.distribute.Strategy | None = None,
     jit_compile: bool = False,
     batch_norm: BatchNormStatistics | None = None,
+    seeds: SubBatchSeeds | None = None,
 ) -> TrainStep:
     """Compile the :class:`TrainStep`: accumulate over sub-batches, then update once.
 
@@ -316,7 +333,8 @@ def make_train_step(
     ``metrics`` (from ``objective.new_metrics()``) are updated with every sub-batch's samples. ``batch_norm``
     (created in the strategy's scope) sets the BatchNorm mode; with ``per_batch`` or ``precise`` the moving
     statistics move once per batch, from the batch's moments over every sub-batch and replica, or not at all
-    when the batch is skipped. Without it, Keras' own behaviour holds (``sub_batch``).
+    when the batch is skipped. Without it, Keras' own behaviour holds (``sub_batch``). ``seeds`` makes every
+    sub-batch of every replica draw its own dropout masks, as a function of the update.
 
     With a ``strategy`` (the model, optimizer and metrics created in its scope), the global batch ``(x, y)`` is
     dealt out to the replicas, each runs its sub-batches in a loop, and the two all-reduces and the update follow
@@ -341,7 +359,7 @@ def make_train_step(
             with strategy.scope():
                 optimizer.build(variables)
     scale_loss = optimizer.scale_loss if loss_scaled else None
-    accumulate = make_gradient_fn(model, loss, subdivisions, jit_compile, scale_loss, metrics, batch_norm)
+    accumulate = make_gradient_fn(model, loss, subdivisions, jit_compile, scale_loss, metrics, batch_norm, seeds)
     metric_state = metrics.variables if metrics is not None else []
     recording = batch_norm if batch_norm is not None and batch_norm.records else None
 
@@ -381,7 +399,7 @@ def make_train_step(
     else:
         compiled = tf.function(train_step, reduce_retracing=True)
     # A streamed sub-batch is a batch of one subdivision, its losses divided by the whole batch's count.
-    one_sub_batch = make_gradient_fn(model, loss, 1, False, scale_loss, metrics, batch_norm)
+    one_sub_batch = make_gradient_fn(model, loss, 1, False, scale_loss, metrics, batch_norm, seeds)
     return TrainStep(compiled, one_sub_batch, apply_or_skip, variables, metric_state, jit_compile, batch_norm)
 
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import MetricSet
+from accumrun.core.seeds import SubBatchSeeds
 from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import TrainStep, make_eval_step, make_train_step
 from accumrun.data.augment import Augmentation
@@ -73,12 +74,15 @@ class TrainingSetup:
     train_metrics: MetricSet = field(init=False)
     val_metrics: MetricSet = field(init=False)
     batch_norm: BatchNormStatistics = field(init=False)
+    seeds: SubBatchSeeds = field(init=False)
 
     def __post_init__(self) -> None:
         with strategy_scope(self.strategy):
             self.train_metrics = self.objective.objective.new_metrics()
             self.val_metrics = self.objective.objective.new_metrics()
         self.batch_norm = BatchNormStatistics(self.model, self.config.training.batch_norm, self.strategy)
+        # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
+        self.seeds = SubBatchSeeds(self.model, self.optimizer.iterations)
 
     @property
     def replicas(self) -> int:
@@ -97,6 +101,7 @@ class TrainingSetup:
                 strategy=self.strategy,
                 jit_compile=self.config.training.jit_compile,
                 batch_norm=self.batch_norm,
+                seeds=self.seeds,
             )
 
     def make_eval_step(self) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
