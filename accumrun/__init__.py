@@ -67,6 +67,7 @@ def train(
         ConfigError, DataError: the config or the data is refused; nothing was written.
         Interrupted: SIGINT or SIGTERM stopped the run after a checkpoint (its ``exit_code`` is the CLI's).
         TrainingDiverged: the loss or a gradient became NaN or Inf.
+        WorkerLost: a worker of a multi-worker run stopped answering; the last checkpoint is intact.
     """
     from accumrun.config.schema import Config
     from accumrun.rundir.layout import resolve_run_dir

@@ -343,10 +343,6 @@ def compare(
         raise click.ClickException(f"{len(comparison.failed)} of {count} variants failed; see the table above")
 
 
-# The train options that take a value, to find CONFIG, --run-dir and --resume among a launch's train options.
-_TRAIN_VALUE_OPTIONS = ("--subdivisions", "--epochs", "--batch-size", "--set", "--run-dir", "--resume")
-
-
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--workers", type=click.IntRange(min=1), required=True, help="How many local workers to start.")
 @click.argument("train_args", metavar="[CONFIG] [TRAIN OPTIONS]...", nargs=-1, type=click.UNPROCESSED)
@@ -362,43 +358,52 @@ def launch(workers: int, train_args: tuple[str, ...]) -> None:
     from accumrun.rundir.status import read_status
 
     args = list(train_args)
-    run_dir, new_run = _launched_run_dir(args)
+    run_dir, new_run, timeout = _launched_run_dir(args)
     if new_run:
         args += ["--run-dir", str(run_dir)]
     args += ["--set", "distribute.strategy=multi_worker"]
-    code = launch_workers(workers, args, click.echo)
+    code = launch_workers(workers, args, click.echo, grace_seconds=timeout + 30)
     if code != 0 and (run_dir / "checkpoints").is_dir() and read_status(run_dir) != "completed":
         click.echo(f"[launch] resume with: {resume_hint(workers, run_dir)}", err=True)
     sys.exit(code)
 
 
-def _launched_run_dir(args: list[str]) -> tuple[Path, bool]:
+def _launched_run_dir(args: list[str]) -> tuple[Path, bool, int]:
     """The run directory that a launch's train options name (--resume, --run-dir), or the config's
-    ``output.run_dir``, resolved once for every worker; and whether it is a new run's to pass on as --run-dir."""
+    ``output.run_dir``, resolved once for every worker; whether it is a new run's to pass on as --run-dir; and
+    the run's ``distribute.timeout_seconds``."""
+    from accumrun.config.loading import load_config, load_resume_config
+
+    # The train options that take a value, to tell CONFIG from an option's value.
+    takes_value = {
+        name for param in train.params if isinstance(param, click.Option) and not param.is_flag for name in param.opts
+    }
     values: dict[str, list[str]] = {}
     positionals = []
     index = 0
     while index < len(args):
         arg = args[index]
         name, equals, value = arg.partition("=")
-        if name in _TRAIN_VALUE_OPTIONS and equals:
+        if name in takes_value and equals:
             values.setdefault(name, []).append(value)
-        elif arg in _TRAIN_VALUE_OPTIONS and index + 1 < len(args):
+        elif arg in takes_value and index + 1 < len(args):
             values.setdefault(arg, []).append(args[index + 1])
             index += 1
         elif not arg.startswith("-"):
             positionals.append(arg)
         index += 1
+    overrides = values.get("--set", [])
     if "--resume" in values:
-        return Path(values["--resume"][-1]), False
-    if "--run-dir" in values:
-        return Path(values["--run-dir"][-1]), False
+        resumed = Path(values["--resume"][-1])
+        config = load_resume_config(resumed, positionals[0] if positionals else None, overrides)
+        return resumed, False, config.distribute.timeout_seconds
     if not positionals:
         raise click.UsageError("missing CONFIG (or --resume RUN_DIR to continue a run)")
-    from accumrun.config.loading import load_config
-
-    config = load_config(positionals[0], values.get("--set", []))
-    return _resolve_run_dir(config.output.run_dir, positionals[0]), True
+    config = load_config(positionals[0], overrides)
+    timeout = config.distribute.timeout_seconds
+    if "--run-dir" in values:
+        return Path(values["--run-dir"][-1]), False, timeout
+    return _resolve_run_dir(config.output.run_dir, positionals[0]), True, timeout
 
 
 @main.command()

@@ -3,9 +3,10 @@
 Each worker is a process of its own, in a session of its own (so that a Ctrl-C at the terminal reaches the
 launcher alone), with a ``TF_CONFIG`` that names every worker on a free localhost port and its own index.
 The launcher prefixes each line a worker prints with ``[wI] ``, forwards each SIGINT or SIGTERM it gets to every
-worker once (they agree on the batch to stop at, and the chief saves a checkpoint there), and exits with the
-chief's (worker 0's) status. It is for trying multi-worker training, for one big host, and for the tests; on
-several hosts, each host runs ``accumrun train`` with its own ``TF_CONFIG`` (or under Slurm).
+worker once (they agree on the batch to stop at, and the chief saves a checkpoint there; a second one kills
+them), and exits with the chief's (worker 0's) status. It is for trying multi-worker training, for one big host,
+and for the tests; on several hosts, each host runs ``accumrun train`` with its own ``TF_CONFIG`` (or under
+Slurm).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -38,8 +40,12 @@ def free_ports(count: int) -> list[int]:
             each.close()
 
 
-def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None]) -> int:
-    """Run ``accumrun train TRAIN_ARGS`` as ``workers`` local workers; return worker 0's exit status."""
+def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None], grace_seconds: float = 330.0) -> int:
+    """Run ``accumrun train TRAIN_ARGS`` as ``workers`` local workers; return worker 0's exit status.
+
+    A second SIGINT or SIGTERM kills the workers at once. When a worker fails, the others get ``grace_seconds``
+    (longer than the run's collective timeout) to notice and stop by themselves before they are killed.
+    """
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(workers)]}
     processes: list[subprocess.Popen[str]] = []
     copiers: list[threading.Thread] = []
@@ -47,6 +53,8 @@ def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None])
 
     def forward(number: int, frame: FrameType | None) -> None:
         if number in forwarded:
+            echo(f"[launch] {signal.Signals(number).name} again: killing the workers")
+            _kill(processes)
             return
         forwarded.add(number)
         echo(f"[launch] {signal.Signals(number).name}: passed on to the {workers} workers")
@@ -72,18 +80,35 @@ def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None])
             copier.start()
             copiers.append(copier)
             echo(f"[launch] worker {index}: pid {process.pid}, {cluster['worker'][index]}")
-        codes = [process.wait() for process in processes]
+        codes = _wait(processes, grace_seconds, echo)
         for copier in copiers:
             copier.join()
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        _kill(processes)
         for number, handler in previous.items():
             signal.signal(number, handler)
     echo(f"[launch] exit statuses {codes}; worker 0's is the launcher's")
     return codes[0]
+
+
+def _wait(processes: list[subprocess.Popen[str]], grace_seconds: float, echo: Callable[[str], None]) -> list[int]:
+    """Every worker's exit status; once one has failed, the others are killed after ``grace_seconds``."""
+    deadline: float | None = None
+    while any(process.poll() is None for process in processes):
+        if deadline is None and any(process.returncode not in (None, 0) for process in processes):
+            deadline = time.monotonic() + grace_seconds
+        if deadline is not None and time.monotonic() > deadline:
+            echo(f"[launch] a worker failed and the others did not stop within {grace_seconds:.0f} s: killing them")
+            _kill(processes)
+        time.sleep(0.2)
+    return [process.returncode for process in processes]
+
+
+def _kill(processes: list[subprocess.Popen[str]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def resume_hint(workers: int, run_dir: Path) -> str:

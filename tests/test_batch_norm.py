@@ -11,8 +11,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 
 from accumrun import load_config, train
+from accumrun.config.loading import load_resume_config
 from accumrun.core.batch_norm import BatchNormMode, BatchNormStatistics, PopulationStatistics
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.split import sub_batch_sizes
@@ -181,3 +183,17 @@ def test_compare_notes_a_batch_norm_model_unless_frozen(tmp_path: Path) -> None:
     assert "note: the model has 3 BatchNorm layers (batch_norm: per_batch)" in format_table(variants)
     variants[0].batch_norm = {"layers": 3, "mode": "frozen"}
     assert "note:" not in format_table(variants)
+
+
+def test_a_run_from_before_batch_norm_modes_resumes_as_it_trained(tmp_path: Path) -> None:
+    sections = config_sections(tmp_path)
+    train(sections, tmp_path / "run", quiet=True)
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    del saved["training"]["batch_norm"]  # as accumrun wrote it before the key existed
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert load_resume_config(tmp_path / "run", None, ["training.epochs=3"]).training.batch_norm == "sub_batch"
+    precise = write_config(tmp_path / "precise.yaml", **config_sections(tmp_path, batch_norm="precise"))
+    train(load_config(precise), tmp_path / "precise", quiet=True)
+    # A config that leaves the mode unset resumes with the run's.
+    unset = write_config(tmp_path / "unset.yaml", **config_sections(tmp_path))
+    assert load_resume_config(tmp_path / "precise", str(unset), []).training.batch_norm == "precise"

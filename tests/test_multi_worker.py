@@ -163,3 +163,5 @@ def test_a_slurm_job_step_resolves_to_one_worker_per_task(monkeypatch: pytest.Mo
     resolver = cluster_resolver("auto")
     assert resolver.cluster_spec().as_dict() == {"worker": ["node07:8888", "node08:8888"]}
     assert (resolver.task_type, resolver.task_id) == ("worker", 1)
+    # No GPU here (no nvidia-smi): each worker's replica goes on its CPU.
+    assert resolver.num_accelerators() == {}

@@ -169,6 +169,9 @@ def test_a_multi_label_model_is_compiled_on_logits_and_predicts_every_label(tmp_
     np.savez(tmp_path / "wide.npz", x=np.zeros((2, 6), np.float32))
     with pytest.raises(DataError, match=r"wide\.npz: x holds samples of shape \(6,\); the model takes \(5,\)"):
         predict(run_dir, [tmp_path / "wide.npz"])
+    np.savez(tmp_path / "empty.npz", x=np.zeros((0, 5), np.float32))
+    with pytest.raises(DataError, match=r"empty\.npz: x holds no samples"):
+        predict(run_dir, [tmp_path / "empty.npz"])
     with pytest.raises(DataError, match=r"is an image or a folder; this run's model takes an \.npz with x"):
         predict(run_dir, [tmp_path])
 

@@ -80,11 +80,22 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     if not saved_path.is_file():
         raise ConfigError("--resume", "is not an accumrun run directory (it has no config.yaml)", str(run_dir))
     saved = load_config(saved_path)
-    if saved.data.name == "npz" and "rescale" not in (_read_yaml(saved_path).get("data") or {}):
+    raw = _read_yaml(saved_path)
+    if saved.data.name == "npz" and "rescale" not in (raw.get("data") or {}):
         # A run from before data.rescale, when npz samples reached the model as the file held them.
         saved = saved.model_copy(update={"data": saved.data.model_copy(update={"rescale": False})})
+    if "batch_norm" not in (raw.get("training") or {}):
+        # A run from before training.batch_norm, when BatchNorm behaved as sub_batch does.
+        saved = saved.model_copy(update={"training": saved.training.model_copy(update={"batch_norm": "sub_batch"})})
     config = load_config(config_path or saved_path, overrides)
     config = _with_settled(config, saved)
+    given = raw if config_path is None else _read_yaml(Path(config_path))
+    if "batch_norm" not in (given.get("training") or {}) and not any(
+        override.startswith("training.batch_norm=") for override in overrides
+    ):
+        # Unset, it is the run's: the mode it trained with.
+        training = config.training.model_copy(update={"batch_norm": saved.training.batch_norm})
+        config = config.model_copy(update={"training": training})
     changed = [
         f"{key} ({before!r} -> {after!r})"
         for key, (before, after) in _differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))

@@ -110,6 +110,8 @@ def _npz(path: Path, kind: InputKind) -> np.ndarray:
             x = archive["x"]
     except (OSError, ValueError) as error:
         raise DataError(str(path), f"cannot read it as .npz: {error}") from None
+    if x.ndim == 0 or len(x) == 0:
+        raise DataError(str(path), "x holds no samples")
     if (*x.shape[1:], 1) == kind.sample_shape:  # grayscale images stored without their channel axis
         x = x[..., np.newaxis]
     if tuple(x.shape[1:]) != kind.sample_shape:

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from accumrun.config.loading import load_config
 from accumrun.config.schema import Config
+from accumrun.data.tables import read_table
 from accumrun.errors import ConfigError
 from accumrun.models.outputs import output_activation
 from accumrun.objective import probability_function
@@ -65,8 +66,13 @@ class FinishedRun:
 
     @property
     def features(self) -> list[str] | None:
-        """The feature columns of ``features.json`` (a CSV run); None for other sources."""
-        return self._json_list("features.json")
+        """The feature columns of a CSV run (``features.json``, or for a run from before it the training file's
+        header); None for other sources."""
+        recorded = self._json_list("features.json")
+        data = self.config.data
+        if recorded is not None or data.name != "csv" or data.label is None:
+            return recorded
+        return read_table(Path(str(data.path)), "data.path", data.label).features
 
     @property
     def sub_batch_size(self) -> int:

@@ -88,23 +88,36 @@ def cluster_resolver(cluster: str) -> tf.distribute.cluster_resolver.ClusterReso
     return slurm_resolver()
 
 
+class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
+    """Slurm's resolver for nodes without GPUs. TensorFlow's lists a task only beside a GPU of its own, so it is
+    given placeholder GPUs to list the tasks, kept from setting ``CUDA_VISIBLE_DEVICES``, and reports no
+    accelerators, so that the strategy places each worker's replica on its CPU."""
+
+    def __init__(self) -> None:
+        super().__init__(gpus_per_node=1024, gpus_per_task=1, auto_set_gpu=False)
+
+    def num_accelerators(self, task_type: Any = None, task_id: Any = None, config_proto: Any = None) -> dict[str, int]:
+        return {}
+
+
 def slurm_resolver() -> tf.distribute.cluster_resolver.SlurmClusterResolver:
-    """The cluster of this Slurm job step: one worker per task, ports from 8888 on each node.
+    """The cluster of this Slurm job step: one worker per task, ports from 8888 on each node. On GPU nodes the
+    resolver counts the GPUs with ``nvidia-smi`` and gives each task its share through ``CUDA_VISIBLE_DEVICES``,
+    before TensorFlow opens them; a node where ``nvidia-smi`` does not run is taken as CPU-only.
 
     Raises:
         ConfigError: a Slurm variable is missing or malformed.
     """
-    gpus = len(tf.config.list_physical_devices("GPU"))
     try:
-        if gpus:
-            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(gpus_per_node=gpus)
-        else:
-            # TensorFlow's resolver lists a task only beside a GPU of its own: on CPU nodes give it placeholder
-            # GPUs, and keep it from setting CUDA_VISIBLE_DEVICES.
-            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
-                gpus_per_node=1024, gpus_per_task=1, auto_set_gpu=False
+        try:
+            resolver: tf.distribute.cluster_resolver.SlurmClusterResolver = (
+                tf.distribute.cluster_resolver.SlurmClusterResolver()
             )
-        resolver.cluster_spec()  # sets the task type and index
+        except (RuntimeError, OSError) as error:
+            if "nvidia-smi" not in str(error) and not isinstance(error, OSError):
+                raise
+            resolver = _CpuSlurmClusterResolver()
+        resolver.cluster_spec()  # sets the task type and index (and the task's GPUs)
     except (RuntimeError, ValueError, KeyError) as error:
         raise ConfigError("distribute.cluster", f"slurm: cannot read the job step's cluster: {error}") from None
     return resolver

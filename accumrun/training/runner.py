@@ -73,6 +73,7 @@ def train_run(
         ConfigError, DataError: the config or the data is refused; nothing was written.
         Interrupted: SIGINT or SIGTERM stopped the run after a checkpoint.
         TrainingDiverged: the loss or a gradient became NaN or Inf.
+        WorkerLost: a worker of a multi-worker run stopped answering; the last checkpoint is intact.
     """
     if is_chief(strategy):
         return _train(config, run_dir, strategy, quiet=quiet, run_home=run_dir, resume=resume, overwrite=overwrite)
@@ -184,10 +185,12 @@ def _train(
         if lost is None:
             status.end("failed", str(error) or type(error).__name__)
             raise
-        reason = (
-            f"{lost} stopped answering (distribute.timeout_seconds: {config.distribute.timeout_seconds}); the last "
-            f"checkpoint is intact: restart every worker with --resume {run_home}"
+        after = (
+            f"the last checkpoint is intact: restart every worker with --resume {run_home}"
+            if CheckpointStore(run_home / "checkpoints", keep=1).latest() is not None
+            else "there is no checkpoint yet: start the run again"
         )
+        reason = f"{lost} stopped answering (distribute.timeout_seconds: {config.distribute.timeout_seconds}); {after}"
         status.end("interrupted", reason)
         raise WorkerLost(reason) from None
     except KeyboardInterrupt:
