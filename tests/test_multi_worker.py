@@ -76,6 +76,15 @@ def wait_for_rows(run_dir: Path, rows: int) -> None:
     raise AssertionError(f"{path} never reached {rows} rows")
 
 
+def wait_for_checkpoint(run_dir: Path) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        if any((run_dir / "checkpoints").glob("*.npz")):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{run_dir} never got a checkpoint")
+
+
 def weights(run_dir: Path) -> list[np.ndarray]:
     return keras.models.load_model(run_dir / "model.keras", compile=False).get_weights()
 
@@ -104,7 +113,7 @@ def test_two_launched_workers_train_like_one_process_and_only_the_chief_writes(t
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_ctrl_c_and_sigterm_stop_both_workers_at_one_batch_and_resume_to_the_same_weights(tmp_path: Path) -> None:
-    path = config(tmp_path, epochs=4, samples=400, batch=8)
+    path = config(tmp_path, epochs=4, samples=240, batch=8)
     reference = train(path, tmp_path / "single", quiet=True)
     run_dir = tmp_path / "run"
     for number, rows, expected in ((signal.SIGINT, 1, 130), (signal.SIGTERM, 2, 143)):
@@ -128,11 +137,12 @@ def test_ctrl_c_and_sigterm_stop_both_workers_at_one_batch_and_resume_to_the_sam
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_killed_worker_stops_the_other_within_the_timeout_and_the_run_resumes(tmp_path: Path) -> None:
-    path = config(tmp_path, epochs=4, samples=400, batch=8)
+    path = config(tmp_path, epochs=4, samples=240, batch=8)
     reference = train(path, tmp_path / "single", quiet=True)
     run_dir = tmp_path / "run"
     launcher = start(tmp_path, str(path), "--run-dir", str(run_dir))
-    wait_for_rows(run_dir, 1)
+    # After the first epoch's checkpoint: a worker lost before any checkpoint means starting again.
+    wait_for_checkpoint(run_dir)
     log = sorted(tmp_path.glob("launch-*.log"))[-1].read_text()
     worker = int(re.search(r"\[launch\] worker 1: pid (\d+)", log).group(1))  # type: ignore[union-attr]
     os.kill(worker, signal.SIGKILL)

@@ -225,5 +225,3 @@ def test_predict_and_export_commands_print_a_table_or_one_error(image_run: Path,
     exported = run_cli("export", str(image_run), "--output", str(out))
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.startswith(f"wrote {out}: serving_default(samples uint8 [None, 10, 10, 3]) -> ")
-    again = run_cli("export", str(image_run), "--output", str(out))
-    assert again.returncode == 1 and "--output: exists; pass --overwrite to replace it" in again.stderr
