@@ -2,14 +2,14 @@
 
 Its ``serving_default`` signature takes raw samples (as the run's source stores them; the preprocessing is in the
 model) and returns ``probabilities``, and for classification also ``class_index`` and ``class_name``; for
-regression it returns ``values``. It is written with Keras' ``ExportArchive`` (what ``model.export`` uses) into a
-temporary folder first and renamed into place, so a failed export leaves nothing half-written.
+regression it returns ``values``. It is written with Keras' ``ExportArchive`` (what ``model.export`` uses) through
+:func:`~accumrun.rundir.atomic.write_atomically`, under a temporary name and renamed into place, so a failed
+export leaves nothing half-written.
 """
 
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from accumrun.errors import ConfigError
 from accumrun.reports.finished import FinishedRun, Which
+from accumrun.rundir.atomic import write_atomically
 
 
 @dataclass(frozen=True)
@@ -69,16 +70,9 @@ def export_run(
     archive.track(model)
     spec = tf.TensorSpec((None, *model.input_shape[1:]), model.inputs[0].dtype, name="samples")
     archive.add_endpoint("serving_default", serve, input_signature=[spec])
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        archive.write_out(str(staging), verbose=False)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+    if target.exists():  # --overwrite: the old export goes, the new one appears whole or not at all
+        shutil.rmtree(target)
+    write_atomically(target, lambda staging: archive.write_out(str(staging), verbose=False))
     outputs = {"regression": ["values"], "multi_label": ["probabilities"]}.get(
         task, ["probabilities", "class_index", "class_name"]
     )
