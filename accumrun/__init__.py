@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from accumrun.reports.predict import Predictions
     from accumrun.training.runner import RunResult
 
-__version__ = "0.1.0"
+from accumrun._version import __version__
 
 __all__ = ["__version__", "compare", "evaluate", "export", "load_config", "predict", "train"]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 import accumrun
-from accumrun import __version__
+from accumrun._version import __version__
 from accumrun.data.sources import DOWNLOADABLE
 
 if TYPE_CHECKING:

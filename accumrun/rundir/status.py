@@ -9,7 +9,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from accumrun import __version__
+from accumrun._version import __version__
 from accumrun.rundir.atomic import write_text_atomically
 
 # Rewritten by every session of a run; the other keys of run.json (such as the auto choice) carry over.

@@ -14,7 +14,7 @@ import click
 import keras
 import tensorflow as tf
 
-from accumrun import __version__
+from accumrun._version import __version__
 from accumrun.config.schema import Config
 from accumrun.core.split import epoch_batches
 from accumrun.core.step import Step
