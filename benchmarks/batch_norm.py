@@ -25,14 +25,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.core.batch_norm import BatchNormMode, BatchNormStatistics, PopulationStatistics
+from accumrun.core.batch_norm import BatchNormStatistics, PopulationStatistics
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import make_train_step
+from accumrun.kinds import BatchNormMode
 from accumrun.models.builders import darknet_cnn
 
 FILTERS, STRIDES = [32, 64, 96, 128, 160], [2, 2, 1, 1, 1]
-MODES: tuple[BatchNormMode, ...] = ("sub_batch", "per_batch", "precise")
+MODES = (BatchNormMode.SUB_BATCH, BatchNormMode.PER_BATCH, BatchNormMode.PRECISE)
 PER_BATCH_TARGET = 0.05  # per_batch may cost at most 5% samples/s against sub_batch
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,7 +59,7 @@ def main() -> None:
     for mode in MODES:
         epochs[mode] = _train_epoch(mode, chunks, args.subdivisions)
     model = _model()
-    statistics_ = BatchNormStatistics(model, "precise")
+    statistics_ = BatchNormStatistics(model, BatchNormMode.PRECISE)
     population = PopulationStatistics(model, statistics_, piece)
     epochs["population pass"] = lambda: population(chunk for chunk, _ in chunks)
     forward = tf.function(lambda t: model(t, training=False), reduce_retracing=True)
@@ -99,7 +100,7 @@ def main() -> None:
     for mode in MODES:
         lines.append(
             f"| step, batch_norm: {mode} | {median[mode]:.2f} | {rate[mode]:,.0f} | "
-            f"{rate[mode] / rate['sub_batch']:.3f}x |"
+            f"{rate[mode] / rate[BatchNormMode.SUB_BATCH]:.3f}x |"
         )
     lines += [
         f"| precise's population pass | {median['population pass']:.2f} | "

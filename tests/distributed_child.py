@@ -28,10 +28,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from accumrun import train  # noqa: E402
-from accumrun.core.batch_norm import BatchNormMode, BatchNormStatistics  # noqa: E402
+from accumrun.core.batch_norm import BatchNormStatistics  # noqa: E402
 from accumrun.core.losses import sparse_categorical_crossentropy  # noqa: E402
 from accumrun.core.seeds import SubBatchSeeds  # noqa: E402
 from accumrun.core.step import make_train_step  # noqa: E402
+from accumrun.kinds import BatchNormMode  # noqa: E402
 from accumrun.models.builders import mlp  # noqa: E402
 
 OPTIMIZERS = {
@@ -202,7 +203,8 @@ def dropout_across_replicas() -> dict[str, bool]:
 
 def main(out: Path) -> None:
     results: dict[str, Any] = {"weights": {}, "reductions": {}}
-    results["batch_norm"] = {mode: batch_norm_across_replicas(mode) for mode in ("per_batch", "sub_batch")}
+    modes = (BatchNormMode.PER_BATCH, BatchNormMode.SUB_BATCH)
+    results["batch_norm"] = {mode: batch_norm_across_replicas(mode) for mode in modes}
     results["dropout"] = dropout_across_replicas()
     with tempfile.TemporaryDirectory() as folder:
         for optimizer in OPTIMIZERS:

@@ -4,6 +4,7 @@ weight, and ``sub_batch`` differs, as the control that lets the others fail."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,11 @@ import yaml
 
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
-from accumrun.core.batch_norm import BatchNormMode, BatchNormStatistics, PopulationStatistics
+from accumrun.core.batch_norm import BatchNormStatistics, PopulationStatistics
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
+from accumrun.kinds import BatchNormMode, Feed
 from accumrun.reports.compare import Variant, format_table
 from accumrun.training.console import describe_setup
 from accumrun.training.setup import build_training
@@ -63,18 +65,18 @@ def moving(model: keras.Model, name: str) -> np.ndarray:
 
 def test_per_batch_moves_an_input_batch_norm_as_plain_training_does_on_uneven_splits() -> None:
     data = batches(3, 10)  # 10 in 3 sub-batches of 3, 3 and 4; in 4 of 2, 3, 2, 3
-    plain = trained("per_batch", 1, data)
+    plain = trained(BatchNormMode.PER_BATCH, 1, data)
     for subdivisions in (3, 4):
-        subdivided = trained("per_batch", subdivisions, data)
+        subdivided = trained(BatchNormMode.PER_BATCH, subdivisions, data)
         np.testing.assert_allclose(moving(subdivided, "input_bn"), moving(plain, "input_bn"), rtol=1e-6, atol=1e-6)
     # The control: sub_batch moves them once per sub-batch, with a different result.
-    darknet = trained("sub_batch", 3, data)
+    darknet = trained(BatchNormMode.SUB_BATCH, 3, data)
     assert np.max(np.abs(moving(darknet, "input_bn") - moving(plain, "input_bn"))) > 1e-2
 
 
 def test_per_batch_moves_the_statistics_by_the_whole_batch_moments_once() -> None:
     data = batches(1, 10)
-    model = trained("per_batch", 3, data)
+    model = trained(BatchNormMode.PER_BATCH, 3, data)
     x = data[0][0].numpy()
     expected = np.concatenate([0.01 * x.mean(axis=0), 0.99 + 0.01 * x.var(axis=0)])
     np.testing.assert_allclose(moving(model, "input_bn"), expected, rtol=1e-6)
@@ -82,21 +84,19 @@ def test_per_batch_moves_the_statistics_by_the_whole_batch_moments_once() -> Non
 
 def test_streamed_sub_batches_move_the_statistics_as_the_whole_batch_does() -> None:
     data = batches(2, 10)
-    whole = trained("per_batch", 3, data)
+    whole = trained(BatchNormMode.PER_BATCH, 3, data)
     model = bn_model()
     step = make_train_step(
         model,
         sparse_categorical_crossentropy,
         keras.optimizers.SGD(0.1),
         3,
-        batch_norm=BatchNormStatistics(model, "per_batch"),
+        feed=Feed.SUB_BATCH,
+        batch_norm=BatchNormStatistics(model, BatchNormMode.PER_BATCH),
     )
+    starts = np.cumsum([0, *sub_batch_sizes(10, 3)])  # the sub-batches that the whole-batch step cuts
     for x, y in data:
-        start = 0
-        for size in sub_batch_sizes(10, 3):  # the sub-batches that the whole-batch step cuts
-            step.accumulate(x[start : start + size], y[start : start + size], batch_samples=10)
-            start += size
-        step.apply()
+        step.train_batch([(x[a:b], y[a:b]) for a, b in itertools.pairwise(starts)], 10)
     assert max_difference(model.get_weights(), whole.get_weights()) < 1e-6
 
 
@@ -108,7 +108,7 @@ def test_a_skipped_batch_leaves_the_statistics_as_they_were() -> None:
         sparse_categorical_crossentropy,
         keras.optimizers.SGD(0.1),
         2,
-        batch_norm=BatchNormStatistics(model, "per_batch"),
+        batch_norm=BatchNormStatistics(model, BatchNormMode.PER_BATCH),
     )
     x, y = batches(1, 6)[0]
     _, applied = step(tf.tensor_scatter_nd_update(x, [[0, 0]], [np.nan]), y)
@@ -118,21 +118,20 @@ def test_a_skipped_batch_leaves_the_statistics_as_they_were() -> None:
 
 def test_frozen_training_is_the_same_with_subdivisions_in_every_weight() -> None:
     data = batches(3, 10)
-    plain = trained("frozen", 1, data)
-    subdivided = trained("frozen", 3, data)
+    plain = trained(BatchNormMode.FROZEN, 1, data)
+    subdivided = trained(BatchNormMode.FROZEN, 3, data)
     assert max_difference(subdivided.get_weights(), plain.get_weights()) < 1e-6
     # Moving statistics fixed; gamma and beta trained.
     np.testing.assert_array_equal(moving(plain, "input_bn"), moving(bn_model(), "input_bn"))
     assert not np.allclose(plain.get_layer("input_bn").gamma.numpy(), 1.0)
     # The control: with statistics from each sub-batch, the weights differ.
-    assert (
-        max_difference(trained("per_batch", 3, data).get_weights(), trained("per_batch", 1, data).get_weights()) > 1e-4
-    )
+    per_batch = [trained(BatchNormMode.PER_BATCH, subdivisions, data).get_weights() for subdivisions in (3, 1)]
+    assert max_difference(*per_batch) > 1e-4
 
 
 def test_precise_statistics_are_the_training_set_mean_and_variance() -> None:
     model = bn_model()
-    statistics = BatchNormStatistics(model, "precise")
+    statistics = BatchNormStatistics(model, BatchNormMode.PRECISE)
     rng = np.random.default_rng(2)
     x = rng.normal(loc=5.0, scale=3.0, size=(23, FEATURES)).astype(np.float32)
     # Chunks of 10, 10 and 3, cut into pieces of at most 4: uneven everywhere.

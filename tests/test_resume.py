@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from accumrun import train
 from accumrun.config.loading import load_config, load_resume_config
-from accumrun.core.step import Step
+from accumrun.core.step import TrainStep
 from accumrun.errors import ConfigError, Interrupted, TrainingDiverged
 from accumrun.training.checkpoints import CheckpointStore
 from accumrun.training.setup import TrainingSetup
@@ -37,19 +37,21 @@ def signal_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int, signals: lis
     make_step = TrainingSetup.make_step
     calls = 0
 
-    def make_signalling_step(setup: TrainingSetup, subdivisions: int) -> Step:
+    def make_signalling_step(setup: TrainingSetup, subdivisions: int) -> TrainStep:
         step = make_step(setup, subdivisions)
+        train_batch = step.train_batch
 
-        def signalling_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        def signalling_batch(chunks: Any, samples: int) -> tuple[tf.Tensor, tf.Tensor]:
             nonlocal calls
             calls += 1
-            result = step(x, y)
+            result = train_batch(chunks, samples)
             if calls == batch:
                 for number in signals:
                     os.kill(os.getpid(), number)
             return result
 
-        return signalling_step
+        step.train_batch = signalling_batch  # type: ignore[method-assign]
+        return step
 
     monkeypatch.setattr(TrainingSetup, "make_step", make_signalling_step)
 

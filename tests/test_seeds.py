@@ -15,6 +15,7 @@ from accumrun import train
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.seeds import SubBatchSeeds
 from accumrun.core.step import make_train_step
+from accumrun.kinds import Feed
 from tests.helpers import max_difference
 
 
@@ -69,13 +70,13 @@ def test_streamed_sub_batches_draw_the_masks_of_the_whole_batch() -> None:
         optimizer = keras.optimizers.SGD(0.1)
         optimizer.build(model.trainable_variables)
         seeds = SubBatchSeeds(model, optimizer.iterations)
-        step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 3, seeds=seeds)
+        feed = Feed.SUB_BATCH if streamed else Feed.BATCH
+        step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 3, seeds=seeds, feed=feed)
         for _ in range(2):
             if streamed:
-                for start, end in ((0, 3), (3, 6), (6, 10)):  # the sub-batches of 10 in 3: 3, 3, 4
-                    step.accumulate(x[start:end], y[start:end], batch_samples=10)
-                step.apply()
+                # The sub-batches of 10 in 3: 3, 3, 4.
+                step.train_batch([(x[start:end], y[start:end]) for start, end in ((0, 3), (3, 6), (6, 10))], 10)
             else:
-                step(x, y)
+                step.train_batch([(x, y)], 10)
         weights.append(model.get_weights())
     assert max_difference(weights[0], weights[1]) < 1e-6

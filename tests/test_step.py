@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import keras
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.step import make_gradient_fn, make_train_step
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
+from accumrun.kinds import Feed
 from tests.helpers import dense_model, make_data, max_difference
 
 OPTIMIZERS = {
@@ -178,8 +181,10 @@ def test_a_non_finite_batch_is_not_applied() -> None:
 
 
 def test_subdivisions_must_be_positive() -> None:
+    x, y = make_data(10)
+    accumulate = make_gradient_fn(dense_model(), sparse_categorical_crossentropy, 0)
     with pytest.raises(ValueError, match="subdivisions must be >= 1, got 0"):
-        make_gradient_fn(dense_model(), sparse_categorical_crossentropy, 0)
+        accumulate(tf.constant(x), tf.constant(y))
 
 
 # --- streamed sub-batches: one compiled call each, one update per batch --------------------------------------
@@ -191,17 +196,15 @@ def train_streamed(subdivisions: int, batch_size: int, samples: int = 23, epochs
 
     model = dense_model(regularized=regularized)
     optimizer = OPTIMIZERS["adam"]()
-    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions)
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions, feed=Feed.SUB_BATCH)
     x, y = make_data(samples)
     losses = []
     for _ in range(epochs):
         for start in range(0, samples, batch_size):
             n = min(batch_size, samples - start)
-            offset = start
-            for size in sub_batch_sizes(n, subdivisions):
-                step.accumulate(tf.constant(x[offset : offset + size]), tf.constant(y[offset : offset + size]), n)
-                offset += size
-            loss_sum, applied = step.apply()
+            offsets = np.cumsum([start, *sub_batch_sizes(n, subdivisions)])
+            chunks = [(tf.constant(x[a:b]), tf.constant(y[a:b])) for a, b in itertools.pairwise(offsets)]
+            loss_sum, applied = step.train_batch(iter(chunks), n)
             assert bool(applied)
             losses.append(float(loss_sum))
     return [v.numpy() for v in model.trainable_variables], optimizer, losses
@@ -229,21 +232,21 @@ def test_a_streamed_batch_with_a_non_finite_sub_batch_is_skipped_and_its_metrics
     accuracy = Metric("accuracy", keras.metrics.SparseCategoricalAccuracy, sparse=True)
     metrics = Objective(sparse_categorical_crossentropy, metrics=(accuracy,)).new_metrics()
     assert metrics.variables
-    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 2, metrics=metrics)
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 2, metrics=metrics, feed=Feed.SUB_BATCH)
     x, y = make_data(10)
-    step.accumulate(tf.constant(x[:5]), tf.constant(y[:5]), 10)
-    step.accumulate(tf.constant(x[5:]), tf.constant(y[5:]), 10)
-    step.apply()
+
+    def halves(x: np.ndarray) -> list[tuple[tf.Tensor, tf.Tensor]]:
+        return [(tf.constant(x[:5]), tf.constant(y[:5])), (tf.constant(x[5:]), tf.constant(y[5:]))]
+
+    step.train_batch(halves(x), 10)
     counted = [v.numpy().copy() for v in metrics.variables]
     before = [v.numpy() for v in model.trainable_variables]
     poisoned = x.copy()
     poisoned[7, 0] = np.nan
-    step.accumulate(tf.constant(poisoned[:5]), tf.constant(y[:5]), 10)
-    step.accumulate(tf.constant(poisoned[5:]), tf.constant(y[5:]), 10)
-    _, applied = step.apply()
+    _, applied = step.train_batch(halves(poisoned), 10)
     assert not bool(applied) and int(optimizer.iterations.numpy()) == 1
     assert max_difference(before, [v.numpy() for v in model.trainable_variables]) == 0
     for kept, variable in zip(counted, metrics.variables, strict=True):
         np.testing.assert_array_equal(kept, variable.numpy())
-    with pytest.raises(ValueError, match="apply\\(\\) needs accumulate\\(\\) first"):
-        step.apply()
+    with pytest.raises(ValueError, match="a streamed batch needs at least one sub-batch"):
+        step.train_batch([], 10)

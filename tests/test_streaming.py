@@ -22,7 +22,7 @@ import yaml
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.config.schema import AugmentConfig, DataConfig
-from accumrun.core.step import TrainStep
+from accumrun.core.step import StreamedStep, TrainStep, WholeBatchStep
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import encode, shape_images, write_csv, write_image_folder, write_tfrecords
@@ -154,8 +154,8 @@ def stop_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
 
         return wrapper
 
-    monkeypatch.setattr(TrainStep, "__call__", counted(TrainStep.__call__))
-    monkeypatch.setattr(TrainStep, "apply", counted(TrainStep.apply))
+    for step_class in (WholeBatchStep, StreamedStep):
+        monkeypatch.setattr(step_class, "train_batch", counted(step_class.train_batch))
 
 
 @pytest.mark.slow

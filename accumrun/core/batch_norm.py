@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import keras
 import tensorflow as tf
 
-BatchNormMode = Literal["sub_batch", "per_batch", "precise", "frozen"]
-BATCH_NORM_MODES: tuple[BatchNormMode, ...] = ("sub_batch", "per_batch", "precise", "frozen")
+from accumrun.core.split import piece_loop, replica_rows
+from accumrun.kinds import BatchNormMode
+
+RECORDING_MODES = (BatchNormMode.PER_BATCH, BatchNormMode.PRECISE)
+"""The modes whose BatchNorm layers move once per batch, from the moments recorded over its sub-batches."""
 Moments = tuple[tf.Tensor, tf.Tensor, tf.Tensor]
 """A layer's ``(count, mean, variance)`` over the samples seen."""
 Running = tuple[tf.Tensor, tf.Tensor, tf.Tensor]
@@ -52,10 +55,14 @@ class BatchNormStatistics:
     """The BatchNorm layers of a model under one ``mode``, and the per-batch moments of those whose moving
     statistics ``per_batch`` and ``precise`` update: each one's sample count, mean and sum of squared deviations,
     accumulated over a batch's sub-batches in variables (replica-local under a strategy), so that sub-batches
-    streamed in separate calls add up too."""
+    streamed in separate calls add up too.
+
+    The step calls every recording method in every mode: where nothing is recorded (``sub_batch``, ``frozen``, a
+    model without BatchNorm) they do nothing, so that the step has no case of its own for them.
+    """
 
     def __init__(self, model: keras.Model, mode: BatchNormMode, strategy: tf.distribute.Strategy | None = None) -> None:
-        self.mode = mode
+        self.mode = BatchNormMode(mode)
         self.layers = batch_norm_layers(model)
         self.tracked = [layer for layer in self.layers if layer.trainable and not layer.renorm]
         scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
@@ -74,18 +81,18 @@ class BatchNormStatistics:
     @property
     def records(self) -> bool:
         """Whether the step combines the sub-batches' moments (``per_batch`` and ``precise``)."""
-        return self.mode in ("per_batch", "precise") and bool(self.tracked)
+        return bool(self._recorded)
 
     @property
     def _recorded(self) -> list[keras.layers.BatchNormalization]:
-        return self.tracked if self.mode in ("per_batch", "precise") else []
+        return self.tracked if self.mode in RECORDING_MODES else []
 
     @contextlib.contextmanager
     def tracing(self, force_training: bool = False) -> Iterator[None]:
         """Wrap the layers' ``call`` while a step is traced: momentum 0 where moments are recorded, inference
         mode for ``frozen``; with ``force_training``, recorded layers run in training mode whatever the model
         is called with (the population pass, with dropout off)."""
-        if self.mode == "frozen":
+        if self.mode is BatchNormMode.FROZEN:
             wrapped = {id(layer): _inference(layer) for layer in self.layers}
         elif self._recorded:
             wrapped = {id(layer): _recording(layer, force_training) for layer in self._recorded}
@@ -135,7 +142,10 @@ class BatchNormStatistics:
 
     def batch_moments(self, replica_context: tf.distribute.ReplicaContext | None = None) -> list[Moments]:
         """The batch's ``(count, mean, variance)`` per recorded layer; in a replica context, over every replica:
-        two all-reduces, of the counts and sums, then of the squared deviations from the global mean."""
+        two all-reduces, of the counts and sums, then of the squared deviations from the global mean. Nothing
+        (and no all-reduce) where nothing is recorded."""
+        if not self._recorded:
+            return []
         counts = [c.read_value() for c in self._count]
         means = [m.read_value() for m in self._mean]
         m2s = [m.read_value() for m in self._m2]
@@ -178,7 +188,7 @@ class BatchNormStatistics:
         if not self.layers:
             return []
         lines = [f"batch norm: {len(self.layers)} BatchNormalization layers, {self.mode} ({_MEANING[self.mode]})"]
-        if self.mode != "frozen" and self.tracked and sub_batch < 8:
+        if self.mode is not BatchNormMode.FROZEN and self.tracked and sub_batch < 8:
             lines.append(
                 f"warning: BatchNorm normalizes each sub-batch of {sub_batch} sample{'s' if sub_batch != 1 else ''} "
                 "per replica with its own statistics, which are noisy below 8; consider training.batch_norm: frozen, "
@@ -188,10 +198,10 @@ class BatchNormStatistics:
 
 
 _MEANING = {
-    "sub_batch": "moving statistics move once per sub-batch",
-    "per_batch": "moving statistics move once per batch, from the whole batch's moments",
-    "precise": "once per batch, and recomputed over the training set at each epoch's end",
-    "frozen": "inference mode, moving statistics fixed",
+    BatchNormMode.SUB_BATCH: "moving statistics move once per sub-batch",
+    BatchNormMode.PER_BATCH: "moving statistics move once per batch, from the whole batch's moments",
+    BatchNormMode.PRECISE: "once per batch, and recomputed over the training set at each epoch's end",
+    BatchNormMode.FROZEN: "inference mode, moving statistics fixed",
 }
 
 
@@ -218,11 +228,11 @@ class PopulationStatistics:
         self._strategy = strategy
 
         def add(x: tf.Tensor) -> None:
-            n = tf.shape(x)[0]
-            for i in tf.range((n + piece - 1) // piece):
+            indices, take = piece_loop(x, piece)
+            for i in indices:
                 # One piece's activations at a time, as in the training step's loop.
                 tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-                part = x[i * piece : (i + 1) * piece]
+                part = take(i)
                 with statistics.tracing(force_training=True):
                     model(part, training=False)
                 statistics.record(tf.shape(part)[0])
@@ -239,11 +249,9 @@ class PopulationStatistics:
 
         @tf.function(reduce_retracing=True)
         def add_on_replicas(x: tf.Tensor) -> None:
-            total = tf.shape(x)[0]
-
             def replica_slice(context: tf.distribute.experimental.ValueContext) -> tf.Tensor:
-                r = context.replica_id_in_sync_group
-                return x[r * total // replicas : (r + 1) * total // replicas]
+                (part,) = replica_rows((x,), context.replica_id_in_sync_group, replicas)
+                return part
 
             strategy.run(add, args=(strategy.experimental_distribute_values_from_function(replica_slice),))
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
-from accumrun.core.step import Step
+from accumrun.core.step import TrainStep
 from accumrun.errors import ConfigError
 
 
@@ -25,7 +25,7 @@ class AutoChoice:
     """The chosen subdivisions, the step compiled for it, and every count tried, in order."""
 
     subdivisions: int
-    step: Step = field(init=False)  # set by choose_subdivisions before it returns the choice
+    step: TrainStep = field(init=False)  # set by choose_subdivisions before it returns the choice
     tried: list[int] = field(default_factory=list)
 
 
@@ -35,7 +35,7 @@ def first_subdivisions(batch_size: int, max_sub_batch: int | None) -> int:
 
 
 def choose_subdivisions(
-    make_step: Callable[[int], Step],
+    make_step: Callable[[int], TrainStep],
     state: list[tf.Variable],
     x: tf.Tensor,
     y: tf.Tensor,
@@ -60,7 +60,7 @@ def choose_subdivisions(
             choice.tried.append(choice.subdivisions)
             try:
                 choice.step = make_step(choice.subdivisions)
-                choice.step(x, y)
+                choice.step.train_batch([(x, y)], batch_size)
                 return choice
             except tf.errors.ResourceExhaustedError:
                 _next_or_give_up(choice, batch_size, echo)
@@ -72,7 +72,7 @@ def choose_subdivisions(
                 _probe_fresh_processes(choice, batch_size, fits_in_fresh_process, echo)
                 choice.step = make_step(choice.subdivisions)
                 try:
-                    choice.step(x, y)
+                    choice.step.train_batch([(x, y)], batch_size)
                 except tf.errors.OpError:
                     raise ConfigError(
                         "training.subdivisions",

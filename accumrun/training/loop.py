@@ -9,6 +9,7 @@ rate), records the row and checkpoints. What each of those does lives elsewhere:
 
 from __future__ import annotations
 
+import itertools
 import math
 import signal
 import time
@@ -21,7 +22,7 @@ import tensorflow as tf
 
 from accumrun.core.batch_norm import PopulationStatistics
 from accumrun.core.split import replica_sub_batch_sizes
-from accumrun.core.step import Step, TrainStep
+from accumrun.core.step import TrainStep
 from accumrun.data.feeder import Feeder
 from accumrun.errors import Interrupted, TrainingDiverged
 from accumrun.training.checkpoints import CheckpointStore, Position
@@ -39,12 +40,12 @@ from accumrun.training.signals import StopRequests, resume_command
 class EpochLoop:
     """Trains ``setup`` with ``train_step`` (compiled for ``subdivisions``), checkpointing into ``store``.
 
-    ``train_step`` takes whole batches; with ``data.feed: sub_batch`` a :class:`TrainStep` gets each batch's
-    sub-batches one by one and applies the batch's update after the last.
+    ``train_step`` gets each batch as the chunks the feeder serves it in (the whole batch, or with
+    ``data.feed: sub_batch`` its sub-batches) and makes the batch's update.
     """
 
     setup: TrainingSetup
-    train_step: Step | TrainStep
+    train_step: TrainStep
     subdivisions: int
     run_dir: Path
     """Where this process writes (a scratch folder on a multi-worker run's other workers)."""
@@ -141,17 +142,9 @@ class EpochLoop:
         returned for it: ``(loss_sum, applied)``."""
         plan = self.plan
         chunks = self.feeder.epoch(epoch, skip=sum(len(sizes) for sizes in plan[:skip]))
-        step = self.train_step
         for sizes in plan[skip:]:
             samples = sum(sizes)
-            if self.setup.feed == "batch":
-                yield samples, step(*next(chunks))
-                continue
-            if not isinstance(step, TrainStep):
-                raise TypeError(f"streaming sub-batches needs a TrainStep, not {type(step).__name__}")
-            for _ in sizes:
-                step.accumulate(*next(chunks), batch_samples=samples)
-            yield samples, step.apply()
+            yield samples, self.train_step.train_batch(itertools.islice(chunks, len(sizes)), samples)
 
     def _end_epoch(self, position: Position) -> str | None:
         """Validate, record the row of the epoch that ``position`` has just finished and apply the controls;

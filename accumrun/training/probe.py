@@ -49,7 +49,7 @@ def main(config_path: str) -> int:
     setup = build_training(config)
     x, y = setup.first_batch()
     try:
-        setup.make_step(subdivisions)(x, y)
+        setup.make_step(subdivisions).train_batch([(x, y)], int(x.shape[0]))
     except tf.errors.ResourceExhaustedError:
         return OUT_OF_MEMORY
     return 0

@@ -17,7 +17,7 @@ import tensorflow as tf
 from accumrun._version import __version__
 from accumrun.config.schema import Config
 from accumrun.core.split import epoch_batches
-from accumrun.core.step import Step
+from accumrun.core.step import TrainStep
 from accumrun.errors import ConfigError, Interrupted, WorkerLost
 from accumrun.rundir.atomic import write_text_atomically
 from accumrun.rundir.layout import prepare_run_dir, write_features, write_labels
@@ -203,7 +203,7 @@ def _train(
     return RunResult(run_dir, log.rows, setup.model)
 
 
-def _settle_auto(setup: TrainingSetup, echo: Callable[[str], None]) -> tuple[int, Step, list[int]]:
+def _settle_auto(setup: TrainingSetup, echo: Callable[[str], None]) -> tuple[int, TrainStep, list[int]]:
     """Choose ``subdivisions: auto`` on the first batch; return the count, its step and the counts tried."""
     x, y = setup.first_batch()
     config = setup.config

@@ -11,6 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from accumrun import kinds
 from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import MetricSet
@@ -80,7 +81,8 @@ class TrainingSetup:
         with strategy_scope(self.strategy):
             self.train_metrics = self.objective.objective.new_metrics()
             self.val_metrics = self.objective.objective.new_metrics()
-        self.batch_norm = BatchNormStatistics(self.model, self.config.training.batch_norm, self.strategy)
+        mode = kinds.BatchNormMode(self.config.training.batch_norm)
+        self.batch_norm = BatchNormStatistics(self.model, mode, self.strategy)
         # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
         self.seeds = SubBatchSeeds(self.model, self.optimizer.iterations)
 
@@ -97,6 +99,7 @@ class TrainingSetup:
                 self.objective.objective,
                 self.optimizer,
                 subdivisions,
+                feed=kinds.Feed(self.feed),
                 metrics=self.train_metrics,
                 strategy=self.strategy,
                 jit_compile=self.config.training.jit_compile,
