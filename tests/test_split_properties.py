@@ -1,7 +1,8 @@
-"""Properties of the sub-batch rule in accumrun.split, for every batch size and subdivision count hypothesis draws.
+"""Properties of the sub-batch rule in accumrun.core.split, for every batch size and subdivision count hypothesis
+draws.
 
 The gradient properties use per-sample gradients of a linear model with squared loss, in float64 numpy, and cut
-the batch exactly as ``accumrun.step`` does: sub-batch ``i`` of ``s`` holds samples ``[i*B//s, (i+1)*B//s)``.
+the batch exactly as the step does: sub-batch ``i`` of ``s`` holds samples ``[i*B//s, (i+1)*B//s)``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from accumrun.core.split import effective_subdivisions, sub_batch_sizes
+from accumrun.core.split import effective_subdivisions, part_bounds, starts_by_size, sub_batch_sizes
 
 PROPERTY = settings(max_examples=200, deadline=None)
 
@@ -25,7 +26,7 @@ seeds = st.integers(0, 2**32 - 1)
 
 
 def step_bounds(batch: int, subdivisions: int) -> list[int]:
-    """The sub-batch boundaries that ``accumrun.step`` slices at, written out independently of ``split``."""
+    """The sub-batch boundaries that the step slices at, written out independently of ``split``."""
     s = min(subdivisions, batch)
     return [i * batch // s for i in range(s + 1)]
 
@@ -65,6 +66,18 @@ def test_sizes_are_the_slices_the_step_takes(case: tuple[int, int]) -> None:
 
 
 @PROPERTY
+@given(batch_and_any_subdivisions)
+def test_the_starts_by_size_are_where_the_step_slices(case: tuple[int, int]) -> None:
+    batch, subdivisions = case
+    bounds = step_bounds(batch, subdivisions)
+    pairs = list(zip(bounds[:-1], bounds[1:], strict=True))
+    assert [part_bounds(i, batch, len(pairs)) for i in range(len(pairs))] == pairs
+    groups = starts_by_size(batch, subdivisions)
+    assert [size for size, _ in groups] == sorted({end - start for start, end in pairs})
+    assert sorted((start, start + size) for size, starts in groups for start in starts) == pairs
+
+
+@PROPERTY
 @given(batches, st.integers(1, 100))
 def test_more_subdivisions_than_samples_gives_one_sample_each(batch: int, extra: int) -> None:
     assert sub_batch_sizes(batch, batch + extra) == [1] * batch
@@ -73,7 +86,7 @@ def test_more_subdivisions_than_samples_gives_one_sample_each(batch: int, extra:
 @PROPERTY
 @given(batches, st.integers(-100, 0))
 def test_fewer_than_one_subdivision_is_clamped_to_the_whole_batch(batch: int, subdivisions: int) -> None:
-    # The config and make_gradient_fn refuse such counts; the size rule itself falls back to one sub-batch.
+    # The config and the step's cut refuse such counts; the size rule itself falls back to one sub-batch.
     assert sub_batch_sizes(batch, subdivisions) == [batch]
 
 

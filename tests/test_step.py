@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.split import sub_batch_loops, sub_batch_sizes
 from accumrun.core.step import make_gradient_fn, make_train_step
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
@@ -192,8 +193,6 @@ def test_subdivisions_must_be_positive() -> None:
 
 def train_streamed(subdivisions: int, batch_size: int, samples: int = 23, epochs: int = 2, regularized: bool = False):
     """As :func:`train_weights`, but each batch's sub-batches are fed one call at a time."""
-    from accumrun.core.split import sub_batch_sizes
-
     model = dense_model(regularized=regularized)
     optimizer = OPTIMIZERS["adam"]()
     step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions, feed=Feed.SUB_BATCH)
@@ -250,3 +249,28 @@ def test_a_streamed_batch_with_a_non_finite_sub_batch_is_skipped_and_its_metrics
         np.testing.assert_array_equal(kept, variable.numpy())
     with pytest.raises(ValueError, match="a streamed batch needs at least one sub-batch"):
         step.train_batch([], 10)
+
+
+@pytest.mark.parametrize(("batch", "subdivisions"), [(10, 3), (10, 4), (3, 5), (7, 1)])
+def test_the_static_and_the_dynamic_cut_take_the_rows_of_the_rule(batch: int, subdivisions: int) -> None:
+    """Whether the batch's size is known at tracing or not, the sub-batches are the rule's rows, each once."""
+    x = tf.reshape(tf.range(batch * 2), (batch, 2))
+    y = tf.range(batch)
+    sizes = sub_batch_sizes(batch, subdivisions)
+    expected = [(int(start), int(start) + size) for start, size in zip(np.cumsum([0, *sizes[:-1]]), sizes, strict=True)]
+
+    def rows(x: tf.Tensor, y: tf.Tensor, static: bool) -> tf.Tensor:
+        found = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
+        for loop in sub_batch_loops(x, y, subdivisions):
+            assert loop.static == static
+            for i in loop.indices:
+                x_sub, y_sub, first_row = loop.take(i)
+                tf.debugging.assert_equal(x_sub[:, 0], 2 * y_sub)
+                found = found.write(found.size(), tf.stack([first_row, first_row + tf.shape(y_sub)[0]]))
+        return found.stack()
+
+    static = tf.function(lambda x, y: rows(x, y, static=True))(x, y)
+    spec = [tf.TensorSpec([None, 2], tf.int32), tf.TensorSpec([None], tf.int32)]
+    dynamic = tf.function(lambda x, y: rows(x, y, static=False), input_signature=spec)(x, y)
+    assert sorted(map(tuple, static.numpy().tolist())) == expected
+    assert [tuple(pair) for pair in dynamic.numpy().tolist()] == expected

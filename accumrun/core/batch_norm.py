@@ -34,7 +34,7 @@ import tensorflow as tf
 from accumrun.core.split import piece_loop, replica_rows
 from accumrun.kinds import BatchNormMode
 
-RECORDING_MODES = (BatchNormMode.PER_BATCH, BatchNormMode.PRECISE)
+_RECORDING_MODES = (BatchNormMode.PER_BATCH, BatchNormMode.PRECISE)
 """The modes whose BatchNorm layers move once per batch, from the moments recorded over its sub-batches."""
 Moments = tuple[tf.Tensor, tf.Tensor, tf.Tensor]
 """A layer's ``(count, mean, variance)`` over the samples seen."""
@@ -85,7 +85,7 @@ class BatchNormStatistics:
 
     @property
     def _recorded(self) -> list[keras.layers.BatchNormalization]:
-        return self.tracked if self.mode in RECORDING_MODES else []
+        return self.tracked if self.mode in _RECORDING_MODES else []
 
     @contextlib.contextmanager
     def tracing(self, force_training: bool = False) -> Iterator[None]:
