@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import keras
 import tensorflow as tf
 
-BatchNormMode = Literal["sub_batch", "per_batch", "precise", "frozen"]
-BATCH_NORM_MODES: tuple[BatchNormMode, ...] = ("sub_batch", "per_batch", "precise", "frozen")
+from accumrun.kinds import BatchNormMode
+
 Moments = tuple[tf.Tensor, tf.Tensor, tf.Tensor]
 """A layer's ``(count, mean, variance)`` over the samples seen."""
 Running = tuple[tf.Tensor, tf.Tensor, tf.Tensor]
