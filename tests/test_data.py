@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accumrun.config.schema import data_config
+from accumrun.config.schema import DATA_SECTIONS, CsvConfig, data_config
 from accumrun.data import dataset, sources
 from accumrun.errors import ConfigError, DataError
+from accumrun.kinds import Task
 from tests.helpers import idx_bytes, write_idx, write_idx_folder
 
 
@@ -507,7 +508,7 @@ def test_boolean_labels_are_classes_0_and_1(tmp_path: Path) -> None:
 )
 def test_task_auto_reads_the_targets(tmp_path: Path, y: np.ndarray, task: str) -> None:
     ds = load_npz(write_npz(tmp_path / "d.npz", x=np.ones((4, 2)), y=y), validation_split=0.0)
-    assert ds.task == task
+    assert ds.task is Task(task)
     expected = {"classification": (np.int32, ()), "multi_label": (np.float32, (3,)), "regression": (np.float32, None)}
     dtype, shape = expected[task]
     assert ds.train.y.dtype == dtype
@@ -525,7 +526,7 @@ def test_multi_label_targets_must_be_0_or_1(tmp_path: Path) -> None:
 def test_synthetic_data_makes_each_task(task: str) -> None:
     config = data_config(name="synthetic", samples=64, shape=[3], classes=4, task=task, validation_split=0.0)
     ds = dataset.load_dataset(config, seed=0)
-    assert ds.task == task
+    assert ds.task is Task(task)
     assert ds.target_shape == ((4,) if task == "multi_label" else (1,))
     assert ds.train.y.std() > 0.1  # learnable targets, not constants
 
@@ -540,3 +541,15 @@ def test_small_integers_keep_their_dtype_and_auto_scales_unsigned_ones_to_one(
     ds = load_npz(write_npz(tmp_path / "d.npz", x=x, y=np.arange(6) % 2), validation_split=0.0)
     assert ds.train.x.dtype == (np.float32 if dtype == np.float64 else dtype)
     assert ds.scale == scale
+
+
+def test_every_source_the_config_accepts_has_a_loader_in_the_same_order() -> None:
+    assert list(sources.SOURCES) == list(DATA_SECTIONS)
+
+
+def test_evaluating_other_data_reads_that_path_alone() -> None:
+    config = data_config(name="csv", path="a.csv", label="y", validation_path="b.csv", validation_split=0.0)
+    other = config.reading("c.csv")
+    assert isinstance(other, CsvConfig)
+    assert (other.path, other.validation_path, other.validation_split, other.label) == ("c.csv", None, 0.0, "y")
+    assert data_config(name="npz", path="a.npz").reading("c.npz").path == "c.npz"
