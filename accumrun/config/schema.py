@@ -1,7 +1,11 @@
 """The config schema: one pydantic model per YAML section, with the per-key rules, and the rules that span keys.
 
-Loading, overrides and error messages are in :mod:`accumrun.config.loading`. This module imports neither
-TensorFlow nor Keras, so ``check`` and ``--help`` stay fast.
+``data`` and ``model`` are unions chosen by ``name``: each data source and each kind of model has its own
+section, so a key that the chosen one does not read is refused here. The closed sets (task, BatchNorm mode,
+feed, ...) parse into the enums of :mod:`accumrun.kinds`, with ``auto`` beside them where a key allows it, and
+are written back as their words. Loading, overrides and error messages are in :mod:`accumrun.config.loading`.
+This module imports nothing of accumrun but ``errors`` and ``kinds``, and neither TensorFlow nor Keras, so
+``check`` and ``--help`` stay fast.
 """
 
 from __future__ import annotations
