@@ -274,11 +274,13 @@ def _train(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _decode(task: dict[str, Any]) -> dict[str, Any]:
-    from accumrun.config.schema import DataConfig
+    from accumrun.config.schema import data_config
     from accumrun.data.dataset import load_dataset
     from accumrun.data.feeder import Feeder
 
-    config = DataConfig(name="image_folder", path=task["path"], image_size=[IMAGE_SIZE, IMAGE_SIZE], validation_split=0)
+    config = data_config(
+        name="image_folder", path=task["path"], image_size=[IMAGE_SIZE, IMAGE_SIZE], validation_split=0
+    )
     split = load_dataset(config, seed=0).train
     full, rest = divmod(split.size, BATCH)
     # The chunks a batch-64 run without subdivided feeding asks for: whole batches, then the remainder.

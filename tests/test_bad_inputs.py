@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
-from accumrun.config.schema import DataConfig, OptimizerConfig
+from accumrun.config.schema import OptimizerConfig, data_config
 from accumrun.data.dataset import load_dataset
 from accumrun.data.sources import IDX_FILES
 from accumrun.errors import ConfigError, DataError
@@ -392,7 +392,7 @@ def test_npz_fault_is_a_data_error(tmp_path: Path, content: bytes | dict[str, np
     else:
         np.savez(path, **content)
     with pytest.raises(DataError) as info:
-        load_dataset(DataConfig(name="npz", path=str(path)), seed=0)
+        load_dataset(data_config(name="npz", path=str(path)), seed=0)
     assert message in info.value.message
 
 

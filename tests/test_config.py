@@ -5,19 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from accumrun.config.loading import load_config
 from accumrun.config.schema import (
     Config,
     CustomModelConfig,
     DarknetCnnConfig,
-    DataConfig,
+    DigitsConfig,
     MlpConfig,
     OptimizerConfig,
     OutputConfig,
     TrainingConfig,
+    data_config,
 )
 from accumrun.errors import ConfigError, ConfigProblems
+from accumrun.kinds import BatchNormMode, Cluster, Direction, Feed, OnNonFinite, Precision, Strategy, Task
 
 BATCH_SIZE_RULE = "must be a positive integer or 'full' (the whole training set)"
 SPLIT_RULE = "must be a fraction in [0, 1) or 'test' (the dataset's test split)"
@@ -72,7 +75,7 @@ def test_empty_file_equals_the_schema_defaults(tmp_path: Path) -> None:
 
 def test_empty_sections_keep_their_defaults(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, "data: {}\ntraining: {}\noptimizer: {}\noutput: {}\n"))
-    assert config.data == DataConfig()
+    assert config.data == DigitsConfig()
     assert config.training == TrainingConfig()
     assert config.optimizer == OptimizerConfig()
     assert config.output == OutputConfig()
@@ -330,6 +333,93 @@ def test_path_is_not_used_by_synthetic_data(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ("name: image_folder\n  path: x", "data.image_size: data.name: image_folder needs [height, width] to resize"),
+        ("name: tfrecord\n  image_size: [8, 8]", "data.path: data.name: tfrecord needs a TFRecord file or a glob"),
+        ("name: csv\n  path: t.csv", "data.label: data.name: csv needs the name of the label column"),
+        ("name: tfds\n  image_size: [8, 8]", "data.dataset: data.name: tfds needs the name of a prepared dataset"),
+    ],
+)
+def test_a_source_names_the_key_it_needs(tmp_path: Path, data: str, message: str) -> None:
+    assert message_of(write(tmp_path, f"data:\n  {data}\n")).startswith(message)
+
+
+def test_unknown_data_name_lists_the_sources(tmp_path: Path) -> None:
+    assert message_of(write(tmp_path, "data:\n  name: imagenet\n  image_size: [8, 8]\n")) == (
+        "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist', 'synthetic', 'image_folder', "
+        "'tfrecord', 'csv' or 'tfds' (got 'imagenet')"
+    )
+
+
+def test_a_validation_file_and_a_split_are_refused_together(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "data:\n  name: csv\n  path: a.csv\n  label: y\n  validation_path: b.csv\n  validation_split: 0.2\n"
+    )
+    assert message_of(path) == "data.validation_split: cannot be set with data.validation_path; use one (got 0.2)"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"name": "npz", "path": "d.npz"},
+        {"name": "fashion_mnist"},
+        {"name": "image_folder", "path": "images", "image_size": [8, 8], "color_mode": "grayscale"},
+        {"name": "tfrecord", "path": "r-*", "image_size": [8, 8], "shuffle_buffer": 4},
+        {"name": "csv", "path": "t.csv", "label": "y", "task": "regression"},
+        {"name": "tfds", "dataset": "mnist", "image_size": [28, 28], "feed": "sub_batch"},
+    ],
+)
+def test_each_source_writes_only_its_own_keys_and_loads_back(tmp_path: Path, data: dict[str, object]) -> None:
+    config = load_config({"data": data})
+    written = config.to_yaml()
+    assert load_config(write(tmp_path, written)) == config
+    assert set(yaml.safe_load(written)["data"]) == set(type(config.data).model_fields)
+
+
+def test_closed_sets_parse_into_their_enums_and_are_written_as_words(tmp_path: Path) -> None:
+    text = (
+        "data:\n  task: multi_label\n  feed: batch\n"
+        "training:\n  batch_norm: frozen\n  precision: mixed_bfloat16\n  on_nonfinite: skip_batch\n"
+        "  early_stopping: {mode: max}\n"
+        "distribute:\n  strategy: mirrored\n  cluster: slurm\n"
+    )
+    config = load_config(write(tmp_path, text))
+    assert (config.data.task, config.data.feed) == (Task.MULTI_LABEL, Feed.BATCH)
+    training = config.training
+    assert (training.batch_norm, training.precision, training.on_nonfinite) == (
+        BatchNormMode.FROZEN,
+        Precision.MIXED_BFLOAT16,
+        OnNonFinite.SKIP_BATCH,
+    )
+    assert training.early_stopping is not None and training.early_stopping.mode is Direction.MAX
+    assert (config.distribute.strategy, config.distribute.cluster) == (Strategy.MIRRORED, Cluster.SLURM)
+    written = yaml.safe_load(config.to_yaml())
+    assert written["training"]["batch_norm"] == "frozen" and type(written["training"]["batch_norm"]) is str
+    assert written["distribute"] == {**written["distribute"], "strategy": "mirrored", "cluster": "slurm"}
+    assert load_config(write(tmp_path, config.to_yaml(), name="resolved.yaml")) == config
+
+
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        ("training.batch_norm", "'per_batch', 'sub_batch', 'precise' or 'frozen'"),
+        ("data.task", "'auto', 'classification', 'regression' or 'multi_label'"),
+        ("data.feed", "'auto', 'batch' or 'sub_batch'"),
+        ("training.precision", "'float32', 'mixed_float16' or 'mixed_bfloat16'"),
+        ("distribute.cluster", "'auto', 'tf_config' or 'slurm'"),
+    ],
+)
+def test_a_word_outside_a_closed_set_lists_the_allowed_ones(tmp_path: Path, key: str, words: str) -> None:
+    assert message_of(write(tmp_path, ""), [f"{key}=other"]) == f"{key}: input should be {words} (got 'other')"
+
+
+def test_python_values_may_be_enum_members_or_their_words() -> None:
+    assert TrainingConfig(batch_norm="precise") == TrainingConfig(batch_norm=BatchNormMode.PRECISE)
+    assert data_config(name="image_folder", path="x", image_size=[4, 4], color_mode="grayscale").channels == 1
+
+
 def test_darknet_needs_one_stride_per_filter(tmp_path: Path) -> None:
     assert (
         message_of(write(tmp_path, "model:\n  filters: [8, 16]\n  strides: [1]\n"))
@@ -355,13 +445,22 @@ def test_schema_and_cross_field_problems_are_reported_in_turn(tmp_path: Path) ->
     # Cross-field rules only run on a config that passed the schema: first the typo, then the cross-field problem.
     path = write(tmp_path, "training:\n  batch_size: 4\n  subdivisions: 8\n  epoch: 3\n")
     assert message_of(path) == "training.epoch: unknown key (did you mean 'epochs'?)"
-    path.write_text("training:\n  batch_size: 4\n  subdivisions: 8\ndata:\n  samples: 5\n")
+    path.write_text("training:\n  batch_size: 4\n  subdivisions: 8\nmodel:\n  filters: [8, 16]\n  strides: [1]\n")
     error = error_of(path)
     assert error.problems == [
         "training.subdivisions: cannot exceed training.batch_size (4); each sub-batch needs a sample (got 8)",
-        "data.samples: only applies to data.name: synthetic (got 5)",
+        "model.strides: needs one stride per entry of model.filters (2) (got [1])",
     ]
     assert str(error).startswith(f"2 problems in {path}:\n")
+
+
+def test_a_key_of_another_source_is_refused_with_the_other_schema_problems(tmp_path: Path) -> None:
+    path = write(tmp_path, "training:\n  epoch: 3\ndata:\n  samples: 5\n  image_size: [8, 8]\n")
+    assert error_of(path).problems == [
+        "data.samples: only applies to data.name: synthetic (got 5)",
+        "data.image_size: only applies to data.name: image_folder or tfrecord or tfds (got [8, 8])",
+        "training.epoch: unknown key (did you mean 'epochs'?)",
+    ]
 
 
 # --- overrides ------------------------------------------------------------------------------------------------

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accumrun.config.schema import DataConfig
+from accumrun.config.schema import DATA_SECTIONS, CsvConfig, data_config
 from accumrun.data import dataset, sources
 from accumrun.errors import ConfigError, DataError
+from accumrun.kinds import Task
 from tests.helpers import idx_bytes, write_idx, write_idx_folder
 
 
@@ -30,7 +31,7 @@ def unique_rows(samples: int, features: int = 3) -> tuple[np.ndarray, np.ndarray
 
 
 def load_npz(path: Path, seed: int = 0, **config: object) -> dataset.Dataset:
-    return dataset.load_dataset(DataConfig(name="npz", path=str(path), **config), seed)
+    return dataset.load_dataset(data_config(name="npz", path=str(path), **config), seed)
 
 
 # --- npz loader ------------------------------------------------------------------------------------------------
@@ -210,7 +211,7 @@ def test_idx_folder_loads(tmp_path: Path, name: str, compressed: bool) -> None:
     arrays = write_idx_folder(folder, compressed=compressed)
     present = sorted(p.name for p in folder.iterdir())
     assert all(p.endswith(".gz") == compressed for p in present)
-    ds = dataset.load_dataset(DataConfig(name=name, path=str(folder), validation_split="test"), seed=0)
+    ds = dataset.load_dataset(data_config(name=name, path=str(folder), validation_split="test"), seed=0)
     assert ds.name == name
     assert ds.train.x.shape == (6, 3, 2, 1) and ds.val.x.shape == (4, 3, 2, 1)
     # The bytes stay bytes on the host; rescale: auto scales them by 1/255 on the device.
@@ -225,7 +226,7 @@ def test_idx_folder_loads(tmp_path: Path, name: str, compressed: bool) -> None:
 
 def test_idx_folder_with_fraction_split(tmp_path: Path) -> None:
     write_idx_folder(tmp_path)
-    ds = dataset.load_dataset(DataConfig(name="mnist", path=str(tmp_path), validation_split=0.5), seed=2)
+    ds = dataset.load_dataset(data_config(name="mnist", path=str(tmp_path), validation_split=0.5), seed=2)
     assert (ds.train_size, ds.val_size) == (3, 3)  # the six training images, halved; the test split is unused
 
 
@@ -234,7 +235,7 @@ def test_idx_missing_file_names_it_the_download_command_and_the_source(tmp_path:
     write_idx_folder(tmp_path)
     (tmp_path / sources.IDX_FILES["y_test"]).unlink()
     with pytest.raises(DataError) as info:
-        dataset.load_dataset(DataConfig(name=name, path=str(tmp_path), validation_split="test"), seed=0)
+        dataset.load_dataset(data_config(name=name, path=str(tmp_path), validation_split="test"), seed=0)
     message = info.value.message
     assert message.startswith("data.path: ")
     assert f"{tmp_path / 't10k-labels-idx1-ubyte.gz'} not found" in message
@@ -244,7 +245,7 @@ def test_idx_missing_file_names_it_the_download_command_and_the_source(tmp_path:
 
 def test_idx_empty_folder(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"train-images-idx3-ubyte\.gz not found.*storage\.googleapis\.com"):
-        dataset.load_dataset(DataConfig(name="mnist", path=str(tmp_path)), seed=0)
+        dataset.load_dataset(data_config(name="mnist", path=str(tmp_path)), seed=0)
 
 
 @pytest.mark.parametrize("name", ["a.gz", "a"], ids=["gzip", "plain"])
@@ -308,14 +309,14 @@ def test_idx_corrupt_file_in_folder_is_reported(tmp_path: Path) -> None:
     write_idx_folder(tmp_path)
     (tmp_path / sources.IDX_FILES["x_test"]).write_bytes(gzip.compress(b"\x00\x00\x08\x03\x00\x00\x00\x01"))
     with pytest.raises(DataError, match=r"t10k-images-idx3-ubyte\.gz is truncated inside its header"):
-        dataset.load_dataset(DataConfig(name="mnist", path=str(tmp_path)), seed=0)
+        dataset.load_dataset(data_config(name="mnist", path=str(tmp_path)), seed=0)
 
 
 # --- digits ----------------------------------------------------------------------------------------------------
 
 
 def test_digits_bundled_set() -> None:
-    ds = dataset.load_dataset(DataConfig(name="digits", validation_split=0.0), seed=0)
+    ds = dataset.load_dataset(data_config(name="digits", validation_split=0.0), seed=0)
     assert ds.train_size == 1797 and ds.val_size == 0
     assert ds.train.x.shape == (1797, 8, 8, 1) and ds.sample_shape == (8, 8, 1)
     assert ds.classes == 10
@@ -326,7 +327,7 @@ def test_digits_bundled_set() -> None:
 
 
 def test_digits_validation_split() -> None:
-    ds = dataset.load_dataset(DataConfig(name="digits", validation_split=0.1), seed=0)
+    ds = dataset.load_dataset(data_config(name="digits", validation_split=0.1), seed=0)
     assert (ds.train_size, ds.val_size) == (1617, 180)
     assert ds.val.x.shape == (180, 8, 8, 1)
     assert ds.classes == 10
@@ -334,7 +335,7 @@ def test_digits_validation_split() -> None:
 
 def test_digits_has_no_test_split() -> None:
     with pytest.raises(ConfigError, match=r"data\.validation_split: dataset 'digits' has no test split"):
-        dataset.load_dataset(DataConfig(name="digits", validation_split="test"), seed=0)
+        dataset.load_dataset(data_config(name="digits", validation_split="test"), seed=0)
 
 
 # --- validation split ------------------------------------------------------------------------------------------
@@ -410,7 +411,7 @@ def test_split_that_leaves_no_training_sample(tmp_path: Path) -> None:
 def _synthetic(seed: int, **config: object) -> dataset.Dataset:
     settings: dict[str, object] = {"samples": 600, "shape": [6], "classes": 4, "validation_split": 0.0}
     settings.update(config)
-    return dataset.load_dataset(DataConfig(name="synthetic", **settings), seed)
+    return dataset.load_dataset(data_config(name="synthetic", **settings), seed)
 
 
 def test_synthetic_is_deterministic_for_a_seed() -> None:
@@ -507,7 +508,7 @@ def test_boolean_labels_are_classes_0_and_1(tmp_path: Path) -> None:
 )
 def test_task_auto_reads_the_targets(tmp_path: Path, y: np.ndarray, task: str) -> None:
     ds = load_npz(write_npz(tmp_path / "d.npz", x=np.ones((4, 2)), y=y), validation_split=0.0)
-    assert ds.task == task
+    assert ds.task is Task(task)
     expected = {"classification": (np.int32, ()), "multi_label": (np.float32, (3,)), "regression": (np.float32, None)}
     dtype, shape = expected[task]
     assert ds.train.y.dtype == dtype
@@ -523,9 +524,9 @@ def test_multi_label_targets_must_be_0_or_1(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("task", ["regression", "multi_label"])
 def test_synthetic_data_makes_each_task(task: str) -> None:
-    config = DataConfig(name="synthetic", samples=64, shape=[3], classes=4, task=task, validation_split=0.0)
+    config = data_config(name="synthetic", samples=64, shape=[3], classes=4, task=task, validation_split=0.0)
     ds = dataset.load_dataset(config, seed=0)
-    assert ds.task == task
+    assert ds.task is Task(task)
     assert ds.target_shape == ((4,) if task == "multi_label" else (1,))
     assert ds.train.y.std() > 0.1  # learnable targets, not constants
 
@@ -540,3 +541,15 @@ def test_small_integers_keep_their_dtype_and_auto_scales_unsigned_ones_to_one(
     ds = load_npz(write_npz(tmp_path / "d.npz", x=x, y=np.arange(6) % 2), validation_split=0.0)
     assert ds.train.x.dtype == (np.float32 if dtype == np.float64 else dtype)
     assert ds.scale == scale
+
+
+def test_every_source_the_config_accepts_has_a_loader_in_the_same_order() -> None:
+    assert list(sources.SOURCES) == list(DATA_SECTIONS)
+
+
+def test_evaluating_other_data_reads_that_path_alone() -> None:
+    config = data_config(name="csv", path="a.csv", label="y", validation_path="b.csv", validation_split=0.0)
+    other = config.reading("c.csv")
+    assert isinstance(other, CsvConfig)
+    assert (other.path, other.validation_path, other.validation_split, other.label) == ("c.csv", None, 0.0, "y")
+    assert data_config(name="npz", path="a.npz").reading("c.npz").path == "c.npz"

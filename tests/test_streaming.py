@@ -21,7 +21,7 @@ import yaml
 
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
-from accumrun.config.schema import AugmentConfig, DataConfig
+from accumrun.config.schema import AugmentConfig, DataSection, data_config
 from accumrun.core.step import StreamedStep, TrainStep, WholeBatchStep
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import load_dataset
@@ -70,7 +70,7 @@ def assert_close(a: list[np.ndarray], b: list[np.ndarray], atol: float = 1e-6) -
 
 
 def test_an_image_folder_lists_classes_in_order_and_counts_what_it_skips(folder: Path) -> None:
-    dataset = load_dataset(DataConfig(name="image_folder", path=str(folder), image_size=[SIZE, SIZE]), seed=0)
+    dataset = load_dataset(data_config(name="image_folder", path=str(folder), image_size=[SIZE, SIZE]), seed=0)
     assert dataset.class_names == ["bars", "columns", "disc"] and dataset.classes == 3
     assert dataset.skipped == 1
     assert dataset.train_size + dataset.val_size == 23 and dataset.val_size == 2
@@ -87,7 +87,7 @@ def test_each_image_format_decodes_resized_to_image_size(tmp_path: Path, fmt: st
         (tmp_path / label).mkdir()
         Image.fromarray(image).save(tmp_path / label / f"x.{fmt}")
     for color_mode, channels in (("rgb", 3), ("grayscale", 1)):
-        config = DataConfig(
+        config = data_config(
             name="image_folder", path=str(tmp_path), image_size=[6, 5], color_mode=color_mode, validation_split=0
         )
         dataset = load_dataset(config, seed=0)
@@ -95,7 +95,7 @@ def test_each_image_format_decodes_resized_to_image_size(tmp_path: Path, fmt: st
         assert x.dtype == tf.uint8 and tuple(x.shape) == (2, 6, 5, channels)
         assert y.numpy().tolist() == [0, 1]
     if fmt == "png":  # lossless: at its own size, the decoded image is the file's
-        same = DataConfig(name="image_folder", path=str(tmp_path), image_size=[12, 12], validation_split=0)
+        same = data_config(name="image_folder", path=str(tmp_path), image_size=[12, 12], validation_split=0)
         x, _ = next(iter(Feeder(load_dataset(same, seed=0).train, [2], seed=0, shuffle=False).epoch(0)))
         np.testing.assert_array_equal(x.numpy(), images)
 
@@ -128,7 +128,7 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another(folder: Path,
     assert [row["loss"] for row in first.metrics] == [row["loss"] for row in second.metrics]
     order = [
         Feeder(
-            load_dataset(DataConfig(name="image_folder", path=str(folder), image_size=[SIZE, SIZE]), seed).train,
+            load_dataset(data_config(name="image_folder", path=str(folder), image_size=[SIZE, SIZE]), seed).train,
             [21],
             seed=seed,
             shuffle=True,
@@ -273,7 +273,7 @@ def test_uint8_stays_uint8_on_the_host_and_is_scaled_inside_the_model(tmp_path: 
         "output": {"tensorboard": False},
     }
     result = train(config, tmp_path / "run", quiet=True)
-    dataset = load_dataset(DataConfig(name="npz", path=str(tmp_path / "d.npz"), validation_split=0), seed=0)
+    dataset = load_dataset(data_config(name="npz", path=str(tmp_path / "d.npz"), validation_split=0), seed=0)
     assert dataset.train.x.dtype == np.uint8 and dataset.train.x.nbytes == images.nbytes
     x, _ = next(iter(Feeder(dataset.train, [4], seed=0, shuffle=False).epoch(0)))
     assert x.dtype == tf.uint8
@@ -316,8 +316,8 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(files[0].parent / "shapes-*")
 
 
-def record_config(pattern: str, **data: Any) -> DataConfig:
-    return DataConfig(name="tfrecord", path=pattern, image_size=[SIZE, SIZE], shuffle_buffer=8, **data)
+def record_config(pattern: str, **data: Any) -> DataSection:
+    return data_config(name="tfrecord", path=pattern, image_size=[SIZE, SIZE], shuffle_buffer=8, **data)
 
 
 def test_tfrecord_epochs_visit_every_record_once_in_a_seeded_order(records: str) -> None:
@@ -368,7 +368,7 @@ def test_a_missing_tfrecord_key_names_the_keys_the_file_has(records: str) -> Non
 
 def test_csv_reads_numeric_features_and_names_text_labels(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "t.csv", count=30, features=4)
-    dataset = load_dataset(DataConfig(name="csv", path=str(path), label="species", validation_split=0), seed=0)
+    dataset = load_dataset(data_config(name="csv", path=str(path), label="species", validation_split=0), seed=0)
     assert dataset.sample_shape == (4,) and dataset.dtype == np.float32  # the id column is not a feature
     assert dataset.class_names == ["adelie", "chinstrap", "gentoo"] and dataset.task == "classification"
     first = path.read_text().splitlines()[1].split(",")
@@ -380,11 +380,11 @@ def test_csv_faults_name_the_file_row_and_column(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("a,b,label\n1,2,0\n3,x,1\n")
     with pytest.raises(DataError, match=r"t\.csv, row 3, column 'b': not a number \(got 'x'\)"):
-        load_dataset(DataConfig(name="csv", path=str(path), label="label", validation_split=0), seed=0)
+        load_dataset(data_config(name="csv", path=str(path), label="label", validation_split=0), seed=0)
     with pytest.raises(
         DataError, match=r"data\.label: .* has no column 'target'; its columns are \['a', 'b', 'label'\]"
     ):
-        load_dataset(DataConfig(name="csv", path=str(path), label="target", validation_split=0), seed=0)
+        load_dataset(data_config(name="csv", path=str(path), label="target", validation_split=0), seed=0)
 
 
 def test_an_undecodable_image_names_its_file(tmp_path: Path) -> None:
@@ -392,7 +392,7 @@ def test_an_undecodable_image_names_its_file(tmp_path: Path) -> None:
     broken = folder / "disc" / "00005.png"
     broken.write_bytes(b"\x89PNG but not really")
     dataset = load_dataset(
-        DataConfig(name="image_folder", path=str(folder), image_size=[SIZE, SIZE], validation_split=0), seed=0
+        data_config(name="image_folder", path=str(folder), image_size=[SIZE, SIZE], validation_split=0), seed=0
     )
     feeder = Feeder(dataset.train, [3, 3], seed=0, shuffle=True)
     with pytest.raises(DataError, match=rf"{broken} does not decode as an image"):
@@ -458,7 +458,7 @@ def test_a_prepared_tfds_dataset_streams_like_tfrecord(tmp_path: Path) -> None:
 
     AccumrunTiny(data_dir=str(tmp_path / "tfds")).download_and_prepare()
     data = {"name": "tfds", "dataset": "accumrun_tiny", "data_dir": str(tmp_path / "tfds"), "image_size": [8, 8]}
-    dataset = load_dataset(DataConfig(**data, validation_split="test"), seed=0)
+    dataset = load_dataset(data_config(**data, validation_split="test"), seed=0)
     assert (dataset.train_size, dataset.val_size, dataset.class_names) == (23, 6, ["cat", "dog"])
     config = image_config(tmp_path) | {"data": data | {"validation_split": "test", "shuffle_buffer": 8}}
     plain = train(config | {"training": {"epochs": 2, "batch_size": 10}}, tmp_path / "plain", quiet=True)

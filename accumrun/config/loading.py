@@ -16,8 +16,17 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from accumrun.config.schema import MODEL_SECTIONS, UNION_TAGS, Config, cross_field_problems
+from accumrun.config.schema import (
+    UNION_SECTIONS,
+    UNION_TAGS,
+    Config,
+    DataSection,
+    NpzConfig,
+    cross_field_problems,
+    readers_of,
+)
 from accumrun.errors import ConfigError, ConfigProblems, describe
+from accumrun.kinds import BatchNormMode
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -81,12 +90,14 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
         raise ConfigError("--resume", "is not an accumrun run directory (it has no config.yaml)", str(run_dir))
     saved = load_config(saved_path)
     raw = _read_yaml(saved_path)
-    if saved.data.name == "npz" and "rescale" not in (raw.get("data") or {}):
+    if isinstance(saved.data, NpzConfig) and "rescale" not in (raw.get("data") or {}):
         # A run from before data.rescale, when npz samples reached the model as the file held them.
         saved = saved.model_copy(update={"data": saved.data.model_copy(update={"rescale": False})})
     if "batch_norm" not in (raw.get("training") or {}):
         # A run from before training.batch_norm, when BatchNorm behaved as sub_batch does.
-        saved = saved.model_copy(update={"training": saved.training.model_copy(update={"batch_norm": "sub_batch"})})
+        saved = saved.model_copy(
+            update={"training": saved.training.model_copy(update={"batch_norm": BatchNormMode.SUB_BATCH})}
+        )
     config = load_config(config_path or saved_path, overrides)
     config = _with_settled(config, saved)
     given = raw if config_path is None else _read_yaml(Path(config_path))
@@ -187,12 +198,21 @@ def _describe_pydantic_error(error: ErrorDetails) -> str:
     # Tagged unions add their tag to the location; users never wrote it, so drop it.
     loc = tuple(part for i, part in enumerate(loc) if not (i > 0 and part in UNION_TAGS.get(str(loc[i - 1]), ())))
     path = _dotted(loc)
+    section = section_classes[-1]
+    data = section if issubclass(section, DataSection) else None
+    key = str(loc[-1])
     if error["type"] == "extra_forbidden":
-        known = list(section_classes[-1].model_fields) if section_classes else []
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        if data is not None and readers_of(key):
+            # Another source's key: say which sources read it rather than calling it unknown.
+            return describe(path, f"only applies to data.name: {' or '.join(readers_of(key))}", error["input"])
+        known = list(section.model_fields)
+        close = difflib.get_close_matches(key, known, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else f"; known keys: {', '.join(known)}"
         return describe(path, f"unknown key{hint}")
     if error["type"] == "missing":
+        if data is not None and key in data.needs:
+            # The location's second part is the union's tag: the source's name.
+            return describe(path, f"data.name: {error['loc'][1]} needs {data.needs[key]}")
         return describe(path, "required key is missing")
     message = error["msg"].removeprefix("Value error, ")
     return describe(path, message[0].lower() + message[1:], error["input"])
@@ -202,8 +222,9 @@ def _section_classes_along(loc: tuple[Any, ...]) -> list[type[BaseModel]]:
     """The schema classes that the error location passes through (its last one holds the offending key)."""
     classes: list[type[BaseModel]] = [Config]
     for i, part in enumerate(loc[:-1]):
-        if loc[0] == "model" and i == 1 and part in MODEL_SECTIONS:
-            classes.append(MODEL_SECTIONS[part])
+        tagged = UNION_SECTIONS.get(str(loc[0]), {})
+        if i == 1 and part in tagged:
+            classes.append(tagged[part])
             continue
         field = classes[-1].model_fields.get(part) if isinstance(part, str) else None
         annotation = getattr(field, "annotation", None)

@@ -1,20 +1,43 @@
 """The config schema: one pydantic model per YAML section, with the per-key rules, and the rules that span keys.
 
-Loading, overrides and error messages are in :mod:`accumrun.config.loading`. This module imports neither
-TensorFlow nor Keras, so ``check`` and ``--help`` stay fast.
+``data`` and ``model`` are unions chosen by ``name``: each data source and each kind of model has its own
+section, so a key that the chosen one does not read is refused here. The closed sets (task, BatchNorm mode,
+feed, ...) parse into the enums of :mod:`accumrun.kinds`, with ``auto`` beside them where a key allows it, and
+are written back as their words. Loading, overrides and error messages are in :mod:`accumrun.config.loading`.
+This module imports nothing of accumrun but ``errors`` and ``kinds``, and neither TensorFlow nor Keras, so
+``check`` and ``--help`` stay fast.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+)
 
-from accumrun.data.sources import SOURCE_KEYS, SOURCES
 from accumrun.errors import describe
-
-TASKS = ("classification", "regression", "multi_label")
+from accumrun.kinds import (
+    BatchNormMode,
+    Cluster,
+    ColorMode,
+    Direction,
+    Feed,
+    Kind,
+    OnNonFinite,
+    Precision,
+    Strategy,
+    Task,
+)
 
 
 class _Section(BaseModel):
@@ -42,51 +65,55 @@ class AugmentConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
-class DataConfig(_Section):
-    name: str = "digits"
+def _listed(words: list[str]) -> str:
+    """``'a', 'b' or 'c'``: the allowed words, as an error message lists them."""
+    *others, last = (repr(word) for word in words)
+    return f"{', '.join(others)} or {last}" if others else last
+
+
+def _words(kind: type[Kind], *, auto: bool = False) -> BeforeValidator:
+    """Parse a member of ``kind`` from its word (and ``auto`` where the key allows it), naming every allowed word
+    when the value is none of them."""
+    allowed = ["auto", *kind.words()] if auto else kind.words()
+
+    def parse(value: Any) -> Any:
+        if not isinstance(value, str) or value not in allowed:
+            raise ValueError(f"input should be {_listed(allowed)}")
+        return value if value == "auto" else kind(value)
+
+    return BeforeValidator(parse)
+
+
+class DataSection(_Section):
+    """The ``data`` keys that every source reads; each source's section adds its own (see :data:`DATA_SECTIONS`)."""
+
+    reads_path: ClassVar[bool] = True
+    """Whether ``data.path`` means anything to this source; where it does not, a path is refused."""
+    needs: ClassVar[dict[str, str]] = {}
+    """What each required key of this source holds, for the message when it is missing."""
+
+    name: str
     path: str | None = None
+    """The npz file, IDX folder, image folder, TFRecord glob or CSV file the source reads."""
     validation_split: float | Literal["test"] = 0.1
     shuffle: bool = True
-    samples: int = Field(2048, ge=1)
-    shape: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [28, 28, 1], min_length=1)
-    classes: int = Field(10, ge=2)
-    task: Literal["auto", "classification", "regression", "multi_label"] = "auto"
+    task: Annotated[Literal["auto"] | Task, _words(Task, auto=True)] = "auto"
     """What the targets are; ``auto`` reads them (see :func:`accumrun.data.dataset.infer_task`)."""
-    validation_path: str | None = None
-    """A second folder or file of the same kind to validate on, instead of ``validation_split``."""
-    image_size: list[int] | None = None
-    """image_folder, tfrecord: ``[height, width]`` to resize every image to after decoding (required)."""
-    color_mode: Literal["rgb", "grayscale"] = "rgb"
-    image_key: str = "image/encoded"
-    label_key: str = "image/class/label"
-    label: str | None = None
-    """csv: the label column; the other columns are the features."""
-    shuffle_buffer: int = Field(10_000, ge=1)
-    """tfrecord, tfds: the seeded shuffle buffer after the per-epoch permutation of the files."""
-    dataset: str | None = None
-    """tfds: the name of a dataset prepared in ``data_dir`` (accumrun never downloads it)."""
-    data_dir: str | None = None
     rescale: float | Literal["auto"] | bool = "auto"
     """A factor the raw samples are multiplied by on the device: ``auto`` is 1/255 for uint8 images (1/16 for the
     bundled digits' counts, none for floats), ``false`` none."""
     normalize: NormalizeConfig | None = None
     augment: list[AugmentConfig] = Field(default_factory=list)
     """Training only: Keras image preprocessing layers by name, drawn per (seed, epoch, sample)."""
-    feed: Literal["auto", "batch", "sub_batch"] = "auto"
+    feed: Annotated[Literal["auto"] | Feed, _words(Feed, auto=True)] = "auto"
     """How batches reach the step: whole (``batch``), or streamed one sub-batch at a time (``sub_batch``), when
     the batch itself does not fit; ``auto`` follows the memory estimate."""
 
-    @field_validator("image_size", mode="before")
+    @field_validator("path")
     @classmethod
-    def _two_positive_integers(cls, value: Any) -> Any:
-        if value is None:
-            return value
-        if (
-            not isinstance(value, list)
-            or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
-        ):
-            raise ValueError("must be two positive integers [height, width]")
+    def _read_by_the_source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not cls.reads_path:
+            raise ValueError(f"is not used by data.name: {info.data.get('name')}")
         return value
 
     @field_validator("rescale", mode="before")
@@ -98,19 +125,6 @@ class DataConfig(_Section):
             raise ValueError("must be 'auto', false, or a positive factor such as 0.00392156862745098 (1/255)")
         return float(value)
 
-    @property
-    def channels(self) -> int:
-        """Channels of a decoded image: 3 for ``rgb``, 1 for ``grayscale``."""
-        return 3 if self.color_mode == "rgb" else 1
-
-    @field_validator("name")
-    @classmethod
-    def _known_source(cls, value: str) -> str:
-        if value not in SOURCES:
-            *others, last = (repr(name) for name in SOURCES)
-            raise ValueError(f"input should be {', '.join(others)} or {last}")
-        return value
-
     @field_validator("validation_split", mode="before")
     @classmethod
     def _fraction_or_test(cls, value: Any) -> Any:
@@ -119,6 +133,186 @@ class DataConfig(_Section):
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
             raise ValueError("must be a fraction in [0, 1) or 'test' (the dataset's test split)")
         return float(value)
+
+    def reading(self, path: str) -> DataSection:
+        """The same source reading ``path`` instead, all of it (no validation split): what ``evaluate --data``
+        scores."""
+        return self.model_copy(update={"path": path, "validation_split": 0.0})
+
+
+class DigitsConfig(DataSection):
+    """``name: digits``: the bundled 8x8 digits."""
+
+    reads_path = False
+    name: Literal["digits"] = "digits"
+
+
+class NpzConfig(DataSection):
+    """``name: npz``: arrays ``x`` and ``y`` (or ``x_train``, ``y_train`` and optionally a test pair) in a file."""
+
+    needs = {"path": "the path of an .npz file"}
+    name: Literal["npz"]
+    path: str = Field(min_length=1)
+
+
+class IdxConfig(DataSection):
+    """``name: mnist`` or ``fashion_mnist``: the four IDX files, from ``path`` or ``datasets/NAME``."""
+
+    name: Literal["mnist", "fashion_mnist"]
+
+
+class SyntheticConfig(DataSection):
+    """``name: synthetic``: learnable data of any task, made from the seed."""
+
+    reads_path = False
+    name: Literal["synthetic"]
+    samples: int = Field(2048, ge=1)
+    shape: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [28, 28, 1], min_length=1)
+    classes: int = Field(10, ge=2)
+
+
+class FileSourceConfig(DataSection):
+    """A source that reads files the user names: ``path``, and ``validation_path`` to validate on instead of
+    ``validation_split``."""
+
+    path: str = Field(min_length=1)
+    validation_path: str | None = None
+    """A second folder or file of the same kind to validate on, instead of ``validation_split``."""
+
+    def reading(self, path: str) -> DataSection:
+        return self.model_copy(update={"path": path, "validation_path": None, "validation_split": 0.0})
+
+
+class ImageSourceConfig(DataSection):
+    """A source of encoded images, decoded and resized to ``image_size`` as they stream."""
+
+    needs = {"image_size": "[height, width] to resize images to"}
+    image_size: list[int]
+    """``[height, width]`` to resize every image to after decoding."""
+    color_mode: Annotated[ColorMode, _words(ColorMode)] = ColorMode.RGB
+
+    @field_validator("image_size", mode="before")
+    @classmethod
+    def _two_positive_integers(cls, value: Any) -> Any:
+        if (
+            not isinstance(value, list)
+            or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+        ):
+            raise ValueError("must be two positive integers [height, width]")
+        return value
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``image_size`` as ``(height, width)``."""
+        height, width = self.image_size
+        return height, width
+
+    @property
+    def channels(self) -> int:
+        """Channels of a decoded image: 3 for ``rgb``, 1 for ``grayscale``."""
+        return 3 if self.color_mode == ColorMode.RGB else 1
+
+
+class ImageFolderConfig(FileSourceConfig, ImageSourceConfig):
+    """``name: image_folder``: one subfolder of images per class."""
+
+    needs = {**ImageSourceConfig.needs, "path": "a folder with one subfolder of images per class"}
+    name: Literal["image_folder"]
+
+
+class TfrecordConfig(FileSourceConfig, ImageSourceConfig):
+    """``name: tfrecord``: ``tf.train.Example`` records of an encoded image and an int64 label."""
+
+    needs = {**ImageSourceConfig.needs, "path": "a TFRecord file or a glob of them"}
+    name: Literal["tfrecord"]
+    image_key: str = "image/encoded"
+    label_key: str = "image/class/label"
+    shuffle_buffer: int = Field(10_000, ge=1)
+    """The seeded shuffle buffer after the per-epoch permutation of the files."""
+
+
+class CsvConfig(FileSourceConfig):
+    """``name: csv``: a table with a header row; the other numeric columns are the features."""
+
+    needs = {"path": "the path of a .csv file", "label": "the name of the label column"}
+    name: Literal["csv"]
+    label: str = Field(min_length=1)
+    """The label column."""
+
+
+class TfdsConfig(ImageSourceConfig):
+    """``name: tfds``: a TensorFlow Datasets image-classification dataset already prepared in ``data_dir``."""
+
+    reads_path = False
+    needs = {**ImageSourceConfig.needs, "dataset": "the name of a prepared dataset"}
+    name: Literal["tfds"]
+    dataset: str = Field(min_length=1)
+    """The name of a dataset prepared in ``data_dir`` (accumrun never downloads it)."""
+    data_dir: str | None = None
+    shuffle_buffer: int = Field(10_000, ge=1)
+    """The seeded shuffle buffer after the per-epoch permutation of the files."""
+
+
+DATA_SECTIONS: dict[str, type[DataSection]] = {
+    "digits": DigitsConfig,
+    "npz": NpzConfig,
+    "mnist": IdxConfig,
+    "fashion_mnist": IdxConfig,
+    "synthetic": SyntheticConfig,
+    "image_folder": ImageFolderConfig,
+    "tfrecord": TfrecordConfig,
+    "csv": CsvConfig,
+    "tfds": TfdsConfig,
+}
+"""Every ``data.name`` and its section, in the order the docs list them."""
+
+
+class _UnknownDataConfig(DataSection):
+    model_config = ConfigDict(extra="allow")
+    name: Any
+
+    @field_validator("name")
+    @classmethod
+    def _reject(cls, value: Any) -> Any:
+        raise ValueError(f"input should be {_listed(list(DATA_SECTIONS))}")
+
+
+def _data_kind(value: Any) -> str:
+    name = value.get("name", "digits") if isinstance(value, dict) else getattr(value, "name", None)
+    return name if isinstance(name, str) and name in DATA_SECTIONS else "unknown"
+
+
+DataConfig = Annotated[
+    Annotated[DigitsConfig, Tag("digits")]
+    | Annotated[NpzConfig, Tag("npz")]
+    | Annotated[IdxConfig, Tag("mnist")]
+    | Annotated[IdxConfig, Tag("fashion_mnist")]
+    | Annotated[SyntheticConfig, Tag("synthetic")]
+    | Annotated[ImageFolderConfig, Tag("image_folder")]
+    | Annotated[TfrecordConfig, Tag("tfrecord")]
+    | Annotated[CsvConfig, Tag("csv")]
+    | Annotated[TfdsConfig, Tag("tfds")]
+    | Annotated[_UnknownDataConfig, Tag("unknown")],
+    Discriminator(_data_kind),
+]
+"""The ``data`` section: one section per source, chosen by ``name`` (``digits`` when it is unset)."""
+
+_DATA_ADAPTER: TypeAdapter[DataConfig] = TypeAdapter(DataConfig)
+
+
+def data_config(**keys: Any) -> DataSection:
+    """The ``data`` section for ``keys`` (``name`` picks the source), validated as in a config file.
+
+    Raises:
+        pydantic.ValidationError: a key the source does not read, or a bad value.
+    """
+    return _DATA_ADAPTER.validate_python(keys)
+
+
+def readers_of(key: str) -> list[str]:
+    """The ``data.name`` values whose section has ``key``."""
+    return [name for name, section in DATA_SECTIONS.items() if key in section.model_fields]
 
 
 class DarknetCnnConfig(_Section):
@@ -250,10 +444,12 @@ class MetricConfig(BaseModel):
 MetricEntry = str | MetricConfig
 
 
-UNION_TAGS = {"model": set(MODEL_SECTIONS), "learning_rate": {"rate", "schedule"}}
-
-
-Mode = Literal["auto", "min", "max"]
+UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
+    "model": MODEL_SECTIONS,
+    "data": {**DATA_SECTIONS, "unknown": _UnknownDataConfig},
+}
+"""The sections of each union by their tag, which pydantic adds to an error's location."""
+UNION_TAGS = {**{key: set(sections) for key, sections in UNION_SECTIONS.items()}, "learning_rate": {"rate", "schedule"}}
 
 
 class Watched(_Section):
@@ -261,14 +457,14 @@ class Watched(_Section):
     "error" in them and maximizes the others."""
 
     monitor: str = "val_loss"
-    mode: Mode = "auto"
+    mode: Annotated[Literal["auto"] | Direction, _words(Direction, auto=True)] = "auto"
 
     @property
     def minimize(self) -> bool:
         """Whether lower is better for the monitored figure."""
-        if self.mode != "auto":
-            return self.mode == "min"
-        return "loss" in self.monitor or "error" in self.monitor
+        if self.mode == "auto":
+            return "loss" in self.monitor or "error" in self.monitor
+        return self.mode == Direction.MIN
 
 
 class EarlyStoppingConfig(Watched):
@@ -300,11 +496,11 @@ class TrainingConfig(_Section):
     subdivisions: int | Literal["auto"] = 1
     max_sub_batch: int | None = Field(None, ge=1)
     drop_remainder: bool = False
-    on_nonfinite: Literal["stop", "skip_batch"] = "stop"
+    on_nonfinite: Annotated[OnNonFinite, _words(OnNonFinite)] = OnNonFinite.STOP
     jit_compile: bool = False
-    precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
+    precision: Annotated[Precision, _words(Precision)] = Precision.FLOAT32
     early_stopping: EarlyStoppingConfig | None = None
-    batch_norm: Literal["per_batch", "sub_batch", "precise", "frozen"] = "per_batch"
+    batch_norm: Annotated[BatchNormMode, _words(BatchNormMode)] = BatchNormMode.PER_BATCH
     """What BatchNorm layers normalize with and when their moving statistics move (see
     :mod:`accumrun.core.batch_norm`)."""
     precise_bn_samples: int | None = Field(None, ge=1)
@@ -396,9 +592,9 @@ class DistributeConfig(_Section):
     (``multi_worker``, cluster from ``TF_CONFIG`` or Slurm). ``auto`` is ``mirrored`` with more than one GPU, else
     ``none``."""
 
-    strategy: Literal["none", "auto", "mirrored", "multi_worker"] = "none"
+    strategy: Annotated[Literal["auto"] | Strategy, _words(Strategy, auto=True)] = Strategy.NONE
     logical_cpus: int | None = Field(None, ge=1)
-    cluster: Literal["auto", "tf_config", "slurm"] = "auto"
+    cluster: Annotated[Literal["auto"] | Cluster, _words(Cluster, auto=True)] = "auto"
     """``multi_worker``: where the cluster is described: ``TF_CONFIG``, Slurm's variables, or whichever is set."""
     timeout_seconds: int = Field(300, ge=1)
     """``multi_worker``: how long a collective waits for a worker that stopped answering before the run ends."""
@@ -406,7 +602,7 @@ class DistributeConfig(_Section):
 
 class Config(_Section):
     seed: int = Field(0, ge=0)
-    data: DataConfig = Field(default_factory=DataConfig)
+    data: DataConfig = Field(default_factory=DigitsConfig)
     model: ModelConfig = Field(default_factory=DarknetCnnConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     metrics: list[MetricEntry] | None = None
@@ -419,11 +615,7 @@ class Config(_Section):
     def to_yaml(self) -> str:
         """The resolved configuration as YAML, loadable again by :func:`load_config`."""
         resolved = self.model_dump(mode="json")
-        # Keys that this source does not read would be refused on loading.
-        for key in SOURCE_KEYS:
-            if key not in SOURCES[self.data.name].keys:
-                del resolved["data"][key]
-        if self.data.validation_path:
+        if isinstance(self.data, FileSourceConfig) and self.data.validation_path:
             # The second file validates; a split would be refused beside it on loading.
             resolved["data"]["validation_split"] = 0.0
         return yaml.safe_dump(resolved, sort_keys=False)
@@ -435,19 +627,46 @@ class Config(_Section):
 
 
 def cross_field_problems(config: Config) -> list[str]:
-    """Rules that span several keys; the per-key rules live in the schema."""
-    problems = []
-    training = config.training
+    """Rules that span several keys; the per-key rules, and which keys each data source reads, live in the
+    sections."""
+    return [
+        *_batch_problems(config.training),
+        *_data_problems(config.data),
+        *_model_problems(config),
+        *_distribute_problems(config),
+    ]
+
+
+def _batch_problems(training: TrainingConfig) -> list[str]:
     subdivisions = training.fixed_subdivisions
     if isinstance(training.batch_size, int) and subdivisions is not None and subdivisions > training.batch_size:
-        problems.append(
+        return [
             describe(
                 "training.subdivisions",
                 f"cannot exceed training.batch_size ({training.batch_size}); each sub-batch needs a sample",
                 training.subdivisions,
             )
-        )
-    problems += _data_problems(config)
+        ]
+    return []
+
+
+def _data_problems(data: DataSection) -> list[str]:
+    """A validation file and a validation split at once: which would validate?"""
+    files = isinstance(data, FileSourceConfig) and bool(data.validation_path)
+    if files and "validation_split" in data.model_fields_set and data.validation_split != 0:
+        return [
+            describe(
+                "data.validation_split",
+                "cannot be set with data.validation_path; use one",
+                data.validation_split,
+            )
+        ]
+    return []
+
+
+def _model_problems(config: Config) -> list[str]:
+    """The model's keys against each other, and the learning rate against the plateau control."""
+    problems = []
     model = config.model
     if isinstance(model, DarknetCnnConfig) and len(model.filters) != len(model.strides):
         problems.append(
@@ -470,70 +689,37 @@ def cross_field_problems(config: Config) -> list[str]:
                 optimizer.reduce_on_plateau.monitor,
             )
         )
+    return problems
+
+
+def _distribute_problems(config: Config) -> list[str]:
+    """What cannot run with the chosen ``distribute.strategy``."""
+    problems = []
     distribute = config.distribute
-    if config.data.feed == "sub_batch" and distribute.strategy not in ("none", "auto"):
+    strategy = str(distribute.strategy)
+    if config.data.feed == Feed.SUB_BATCH and distribute.strategy not in ("auto", Strategy.NONE):
         problems.append(
             describe(
                 "data.feed",
-                f"sub_batch streams on one device, not with distribute.strategy: {distribute.strategy}",
-                "sub_batch",
+                f"sub_batch streams on one device, not with distribute.strategy: {strategy}",
+                Feed.SUB_BATCH.value,
             )
         )
-    if distribute.logical_cpus is not None and distribute.strategy != "mirrored":
+    if distribute.logical_cpus is not None and distribute.strategy != Strategy.MIRRORED:
         problems.append(
             describe(
                 "distribute.logical_cpus",
-                f"splits the CPU into replicas for distribute.strategy: mirrored, not {distribute.strategy}",
+                f"splits the CPU into replicas for distribute.strategy: mirrored, not {strategy}",
                 distribute.logical_cpus,
             )
         )
-    if training.precision == "mixed_float16" and distribute.strategy != "none":
+    if config.training.precision == Precision.MIXED_FLOAT16 and distribute.strategy != Strategy.NONE:
         # The replicated step does not scale the loss; float16 gradients would underflow unnoticed.
         problems.append(
             describe(
                 "training.precision",
                 "mixed_float16 (loss scaling) runs on one device only; use mixed_bfloat16 with distribute",
-                training.precision,
+                Precision.MIXED_FLOAT16.value,
             )
         )
     return problems
-
-
-_PATH_NEEDS = {
-    "npz": "the path of an .npz file",
-    "image_folder": "a folder with one subfolder of images per class",
-    "tfrecord": "a TFRecord file or a glob of them",
-    "csv": "the path of a .csv file",
-}
-
-
-def _data_problems(config: Config) -> list[str]:
-    """The ``data`` keys that the source does not read, or that it needs and lacks."""
-    data = config.data
-    source = SOURCES[data.name]
-    problems = [
-        describe(f"data.{key}", f"only applies to data.name: {_readers_of(key)}", getattr(data, key))
-        for key in SOURCE_KEYS
-        if key in data.model_fields_set and key not in source.keys and getattr(data, key) is not None
-    ]
-    if source.path == "required" and not data.path:
-        problems.append(describe("data.path", f"data.name: {data.name} needs {_PATH_NEEDS.get(data.name, 'a path')}"))
-    if source.path == "unused" and data.path:
-        problems.append(describe("data.path", f"is not used by data.name: {data.name}", data.path))
-    if "image_size" in source.keys and data.image_size is None:
-        problems.append(
-            describe("data.image_size", f"data.name: {data.name} needs [height, width] to resize images to")
-        )
-    if "dataset" in source.keys and not data.dataset:
-        problems.append(describe("data.dataset", f"data.name: {data.name} needs the name of a prepared dataset"))
-    if "label" in source.keys and not data.label:
-        problems.append(describe("data.label", f"data.name: {data.name} needs the name of the label column"))
-    if data.validation_path and "validation_split" in data.model_fields_set and data.validation_split != 0:
-        problems.append(
-            describe("data.validation_split", "cannot be set with data.validation_path; use one", data.validation_split)
-        )
-    return problems
-
-
-def _readers_of(key: str) -> str:
-    return " or ".join(name for name, source in SOURCES.items() if key in source.keys)

@@ -13,19 +13,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-from accumrun.config.schema import DataConfig
+from accumrun.config.schema import DataSection, FileSourceConfig
 from accumrun.data.sources import SOURCES
 from accumrun.data.splits import ArraySplit, Split
 from accumrun.errors import ConfigError, DataError
+from accumrun.kinds import Task
 
 # Far beyond any classifier head this tool builds, and well inside int32, to which labels are cast.
 _MAX_CLASSES = 1_000_000
-
-Task = Literal["classification", "regression", "multi_label"]
 
 
 @dataclass(frozen=True)
@@ -91,14 +89,14 @@ class Dataset:
 
     def describe_targets(self) -> str:
         """``10 classes``, ``5 labels (multi-label)`` or ``regression targets of shape (3,)``."""
-        if self.task == "classification":
+        if self.task == Task.CLASSIFICATION:
             return f"{self.classes} classes"
-        if self.task == "multi_label":
+        if self.task == Task.MULTI_LABEL:
             return f"{self.classes} labels (multi-label)"
         return f"regression targets of shape {self.target_shape}"
 
 
-def load_dataset(config: DataConfig, seed: int) -> Dataset:
+def load_dataset(config: DataSection, seed: int) -> Dataset:
     """Load the configured dataset, settle its task and split off the validation data.
 
     Raises:
@@ -107,17 +105,16 @@ def load_dataset(config: DataConfig, seed: int) -> Dataset:
             labels cannot pose.
     """
     splits = SOURCES[config.name].load(config, seed)
-    task: Task = infer_task(np.asarray(splits.train.y)) if config.task == "auto" else config.task
-    if not isinstance(splits.train, ArraySplit) and task != "classification":
-        raise ConfigError("data.task", f"data.name: {config.name} gives class labels, so it poses classification", task)
+    task = infer_task(np.asarray(splits.train.y)) if config.task == "auto" else config.task
+    if not isinstance(splits.train, ArraySplit) and task != Task.CLASSIFICATION:
+        raise ConfigError(
+            "data.task", f"data.name: {config.name} gives class labels, so it poses classification", task.value
+        )
     train = _checked("train", splits.train, task)
     val: Split | None = None
-    held_out = "validation" if config.validation_path else "test"
-    if config.validation_path:
-        if splits.test is None:
-            raise ConfigError(
-                "data.validation_path", f"is not read by data.name: {config.name}", config.validation_path
-            )
+    validation_file = isinstance(config, FileSourceConfig) and bool(config.validation_path)
+    held_out = "validation" if validation_file else "test"
+    if validation_file and splits.test is not None:  # the loaders give data.validation_path as the test split
         val = _checked(held_out, splits.test, task)
     elif config.validation_split == "test":
         if splits.test is None:
@@ -140,10 +137,10 @@ def load_dataset(config: DataConfig, seed: int) -> Dataset:
     classes: int | None = None
     if splits.class_names is not None:
         classes = len(splits.class_names)
-    elif task == "classification":
+    elif task == Task.CLASSIFICATION:
         labels = train.y if val is None else np.concatenate([train.y, val.y])
         classes = max(int(labels.max()) + 1, 2)
-    elif task == "multi_label":
+    elif task == Task.MULTI_LABEL:
         classes = int(train.y.shape[1])
     scale = splits.scale if splits.scale is not None else _FULL_SCALE.get(train.dtype, 1.0)
     return Dataset(config.name, train, val, task, classes, splits.class_names, scale, splits.skipped, splits.features)
@@ -154,13 +151,13 @@ def infer_task(y: np.ndarray) -> Task:
     class index; rows of several 0/1 values are multi-label; any other numbers are regression targets."""
     numeric = np.issubdtype(y.dtype, np.number) and not np.issubdtype(y.dtype, np.complexfloating)
     if not numeric and y.dtype != bool:
-        return "classification"  # not numbers at all: _checked explains what class labels must be
+        return Task.CLASSIFICATION  # not numbers at all: _checked explains what class labels must be
     column = y[:, 0] if y.ndim == 2 and y.shape[1] == 1 else y
     if column.ndim == 1 and (y.dtype == bool or _integral(column)):
-        return "classification"
+        return Task.CLASSIFICATION
     if y.ndim == 2 and np.isin(y, (0, 1)).all():
-        return "multi_label"
-    return "regression"
+        return Task.MULTI_LABEL
+    return Task.REGRESSION
 
 
 def epoch_order(size: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -259,9 +256,9 @@ def _values(split: str, y: np.ndarray) -> np.ndarray:
 
 
 _TARGET_CHECKS: dict[Task, Callable[[str, np.ndarray], np.ndarray]] = {
-    "classification": _class_indices,
-    "multi_label": _multi_hot,
-    "regression": _values,
+    Task.CLASSIFICATION: _class_indices,
+    Task.MULTI_LABEL: _multi_hot,
+    Task.REGRESSION: _values,
 }
 
 

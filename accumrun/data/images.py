@@ -8,30 +8,15 @@ a file whose extension is not an image's is passed over and counted.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from accumrun.config.schema import ImageFolderConfig
 from accumrun.data.splits import IMAGE_EXTENSIONS, ImageFiles, Splits
-from accumrun.errors import ConfigError, DataError
-
-if TYPE_CHECKING:
-    from accumrun.config.schema import DataConfig
+from accumrun.errors import DataError
 
 
-def image_size(config: DataConfig) -> tuple[int, int]:
-    """``data.image_size`` as a pair; an image source cannot do without it.
-
-    Raises:
-        ConfigError: it is unset.
-    """
-    if config.image_size is None:
-        raise ConfigError("data.image_size", f"data.name: {config.name} needs [height, width] to resize images to")
-    height, width = config.image_size
-    return height, width
-
-
-def load_image_folder(config: DataConfig, seed: int) -> Splits:
+def load_image_folder(config: ImageFolderConfig, seed: int) -> Splits:
     """The files under ``data.path`` (and ``data.validation_path``, with the same classes), listed in a stable
     order: by class, then by path.
 
@@ -39,8 +24,8 @@ def load_image_folder(config: DataConfig, seed: int) -> Splits:
         DataError: a folder is missing or empty, has fewer than two classes or no images, or the two folders'
             classes differ.
     """
-    size = image_size(config)
-    train, names, skipped = list_image_folder(Path(str(config.path)), "data.path", size, config.channels)
+    size = config.size
+    train, names, skipped = list_image_folder(Path(config.path), "data.path", size, config.channels)
     test = None
     if config.validation_path:
         test, val_names, val_skipped = list_image_folder(

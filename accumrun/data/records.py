@@ -8,32 +8,41 @@ that the batch plan and the classes are known; the images stream when training r
 from __future__ import annotations
 
 import glob
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from accumrun.data.images import image_size
+from accumrun.config.schema import TfrecordConfig
 from accumrun.data.splits import RecordFiles, Splits
 from accumrun.errors import DataError
-
-if TYPE_CHECKING:
-    from accumrun.config.schema import DataConfig
 
 _LABEL_BATCH = 4096
 
 
-def load_tfrecord(config: DataConfig, seed: int) -> Splits:
+@dataclass(frozen=True)
+class RecordLayout:
+    """Which features of a record hold the image and the label, and how the images are decoded and shuffled."""
+
+    image_key: str
+    label_key: str
+    image_size: tuple[int, int]
+    channels: int
+    shuffle_buffer: int
+
+
+def load_tfrecord(config: TfrecordConfig, seed: int) -> Splits:
     """The records under ``data.path`` (a file or a glob), and ``data.validation_path`` when it is set.
 
     Raises:
         DataError: no file matches, a file is not TFRecord, or a record lacks the image or label key.
     """
-    train = read_record_files(matching(str(config.path), "data.path"), "data.path", config)
+    layout = RecordLayout(config.image_key, config.label_key, config.size, config.channels, config.shuffle_buffer)
+    train = read_record_files(matching(config.path, "data.path"), "data.path", layout)
     test = None
     if config.validation_path:
         test = read_record_files(
-            matching(config.validation_path, "data.validation_path"), "data.validation_path", config
+            matching(config.validation_path, "data.validation_path"), "data.validation_path", layout
         )
     return Splits(train, test)
 
@@ -51,7 +60,7 @@ def matching(pattern: str, key: str) -> list[str]:
     return files
 
 
-def read_record_files(files: list[str], key: str, config: DataConfig) -> RecordFiles:
+def read_record_files(files: list[str], key: str, layout: RecordLayout) -> RecordFiles:
     """Count the records of ``files`` and read their labels.
 
     Raises:
@@ -60,12 +69,12 @@ def read_record_files(files: list[str], key: str, config: DataConfig) -> RecordF
     import tensorflow as tf
 
     counts, labels = [], []
-    features = {config.label_key: tf.io.FixedLenFeature([], tf.int64)}
+    features = {layout.label_key: tf.io.FixedLenFeature([], tf.int64)}
     for file in files:
-        _check_keys(file, key, config)
+        _check_keys(file, key, layout)
         parsed = tf.data.TFRecordDataset(file).batch(_LABEL_BATCH).map(lambda r: tf.io.parse_example(r, features))
         try:
-            file_labels = [batch[config.label_key].numpy() for batch in parsed]
+            file_labels = [batch[layout.label_key].numpy() for batch in parsed]
         except tf.errors.OpError as error:
             raise DataError(key, f"{file}: cannot read its records: {_first_line(error)}") from None
         found = np.concatenate(file_labels) if file_labels else np.zeros(0, np.int64)
@@ -79,15 +88,15 @@ def read_record_files(files: list[str], key: str, config: DataConfig) -> RecordF
         counts=tuple(counts),
         records=np.arange(len(y)),
         y=y,
-        image_key=config.image_key,
-        label_key=config.label_key,
-        image_size=image_size(config),
-        channels=config.channels,
-        shuffle_buffer=config.shuffle_buffer,
+        image_key=layout.image_key,
+        label_key=layout.label_key,
+        image_size=layout.image_size,
+        channels=layout.channels,
+        shuffle_buffer=layout.shuffle_buffer,
     )
 
 
-def _check_keys(file: str, key: str, config: DataConfig) -> None:
+def _check_keys(file: str, key: str, layout: RecordLayout) -> None:
     """Refuse a file whose first record lacks the image or the label key, naming the keys it has."""
     import tensorflow as tf
 
@@ -103,8 +112,8 @@ def _check_keys(file: str, key: str, config: DataConfig) -> None:
         raise DataError(key, f"{file}: its records are not tf.train.Example protos") from None
     present = sorted(example.features.feature)
     for name, field, kind in (
-        (config.image_key, "data.image_key", "bytes_list"),
-        (config.label_key, "data.label_key", "int64_list"),
+        (layout.image_key, "data.image_key", "bytes_list"),
+        (layout.label_key, "data.label_key", "int64_list"),
     ):
         if name not in present:
             raise DataError(field, f"{file} has no feature '{name}'; its features are {present}", name)

@@ -1,10 +1,10 @@
-"""The data sources: the one table of dataset names, what each one's ``data.path`` means, which ``data`` keys
-apply to it, how it loads, and where its files can be downloaded from.
+"""The data sources: for each ``data.name``, how it loads and where its files can be downloaded from.
 
-The config accepts the names in :data:`SOURCES`, :func:`accumrun.data.dataset.load_dataset` calls their
-loaders, and ``accumrun download`` offers the ones with a :class:`Download`. Loaders return splits as the files
-hold them (arrays in their stored dtype, or lists of files to stream); :mod:`accumrun.data.dataset` checks
-them. This module imports neither TensorFlow nor the config, so the config can read the table.
+Which keys each source reads is its section in the config (:data:`accumrun.config.schema.DATA_SECTIONS`); this
+table holds the same names. :func:`accumrun.data.dataset.load_dataset` calls their loaders, and ``accumrun
+download`` offers the ones with a :class:`Download`. Loaders return splits as the files hold them (arrays in
+their stored dtype, or lists of files to stream); :mod:`accumrun.data.dataset` checks them. This module imports
+no TensorFlow, so ``accumrun download`` stays fast.
 """
 
 from __future__ import annotations
@@ -15,19 +15,18 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from accumrun.config.schema import DataSection, DigitsConfig, IdxConfig, NpzConfig, SyntheticConfig
 from accumrun.data.images import load_image_folder
 from accumrun.data.records import load_tfrecord
 from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.tables import load_csv
 from accumrun.data.tfds_source import load_tfds
 from accumrun.errors import DataError
-
-if TYPE_CHECKING:
-    from accumrun.config.schema import DataConfig
+from accumrun.kinds import Task
 
 DATASETS_DIR = Path(__file__).resolve().parent.parent.parent / "datasets"
 """Where bundled data lives, and where ``accumrun download`` puts files by default."""
@@ -52,36 +51,18 @@ class Download:
     md5: dict[str, str]
 
 
-SOURCE_KEYS = (
-    "samples",
-    "shape",
-    "classes",
-    "image_size",
-    "color_mode",
-    "image_key",
-    "label_key",
-    "label",
-    "shuffle_buffer",
-    "dataset",
-    "data_dir",
-    "validation_path",
-)
-"""The ``data`` keys that only some sources read; :attr:`Source.keys` says which."""
-_IMAGES = ("image_size", "color_mode")
+SectionT = TypeVar("SectionT", bound=DataSection)
 
 
 @dataclass(frozen=True)
-class Source:
-    """One dataset name: its loader, whether ``data.path`` is required, optional or unused, which of
-    :data:`SOURCE_KEYS` it reads, and its download."""
+class Source(Generic[SectionT]):
+    """One dataset name: its loader, which takes the source's config section and the seed, and its download."""
 
-    load: Callable[[DataConfig, int], Splits]
-    path: Literal["required", "optional", "unused"]
-    keys: tuple[str, ...] = ()
+    load: Callable[[SectionT, int], Splits]
     download: Download | None = None
 
 
-def load_digits(config: DataConfig, seed: int) -> Splits:
+def load_digits(config: DigitsConfig, seed: int) -> Splits:
     """The bundled 8x8 digits (``datasets/digits.npz``): uint8 counts of 0..16, which ``rescale: auto`` maps to
     [0, 1]."""
     if not DIGITS_FILE.is_file():
@@ -90,9 +71,9 @@ def load_digits(config: DataConfig, seed: int) -> Splits:
         return Splits(ArraySplit(arrays["x"], arrays["y"]), scale=1 / 16)
 
 
-def load_npz(config: DataConfig, seed: int) -> Splits:
+def load_npz(config: NpzConfig, seed: int) -> Splits:
     """Arrays ``x`` and ``y``, or ``x_train``, ``y_train`` (and optionally ``x_test``, ``y_test``)."""
-    path = Path(str(config.path))
+    path = Path(config.path)
     if not path.is_file():
         raise DataError("data.path", "npz file not found", config.path)
     try:
@@ -116,7 +97,7 @@ def load_npz(config: DataConfig, seed: int) -> Splits:
     raise DataError("data.path", f"needs arrays 'x' and 'y' (or 'x_train' and 'y_train'); it has {sorted(keys)}")
 
 
-def load_idx_folder(config: DataConfig, seed: int) -> Splits:
+def load_idx_folder(config: IdxConfig, seed: int) -> Splits:
     """The four IDX files of MNIST or Fashion-MNIST, from ``data.path`` or ``datasets/NAME``, as uint8."""
     folder = Path(config.path) if config.path else DATASETS_DIR / config.name
     download = SOURCES[config.name].download
@@ -162,7 +143,7 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
 
 
-def load_synthetic(config: DataConfig, seed: int) -> Splits:
+def load_synthetic(config: SyntheticConfig, seed: int) -> Splits:
     """Learnable data of any task, made from the seed, for tests and benchmarks without files.
 
     Classification: Gaussian blobs around one random prototype per class, learnable yet not separable by a
@@ -171,14 +152,14 @@ def load_synthetic(config: DataConfig, seed: int) -> Splits:
     """
     rng = np.random.default_rng(seed)
     shape = tuple(config.shape)
-    if config.task in ("auto", "classification"):
+    if config.task in ("auto", Task.CLASSIFICATION):
         prototypes = rng.normal(size=(config.classes, *shape)).astype(np.float32)
         labels = rng.integers(config.classes, size=config.samples)
         noise = rng.normal(scale=2.0, size=(config.samples, *shape)).astype(np.float32)
         return Splits(ArraySplit(prototypes[labels] + noise, labels))
     x = rng.normal(size=(config.samples, *shape)).astype(np.float32)
     flat = x.reshape(config.samples, -1)
-    if config.task == "multi_label":
+    if config.task == Task.MULTI_LABEL:
         weights = rng.normal(size=(flat.shape[1], config.classes)) / np.sqrt(flat.shape[1])
         return Splits(ArraySplit(x, (flat @ weights > 0).astype(np.int64)))
     weights = rng.normal(size=flat.shape[1]) / np.sqrt(flat.shape[1])
@@ -186,12 +167,11 @@ def load_synthetic(config: DataConfig, seed: int) -> Splits:
 
 
 # The published checksums: torchvision's MNIST/FashionMNIST ``resources`` and the Fashion-MNIST README.
-SOURCES: dict[str, Source] = {
-    "digits": Source(load_digits, path="unused"),
-    "npz": Source(load_npz, path="required"),
+SOURCES: dict[str, Source[Any]] = {
+    "digits": Source(load_digits),
+    "npz": Source(load_npz),
     "mnist": Source(
         load_idx_folder,
-        path="optional",
         download=Download(
             "https://storage.googleapis.com/cvdf-datasets/mnist/",
             {
@@ -204,7 +184,6 @@ SOURCES: dict[str, Source] = {
     ),
     "fashion_mnist": Source(
         load_idx_folder,
-        path="optional",
         download=Download(
             "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
             {
@@ -215,16 +194,12 @@ SOURCES: dict[str, Source] = {
             },
         ),
     ),
-    "synthetic": Source(load_synthetic, path="unused", keys=("samples", "shape", "classes")),
-    "image_folder": Source(load_image_folder, path="required", keys=(*_IMAGES, "validation_path")),
-    "tfrecord": Source(
-        load_tfrecord,
-        path="required",
-        keys=(*_IMAGES, "image_key", "label_key", "shuffle_buffer", "validation_path"),
-    ),
-    "csv": Source(load_csv, path="required", keys=("label", "validation_path")),
-    "tfds": Source(load_tfds, path="unused", keys=(*_IMAGES, "dataset", "data_dir", "shuffle_buffer")),
+    "synthetic": Source(load_synthetic),
+    "image_folder": Source(load_image_folder),
+    "tfrecord": Source(load_tfrecord),
+    "csv": Source(load_csv),
+    "tfds": Source(load_tfds),
 }
-"""Every dataset name the config accepts, in the order the docs list them."""
+"""Every dataset name the config accepts (the names of ``DATA_SECTIONS``, in its order)."""
 
 DOWNLOADABLE = [name for name, source in SOURCES.items() if source.download is not None]

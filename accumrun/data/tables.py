@@ -10,27 +10,21 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from accumrun.config.schema import CsvConfig
 from accumrun.data.splits import ArraySplit, Splits
-from accumrun.errors import ConfigError, DataError
-
-if TYPE_CHECKING:
-    from accumrun.config.schema import DataConfig
+from accumrun.errors import DataError
 
 
-def load_csv(config: DataConfig, seed: int) -> Splits:
+def load_csv(config: CsvConfig, seed: int) -> Splits:
     """The table at ``data.path`` (and ``data.validation_path``, with the same columns).
 
     Raises:
-        ConfigError: ``data.label`` is unset.
         DataError: a file is missing or empty, lacks the label column, or has a non-numeric feature cell.
     """
-    if not config.label:
-        raise ConfigError("data.label", "data.name: csv needs the name of the label column")
-    train = read_table(Path(str(config.path)), "data.path", config.label)
+    train = read_table(Path(config.path), "data.path", config.label)
     test = None
     if config.validation_path:
         test = read_table(Path(config.validation_path), "data.validation_path", config.label, train.features)

@@ -10,23 +10,21 @@ point ``data.data_dir`` at that folder. A prepared image-classification dataset 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from accumrun.data.records import read_record_files
+from accumrun.config.schema import TfdsConfig
+from accumrun.data.records import RecordLayout, read_record_files
 from accumrun.data.splits import Splits
 from accumrun.errors import ConfigError, DataError
-
-if TYPE_CHECKING:
-    from accumrun.config.schema import DataConfig
 
 IMAGE_FEATURE, LABEL_FEATURE = "image", "label"
 
 
-def load_tfds(config: DataConfig, seed: int) -> Splits:
+def load_tfds(config: TfdsConfig, seed: int) -> Splits:
     """The prepared ``train`` split of ``data.dataset`` (and ``test``, for ``validation_split: test``).
 
     Raises:
-        ConfigError: ``tensorflow-datasets`` is not installed, or ``data.dataset`` is unset or unknown.
+        ConfigError: ``tensorflow-datasets`` is not installed, or ``data.dataset`` is unknown.
         DataError: the dataset is not prepared in ``data.data_dir``, or is not image classification.
     """
     try:
@@ -35,8 +33,6 @@ def load_tfds(config: DataConfig, seed: int) -> Splits:
         raise ConfigError(
             "data.name", "tfds needs the optional package: pip install tensorflow-datasets", "tfds"
         ) from None
-    if not config.dataset:
-        raise ConfigError("data.dataset", "data.name: tfds needs the name of a prepared dataset, such as mnist")
     try:
         builder = tfds.builder(config.dataset, data_dir=config.data_dir)
     except Exception as error:  # tfds raises its own DatasetNotFoundError and friends
@@ -53,10 +49,10 @@ def load_tfds(config: DataConfig, seed: int) -> Splits:
         raise DataError(
             "data.dataset", f"needs '{IMAGE_FEATURE}' and '{LABEL_FEATURE}' features; it has {sorted(features)}"
         )
-    keys = config.model_copy(update={"image_key": IMAGE_FEATURE, "label_key": LABEL_FEATURE})
+    layout = RecordLayout(IMAGE_FEATURE, LABEL_FEATURE, config.size, config.channels, config.shuffle_buffer)
     splits = {name: _files(builder, name) for name in ("train", "test") if name in builder.info.splits}
-    train = read_record_files(splits["train"], "data.dataset", keys)
-    test = read_record_files(splits["test"], "data.dataset", keys) if "test" in splits else None
+    train = read_record_files(splits["train"], "data.dataset", layout)
+    test = read_record_files(splits["test"], "data.dataset", layout) if "test" in splits else None
     names = list(getattr(features[LABEL_FEATURE], "names", []) or [])
     return Splits(train, test, class_names=names or None)
 

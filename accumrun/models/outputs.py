@@ -8,6 +8,7 @@ from typing import Any
 import keras
 
 from accumrun.errors import ConfigError
+from accumrun.kinds import Task
 
 PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 
@@ -37,7 +38,7 @@ def _output_layer(model: keras.Model) -> Any:
 
 
 def check_output_shape(
-    model: keras.Model, task: str, target_shape: tuple[int, ...], classes: int | None, sparse_loss: bool
+    model: keras.Model, task: Task, target_shape: tuple[int, ...], classes: int | None, sparse_loss: bool
 ) -> int:
     """Refuse a model whose output cannot hold the targets; return the output's width.
 
@@ -51,7 +52,7 @@ def check_output_shape(
     if isinstance(shape, list) or len(shape) < 2:
         raise ConfigError("model", f"accumrun trains models with one output tensor; this one has {shape}")
     output = tuple(shape[1:])
-    if task == "classification":
+    if task == Task.CLASSIFICATION:
         width = output[-1]
         binary_unit = width == 1 and classes == 2 and not sparse_loss
         if len(output) != 1 or width is None or (width < (classes or 0) and not binary_unit):
@@ -64,7 +65,7 @@ def check_output_shape(
     if output != target_shape:
         raise ConfigError(
             "model",
-            f"{task.replace('_', '-')} targets of shape {target_shape} need an output of shape {target_shape}; "
+            f"{task.value.replace('_', '-')} targets of shape {target_shape} need an output of shape {target_shape}; "
             f"the model outputs {output} (change the model's output units, or data.task)",
         )
     return int(output[-1]) if output else 1

@@ -69,8 +69,7 @@ def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None
     """The samples to score and the name the result goes under."""
     data = config.data
     if data_path is not None:
-        other = data.model_copy(update={"path": data_path, "validation_path": None, "validation_split": 0.0})
-        return load_dataset(other, config.seed).train, "data"
+        return load_dataset(data.reading(data_path), config.seed).train, "data"
     if split == "train":
         return dataset.train, "train"
     if split == "val":

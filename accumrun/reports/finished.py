@@ -12,9 +12,10 @@ import keras
 import tensorflow as tf
 
 from accumrun.config.loading import load_config
-from accumrun.config.schema import Config
+from accumrun.config.schema import Config, CsvConfig
 from accumrun.data.tables import read_table
 from accumrun.errors import ConfigError
+from accumrun.kinds import Task
 from accumrun.models.outputs import output_activation
 from accumrun.objective import probability_function
 from accumrun.rundir.metrics import load_metrics
@@ -40,8 +41,9 @@ class FinishedRun:
         self.config: Config = load_config(run_dir / "config.yaml")
 
     @property
-    def task(self) -> str:
-        return str(self.config.data.task)
+    def task(self) -> Task:
+        """The task the run settled on (its ``config.yaml`` records it, never ``auto``)."""
+        return Task(self.config.data.task)
 
     def model_path(self, which: Which) -> Path:
         """``model.keras`` or ``model.best.keras``.
@@ -70,9 +72,9 @@ class FinishedRun:
         header); None for other sources."""
         recorded = self._json_list("features.json")
         data = self.config.data
-        if recorded is not None or data.name != "csv" or data.label is None:
+        if recorded is not None or not isinstance(data, CsvConfig):
             return recorded
-        return read_table(Path(str(data.path)), "data.path", data.label).features
+        return read_table(Path(data.path), "data.path", data.label).features
 
     @property
     def sub_batch_size(self) -> int:

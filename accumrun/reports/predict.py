@@ -20,6 +20,7 @@ import numpy as np
 import progressbar
 import tensorflow as tf
 
+from accumrun.config.schema import ImageSourceConfig
 from accumrun.core.split import batch_sizes
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputKind, read_inputs
@@ -86,7 +87,7 @@ def predict_run(
     kind = InputKind(
         sample_shape=tuple(model.input_shape[1:]),
         dtype=np.dtype(model.inputs[0].dtype),
-        images=run.config.data.image_size is not None,
+        images=isinstance(run.config.data, ImageSourceConfig),
         features=run.features,
     )
     groups = read_inputs(inputs, kind)

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from accumrun.config.schema import DistributeConfig
 from accumrun.errors import ConfigError
+from accumrun.kinds import Strategy
 
 
 def create_strategy(config: DistributeConfig) -> tf.distribute.Strategy | None:
@@ -34,7 +35,7 @@ def create_strategy(config: DistributeConfig) -> tf.distribute.Strategy | None:
     name = config.strategy
     if name == "auto":
         # Physical devices can be listed without creating the runtime's devices.
-        name = "mirrored" if len(tf.config.list_physical_devices("GPU")) > 1 else "none"
+        name = Strategy.MIRRORED if len(tf.config.list_physical_devices("GPU")) > 1 else Strategy.NONE
     if name == "none":
         return None
     if name == "multi_worker":

@@ -196,7 +196,7 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
     previous_policy = keras.mixed_precision.dtype_policy()
     with strategy_scope(strategy):
         # The policy is global in Keras; layers keep the one they were built with, so restore it at once.
-        keras.mixed_precision.set_dtype_policy(precision)
+        keras.mixed_precision.set_dtype_policy(precision.value)
         try:
             model = build_model(config.model, input_shape, dataset.outputs)
             scale = 1.0 if rescale == "auto" else rescale
