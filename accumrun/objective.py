@@ -17,8 +17,10 @@ import keras
 import tensorflow as tf
 
 from accumrun.config.schema import Config, LossConfig, MetricConfig, MetricEntry
-from accumrun.core.losses import LossFn, Metric, Objective
+from accumrun.core.losses import LossFn, Metric, MetricSet, Objective
+from accumrun.core.step import make_eval_step
 from accumrun.data.dataset import Dataset
+from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError
 from accumrun.lookup import check_keywords, classes_in, find, import_function, normalized
 from accumrun.models.outputs import check_output_shape, output_activation
@@ -61,6 +63,24 @@ class FittedObjective:
                 f"model outputs probabilities ({self.activation}): loss uses from_logits={self.loss.from_logits}"
             )
         return lines
+
+
+class Scorer:
+    """The one validation pass: the mean per-sample loss and every metric of ``objective`` over a feeder's
+    samples, in inference mode. Training scores its validation data with it after each epoch, and ``evaluate``
+    a finished run's model, so both give the same figures."""
+
+    def __init__(self, model: keras.Model, objective: Objective, metrics: MetricSet) -> None:
+        self._metrics = metrics
+        self._step = make_eval_step(model, objective, metrics)
+
+    def __call__(self, feeder: Feeder, samples: int) -> dict[str, float]:
+        """``loss`` and each metric under its logged name, over the ``samples`` samples of ``feeder``'s epoch."""
+        self._metrics.reset()
+        loss_sum = 0.0
+        for x, y in feeder.epoch(0):
+            loss_sum += float(self._step(x, y))
+        return {"loss": loss_sum / samples, **self._metrics.results()}
 
 
 def fit_objective(

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Literal
 
 from accumrun.data.dataset import Dataset
 from accumrun.errors import ConfigError
-
-Feed = Literal["batch", "sub_batch"]
+from accumrun.kinds import Feed
 
 BUDGET_SHARE = 4
 """Two input batches may take 1/BUDGET_SHARE of the available memory before ``auto`` streams sub-batches."""
@@ -41,9 +39,7 @@ def input_bytes(dataset: Dataset, samples: int) -> int:
     return samples * math.prod(dataset.sample_shape) * dataset.dtype.itemsize
 
 
-def choose_feed(
-    feed: Literal["auto", "batch", "sub_batch"], dataset: Dataset, batch_size: int, replicated: bool
-) -> tuple[Feed, str]:
+def choose_feed(feed: Feed | str, dataset: Dataset, batch_size: int, replicated: bool) -> tuple[Feed, str]:
     """The feed to use and why, in words for the startup summary.
 
     Raises:
@@ -52,17 +48,18 @@ def choose_feed(
     batch = input_bytes(dataset, batch_size)
     size = f"input batch {_size(batch)}"
     if feed != "auto":
-        if feed == "sub_batch" and replicated:
-            raise ConfigError("data.feed", "sub_batch streams on one device; use batch with distribute", feed)
-        return feed, f"{size}; data.feed: {feed}"
+        chosen = Feed(feed)
+        if chosen is Feed.SUB_BATCH and replicated:
+            raise ConfigError("data.feed", "sub_batch streams on one device; use batch with distribute", chosen.value)
+        return chosen, f"{size}; data.feed: {chosen.value}"
     if replicated:
-        return "batch", f"{size}; replicas take whole batches"
+        return Feed.BATCH, f"{size}; replicas take whole batches"
     if dataset.streamed and batch_size == dataset.train_size:
-        return "sub_batch", f"{size}; the full batch of streamed files is never held at once"
+        return Feed.SUB_BATCH, f"{size}; the full batch of streamed files is never held at once"
     available = available_memory()
     if 2 * batch * BUDGET_SHARE > available:
-        return "sub_batch", f"{size} x 2 exceeds 1/{BUDGET_SHARE} of {available / 2**30:,.1f} GiB available"
-    return "batch", size
+        return Feed.SUB_BATCH, f"{size} x 2 exceeds 1/{BUDGET_SHARE} of {available / 2**30:,.1f} GiB available"
+    return Feed.BATCH, size
 
 
 def _size(count: int) -> str:
