@@ -22,14 +22,15 @@ from accumrun.core.step import make_eval_step
 from accumrun.data.dataset import Dataset
 from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError
+from accumrun.kinds import Task
 from accumrun.lookup import check_keywords, classes_in, find, import_function, normalized
 from accumrun.models.outputs import check_output_shape, output_activation
 
-DEFAULT_LOSS = {"classification": "sparse_categorical_crossentropy", "multi_label": "binary_crossentropy"}
-DEFAULT_METRICS: dict[str, list[MetricEntry]] = {
-    "classification": ["accuracy"],
-    "multi_label": ["binary_accuracy"],
-    "regression": ["mean_absolute_error"],
+DEFAULT_LOSS = {Task.CLASSIFICATION: "sparse_categorical_crossentropy", Task.MULTI_LABEL: "binary_crossentropy"}
+DEFAULT_METRICS: dict[Task, list[MetricEntry]] = {
+    Task.CLASSIFICATION: ["accuracy"],
+    Task.MULTI_LABEL: ["binary_accuracy"],
+    Task.REGRESSION: ["mean_absolute_error"],
 }
 _ACCURACY = ("accuracy", "acc")
 # Base classes and wrappers that cannot be built from a name alone.
@@ -94,7 +95,7 @@ def fit_objective(
             loss that needs class labels for other targets, regression without a loss, a model output that
             cannot hold the targets, or a custom loss that does not return one value per sample.
     """
-    task = dataset.task
+    task = Task(dataset.task)
     name = config.loss.name or DEFAULT_LOSS.get(task)
     if name is None:
         raise ConfigError(
@@ -112,7 +113,7 @@ def fit_objective(
     metrics = _metrics(entries, task, width)
     objective = Objective(
         loss=loss_fn,
-        class_labels=task == "classification",
+        class_labels=task is Task.CLASSIFICATION,
         sparse_loss=sparse,
         outputs=width,
         to_probabilities=probability_function(task, width, from_logits, activation),
@@ -123,7 +124,7 @@ def fit_objective(
     return FittedObjective(objective, resolved, list(entries), activation)
 
 
-def _keras_loss(config: LossConfig, name: str, task: str, activation: str | None) -> tuple[LossFn, bool, bool | None]:
+def _keras_loss(config: LossConfig, name: str, task: Task, activation: str | None) -> tuple[LossFn, bool, bool | None]:
     """A ``keras.losses`` class by name, built to return one value per sample; whether it takes class indices
     as they are, and the ``from_logits`` it was given (None when it takes none)."""
     losses = classes_in(keras.losses, keras.losses.Loss, exclude=_NOT_LOSSES)
@@ -138,11 +139,11 @@ def _keras_loss(config: LossConfig, name: str, task: str, activation: str | None
         from_logits = config.from_logits if config.from_logits is not None else activation is None
         keywords["from_logits"] = from_logits
     sparse = loss_class.__name__.startswith("Sparse")
-    if sparse and task != "classification":
+    if sparse and task is not Task.CLASSIFICATION:
         raise ConfigError(
             "loss.name",
-            f"{name} takes integer class labels, but the targets are {task.replace('_', '-')} values; "
-            f"use {'binary_crossentropy' if task == 'multi_label' else 'mean_squared_error'}",
+            f"{name} takes integer class labels, but the targets are {task.value.replace('_', '-')} values; "
+            f"use {'binary_crossentropy' if task is Task.MULTI_LABEL else 'mean_squared_error'}",
             name,
         )
     try:
@@ -163,7 +164,7 @@ def _custom_loss(config: LossConfig, name: str) -> tuple[LossFn, bool, bool | No
     return functools.partial(function, **keywords), True, config.from_logits
 
 
-def _metrics(entries: list[MetricEntry], task: str, width: int) -> list[Metric]:
+def _metrics(entries: list[MetricEntry], task: Task, width: int) -> list[Metric]:
     metrics_by_name = classes_in(keras.metrics, keras.metrics.Metric, exclude=_NOT_METRICS)
     built: list[Metric] = []
     taken: dict[str, int] = {}
@@ -171,11 +172,11 @@ def _metrics(entries: list[MetricEntry], task: str, width: int) -> list[Metric]:
         path = f"metrics[{index}]"
         name, keywords = (entry, {}) if isinstance(entry, str) else (entry.name, entry.keywords)
         if normalized(name) in _ACCURACY:
-            if task == "regression":
+            if task is Task.REGRESSION:
                 raise ConfigError(path, "accuracy needs class labels; for regression use mean_absolute_error", name)
             metric_class: type = (
                 keras.metrics.SparseCategoricalAccuracy
-                if task == "classification" and width > 1
+                if task is Task.CLASSIFICATION and width > 1
                 else keras.metrics.BinaryAccuracy
             )
         else:
@@ -183,8 +184,10 @@ def _metrics(entries: list[MetricEntry], task: str, width: int) -> list[Metric]:
                 metrics_by_name, name, f"{path}.name" if isinstance(entry, MetricConfig) else path, "metric"
             )
         sparse = metric_class.__name__.startswith("Sparse")
-        if sparse and task != "classification":
-            raise ConfigError(path, f"{name} takes integer class labels; the targets are {task.replace('_', '-')}")
+        if sparse and task is not Task.CLASSIFICATION:
+            raise ConfigError(
+                path, f"{name} takes integer class labels; the targets are {task.value.replace('_', '-')}"
+            )
         check_keywords(metric_class, keywords, path, metric_class.__name__)
         taken[name] = taken.get(name, 0) + 1
         logged = name if taken[name] == 1 else f"{name}_{taken[name]}"
@@ -216,14 +219,14 @@ def _parameters(cls: type) -> set[str]:
 
 
 def probability_function(
-    task: str, width: int, from_logits: bool | None, activation: str | None
+    task: Task | str, width: int, from_logits: bool | None, activation: str | None
 ) -> Callable[[tf.Tensor], tf.Tensor]:
     """What turns the model's outputs into what metrics and predictions see: probabilities, whatever the model
     outputs. ``from_logits`` is the loss's (None when it takes none: then the model's last ``activation`` says)."""
     already = (not from_logits) if from_logits is not None else activation is not None
-    if already or task == "regression":
+    if already or Task(task) is Task.REGRESSION:
         return tf.identity
-    if task == "multi_label" or width == 1:
+    if Task(task) is Task.MULTI_LABEL or width == 1:
         return tf.sigmoid
     return tf.nn.softmax
 

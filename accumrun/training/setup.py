@@ -212,17 +212,8 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
         optimizer.build(model.trainable_variables)
         train_metrics = objective.objective.new_metrics()
         val_metrics = objective.objective.new_metrics()
-    settled_rescale: float | str = "auto" if preprocess is not None else rescale
-    resolved = config.model_copy(
-        update={
-            "data": data.model_copy(update={"task": dataset.task, "rescale": settled_rescale, "feed": feed.value}),
-            "loss": objective.loss,
-            "metrics": objective.metrics,
-        }
-    )
-    mode = BatchNormMode(config.training.batch_norm)
     return TrainingSetup(
-        config=resolved,
+        config=_resolved(config, dataset, feed, None if preprocess is not None else rescale, objective),
         dataset=dataset,
         batch_size=batch_size,
         subdivisions=subdivisions,
@@ -230,7 +221,7 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
         feed_reason=feed_reason,
         rescale=rescale,
         preprocess=preprocess,
-        batch_norm_mode=mode,
+        batch_norm_mode=BatchNormMode(config.training.batch_norm),
         augmentation=augmentation,
         model=model,
         optimizer=optimizer,
@@ -242,6 +233,18 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
         # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
         seeds=SubBatchSeeds(model, optimizer.iterations),
     )
+
+
+def _resolved(
+    config: Config, dataset: Dataset, feed: Feed, rescale: float | None, objective: FittedObjective
+) -> Config:
+    """``config`` as ``config.yaml`` records it, with what it left to accumrun filled in: the task, the feed,
+    the loss and metrics, and the rescale factor (which stays ``auto`` where an application's own
+    ``preprocess_input`` scales, given as None)."""
+    data = config.data.model_copy(
+        update={"task": dataset.task, "rescale": "auto" if rescale is None else rescale, "feed": feed.value}
+    )
+    return config.model_copy(update={"data": data, "loss": objective.loss, "metrics": objective.metrics})
 
 
 @dataclass(frozen=True)
