@@ -23,6 +23,7 @@ from accumrun.errors import WorkerLost
 from accumrun.kinds import BatchNormMode, Feed, OnNonFinite
 from accumrun.models.saving import CompileSpec, save_trained_model
 from accumrun.objective import Scorer
+from accumrun.rundir.metrics import EpochRow
 from accumrun.rundir.status import BatchNormNote
 from accumrun.training.checkpoints import Position, State
 from accumrun.training.console import describe_setup, device_name
@@ -78,10 +79,12 @@ def train_run(
     echo = _silent if quiet else _print
     settled = settle_subdivisions(build_training(config, strategy), echo)
     if is_chief(strategy):
-        return _train(settled, run_dir, echo=echo, run_home=run_dir, resume=resume, overwrite=overwrite)
+        return _train(
+            settled, run_dir, echo=echo, show_progress=not quiet, run_home=run_dir, resume=resume, overwrite=overwrite
+        )
     scratch = Path(tempfile.mkdtemp(prefix="accumrun-worker-"))
     try:
-        return _train(settled, scratch / "run", echo=echo, run_home=run_dir, resume=resume)
+        return _train(settled, scratch / "run", echo=echo, show_progress=not quiet, run_home=run_dir, resume=resume)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -91,6 +94,7 @@ def _train(
     run_dir: Path,
     *,
     echo: Callable[[str], None],
+    show_progress: bool,
     run_home: Path,
     resume: bool = False,
     overwrite: bool = False,
@@ -107,8 +111,7 @@ def _train(
         batches_per_epoch=batches_per_epoch,
         state=_state(setup),
     )
-    metric_names = setup.objective.metric_names
-    logged = ["loss", *metric_names]
+    logged = ["loss", *setup.objective.metric_names]
     controls = Controls(config, logged + [f"val_{name}" for name in logged] if setup.dataset.val_size else logged)
     position, rows = run.resume(config.training.epochs) if resume else run.start(overwrite=overwrite)
     # The controls' state is a function of the rows: replayed, it is what the interrupted run had.
@@ -120,6 +123,30 @@ def _train(
         batch_norm=BatchNormNote(layers, setup.batch_norm_mode) if layers else None,
         subdivisions_auto=settled.auto,
     )
+    trainer = _trainer(settled, run, rows, controls, echo=echo, show_progress=show_progress)
+    with status, _worker_losses(setup, run):
+        _announce(setup, run.folder, position, echo)
+        rows = trainer.fit(position)
+        status.reason = rows[-1].stopped
+        note = _save_model(setup, run.folder / "model.keras").describe()
+        echo(f"saved {run.folder / 'model.keras'}")
+        if note is not None:
+            echo(note)
+    return RunResult(run.folder, [row.to_json() for row in rows], setup.model)
+
+
+def _trainer(
+    settled: Settled,
+    run: Run,
+    rows: list[EpochRow],
+    controls: Controls,
+    *,
+    echo: Callable[[str], None],
+    show_progress: bool,
+) -> Trainer:
+    """The Trainer of ``settled``, given the pieces of the setup it uses, logging after ``rows``."""
+    setup, subdivisions = settled.setup, settled.subdivisions
+    config, metric_names = setup.config, setup.objective.metric_names
     log = RunLog(
         run.folder,
         epochs=config.training.epochs,
@@ -134,22 +161,6 @@ def _train(
         metric_names=metric_names,
         echo=echo,
     )
-    trainer = _trainer(settled, run, log, controls, echo=echo)
-    with status, _worker_losses(setup, run):
-        _announce(setup, run.folder, position, echo)
-        rows = trainer.fit(position)
-        status.reason = rows[-1].stopped
-        note = _save_model(setup, run.folder / "model.keras").describe()
-        echo(f"saved {run.folder / 'model.keras'}")
-        if note is not None:
-            echo(note)
-    return RunResult(run.folder, [row.to_json() for row in rows], setup.model)
-
-
-def _trainer(settled: Settled, run: Run, log: RunLog, controls: Controls, *, echo: Callable[[str], None]) -> Trainer:
-    """The Trainer of ``settled``, given the pieces of the setup it uses."""
-    setup, subdivisions = settled.setup, settled.subdivisions
-    config = setup.config
     plan = setup.chunk_sizes(subdivisions)
     # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
     sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
@@ -175,7 +186,7 @@ def _trainer(settled: Settled, run: Run, log: RunLog, controls: Controls, *, ech
         agree=stop_agreement(setup.strategy),
         resume_command=resume_command(run.home),
         echo=echo,
-        show_progress=echo is not _silent,
+        show_progress=show_progress,
     )
 
 
