@@ -242,7 +242,7 @@ def _resolved(
     the loss and metrics, and the rescale factor (which stays ``auto`` where an application's own
     ``preprocess_input`` scales, given as None)."""
     data = config.data.model_copy(
-        update={"task": dataset.task, "rescale": "auto" if rescale is None else rescale, "feed": feed.value}
+        update={"task": dataset.task, "rescale": "auto" if rescale is None else rescale, "feed": feed}
     )
     return config.model_copy(update={"data": data, "loss": objective.loss, "metrics": objective.metrics})
 
