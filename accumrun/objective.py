@@ -17,8 +17,10 @@ import keras
 import tensorflow as tf
 
 from accumrun.config.schema import Config, LossConfig, MetricConfig, MetricEntry
-from accumrun.core.losses import LossFn, Metric, Objective
+from accumrun.core.losses import LossFn, Metric, MetricSet, Objective
+from accumrun.core.step import make_eval_step
 from accumrun.data.dataset import Dataset
+from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError
 from accumrun.kinds import Task
 from accumrun.lookup import check_keywords, classes_in, find, import_function, normalized
@@ -64,6 +66,24 @@ class FittedObjective:
         return lines
 
 
+class Scorer:
+    """The one validation pass: the mean per-sample loss and every metric of ``objective`` over a feeder's
+    samples, in inference mode. Training scores its validation data with it after each epoch, and ``evaluate``
+    a finished run's model, so both give the same figures."""
+
+    def __init__(self, model: keras.Model, objective: Objective, metrics: MetricSet) -> None:
+        self._metrics = metrics
+        self._step = make_eval_step(model, objective, metrics)
+
+    def __call__(self, feeder: Feeder, samples: int) -> dict[str, float]:
+        """``loss`` and each metric under its logged name, over the ``samples`` samples of ``feeder``'s epoch."""
+        self._metrics.reset()
+        loss_sum = 0.0
+        for x, y in feeder.epoch(0):
+            loss_sum += float(self._step(x, y))
+        return {"loss": loss_sum / samples, **self._metrics.results()}
+
+
 def fit_objective(
     config: Config, dataset: Dataset, model: keras.Model, sample: tuple[tf.Tensor, tf.Tensor]
 ) -> FittedObjective:
@@ -75,7 +95,7 @@ def fit_objective(
             loss that needs class labels for other targets, regression without a loss, a model output that
             cannot hold the targets, or a custom loss that does not return one value per sample.
     """
-    task = dataset.task
+    task = Task(dataset.task)
     name = config.loss.name or DEFAULT_LOSS.get(task)
     if name is None:
         raise ConfigError(
@@ -93,7 +113,7 @@ def fit_objective(
     metrics = _metrics(entries, task, width)
     objective = Objective(
         loss=loss_fn,
-        class_labels=task == Task.CLASSIFICATION,
+        class_labels=task is Task.CLASSIFICATION,
         sparse_loss=sparse,
         outputs=width,
         to_probabilities=probability_function(task, width, from_logits, activation),
@@ -119,11 +139,11 @@ def _keras_loss(config: LossConfig, name: str, task: Task, activation: str | Non
         from_logits = config.from_logits if config.from_logits is not None else activation is None
         keywords["from_logits"] = from_logits
     sparse = loss_class.__name__.startswith("Sparse")
-    if sparse and task != Task.CLASSIFICATION:
+    if sparse and task is not Task.CLASSIFICATION:
         raise ConfigError(
             "loss.name",
             f"{name} takes integer class labels, but the targets are {task.value.replace('_', '-')} values; "
-            f"use {'binary_crossentropy' if task == Task.MULTI_LABEL else 'mean_squared_error'}",
+            f"use {'binary_crossentropy' if task is Task.MULTI_LABEL else 'mean_squared_error'}",
             name,
         )
     try:
@@ -152,11 +172,11 @@ def _metrics(entries: list[MetricEntry], task: Task, width: int) -> list[Metric]
         path = f"metrics[{index}]"
         name, keywords = (entry, {}) if isinstance(entry, str) else (entry.name, entry.keywords)
         if normalized(name) in _ACCURACY:
-            if task == Task.REGRESSION:
+            if task is Task.REGRESSION:
                 raise ConfigError(path, "accuracy needs class labels; for regression use mean_absolute_error", name)
             metric_class: type = (
                 keras.metrics.SparseCategoricalAccuracy
-                if task == Task.CLASSIFICATION and width > 1
+                if task is Task.CLASSIFICATION and width > 1
                 else keras.metrics.BinaryAccuracy
             )
         else:
@@ -164,7 +184,7 @@ def _metrics(entries: list[MetricEntry], task: Task, width: int) -> list[Metric]
                 metrics_by_name, name, f"{path}.name" if isinstance(entry, MetricConfig) else path, "metric"
             )
         sparse = metric_class.__name__.startswith("Sparse")
-        if sparse and task != Task.CLASSIFICATION:
+        if sparse and task is not Task.CLASSIFICATION:
             raise ConfigError(
                 path, f"{name} takes integer class labels; the targets are {task.value.replace('_', '-')}"
             )
@@ -204,9 +224,9 @@ def probability_function(
     """What turns the model's outputs into what metrics and predictions see: probabilities, whatever the model
     outputs. ``from_logits`` is the loss's (None when it takes none: then the model's last ``activation`` says)."""
     already = (not from_logits) if from_logits is not None else activation is not None
-    if already or task == Task.REGRESSION:
+    if already or task is Task.REGRESSION:
         return tf.identity
-    if task == Task.MULTI_LABEL or width == 1:
+    if task is Task.MULTI_LABEL or width == 1:
         return tf.sigmoid
     return tf.nn.softmax
 

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from accumrun import load_config, train
+from accumrun import kinds, load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.core.batch_norm import BatchNormStatistics, PopulationStatistics
 from accumrun.core.losses import sparse_categorical_crossentropy
@@ -22,6 +22,8 @@ from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.kinds import BatchNormMode, Feed
 from accumrun.reports.compare import Variant, format_table
+from accumrun.rundir.metrics import EpochRow
+from accumrun.rundir.status import BatchNormNote
 from accumrun.training.console import describe_setup
 from accumrun.training.setup import build_training
 from tests.helpers import max_difference, write_config
@@ -176,11 +178,12 @@ def test_precise_training_resumes_to_the_same_weights(tmp_path: Path) -> None:
 
 def test_compare_notes_a_batch_norm_model_unless_frozen(tmp_path: Path) -> None:
     row = {"epoch": 1, "loss": 0.5, "val_loss": 0.6, "seconds": 1.0, "samples_per_second": 10.0, "subdivisions": 4}
-    variants = [Variant(count, tmp_path / str(count), "completed", metrics=[row]) for count in (4, 1)]
+    rows = [EpochRow.from_json(row)]
+    variants = [Variant(count, tmp_path / str(count), "completed", metrics=rows) for count in (4, 1)]
     assert "note:" not in format_table(variants)
-    variants[0].batch_norm = {"layers": 3, "mode": "per_batch"}
+    variants[0].batch_norm = BatchNormNote(3, kinds.BatchNormMode.PER_BATCH)
     assert "note: the model has 3 BatchNorm layers (batch_norm: per_batch)" in format_table(variants)
-    variants[0].batch_norm = {"layers": 3, "mode": "frozen"}
+    variants[0].batch_norm = BatchNormNote(3, kinds.BatchNormMode.FROZEN)
     assert "note:" not in format_table(variants)
 
 

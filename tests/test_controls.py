@@ -13,6 +13,7 @@ import pytest
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.errors import ConfigError, ConfigProblems, Interrupted
+from accumrun.rundir.metrics import EpochRow
 from accumrun.training.controls import Controls
 from tests.helpers import tiny_config
 from tests.test_streaming import stop_after_batch
@@ -23,10 +24,15 @@ def controls(tmp_path: Path, **sections: Any) -> Controls:
     return Controls(config, ["loss", "accuracy", "val_loss", "val_accuracy"])
 
 
+def logged(monitor: str, value: float, rate: float) -> EpochRow:
+    """An epoch's row that logs ``value`` under ``monitor``, trained at ``rate``."""
+    return EpochRow(epoch=1, loss=1.0, figures={monitor: value}, learning_rate=rate)
+
+
 def decide(controls: Controls, values: list[float], monitor: str = "val_loss", rate: float = 0.01) -> list[Any]:
     decisions = []
     for value in values:
-        decision = controls.after_epoch({monitor: value, "learning_rate": rate}, rate)
+        decision = controls.after_epoch(logged(monitor, value, rate), rate)
         rate = decision.learning_rate or rate
         decisions.append(decision)
     return decisions
@@ -76,13 +82,13 @@ def test_replaying_the_rows_gives_the_state_an_uninterrupted_run_has(tmp_path: P
     whole = decide(controls(tmp_path, **sections), values)
     rows, rates = [], []
     for value, decision in zip(values, whole, strict=True):
-        rows.append({"val_loss": value, "learning_rate": rate})
+        rows.append(logged("val_loss", value, rate))
         rates.append(rate)
         rate = decision.learning_rate or rate
     for cut in range(1, len(values)):
         resumed = controls(tmp_path, **sections)
         resumed.replay(rows[:cut])
-        later = [resumed.after_epoch(row, row["learning_rate"]) for row in rows[cut:]]
+        later = [resumed.after_epoch(row, row.learning_rate) for row in rows[cut:]]
         assert later == whole[cut:]
 
 
@@ -143,7 +149,7 @@ def test_a_controlled_run_stops_lowers_the_rate_and_keeps_the_best_model_and_res
         np.testing.assert_array_equal(mine, theirs)
     # Stopped early, the run is over: more epochs would not train past the decision.
     longer = load_resume_config(tmp_path / "run", None, ["training.epochs=8"])
-    with pytest.raises(ConfigError, match=r"--resume: the run ended by early stopping"):
+    with pytest.raises(ConfigError, match=r"resume: the run ended by early stopping"):
         train(longer, tmp_path / "run", quiet=True, resume=True)
 
 

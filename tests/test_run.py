@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import keras
@@ -15,7 +17,10 @@ from accumrun.config.loading import load_config
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.data.dataset import load_dataset
 from accumrun.errors import ConfigError, TrainingDiverged
+from accumrun.kinds import BatchNormMode, RunState
 from accumrun.models.builders import build_model
+from accumrun.rundir.metrics import EpochRow
+from accumrun.rundir.status import AutoNote, BatchNormNote, RunRecord
 from tests.helpers import tiny_config
 
 DESIGN_KEYS = {
@@ -143,3 +148,49 @@ def test_tensorboard_gets_epoch_scalars_and_every_nth_update(tmp_path: Path) -> 
 def test_tensorboard_can_be_switched_off(tmp_path: Path) -> None:
     train(load_config(tiny_config(tmp_path), ["output.tensorboard=false"]), tmp_path / "run", quiet=True)
     assert not (tmp_path / "run" / "tensorboard").exists()
+
+
+def test_rows_and_run_records_round_trip_through_their_reader_and_writer(tmp_path: Path) -> None:
+    row = EpochRow(
+        epoch=2,
+        loss=0.5,
+        figures={"accuracy": 0.75, "val_loss": 0.625, "val_accuracy": 0.5},
+        seconds=1.5,
+        samples_per_second=20.0,
+        batch_size=10,
+        subdivisions=3,
+        sub_batch_size=4,
+        optimizer_steps=6,
+        learning_rate=0.01,
+        peak_rss_mib=100.0,
+        stopped="early stopping: val_loss has not improved for 1 epochs (best 0.6)",
+    )
+    written = row.to_json()
+    assert list(written)[:5] == ["epoch", "loss", "accuracy", "val_loss", "val_accuracy"]
+    # Keys that do not apply (no loss scale, no GPU) are left out, not written as null.
+    assert "loss_scale_skips" not in written and "peak_device_mib" not in written
+    assert EpochRow.from_json(json.loads(json.dumps(written))) == row
+
+    record = RunRecord(
+        status=RunState.COMPLETED,
+        started="2026-01-01T00:00:00",
+        ended="2026-01-01T00:01:00",
+        resumed=("2026-01-01T00:00:30",),
+        tensorflow_version="2.x",
+        batch_norm=BatchNormNote(2, BatchNormMode.FROZEN),
+        subdivisions_auto=AutoNote(4, (1, 2, 4)),
+    )
+    record.write(tmp_path)
+    assert RunRecord.read(tmp_path) == record
+    assert json.loads((tmp_path / "run.json").read_text())["batch_norm"] == {"layers": 2, "mode": "frozen"}
+    assert RunRecord.read(tmp_path / "missing") is None
+
+
+@pytest.mark.subprocess
+def test_reading_a_run_folder_loads_no_tensorflow() -> None:
+    check = (
+        "import sys, accumrun.rundir.layout, accumrun.rundir.status, accumrun.rundir.metrics; "
+        "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules"
+    )
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -13,16 +13,18 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
 
+from accumrun.kinds import BatchNormMode, RunState
 from accumrun.reports.plot import plot_curves
 from accumrun.rundir.atomic import write_text_atomically
-from accumrun.rundir.metrics import load_metrics
+from accumrun.rundir.metrics import EpochRow, read_rows
+from accumrun.rundir.status import BatchNormNote, RunRecord
 
 
 @dataclass
@@ -34,20 +36,34 @@ class Variant:
     run_dir: Path
     status: str = "pending"
     error: str | None = None
-    metrics: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[EpochRow] = field(default_factory=list)
     max_weight_difference: float | None = None
-    batch_norm: dict[str, Any] | None = None
-    """``layers`` and ``mode`` when the model has BatchNorm layers (from the variant's ``run.json``)."""
+    batch_norm: BatchNormNote | None = None
+    """The model's BatchNorm layers and mode, when it has some (from the variant's ``run.json``)."""
 
     @property
     def label(self) -> str:
         name = "off (subdivisions 1)" if self.subdivisions == 1 else f"subdivisions {self.subdivisions}"
         if self.subdivisions == "auto" and self.metrics:
-            name += f" ({self.metrics[-1]['subdivisions']})"
+            name += f" ({self.metrics[-1].subdivisions})"
         if not self.metrics:
             return f"{name}: {self.status}"
-        seconds, rss = _median_seconds(self.metrics), _peak(self.metrics, "peak_rss_mib")
+        seconds, rss = _median_seconds(self.metrics), max(row.peak_rss_mib for row in self.metrics)
         return f"{name}: {seconds:.2f} s/epoch, peak {rss:,.0f} MiB RSS"
+
+    def to_json(self) -> dict[str, Any]:
+        """The variant as ``compare.json`` lists it, its rows as ``metrics.jsonl`` holds them."""
+        batch_norm = self.batch_norm
+        return {
+            "subdivisions": self.subdivisions,
+            "run_dir": str(self.run_dir),
+            "status": self.status,
+            "error": self.error,
+            "metrics": [row.to_json() for row in self.metrics],
+            "max_weight_difference": self.max_weight_difference,
+            "batch_norm": {"layers": batch_norm.layers, "mode": batch_norm.mode.value} if batch_norm else None,
+            "label": self.label,
+        }
 
 
 @dataclass
@@ -60,7 +76,7 @@ class Comparison:
 
     @property
     def failed(self) -> list[Variant]:
-        return [v for v in self.variants if v.status != "completed"]
+        return [v for v in self.variants if v.status != RunState.COMPLETED.value]
 
     def table(self) -> str:
         """The per-epoch and per-variant tables (see :func:`format_table`)."""
@@ -106,8 +122,9 @@ def run_variants(
         # stderr is captured to report the failure; a crash of one variant must not end the comparison.
         finished = subprocess.run(command, stderr=subprocess.PIPE, text=True)
         if finished.returncode == 0:
-            variant.status, variant.metrics = "completed", load_metrics(variant.run_dir)
-            variant.batch_norm = json.loads((variant.run_dir / "run.json").read_text()).get("batch_norm")
+            variant.status, variant.metrics = RunState.COMPLETED.value, read_rows(variant.run_dir)
+            record = RunRecord.read(variant.run_dir)
+            variant.batch_norm = record.batch_norm if record is not None else None
         else:
             lines = [line for line in finished.stderr.strip().splitlines() if line.strip()]
             variant.status = f"failed (exit {finished.returncode})"
@@ -120,7 +137,7 @@ def run_variants(
 
 def _fill_weight_differences(variants: list[Variant]) -> None:
     """Largest absolute difference of every final weight (BatchNorm statistics included) to the first variant."""
-    done = [v for v in variants if v.status == "completed"]
+    done = [v for v in variants if v.status == RunState.COMPLETED.value]
     if len(done) < 2:
         return
     import keras
@@ -146,10 +163,10 @@ def format_table(variants: list[Variant]) -> str:
             header += ["max |d loss|", "max |d val|"]
         lines.append(" | ".join(f"{h:>13}" for h in header))
         for index in range(max(len(v.metrics) for v in done)):
-            rows = [v.metrics[index] if index < len(v.metrics) else {} for v in done]
+            rows = [v.metrics[index] if index < len(v.metrics) else None for v in done]
             cells = [f"{index + 1:>13}"]
             for row in rows:
-                cells += [_number(row.get("loss")), _number(row.get("val_loss"))]
+                cells += [_number(row.loss if row else None), _number(row.figures.get("val_loss") if row else None)]
             if len(done) > 1:
                 cells += [_spread(rows, "loss"), _spread(rows, "val_loss")]
             lines.append(" | ".join(cells))
@@ -166,10 +183,10 @@ def format_table(variants: list[Variant]) -> str:
         if v.metrics:
             cells += [
                 f"{_median_seconds(v.metrics):>14.2f}",
-                f"{statistics.median(r['samples_per_second'] for r in v.metrics):>14,.0f}",
-                f"{_peak(v.metrics, 'peak_rss_mib'):>14,.0f}",
-                f"{_peak(v.metrics, 'peak_device_mib'):>14,.0f}"
-                if "peak_device_mib" in v.metrics[-1]
+                f"{statistics.median(r.samples_per_second for r in v.metrics):>14,.0f}",
+                f"{max(r.peak_rss_mib for r in v.metrics):>14,.0f}",
+                f"{max(r.peak_device_mib or 0.0 for r in v.metrics):>14,.0f}"
+                if v.metrics[-1].peak_device_mib is not None
                 else f"{'-':>14}",
                 f"{v.max_weight_difference:>14.2e}" if v.max_weight_difference is not None else f"{'-':>14}",
             ]
@@ -177,9 +194,9 @@ def format_table(variants: list[Variant]) -> str:
             cells += [f"{'-':>14}"] * 5
         lines.append(" | ".join(cells) + f" | {v.status}" + (f": {v.error}" if v.error else ""))
     batch_norm = next((v.batch_norm for v in variants if v.batch_norm), None)
-    if batch_norm is not None and batch_norm["mode"] != "frozen":
+    if batch_norm is not None and batch_norm.mode is not BatchNormMode.FROZEN:
         lines.append(
-            f"\nnote: the model has {batch_norm['layers']} BatchNorm layers (batch_norm: {batch_norm['mode']}); each "
+            f"\nnote: the model has {batch_norm.layers} BatchNorm layers (batch_norm: {batch_norm.mode.value}); each "
             "sub-batch is normalized with its own statistics, so the variants are not expected to match (batch_norm: "
             "frozen makes them match)"
         )
@@ -190,10 +207,10 @@ def write_report(variants: list[Variant], out_dir: Path, config_path: Path) -> t
     """Write ``compare.json`` (always) and ``compare.png`` (when some variant has metrics)."""
     report = {
         "config": str(config_path),
-        "variants": [{**asdict(v), "run_dir": str(v.run_dir), "label": v.label} for v in variants],
+        "variants": [v.to_json() for v in variants],
     }
     json_path = write_text_atomically(out_dir / "compare.json", json.dumps(report, indent=2) + "\n")
-    curves = {v.label: v.metrics for v in variants if v.metrics}
+    curves = {v.label: [row.to_json() for row in v.metrics] for v in variants if v.metrics}
     png_path = (
         plot_curves(curves, out_dir / "compare.png", title=f"{config_path.name}: subdivisions compared")
         if curves
@@ -202,20 +219,16 @@ def write_report(variants: list[Variant], out_dir: Path, config_path: Path) -> t
     return json_path, png_path
 
 
-def _median_seconds(rows: list[dict[str, Any]]) -> float:
+def _median_seconds(rows: list[EpochRow]) -> float:
     # The first epoch includes tracing; leave it out when there are others.
     timed = rows[1:] or rows
-    return statistics.median(r["seconds"] for r in timed)
-
-
-def _peak(rows: list[dict[str, Any]], key: str) -> float:
-    return max(r.get(key, 0.0) for r in rows)
+    return statistics.median(r.seconds for r in timed)
 
 
 def _number(value: float | None) -> str:
     return f"{value:>13.6f}" if value is not None else f"{'-':>13}"
 
 
-def _spread(rows: list[dict[str, Any]], key: str) -> str:
-    values = [r[key] for r in rows if key in r]
+def _spread(rows: list[EpochRow | None], key: str) -> str:
+    values = [r.figure(key) for r in rows if r is not None and (key == "loss" or key in r.figures)]
     return f"{max(values) - min(values):>13.2e}" if len(values) > 1 else f"{'-':>13}"

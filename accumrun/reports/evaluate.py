@@ -10,25 +10,58 @@ inference mode. So ``--split val --model final`` gives the run's last ``val_*`` 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from accumrun.config.schema import Config
 from accumrun.core.split import batch_sizes
-from accumrun.core.step import make_eval_step
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import Split as SplitSamples
 from accumrun.errors import ConfigError
-from accumrun.objective import fit_objective
+from accumrun.kinds import ModelFile, Split
+from accumrun.objective import Scorer, fit_objective
 from accumrun.reports.finished import FinishedRun, Which
 from accumrun.rundir.atomic import write_text_atomically
 
-Split = Literal["val", "test", "train"]
+_DATA = "data"
+"""The split name of a result scored on another source (``data_path``)."""
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """``eval-<split>.json``: the mean loss and each metric over the scored samples, which model scored them and
+    on what. :meth:`to_json` writes it, :meth:`from_json` reads it."""
+
+    loss: float
+    figures: dict[str, float]
+    """Each metric under its name, without ``val_``."""
+    samples: int
+    model: str
+    """The model's file: ``model.keras`` or ``model.best.keras``."""
+    split: str
+    """``val``, ``test``, ``train``, or ``data`` for another source."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as the file and the Python API hold it: ``loss``, the metrics, then the bookkeeping."""
+        return {"loss": self.loss, **self.figures, "samples": self.samples, "model": self.model, "split": self.split}
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> EvalResult:
+        """The result from its JSON object; keys other than the bookkeeping ones are metrics."""
+        fixed = ("loss", "samples", "model", "split")
+        figures = {key: float(value) for key, value in document.items() if key not in fixed}
+        return cls(document["loss"], figures, document["samples"], document["model"], document["split"])
+
+    def describe(self) -> str:
+        """``eval val (model.keras): loss 0.0318 | accuracy 0.989 | 180 samples``."""
+        figures = [f"{key} {value:.4f}" for key, value in {"loss": self.loss, **self.figures}.items()]
+        return f"eval {self.split} ({self.model}): {' | '.join(figures)} | {self.samples:,} samples"
 
 
 def evaluate_run(
-    run_dir: Path, split: Split = "val", data_path: str | None = None, which: Which = "final"
+    run_dir: Path, split: Split | str = Split.VAL, data_path: str | None = None, which: Which = "final"
 ) -> dict[str, Any]:
     """Score the run's model on ``split`` of its data (all of ``data_path`` when given); write and return
     ``eval-<split>.json`` (``eval-best-<split>.json`` for the best model; ``data`` as the split for
@@ -40,48 +73,46 @@ def evaluate_run(
     """
     run = FinishedRun(run_dir)
     config = run.config
+    model_file = ModelFile(which)
     model_path = run.model_path(which)
     dataset = load_dataset(config.data, config.seed)  # the run's data: its task, classes and splits
-    samples, name = _split(config, dataset, split, data_path)
+    samples, name = _split(config, dataset, Split(split), data_path)
     model = run.load_model(which)
     first = next(iter(Feeder(samples, [min(2, samples.size)], seed=config.seed, shuffle=False).epoch(0)))
     objective = fit_objective(config, dataset, model, first).objective
-    metrics = objective.new_metrics()
-    step = make_eval_step(model, objective, metrics)
-    loss_sum = 0.0
+    scorer = Scorer(model, objective, objective.new_metrics())
     feeder = Feeder(samples, batch_sizes(samples.size, run.sub_batch_size), seed=0, shuffle=False)
-    for x, y in feeder.epoch(0):
-        loss_sum += float(step(x, y))
-    result: dict[str, Any] = {"loss": loss_sum / samples.size, **metrics.results()}
-    result |= {"samples": samples.size, "model": model_path.name, "split": name}
-    stem = f"eval-{name}" if which == "final" else f"eval-best-{name}"
-    write_text_atomically(run_dir / f"{stem}.json", json.dumps(result, indent=1) + "\n")
-    return result
+    scores = scorer(feeder, samples.size)
+    loss = scores.pop("loss")
+    result = EvalResult(loss, scores, samples.size, model_path.name, name)
+    stem = f"eval-{name}" if model_file is ModelFile.FINAL else f"eval-best-{name}"
+    write_text_atomically(run_dir / f"{stem}.json", json.dumps(result.to_json(), indent=1) + "\n")
+    return result.to_json()
 
 
 def describe(result: dict[str, Any]) -> str:
-    """``eval val (model.keras): loss 0.0318 | accuracy 0.989 | 180 samples``."""
-    figures = [f"{key} {value:.4f}" for key, value in result.items() if key not in ("samples", "model", "split")]
-    return f"eval {result['split']} ({result['model']}): {' | '.join(figures)} | {result['samples']:,} samples"
+    """``eval val (model.keras): loss 0.0318 | accuracy 0.989 | 180 samples``, from what :func:`evaluate_run`
+    returned."""
+    return EvalResult.from_json(result).describe()
 
 
 def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None) -> tuple[SplitSamples, str]:
     """The samples to score and the name the result goes under."""
     data = config.data
     if data_path is not None:
-        return load_dataset(data.reading(data_path), config.seed).train, "data"
-    if split == "train":
-        return dataset.train, "train"
-    if split == "val":
+        return load_dataset(data.reading(data_path), config.seed).train, _DATA
+    if split is Split.TRAIN:
+        return dataset.train, split.value
+    if split is Split.VAL:
         if dataset.val is None:
-            raise ConfigError("--split", "the run has no validation data (data.validation_split: 0)", "val")
-        return dataset.val, "val"
-    if data.validation_split == "test" and dataset.val is not None:
-        return dataset.val, "test"
+            raise ConfigError("split", "the run has no validation data (data.validation_split: 0)", split.value)
+        return dataset.val, split.value
+    if data.validation_split == Split.TEST.value and dataset.val is not None:
+        return dataset.val, split.value
     try:
-        held = load_dataset(data.model_copy(update={"validation_split": "test"}), config.seed).val
+        held = load_dataset(data.model_copy(update={"validation_split": Split.TEST.value}), config.seed).val
     except ConfigError:
         held = None
     if held is None:
-        raise ConfigError("--split", f"data.name: {data.name} has no test split", "test")
-    return held, "test"
+        raise ConfigError("split", f"data.name: {data.name} has no test split", split.value)
+    return held, split.value

@@ -17,6 +17,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from accumrun.kinds import Feed
+
 # Ops whose outputs alias or describe other tensors rather than allocate activations.
 _NOT_ALLOCATING = {"Placeholder", "Identity", "ReadVariableOp", "Const", "Shape", "Reshape", "NoOp"}
 
@@ -31,13 +33,13 @@ class MemoryEstimate:
     input_per_sample: int
     """Bytes of one sample as stored."""
     batch_size: int
-    feed: str
+    feed: Feed
     """``batch`` (the whole batch on the device) or ``sub_batch`` (one streamed sub-batch at a time)."""
     activations_per_sample: float
 
     def input_bytes(self, sub_batch: int) -> int:
         """The input on the device: the batch, or with streamed sub-batches, one of them."""
-        return self.input_per_sample * (self.batch_size if self.feed == "batch" else sub_batch)
+        return self.input_per_sample * (self.batch_size if self.feed is Feed.BATCH else sub_batch)
 
     def total(self, sub_batch: int) -> float:
         """The estimated peak in bytes with sub-batches of ``sub_batch`` samples."""
@@ -72,7 +74,7 @@ def estimate_memory(
     traced_sub_batch: int,
     *,
     sample_bytes: int = 4,
-    feed: str = "batch",
+    feed: Feed | str = Feed.BATCH,
 ) -> MemoryEstimate:
     """Estimate a run's memory from its (built) model and optimizer and one traced sub-batch; a value of a sample
     takes ``sample_bytes`` as stored (1 for uint8), and ``feed`` says whether the input is a batch or a sub-batch."""
@@ -83,7 +85,7 @@ def estimate_memory(
         accumulators=2 * trainable_float32,
         input_per_sample=math.prod(sample_shape) * sample_bytes,
         batch_size=batch_size,
-        feed=feed,
+        feed=Feed(feed),
         activations_per_sample=forward_activation_bytes(model, sample_shape, traced_sub_batch) / traced_sub_batch,
     )
 
@@ -120,7 +122,7 @@ def format_estimate(estimate: MemoryEstimate, batch_size: int, configured: int |
 
 def _input(estimate: MemoryEstimate) -> str:
     per_sample = f"{estimate.input_per_sample:,} bytes per sample as stored"
-    if estimate.feed == "batch":
+    if estimate.feed is Feed.BATCH:
         whole = estimate.input_per_sample * estimate.batch_size / 2**20
         return f"{whole:,.3f} MiB (data.feed: batch, {estimate.batch_size:,} samples; {per_sample})"
     return f"one sub-batch, in the total below (data.feed: sub_batch; {per_sample})"

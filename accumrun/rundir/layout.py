@@ -12,10 +12,9 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
-import keras
-
 from accumrun.errors import ConfigError
-from accumrun.rundir.atomic import write_atomically, write_text_atomically
+from accumrun.kinds import RunState
+from accumrun.rundir.atomic import write_text_atomically
 from accumrun.rundir.status import read_status
 
 # Everything a run writes; --overwrite removes these and nothing else.
@@ -78,16 +77,11 @@ def is_run_file(name: str) -> bool:
 
 def _why_taken(run_dir: Path) -> str:
     status = read_status(run_dir)
-    if status == "completed":
+    if status is RunState.COMPLETED:
         return "holds a completed run; pass --overwrite to replace it, or choose another --run-dir"
     if status is not None:
-        return f"holds a {status} run; continue it with --resume {run_dir}, or pass --overwrite to replace it"
+        return f"holds a {status.value} run; continue it with --resume {run_dir}, or pass --overwrite to replace it"
     return "exists and is not empty; choose another --run-dir"
-
-
-def save_model(model: keras.Model, path: Path) -> Path:
-    """Save ``model`` to ``path`` (a ``.keras`` file), atomically."""
-    return write_atomically(path, model.save)
 
 
 def write_labels(run_dir: Path, names: list[str]) -> None:

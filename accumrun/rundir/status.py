@@ -1,58 +1,162 @@
-"""``run.json``: whether a run is running, completed, interrupted or failed (and why), with its times."""
+"""``run.json``: whether a run is running, completed, interrupted or failed (and why), with its times.
+
+:class:`RunRecord` is the file as a type, with its one reader (:meth:`RunRecord.read`) and its one writer
+(:meth:`RunRecord.write`); :class:`RunStatus` keeps it true while a run trains, as a context manager.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
-import tensorflow as tf
-
 from accumrun._version import __version__
+from accumrun.errors import Interrupted, WorkerLost
+from accumrun.kinds import BatchNormMode, RunState
 from accumrun.rundir.atomic import write_text_atomically
 
-# Rewritten by every session of a run; the other keys of run.json (such as the auto choice) carry over.
-_PER_SESSION_KEYS = ("status", "reason", "started", "ended", "resumed", "accumrun_version", "tensorflow_version")
+RUN_FILE = "run.json"
+
+
+@dataclass(frozen=True)
+class BatchNormNote:
+    """The model's BatchNorm layers and their mode: ``compare`` reads it, because with BatchNorm subdivided and
+    plain runs are not expected to match."""
+
+    layers: int
+    mode: BatchNormMode
+
+
+@dataclass(frozen=True)
+class AutoNote:
+    """What ``subdivisions: auto`` chose, and every count it tried, in order."""
+
+    chosen: int
+    tried: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """``run.json``: the run's state and why, when it started, ended and resumed, the versions it ran under, and
+    what the run settled that a reader of the folder needs."""
+
+    status: RunState
+    started: str
+    reason: str | None = None
+    ended: str | None = None
+    resumed: tuple[str, ...] = ()
+    accumrun_version: str | None = None
+    tensorflow_version: str | None = None
+    batch_norm: BatchNormNote | None = None
+    subdivisions_auto: AutoNote | None = None
+
+    def write(self, run_dir: Path) -> None:
+        """Write ``run_dir/run.json``, atomically, so it is always a complete document."""
+        document: dict[str, Any] = {
+            "status": self.status.value,
+            "reason": self.reason,
+            "started": self.started,
+            "ended": self.ended,
+            "resumed": list(self.resumed),
+            "accumrun_version": self.accumrun_version,
+            "tensorflow_version": self.tensorflow_version,
+        }
+        if self.batch_norm is not None:
+            document["batch_norm"] = {"layers": self.batch_norm.layers, "mode": self.batch_norm.mode.value}
+        if self.subdivisions_auto is not None:
+            auto = self.subdivisions_auto
+            document["subdivisions_auto"] = {"chosen": auto.chosen, "tried": list(auto.tried)}
+        write_text_atomically(run_dir / RUN_FILE, json.dumps(document, indent=2) + "\n")
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunRecord | None:
+        """``run_dir/run.json``, or None when there is no readable one."""
+        try:
+            document = json.loads((run_dir / RUN_FILE).read_text())
+            batch_norm = document.get("batch_norm")
+            auto = document.get("subdivisions_auto")
+            return cls(
+                status=RunState(document["status"]),
+                started=str(document.get("started", "")),
+                reason=document.get("reason"),
+                ended=document.get("ended"),
+                resumed=tuple(document.get("resumed", ())),
+                accumrun_version=document.get("accumrun_version"),
+                tensorflow_version=document.get("tensorflow_version"),
+                batch_norm=BatchNormNote(int(batch_norm["layers"]), BatchNormMode(batch_norm["mode"]))
+                if batch_norm
+                else None,
+                subdivisions_auto=AutoNote(int(auto["chosen"]), tuple(auto["tried"])) if auto else None,
+            )
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            return None
+
+
+def read_status(run_dir: Path) -> RunState | None:
+    """The state recorded in ``run_dir/run.json``, or None when there is no readable one."""
+    record = RunRecord.read(run_dir)
+    return record.status if record is not None else None
+
+
+def _now() -> str:
+    return datetime.now().isoformat(timespec="seconds")
 
 
 class RunStatus:
-    """``run.json`` of one run, rewritten atomically at every change, so it is always a complete document.
+    """Keeps ``run_dir/run.json`` true for one session of a run: ``running`` on entry, then how it ended.
 
-    A resumed run keeps its first start time and the keys earlier sessions recorded, and adds the time it
-    resumed. ``status: completed`` is what makes a folder a finished run.
+    On a clean exit the run is ``completed`` (with :attr:`reason`, why it stopped early, if it did). An exception
+    is recorded and re-raised: :class:`Interrupted`, :class:`WorkerLost` and a second Ctrl-C as ``interrupted``,
+    anything else as ``failed``. A resumed run keeps its first start time and what earlier sessions settled, and
+    adds the time it resumed.
     """
 
-    def __init__(self, path: Path, *, resumed: bool = False, details: dict[str, Any] | None = None) -> None:
-        self._path = path
-        now = datetime.now().isoformat(timespec="seconds")
-        previous = json.loads(path.read_text()) if resumed and path.is_file() else {}
-        self._record: dict[str, Any] = {
-            "status": "running",
-            "reason": None,
-            "started": previous.get("started", now),
-            "ended": None,
-            "resumed": previous.get("resumed", []) + ([now] if resumed else []),
-            "accumrun_version": __version__,
-            "tensorflow_version": tf.__version__,
-            **{key: value for key, value in previous.items() if key not in _PER_SESSION_KEYS},
-            **(details or {}),
-        }
-        self._write()
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        tensorflow_version: str,
+        resumed: bool = False,
+        batch_norm: BatchNormNote | None = None,
+        subdivisions_auto: AutoNote | None = None,
+    ) -> None:
+        now = _now()
+        previous = RunRecord.read(run_dir) if resumed else None
+        self._run_dir = run_dir
+        self._record = RunRecord(
+            status=RunState.RUNNING,
+            started=previous.started if previous is not None else now,
+            resumed=(*(previous.resumed if previous is not None else ()), *((now,) if resumed else ())),
+            accumrun_version=__version__,
+            tensorflow_version=tensorflow_version,
+            batch_norm=batch_norm or (previous.batch_norm if previous is not None else None),
+            subdivisions_auto=subdivisions_auto or (previous.subdivisions_auto if previous is not None else None),
+        )
+        self.reason: str | None = None
+        """Why a completed run stopped before its last epoch (early stopping), if it did."""
 
-    def end(self, status: str, reason: str | None = None) -> None:
-        """Record how the run ended: ``completed``, ``interrupted`` or ``failed``, with the reason."""
-        self._record.update(status=status, reason=reason, ended=datetime.now().isoformat(timespec="seconds"))
-        self._write()
+    def __enter__(self) -> RunStatus:
+        self._record.write(self._run_dir)
+        return self
 
-    def _write(self) -> None:
-        write_text_atomically(self._path, json.dumps(self._record, indent=2) + "\n")
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if error is None:
+            self._end(RunState.COMPLETED, self.reason)
+        elif isinstance(error, Interrupted):
+            self._end(RunState.INTERRUPTED, error.reason)
+        elif isinstance(error, WorkerLost):
+            self._end(RunState.INTERRUPTED, error.message)
+        elif isinstance(error, KeyboardInterrupt):
+            self._end(RunState.INTERRUPTED, "stopped at once by a second Ctrl-C; the last checkpoint is intact")
+        else:
+            self._end(RunState.FAILED, str(error) or type(error).__name__)
 
-
-def read_status(run_dir: Path) -> str | None:
-    """The status recorded in ``run_dir/run.json``, or None when there is no readable one."""
-    try:
-        status = json.loads((run_dir / "run.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return status if isinstance(status, str) else None
+    def _end(self, status: RunState, reason: str | None) -> None:
+        self._record = dataclasses.replace(self._record, status=status, reason=reason, ended=_now())
+        self._record.write(self._run_dir)

@@ -1,4 +1,5 @@
-"""Training: everything built from a config (:mod:`.setup`), the run (:mod:`.runner`) and its epoch loop
-(:mod:`.loop`), ``subdivisions: auto`` (:mod:`.autosub`, :mod:`.probe`), devices and hosts
-(:mod:`.distribute`), checkpoints (:mod:`.checkpoints`), graceful stops (:mod:`.signals`) and what a run
-prints (:mod:`.console`)."""
+"""Training: everything built from a config, resolved and frozen (:mod:`.setup`), the run's folder, files and
+status (:mod:`.run`), the Trainer and its epoch loop (:mod:`.loop`), both put together by :mod:`.runner`;
+``subdivisions: auto`` (:mod:`.autosub`, :mod:`.probe`), devices and hosts (:mod:`.distribute`), checkpoints
+(:mod:`.checkpoints`), graceful stops (:mod:`.signals`), what a run records (:mod:`.log`, :mod:`.tensorboard`)
+and prints (:mod:`.console`)."""

@@ -116,14 +116,14 @@ class CheckpointStore:
             with np.load(path) as stored:
                 arrays = {key: stored[key] for key in stored.files}
         except (OSError, ValueError) as error:
-            raise ConfigError("--resume", f"cannot read checkpoint {path.name}: {error}") from None
+            raise ConfigError("resume", f"cannot read checkpoint {path.name}: {error}") from None
         for group, variables in self._state.items():
             if group in _OPTIONAL_GROUPS and not any(key.startswith(f"{group}/") for key in arrays):
                 continue
             values = [arrays.get(f"{group}/{i}") for i in range(len(variables))]
             extra = f"{group}/{len(variables)}" in arrays
             if extra or any(v is None or v.shape != tuple(var.shape) for v, var in zip(values, variables, strict=True)):
-                raise ConfigError("--resume", f"checkpoint {path.name} does not match the configured {group}")
+                raise ConfigError("resume", f"checkpoint {path.name} does not match the configured {group}")
             for variable, value in zip(variables, values, strict=True):
                 variable.assign(value)
         return Position.stored(str(arrays["position"]))

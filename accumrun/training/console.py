@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import numpy as np
 import progressbar
 import tensorflow as tf
 
-from accumrun.config.schema import Config
 from accumrun.core.split import describe_plan, replica_sub_batch_sizes
+from accumrun.rundir.metrics import EpochRow
 from accumrun.training.setup import TrainingSetup
 
 
@@ -37,7 +36,7 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         _input_line(setup),
         f"model {config.model.name}: {parameters:,} parameters{frozen}",
         *setup.objective.describe(),
-        _plan(config, dataset.train_size, setup.batch_size, setup.replicas),
+        _plan(setup),
         *setup.batch_norm.describe(_smallest_sub_batch(setup)),
         f"optimizer {config.optimizer.name}, learning rate {rate}, {_count(config.training.epochs, 'epoch')}, "
         f"seed {config.seed}",
@@ -46,7 +45,7 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
 
 def _smallest_sub_batch(setup: TrainingSetup) -> int:
     """The fewest samples a replica's sub-batch of a full batch holds (the subdivisions settled)."""
-    subdivisions = setup.config.training.fixed_subdivisions or 1
+    subdivisions = setup.subdivisions or 1
     return min(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
 
 
@@ -58,24 +57,25 @@ def _input_line(setup: TrainingSetup) -> str:
     parts = [f"input {dataset.dtype.name} {held}"]
     if dataset.skipped:
         parts.append(f"{_count(dataset.skipped, 'file')} skipped (not images)")
-    scale = data.rescale if isinstance(data.rescale, float) else 1.0
-    steps = ([f"x {scale:.6g}"] if scale != 1.0 else []) + (["normalize"] if data.normalize else [])
-    if data.rescale == "auto":  # settled to a number unless a pretrained application brings its own
+    steps = ([f"x {setup.rescale:.6g}"] if setup.rescale != 1.0 else []) + (["normalize"] if data.normalize else [])
+    if setup.preprocess is not None:
         steps.append(f"{setup.config.model.name}'s preprocess_input")
     parts.append(f"scaled in the model ({', '.join(steps)})" if steps else "not scaled")
     if setup.augmentation is not None:
         names = ", ".join(entry.name for entry in data.augment)
         shape = "x".join(str(d) for d in setup.augmentation.output_shape)
         parts.append(f"augment {names} -> {shape}")
-    parts.append(f"feed {setup.feed} ({setup.feed_reason})")
+    parts.append(f"feed {setup.feed.value} ({setup.feed_reason})")
     return "; ".join(parts)
 
 
-def _plan(config: Config, train_size: int, batch_size: int, replicas: int) -> str:
-    training = config.training
-    if training.fixed_subdivisions is None:
-        return f"batch {batch_size:,}; subdivisions: auto (the fewest that fit in memory, tried on the first batch)"
-    return describe_plan(train_size, batch_size, training.fixed_subdivisions, training.drop_remainder, replicas)
+def _plan(setup: TrainingSetup) -> str:
+    if setup.subdivisions is None:
+        return (
+            f"batch {setup.batch_size:,}; subdivisions: auto (the fewest that fit in memory, tried on the first batch)"
+        )
+    train_size, drop_remainder = setup.dataset.train_size, setup.config.training.drop_remainder
+    return describe_plan(train_size, setup.batch_size, setup.subdivisions, drop_remainder, setup.replicas)
 
 
 def progress_bar(count: int, epoch: int, epochs: int, done: int = 0) -> progressbar.ProgressBar | None:
@@ -95,18 +95,18 @@ def progress_bar(count: int, epoch: int, epochs: int, done: int = 0) -> progress
     return progressbar.ProgressBar(max_value=count, initial_value=done, widgets=widgets, fd=sys.stdout).start()
 
 
-def epoch_line(row: dict[str, Any], epochs: int, metric_names: list[str]) -> str:
+def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:
     """``epoch 3/10 | loss 0.4312 | accuracy 0.872 | val_loss ... | val_accuracy ... | 2.1 s | 4,870 samples/s``:
     each metric under its Keras name."""
     names = ["loss", *metric_names]
-    if "val_loss" in row:
+    if "val_loss" in row.figures:
         names += [f"val_{name}" for name in names]
-    parts = [f"epoch {row['epoch']}/{epochs}", *(f"{name} {_figure(name, row[name])}" for name in names)]
-    parts += [f"{row['seconds']:.1f} s", f"{row['samples_per_second']:,.0f} samples/s"]
-    if row.get("skipped_batches"):
-        parts.append(f"{row['skipped_batches']} batches skipped (non-finite)")
-    if row.get("loss_scale_skips"):
-        parts.append(f"{row['loss_scale_skips']} updates skipped by the loss scale")
+    parts = [f"epoch {row.epoch}/{epochs}", *(f"{name} {_figure(name, row.figure(name))}" for name in names)]
+    parts += [f"{row.seconds:.1f} s", f"{row.samples_per_second:,.0f} samples/s"]
+    if row.skipped_batches:
+        parts.append(f"{row.skipped_batches} batches skipped (non-finite)")
+    if row.loss_scale_skips:
+        parts.append(f"{row.loss_scale_skips} updates skipped by the loss scale")
     return " | ".join(parts)
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from accumrun.config.schema import Config, Watched
 from accumrun.errors import ConfigError
+from accumrun.rundir.metrics import EpochRow
 
 
 @dataclass
@@ -79,18 +79,18 @@ class Controls:
         self._best_watch = _watch(self._best_config, 0.0)
         self._cooldown = 0
 
-    def replay(self, rows: list[dict[str, Any]]) -> None:
+    def replay(self, rows: list[EpochRow]) -> None:
         """Rebuild the state from the rows a resumed run keeps, as if they had just been decided."""
         for row in rows:
-            self.after_epoch(row, float(row.get("learning_rate", 0.0)))
+            self.after_epoch(row, row.learning_rate)
 
-    def after_epoch(self, row: dict[str, Any], learning_rate: float) -> Decision:
+    def after_epoch(self, row: EpochRow, learning_rate: float) -> Decision:
         """Decide after the epoch that ``row`` logs, trained at ``learning_rate``."""
         decision = Decision()
         if self._best_watch is not None:
-            decision.keep_best = self._best_watch.improves(float(row[self._best_watch.monitor]))
+            decision.keep_best = self._best_watch.improves(row.figure(self._best_watch.monitor))
         if self._plateau is not None and self._plateau_watch is not None:
-            improved = self._plateau_watch.improves(float(row[self._plateau.monitor]))
+            improved = self._plateau_watch.improves(row.figure(self._plateau.monitor))
             if self._cooldown > 0:
                 self._cooldown -= 1
                 self._plateau_watch.since_best = 0
@@ -105,7 +105,7 @@ class Controls:
                 self._cooldown = self._plateau.cooldown
                 self._plateau_watch.since_best = 0
         if self._stopping is not None and self._stop_watch is not None:
-            self._stop_watch.improves(float(row[self._stopping.monitor]))
+            self._stop_watch.improves(row.figure(self._stopping.monitor))
             if self._stop_watch.since_best >= self._stopping.patience:
                 decision.stop = (
                     f"early stopping: {self._stopping.monitor} has not improved for {self._stopping.patience} "

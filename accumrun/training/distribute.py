@@ -16,35 +16,40 @@ import os
 import re
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import tensorflow as tf
 
 from accumrun.config.schema import DistributeConfig
 from accumrun.errors import ConfigError
-from accumrun.kinds import Strategy
+from accumrun.kinds import Cluster, Strategy
 
 
 def create_strategy(config: DistributeConfig) -> tf.distribute.Strategy | None:
-    """The strategy that ``config`` asks for, or None for one device.
+    """The strategy that ``config`` asks for (``auto`` settled by :func:`settle_strategy`), or None for one device.
 
     Raises:
         ConfigError: ``multi_worker`` without a usable ``TF_CONFIG``, or ``logical_cpus`` asked for after
             TensorFlow has created its devices.
     """
-    name = config.strategy
-    if name == "auto":
-        # Physical devices can be listed without creating the runtime's devices.
-        name = Strategy.MIRRORED if len(tf.config.list_physical_devices("GPU")) > 1 else Strategy.NONE
-    if name == "none":
+    strategy = settle_strategy(config.strategy)
+    if strategy is Strategy.NONE:
         return None
-    if name == "multi_worker":
+    if strategy is Strategy.MULTI_WORKER:
         resolver = cluster_resolver(config.cluster)
         # Collectives give up on a worker that stops answering, instead of waiting for ever.
         options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=config.timeout_seconds)
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     devices = _split_cpu(config.logical_cpus) if config.logical_cpus else None
     return tf.distribute.MirroredStrategy(devices)
+
+
+def settle_strategy(strategy: Strategy | Literal["auto"]) -> Strategy:
+    """``distribute.strategy`` settled: ``auto`` is ``mirrored`` on a host with several GPUs, else ``none``."""
+    if isinstance(strategy, Strategy):
+        return strategy
+    # Physical devices can be listed without creating the runtime's devices.
+    return Strategy.MIRRORED if len(tf.config.list_physical_devices("GPU")) > 1 else Strategy.NONE
 
 
 def _split_cpu(count: int) -> list[str]:
@@ -64,29 +69,37 @@ def _split_cpu(count: int) -> list[str]:
     return [device.name for device in tf.config.list_logical_devices("CPU")]
 
 
-def cluster_resolver(cluster: str) -> tf.distribute.cluster_resolver.ClusterResolver:
-    """The cluster of a multi-worker run: from ``TF_CONFIG`` (``tf_config``), Slurm's variables (``slurm``), or,
-    with ``auto``, ``TF_CONFIG`` when it is set, else Slurm's when this process is a Slurm task.
+def cluster_resolver(cluster: Cluster | Literal["auto"]) -> tf.distribute.cluster_resolver.ClusterResolver:
+    """The cluster of a multi-worker run, from where ``cluster`` (settled by :func:`settle_cluster`) says.
 
     Raises:
-        ConfigError: neither is there, or what is there is malformed.
+        ConfigError: it is not there, or what is there is malformed.
     """
-    if cluster == "auto":
-        if os.environ.get("TF_CONFIG", "").strip():
-            cluster = "tf_config"
-        elif "SLURM_PROCID" in os.environ:
-            cluster = "slurm"
-        else:
-            raise ConfigError(
-                "distribute.cluster",
-                "multi_worker needs a cluster: set TF_CONFIG, run as a Slurm task (srun), or start local workers "
-                "with accumrun launch --workers N",
-                "auto",
-            )
-    if cluster == "tf_config":
+    if settle_cluster(cluster) is Cluster.TF_CONFIG:
         read_cluster()
         return tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return slurm_resolver()
+
+
+def settle_cluster(cluster: Cluster | Literal["auto"]) -> Cluster:
+    """``distribute.cluster`` settled: ``auto`` is ``tf_config`` when ``TF_CONFIG`` is set, else ``slurm`` when
+    this process is a Slurm task.
+
+    Raises:
+        ConfigError: ``auto`` finds neither.
+    """
+    if isinstance(cluster, Cluster):
+        return cluster
+    if os.environ.get("TF_CONFIG", "").strip():
+        return Cluster.TF_CONFIG
+    if "SLURM_PROCID" in os.environ:
+        return Cluster.SLURM
+    raise ConfigError(
+        "distribute.cluster",
+        "multi_worker needs a cluster: set TF_CONFIG, run as a Slurm task (srun), or start local workers "
+        "with accumrun launch --workers N",
+        "auto",
+    )
 
 
 class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):

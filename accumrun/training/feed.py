@@ -48,10 +48,10 @@ def choose_feed(feed: Literal["auto"] | Feed, dataset: Dataset, batch_size: int,
     """
     batch = input_bytes(dataset, batch_size)
     size = f"input batch {_size(batch)}"
-    if feed != "auto":
-        if feed == "sub_batch" and replicated:
+    if isinstance(feed, Feed):
+        if feed is Feed.SUB_BATCH and replicated:
             raise ConfigError("data.feed", "sub_batch streams on one device; use batch with distribute", feed.value)
-        return feed, f"{size}; data.feed: {feed}"
+        return feed, f"{size}; data.feed: {feed.value}"
     if replicated:
         return Feed.BATCH, f"{size}; replicas take whole batches"
     if dataset.streamed and batch_size == dataset.train_size:

@@ -2,36 +2,63 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import resource
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import tensorflow as tf
 
-from accumrun.rundir.metrics import append_metrics
-from accumrun.rundir.tensorboard import TensorBoardLog
+from accumrun.rundir.metrics import EpochRow, append_metrics
 from accumrun.training.checkpoints import Position
 from accumrun.training.console import epoch_line
+from accumrun.training.tensorboard import TensorBoardLog
+
+
+@dataclass(frozen=True)
+class RowSizes:
+    """The sizes every row of a run records: the batch, its subdivisions, the replicas that share it, and the
+    largest sub-batch one device runs."""
+
+    batch_size: int
+    subdivisions: int
+    replicas: int
+    sub_batch_size: int
 
 
 def epoch_row(
-    position: Position, metrics: dict[str, float], validation: dict[str, float], seconds: float, **facts: Any
-) -> dict[str, Any]:
-    """The metrics row of the epoch that ``position`` has just finished: the epoch (1-based), the mean loss over
-    its samples and the ``metrics``, the ``validation`` figures, its wall time and throughput, then ``facts``
-    (sizes, the optimizer's state) as given, and the peak memory so far."""
-    return {
-        "epoch": position.epoch + 1,
-        "loss": position.loss_sum / position.samples if position.samples else math.nan,
-        **metrics,
-        **validation,
-        "seconds": seconds,
-        "samples_per_second": position.samples / max(position.train_seconds, 1e-9),
-        **facts,
-        **peak_memory_mib(),
-    }
+    position: Position,
+    figures: dict[str, float],
+    seconds: float,
+    *,
+    sizes: RowSizes,
+    optimizer_steps: int,
+    loss_scaled: bool,
+    learning_rate: float,
+) -> EpochRow:
+    """The row of the epoch that ``position`` has just finished: the epoch (1-based), the mean loss over its
+    samples, the metrics and validation ``figures``, its wall time and throughput, the sizes, the optimizer's
+    state, and the peak memory so far."""
+    rss, device = peak_memory_mib()
+    return EpochRow(
+        epoch=position.epoch + 1,
+        loss=position.loss_sum / position.samples if position.samples else math.nan,
+        figures=figures,
+        seconds=seconds,
+        samples_per_second=position.samples / max(position.train_seconds, 1e-9),
+        batch_size=sizes.batch_size,
+        subdivisions=sizes.subdivisions,
+        replicas=sizes.replicas,
+        sub_batch_size=sizes.sub_batch_size,
+        optimizer_steps=optimizer_steps,
+        skipped_batches=position.skipped_batches,
+        loss_scale_skips=position.loss_scale_skips if loss_scaled else None,
+        learning_rate=learning_rate,
+        peak_rss_mib=rss,
+        peak_device_mib=device,
+    )
 
 
 class RunLog:
@@ -42,7 +69,7 @@ class RunLog:
         run_dir: Path,
         *,
         epochs: int,
-        rows: list[dict[str, Any]],
+        rows: list[EpochRow],
         tensorboard: TensorBoardLog,
         metric_names: list[str],
         echo: Callable[[str], None],
@@ -55,8 +82,10 @@ class RunLog:
         self._metric_names = metric_names
         self._echo = echo
 
-    def epoch(self, row: dict[str, Any]) -> None:
-        """Record one epoch's row."""
+    def epoch(self, row: EpochRow, *, stopped: str | None = None) -> None:
+        """Record one epoch's row; ``stopped`` says why training stops after it, if it does."""
+        if stopped is not None:
+            row = dataclasses.replace(row, stopped=stopped)
         self.rows.append(row)
         self._tensorboard.epoch(row)
         append_metrics(self._run_dir, row)
@@ -71,10 +100,11 @@ class RunLog:
         self._tensorboard.close()
 
 
-def peak_memory_mib() -> dict[str, float]:
-    """The process's peak resident memory and, on a GPU, the device's peak allocation, in MiB, so far."""
+def peak_memory_mib() -> tuple[float, float | None]:
+    """The process's peak resident memory and, on a GPU, the device's peak allocation (else None), in MiB, so
+    far."""
     # Linux reports ru_maxrss in KiB.
-    peaks = {"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    if tf.config.list_logical_devices("GPU"):
-        peaks["peak_device_mib"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
-    return peaks
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if not tf.config.list_logical_devices("GPU"):
+        return rss, None
+    return rss, tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20

@@ -1,10 +1,12 @@
-"""The epoch loop: batches through the step, in the seed's order, from a position to the last epoch (or an early
-stop).
+"""The Trainer: batches through the step, in the seed's order, from a position to the last epoch (or an early
+stop), returning the epochs' rows.
 
-After every batch the loop counts what the step returned, applies the non-finite policy and honours a stop
+After every batch the trainer counts what the step returned, applies the non-finite policy and honours a stop
 request; after every epoch it validates, applies the controls (early stopping, the best model, the learning
 rate), records the row and checkpoints. What each of those does lives elsewhere: the row and its destinations in
-:mod:`.log`, validation in :mod:`.evaluation`, the decisions in :mod:`.controls`, the files in :mod:`.checkpoints`.
+:mod:`.log`, the validation pass in :class:`accumrun.objective.Scorer`, the decisions in :mod:`.controls`, the
+files in :mod:`.checkpoints`. The trainer knows nothing of the config or the run folder: it gets the pieces it
+uses.
 """
 
 from __future__ import annotations
@@ -14,107 +16,96 @@ import math
 import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
-from accumrun.core.batch_norm import PopulationStatistics
-from accumrun.core.split import replica_sub_batch_sizes
+from accumrun.core.losses import MetricSet
 from accumrun.core.step import TrainStep
 from accumrun.data.feeder import Feeder
 from accumrun.errors import Interrupted, TrainingDiverged
+from accumrun.kinds import OnNonFinite
+from accumrun.rundir.metrics import EpochRow
 from accumrun.training.checkpoints import CheckpointStore, Position
 from accumrun.training.console import progress_bar
 from accumrun.training.controls import Controls
-from accumrun.training.distribute import stop_agreement
-from accumrun.training.evaluation import Validation
-from accumrun.training.log import RunLog, epoch_row
-from accumrun.training.saving import save_trained_model
-from accumrun.training.setup import TrainingSetup
-from accumrun.training.signals import StopRequests, resume_command
+from accumrun.training.log import RowSizes, RunLog, epoch_row
+from accumrun.training.signals import StopRequests
 
 
-@dataclass(kw_only=True)
-class EpochLoop:
-    """Trains ``setup`` with ``train_step`` (compiled for ``subdivisions``), checkpointing into ``store``.
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """What the trainer does when: the epochs, the checkpoints between them, and what a non-finite update does."""
 
-    ``train_step`` gets each batch as the chunks the feeder serves it in (the whole batch, or with
-    ``data.feed: sub_batch`` its sub-batches) and makes the batch's update.
+    epochs: int
+    checkpoint_every_updates: int | None
+    on_nonfinite: OnNonFinite
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trainer:
+    """Fits with ``step`` from a :class:`Position`, checkpointing into ``store``, and returns the rows.
+
+    ``step`` gets each batch as the chunks ``feeder`` serves it in (the whole batch, or with ``feed: sub_batch``
+    its sub-batches) and makes the batch's one update. ``plan`` is each batch of an epoch as those chunks.
     """
 
-    setup: TrainingSetup
-    train_step: TrainStep
-    subdivisions: int
-    run_dir: Path
-    """Where this process writes (a scratch folder on a multi-worker run's other workers)."""
-    run_home: Path
-    """The run's directory, which a resume names."""
+    step: TrainStep
+    feeder: Feeder
+    plan: list[list[int]]
+    sizes: RowSizes
+    optimizer: keras.optimizers.Optimizer
+    train_metrics: MetricSet
+    schedule: Schedule
+    validate: Callable[[], dict[str, float]] | None
+    """``val_loss`` and ``val_<metric>`` under the current weights; None without validation data."""
+    end_of_epoch: Callable[[], None] | None
+    """Run before validation (``batch_norm: precise`` recomputes the population statistics); or None."""
+    save_best: Callable[[], object]
+    """Save the model as the best so far."""
     store: CheckpointStore
     log: RunLog
     controls: Controls
+    agree: Callable[[int | None], int | None]
+    """The stop that every worker agrees on (see :func:`accumrun.training.distribute.stop_agreement`)."""
+    resume_command: str
     echo: Callable[[str], None]
     show_progress: bool = True
-    feeder: Feeder = field(init=False)
-    plan: list[list[int]] = field(init=False)
-    """Each batch of an epoch as the chunks the feeder serves: one whole batch, or its sub-batches."""
-    sub_batch_size: int = field(init=False)
-    validation: Validation | None = field(init=False)
 
-    def __post_init__(self) -> None:
-        setup = self.setup
-        dataset = setup.dataset
-        self.plan = setup.chunk_sizes(self.subdivisions)
-        self.feeder = setup.train_feeder([size for sizes in self.plan for size in sizes])
-        # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
-        self.sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, self.subdivisions))
-        self.validation = Validation(setup, self.sub_batch_size) if dataset.val_size else None
-        self.agree = stop_agreement(setup.strategy)
-        precise = setup.batch_norm.mode == "precise" and setup.batch_norm.records
-        self.population_statistics = (
-            PopulationStatistics(setup.model, setup.batch_norm, self.sub_batch_size, setup.strategy)
-            if precise
-            else None
-        )
-
-    @property
-    def _optimizer(self) -> keras.optimizers.Optimizer:
-        return self.setup.optimizer
-
-    def run(self, position: Position, stops: StopRequests) -> str | None:
-        """Train from ``position`` to the last epoch, or until early stopping; return why it stopped early.
+    def fit(self, position: Position) -> list[EpochRow]:
+        """Train from ``position`` to the last epoch, or until early stopping (the last row says why); return
+        every row of the run, those a resumed run kept included.
 
         Raises:
             Interrupted: a stop was requested; the checkpoint at the batch boundary is saved.
             TrainingDiverged: a non-finite loss or gradient with ``training.on_nonfinite: stop``.
         """
-        epochs = self.setup.config.training.epochs
         stopped = None
-        while position.epoch < epochs and stopped is None:
-            self._train_epoch(position, stops)
-            stopped = self._end_epoch(position)
-            position = Position(epoch=position.epoch + 1)
-            checkpoint = self.store.save(position)
-            self._stop(self.agree(stops.signal_number), position, checkpoint)
+        with StopRequests() as stops:
+            while position.epoch < self.schedule.epochs and stopped is None:
+                self._train_epoch(position, stops)
+                stopped = self._end_epoch(position)
+                position = Position(epoch=position.epoch + 1)
+                checkpoint = self.store.save(position)
+                self._stop(self.agree(stops.signal_number), position, checkpoint)
         if stopped is not None:
             self.echo(stopped)
         self.log.close()
-        return stopped
+        return self.log.rows
 
     def _train_epoch(self, position: Position, stops: StopRequests) -> None:
         """Run the epoch's remaining batches, adding them to ``position``."""
-        config = self.setup.config
-        every = config.output.checkpoint_every_updates
-        batches = len(self.plan)
+        every = self.schedule.checkpoint_every_updates
         bar = (
-            progress_bar(batches, position.epoch, config.training.epochs, position.batch)
+            progress_bar(len(self.plan), position.epoch, self.schedule.epochs, position.batch)
             if self.show_progress
             else None
         )
         seconds_before, started = position.train_seconds, time.perf_counter()
         if position.batch == 0:
-            self.setup.train_metrics.reset()
+            self.train_metrics.reset()
         for samples, (batch_loss, applied) in self._batches(position.epoch, position.batch):
             position.batch += 1
             position.train_seconds = seconds_before + time.perf_counter() - started
@@ -124,7 +115,7 @@ class EpochLoop:
                 position.loss_sum += float(batch_loss)
                 position.samples += samples
                 self.log.update(float(batch_loss) / samples)
-                if every and int(self._optimizer.iterations.numpy()) % every == 0:
+                if every and int(self.optimizer.iterations.numpy()) % every == 0:
                     self.store.save(position)
             if bar is not None:
                 bar.update(position.batch, loss=position.loss_sum / max(position.samples, 1))
@@ -144,50 +135,41 @@ class EpochLoop:
         chunks = self.feeder.epoch(epoch, skip=sum(len(sizes) for sizes in plan[:skip]))
         for sizes in plan[skip:]:
             samples = sum(sizes)
-            yield samples, self.train_step.train_batch(itertools.islice(chunks, len(sizes)), samples)
+            yield samples, self.step.train_batch(itertools.islice(chunks, len(sizes)), samples)
 
     def _end_epoch(self, position: Position) -> str | None:
         """Validate, record the row of the epoch that ``position`` has just finished and apply the controls;
         return why training stops here, if it does."""
         started = time.perf_counter()
-        setup = self.setup
-        if self.population_statistics is not None:
-            # Before validation and the epoch's checkpoint, which then hold the population statistics.
-            # Whole batches, cut on the device, when they fit; else the sub-batches one at a time.
-            chunk = setup.batch_size if setup.feed == "batch" else self.sub_batch_size
-            self.population_statistics(setup.population_chunks(chunk))
-        validation = self.validation() if self.validation is not None else {}
-        optimizer = self._optimizer
+        if self.end_of_epoch is not None:
+            # Before validation and the epoch's checkpoint, which then hold what it computes.
+            self.end_of_epoch()
+        validation = self.validate() if self.validate is not None else {}
+        optimizer = self.optimizer
+        # Not float(): a Keras variable over a tf.distribute (mirrored) variable does not convert that way.
+        learning_rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
         row = epoch_row(
             position,
-            self.setup.train_metrics.results(),
-            validation,
+            {**self.train_metrics.results(), **validation},
             position.train_seconds + time.perf_counter() - started,
-            batch_size=self.setup.batch_size,
-            subdivisions=self.subdivisions,
-            replicas=self.setup.replicas,
-            sub_batch_size=self.sub_batch_size,
+            sizes=self.sizes,
             optimizer_steps=int(optimizer.iterations.numpy()),
-            skipped_batches=position.skipped_batches,
-            **({"loss_scale_skips": position.loss_scale_skips} if self._loss_scaled else {}),
-            # Not float(): a Keras variable over a tf.distribute (mirrored) variable does not convert that way.
-            learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
+            loss_scaled=self._loss_scaled,
+            learning_rate=learning_rate,
         )
-        decision = self.controls.after_epoch(row, row["learning_rate"])
-        if decision.stop is not None:
-            row["stopped"] = decision.stop
-        self.log.epoch(row)
+        decision = self.controls.after_epoch(row, learning_rate)
+        self.log.epoch(row, stopped=decision.stop)
         for note in decision.notes:
             self.echo(note)
         if decision.keep_best:
-            save_trained_model(self.setup, self.run_dir / "model.best.keras")
+            self.save_best()
         if decision.learning_rate is not None:
             optimizer.learning_rate = decision.learning_rate
         return decision.stop
 
     @property
     def _loss_scaled(self) -> bool:
-        return isinstance(self._optimizer, keras.optimizers.LossScaleOptimizer)
+        return isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
 
     def _non_finite(self, position: Position, batch_loss: float) -> None:
         if self._loss_scaled and math.isfinite(batch_loss):
@@ -196,7 +178,7 @@ class EpochLoop:
             return
         what = f"the loss is {batch_loss}" if not math.isfinite(batch_loss) else "a gradient is NaN or Inf"
         where = f"at epoch {position.epoch + 1}, batch {position.batch}"
-        if self.setup.config.training.on_nonfinite == "skip_batch":
+        if self.schedule.on_nonfinite is OnNonFinite.SKIP_BATCH:
             position.skipped_batches += 1
             self.echo(f"{what} {where}; skipped that batch's update (training.on_nonfinite: skip_batch)")
             return
@@ -211,4 +193,4 @@ class EpochLoop:
         name = signal.Signals(signal_number).name
         epoch, batch = position.counted(len(self.plan))
         reason = f"{name} at epoch {epoch}, batch {batch}; saved {checkpoint}"
-        raise Interrupted(signal_number, reason, resume_command(self.run_home))
+        raise Interrupted(signal_number, reason, self.resume_command)

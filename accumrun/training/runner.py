@@ -1,45 +1,46 @@
-"""A training run from start to end: build, settle ``subdivisions: auto``, claim or resume the run folder,
-loop over the epochs, save the model, and record in ``run.json`` how it ended."""
+"""A training run from start to end: build the setup and settle ``subdivisions: auto``, open the Run (its folder,
+files, checkpoints and status), assemble the Trainer from the setup's pieces, fit, and save the model."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 import keras
 import tensorflow as tf
 
 from accumrun._version import __version__
 from accumrun.config.schema import Config
-from accumrun.core.split import epoch_batches
-from accumrun.core.step import TrainStep
-from accumrun.errors import ConfigError, Interrupted, WorkerLost
-from accumrun.rundir.atomic import write_text_atomically
-from accumrun.rundir.layout import prepare_run_dir, write_features, write_labels
-from accumrun.rundir.metrics import keep_metrics, metrics_before
-from accumrun.rundir.status import RunStatus
-from accumrun.rundir.tensorboard import TensorBoardLog
-from accumrun.training.autosub import choose_subdivisions
-from accumrun.training.checkpoints import CheckpointStore, Position
+from accumrun.core.batch_norm import PopulationStatistics
+from accumrun.core.split import epoch_batches, replica_sub_batch_sizes
+from accumrun.errors import WorkerLost
+from accumrun.kinds import BatchNormMode, Feed
+from accumrun.models.saving import CompileSpec, save_trained_model
+from accumrun.objective import Scorer
+from accumrun.rundir.metrics import EpochRow
+from accumrun.rundir.status import BatchNormNote
+from accumrun.training.checkpoints import Position, State
 from accumrun.training.console import describe_setup, device_name
 from accumrun.training.controls import Controls
-from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chief, lost_worker
-from accumrun.training.log import RunLog
-from accumrun.training.loop import EpochLoop
-from accumrun.training.probe import fits_in_fresh_process
-from accumrun.training.saving import save_trained_model
-from accumrun.training.setup import TrainingSetup, build_training
-from accumrun.training.signals import StopRequests
+from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chief, lost_worker, stop_agreement
+from accumrun.training.log import RowSizes, RunLog
+from accumrun.training.loop import Schedule, Trainer
+from accumrun.training.run import Run
+from accumrun.training.setup import Settled, TrainingSetup, build_training, settle_subdivisions
+from accumrun.training.signals import resume_command
+from accumrun.training.tensorboard import TensorBoardLog
 
 
 @dataclass
 class RunResult:
-    """What a finished run leaves: its directory, its per-epoch metrics and the trained model."""
+    """What a finished run leaves: its directory, its per-epoch metrics rows (as ``metrics.jsonl`` holds them)
+    and the trained model."""
 
     run_dir: Path
     metrics: list[dict[str, Any]]
@@ -75,170 +76,189 @@ def train_run(
         TrainingDiverged: the loss or a gradient became NaN or Inf.
         WorkerLost: a worker of a multi-worker run stopped answering; the last checkpoint is intact.
     """
+    echo = _silent if quiet else _print
+    settled = settle_subdivisions(build_training(config, strategy), echo)
     if is_chief(strategy):
-        return _train(config, run_dir, strategy, quiet=quiet, run_home=run_dir, resume=resume, overwrite=overwrite)
+        return _train(
+            settled, run_dir, echo=echo, show_progress=not quiet, run_home=run_dir, resume=resume, overwrite=overwrite
+        )
     scratch = Path(tempfile.mkdtemp(prefix="accumrun-worker-"))
     try:
-        return _train(config, scratch / "run", strategy, quiet=quiet, run_home=run_dir, resume=resume)
+        return _train(settled, scratch / "run", echo=echo, show_progress=not quiet, run_home=run_dir, resume=resume)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _train(
-    config: Config,
+    settled: Settled,
     run_dir: Path,
-    strategy: tf.distribute.Strategy | None,
     *,
-    quiet: bool = False,
+    echo: Callable[[str], None],
+    show_progress: bool,
     run_home: Path,
     resume: bool = False,
     overwrite: bool = False,
 ) -> RunResult:
-    """Train into ``run_dir``: ``run_home``, the run's directory, or on a worker other than the chief a scratch
-    folder; with ``resume``, from the latest checkpoint in ``run_home``."""
-    echo: Callable[[str], None] = (lambda _: None) if quiet else click.echo
-    setup = build_training(config, strategy)
+    """Train ``settled`` into ``run_dir``: ``run_home``, the run's directory, or on a worker other than the chief a
+    scratch folder; with ``resume``, from the latest checkpoint in ``run_home``."""
+    setup = settled.setup
     config = setup.config
-    details: dict[str, Any] = {}
-    if setup.batch_norm.layers:
-        # compare reads it: with BatchNorm, subdivided and plain runs are not expected to match.
-        details["batch_norm"] = {"layers": len(setup.batch_norm.layers), "mode": setup.batch_norm.mode}
-    subdivisions = config.training.fixed_subdivisions
-    if subdivisions is None:
-        subdivisions, train_step, tried = _settle_auto(setup, echo)
-        # The settled count is what config.yaml records and what a resumed run keeps.
-        config = setup.config = config.with_subdivisions(subdivisions)
-        details["subdivisions_auto"] = {"chosen": subdivisions, "tried": tried}
-    else:
-        train_step = setup.make_step(subdivisions)
     batches_per_epoch, _ = epoch_batches(setup.dataset.train_size, setup.batch_size, config.training.drop_remainder)
-    state = {
-        "model": setup.model.variables,
-        "optimizer": setup.optimizer.variables,
-        "metrics": setup.train_metrics.variables,
-    }
-    store = CheckpointStore(run_dir / "checkpoints", config.output.keep_checkpoints, batches_per_epoch, state)
-    metric_names = setup.objective.metric_names
-    logged = ["loss", *metric_names]
-    controls = Controls(config, logged + [f"val_{name}" for name in logged] if setup.dataset.val_size else logged)
-    if resume:
-        source = CheckpointStore(run_home / "checkpoints", config.output.keep_checkpoints, batches_per_epoch, state)
-        position, rows = _restore(source, setup, run_home)
-        if run_home == run_dir:
-            # The rows after the checkpoint will be logged again.
-            keep_metrics(run_dir, rows)
-        else:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        # The controls' state is a function of the rows: replayed, it is what the interrupted run had.
-        controls.replay(rows)
-    else:
-        prepare_run_dir(run_dir, overwrite)
-        position, rows = Position(), []
-    write_text_atomically(run_dir / "config.yaml", config.to_yaml())
-    labels = setup.dataset.labels
-    if labels is not None:
-        write_labels(run_dir, labels)
-    if setup.dataset.features is not None:
-        write_features(run_dir, setup.dataset.features)
-    status = RunStatus(run_dir / "run.json", resumed=resume, details=details)
-    output = config.output
-    log = RunLog(
+    run = Run.open(
         run_dir,
+        home=run_home,
+        keep=config.output.keep_checkpoints,
+        batches_per_epoch=batches_per_epoch,
+        state=_state(setup),
+    )
+    logged = ["loss", *setup.objective.metric_names]
+    controls = Controls(config, logged + [f"val_{name}" for name in logged] if setup.dataset.val_size else logged)
+    position, rows = run.resume(config.training.epochs) if resume else run.start(overwrite=overwrite)
+    # The controls' state is a function of the rows: replayed, it is what the interrupted run had.
+    controls.replay(rows)
+    run.write_files(config, setup.dataset)
+    layers = len(setup.batch_norm.layers)
+    status = run.status(
+        resumed=resume,
+        batch_norm=BatchNormNote(layers, setup.batch_norm_mode) if layers else None,
+        subdivisions_auto=settled.auto,
+    )
+    trainer = _trainer(settled, run, rows, controls, echo=echo, show_progress=show_progress)
+    with status, _worker_losses(setup, run):
+        _announce(setup, run.folder, position, echo)
+        rows = trainer.fit(position)
+        status.reason = rows[-1].stopped
+        note = _save_model(setup, run.folder / "model.keras").describe()
+        echo(f"saved {run.folder / 'model.keras'}")
+        if note is not None:
+            echo(note)
+    return RunResult(run.folder, [row.to_json() for row in rows], setup.model)
+
+
+def _trainer(
+    settled: Settled,
+    run: Run,
+    rows: list[EpochRow],
+    controls: Controls,
+    *,
+    echo: Callable[[str], None],
+    show_progress: bool,
+) -> Trainer:
+    """The Trainer of ``settled``, given the pieces of the setup it uses, logging after ``rows``."""
+    setup, subdivisions = settled.setup, settled.subdivisions
+    config, metric_names = setup.config, setup.objective.metric_names
+    log = RunLog(
+        run.folder,
         epochs=config.training.epochs,
         rows=rows,
         tensorboard=TensorBoardLog(
-            run_dir,
-            output.tensorboard,
-            output.log_every_updates,
+            run.folder,
+            config.output.tensorboard,
+            config.output.log_every_updates,
             setup.optimizer.iterations,
             metric_names,
         ),
         metric_names=metric_names,
         echo=echo,
     )
-    loop = EpochLoop(
-        setup=setup,
-        train_step=train_step,
-        subdivisions=subdivisions,
-        run_dir=run_dir,
-        run_home=run_home,
-        store=store,
+    plan = setup.chunk_sizes(subdivisions)
+    # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
+    sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
+    return Trainer(
+        step=settled.step,
+        feeder=setup.train_feeder([size for sizes in plan for size in sizes]),
+        plan=plan,
+        sizes=RowSizes(setup.batch_size, subdivisions, setup.replicas, sub_batch_size),
+        optimizer=setup.optimizer,
+        train_metrics=setup.train_metrics,
+        schedule=Schedule(
+            epochs=config.training.epochs,
+            checkpoint_every_updates=config.output.checkpoint_every_updates,
+            on_nonfinite=config.training.on_nonfinite,
+        ),
+        validate=_validation(setup, sub_batch_size),
+        end_of_epoch=_population_statistics(setup, sub_batch_size),
+        save_best=functools.partial(_save_model, setup, run.folder / "model.best.keras"),
+        store=run.store,
         log=log,
         controls=controls,
+        agree=stop_agreement(setup.strategy),
+        resume_command=resume_command(run.home),
         echo=echo,
-        show_progress=not quiet,
+        show_progress=show_progress,
     )
-    _announce(setup, run_dir, position, echo)
+
+
+def _state(setup: TrainingSetup) -> State:
+    """What a checkpoint holds: the model's, the optimizer's and the training metrics' variables."""
+    return {
+        "model": setup.model.variables,
+        "optimizer": setup.optimizer.variables,
+        "metrics": setup.train_metrics.variables,
+    }
+
+
+def _validation(setup: TrainingSetup, batch_size: int) -> Callable[[], dict[str, float]] | None:
+    """``val_loss`` and ``val_<metric>`` over the validation data in batches of ``batch_size``, no larger than a
+    training sub-batch, so validation never needs more memory than training; None without validation data."""
+    size = setup.dataset.val_size
+    if not size:
+        return None
+    scorer = Scorer(setup.model, setup.objective.objective, setup.val_metrics)
+    feeder = setup.val_feeder(batch_size)
+
+    def validate() -> dict[str, float]:
+        return {f"val_{name}": value for name, value in scorer(feeder, size).items()}
+
+    return validate
+
+
+def _population_statistics(setup: TrainingSetup, sub_batch_size: int) -> Callable[[], None] | None:
+    """With ``batch_norm: precise``, what recomputes the moving statistics as population statistics at the end of
+    each epoch; else None."""
+    if setup.batch_norm_mode is not BatchNormMode.PRECISE or not setup.batch_norm.records:
+        return None
+    statistics = PopulationStatistics(setup.model, setup.batch_norm, sub_batch_size, setup.strategy)
+    # Whole batches, cut on the device, when they fit; else the sub-batches one at a time.
+    chunk = setup.batch_size if setup.feed is Feed.BATCH else sub_batch_size
+    return lambda: statistics(setup.population_chunks(chunk))
+
+
+def _save_model(setup: TrainingSetup, path: Path) -> CompileSpec:
+    """Save the trained model to ``path`` as ``model.keras`` holds it (see :mod:`accumrun.models.saving`)."""
+    return save_trained_model(
+        setup.model_to_save(),
+        path,
+        objective=setup.objective.objective,
+        optimizer=setup.optimizer,
+        strategy=setup.strategy,
+    )
+
+
+@contextlib.contextmanager
+def _worker_losses(setup: TrainingSetup, run: Run) -> Iterator[None]:
+    """Turn a lost peer of a multi-worker run into :class:`WorkerLost`, saying how to go on."""
     try:
-        with StopRequests() as stops:
-            stopped = loop.run(position, stops)
-        compiled = save_trained_model(setup, run_dir / "model.keras")
-        echo(f"saved {run_dir / 'model.keras'}")
-        note = compiled.describe()
-        if note is not None:
-            echo(note)
-    except Interrupted as stop:
-        status.end("interrupted", stop.reason)
-        raise
+        yield
     except PEER_ERRORS as error:
-        lost = lost_worker(error, strategy)
+        lost = lost_worker(error, setup.strategy)
         if lost is None:
-            status.end("failed", str(error) or type(error).__name__)
             raise
         after = (
-            f"the last checkpoint is intact: restart every worker with --resume {run_home}"
-            if CheckpointStore(run_home / "checkpoints", keep=1).latest() is not None
+            f"the last checkpoint is intact: restart every worker with --resume {run.home}"
+            if run.home_store.latest() is not None
             else "there is no checkpoint yet: start the run again"
         )
-        reason = f"{lost} stopped answering (distribute.timeout_seconds: {config.distribute.timeout_seconds}); {after}"
-        status.end("interrupted", reason)
-        raise WorkerLost(reason) from None
-    except KeyboardInterrupt:
-        status.end("interrupted", "stopped at once by a second Ctrl-C; the last checkpoint is intact")
-        raise
-    except BaseException as error:
-        status.end("failed", str(error) or type(error).__name__)
-        raise
-    status.end("completed", stopped)
-    return RunResult(run_dir, log.rows, setup.model)
+        timeout = setup.config.distribute.timeout_seconds
+        raise WorkerLost(f"{lost} stopped answering (distribute.timeout_seconds: {timeout}); {after}") from None
 
 
-def _settle_auto(setup: TrainingSetup, echo: Callable[[str], None]) -> tuple[int, TrainStep, list[int]]:
-    """Choose ``subdivisions: auto`` on the first batch; return the count, its step and the counts tried."""
-    x, y = setup.first_batch()
-    config = setup.config
-    choice = choose_subdivisions(
-        setup.make_step,
-        [*setup.model.variables, *setup.optimizer.variables, *setup.train_metrics.variables],
-        x,
-        y,
-        config.training.max_sub_batch,
-        lambda subdivisions: fits_in_fresh_process(config, subdivisions),
-        echo,
-    )
-    echo(f"subdivisions: auto chose {choice.subdivisions} (tried {', '.join(map(str, choice.tried))})")
-    return choice.subdivisions, choice.step, choice.tried
+def _print(line: str) -> None:
+    print(line, flush=True)
 
 
-def _restore(store: CheckpointStore, setup: TrainingSetup, run_dir: Path) -> tuple[Position, list[dict[str, Any]]]:
-    """Load the latest checkpoint; drop the metrics rows logged after it (they will be logged again)."""
-    checkpoint = store.latest()
-    if checkpoint is None:
-        raise ConfigError("--resume", "holds no checkpoint to resume from", str(run_dir))
-    position = store.load(checkpoint)
-    rows = metrics_before(run_dir, position.epoch)
-    stopped = next((row["stopped"] for row in rows if "stopped" in row), None)
-    if stopped is not None:
-        raise ConfigError("--resume", f"the run ended by {stopped}; start a new run to train further", str(run_dir))
-    epochs = setup.config.training.epochs
-    if position.epoch >= epochs:
-        noun = "epoch" if epochs == 1 else "epochs"
-        raise ConfigError(
-            "--resume",
-            f"the run has finished its {epochs} {noun}; pass --epochs N (more than {epochs}) to train further",
-            str(run_dir),
-        )
-    return position, rows
+def _silent(line: str) -> None:
+    """Print nothing (``quiet``)."""
 
 
 def _announce(setup: TrainingSetup, run_dir: Path, position: Position, echo: Callable[[str], None]) -> None:

@@ -1,27 +1,33 @@
 """Everything a run trains, built from a config: the data, the batch size, the model, the optimizer, the loss
-and metrics, and the steps."""
+and metrics, and the steps.
+
+:func:`build_training` settles every ``auto`` of the config but ``subdivisions`` (the task, the rescale factor,
+the feed, the loss and the metrics) into one frozen :class:`TrainingSetup`; :func:`settle_subdivisions` then
+settles ``subdivisions: auto`` by trying the first batch, and returns a new one. Nothing after reads the config's
+``auto`` values, and nothing changes a setup.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun import kinds
 from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import MetricSet
 from accumrun.core.seeds import SubBatchSeeds
 from accumrun.core.split import batch_sizes, sub_batch_sizes
-from accumrun.core.step import TrainStep, make_eval_step, make_train_step
+from accumrun.core.step import TrainStep, make_train_step
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError
+from accumrun.kinds import BatchNormMode, Feed, Precision
 from accumrun.models.builders import build_model
 from accumrun.models.preprocessing import (
     Preprocess,
@@ -31,8 +37,11 @@ from accumrun.models.preprocessing import (
 )
 from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
+from accumrun.rundir.status import AutoNote
+from accumrun.training.autosub import choose_subdivisions
 from accumrun.training.distribute import strategy_scope
-from accumrun.training.feed import Feed, choose_feed
+from accumrun.training.feed import choose_feed
+from accumrun.training.probe import fits_in_fresh_process
 
 
 def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
@@ -56,35 +65,37 @@ def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
     return batch_size
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class TrainingSetup:
-    """What a run trains: the data, the batch size, how batches are fed, the model, optimizer, loss and metrics,
-    and the steps that train them. ``config`` is resolved: the task, rescale factor, feed, loss and metrics it
-    left to accumrun are filled in."""
+    """What a run trains, resolved: the data, the batch size, how batches are fed, the model, optimizer, loss and
+    metrics, and the state the steps share.
+
+    ``config`` is resolved: the task, rescale factor, feed, loss and metrics it left to accumrun are filled in,
+    and ``training.subdivisions`` once :func:`settle_subdivisions` has settled ``auto``; it is what
+    ``config.yaml`` records. Code that runs the setup reads the typed fields, never the config's ``auto``.
+    """
 
     config: Config
     dataset: Dataset
     batch_size: int
+    subdivisions: int | None
+    """None while ``training.subdivisions`` is ``auto``, until :func:`settle_subdivisions`."""
     feed: Feed
     feed_reason: str
+    rescale: float
+    """What the model's input layer multiplies raw samples by."""
+    preprocess: Preprocess | None
+    """A pretrained application's own ``preprocess_input`` (what ``rescale: auto`` means for it), or None."""
+    batch_norm_mode: BatchNormMode
     augmentation: Augmentation | None
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     objective: FittedObjective
     strategy: tf.distribute.Strategy | None
-    train_metrics: MetricSet = field(init=False)
-    val_metrics: MetricSet = field(init=False)
-    batch_norm: BatchNormStatistics = field(init=False)
-    seeds: SubBatchSeeds = field(init=False)
-
-    def __post_init__(self) -> None:
-        with strategy_scope(self.strategy):
-            self.train_metrics = self.objective.objective.new_metrics()
-            self.val_metrics = self.objective.objective.new_metrics()
-        mode = kinds.BatchNormMode(self.config.training.batch_norm)
-        self.batch_norm = BatchNormStatistics(self.model, mode, self.strategy)
-        # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
-        self.seeds = SubBatchSeeds(self.model, self.optimizer.iterations)
+    train_metrics: MetricSet
+    val_metrics: MetricSet
+    batch_norm: BatchNormStatistics
+    seeds: SubBatchSeeds
 
     @property
     def replicas(self) -> int:
@@ -99,7 +110,7 @@ class TrainingSetup:
                 self.objective.objective,
                 self.optimizer,
                 subdivisions,
-                feed=kinds.Feed(self.feed),
+                feed=self.feed,
                 metrics=self.train_metrics,
                 strategy=self.strategy,
                 jit_compile=self.config.training.jit_compile,
@@ -107,14 +118,10 @@ class TrainingSetup:
                 seeds=self.seeds,
             )
 
-    def make_eval_step(self) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-        """Compile the evaluation step (inference mode), which adds to ``val_metrics``."""
-        return make_eval_step(self.model, self.objective.objective, self.val_metrics)
-
     def chunk_sizes(self, subdivisions: int) -> list[list[int]]:
         """Each batch of an epoch as the chunks the feeder serves it in: the whole batch, or its sub-batches."""
         batches = batch_sizes(self.dataset.train_size, self.batch_size, self.config.training.drop_remainder)
-        if self.feed == "batch":
+        if self.feed is Feed.BATCH:
             return [[size] for size in batches]
         return [sub_batch_sizes(size, subdivisions) for size in batches]
 
@@ -169,7 +176,7 @@ class TrainingSetup:
 
 def build_training(config: Config, strategy: tf.distribute.Strategy | None = None) -> TrainingSetup:
     """Load the data, build the model (under ``training.precision``), its loss and metrics, and the optimizer,
-    from the seed.
+    from the seed; settle every ``auto`` of the config but ``subdivisions``.
 
     With a ``strategy``, the variables are made in its scope, to live on every replica, and the steps are
     replicated ones.
@@ -181,7 +188,8 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
     dataset = load_dataset(config.data, config.seed)
     batch_size = resolve_batch_size(config.training, dataset.train_size)
     feed, feed_reason = choose_feed(config.data.feed, dataset, batch_size, strategy is not None)
-    if feed == "sub_batch" and config.training.fixed_subdivisions is None:
+    subdivisions = config.training.fixed_subdivisions
+    if feed is Feed.SUB_BATCH and subdivisions is None:
         raise ConfigError(
             "training.subdivisions",
             f"auto tries whole batches, and this run streams sub-batches ({feed_reason}); set a number",
@@ -189,52 +197,117 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
         )
     data = config.data
     augmentation = Augmentation(data.augment, dataset.sample_shape, dataset.dtype) if data.augment else None
-    input_shape = augmentation.output_shape if augmentation is not None else dataset.sample_shape
     rescale, preprocess = _rescaling(config, dataset)
     keras.utils.set_random_seed(config.seed)
-    precision = config.training.precision
-    previous_policy = keras.mixed_precision.dtype_policy()
     with strategy_scope(strategy):
-        # The policy is global in Keras; layers keep the one they were built with, so restore it at once.
-        keras.mixed_precision.set_dtype_policy(precision.value)
-        try:
-            model = build_model(config.model, input_shape, dataset.outputs)
-            scale = 1.0 if rescale == "auto" else rescale
-            model = with_input_preprocessing(model, input_shape, dataset.dtype, scale, data.normalize, preprocess)
-        finally:
-            keras.mixed_precision.set_dtype_policy(previous_policy)
+        model = _build_model(config, dataset, augmentation, rescale, preprocess)
         # Two samples as the model takes them, to check that the loss gives one value per sample.
         probe = Feeder(
             dataset.train, [min(2, dataset.train_size)], seed=config.seed, shuffle=False, augmentation=augmentation
         )
-        sample = _first(probe)
-        objective = fit_objective(config, dataset, model, sample)
+        objective = fit_objective(config, dataset, model, _first(probe))
         optimizer = build_optimizer(config.optimizer)
-        if precision == "mixed_float16":
+        if config.training.precision is Precision.MIXED_FLOAT16:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         # Built now, so its state exists before the first step (checkpoints and auto's tries restore it).
         optimizer.build(model.trainable_variables)
-    resolved = config.model_copy(
-        update={
-            "data": data.model_copy(update={"task": dataset.task, "rescale": rescale, "feed": feed}),
-            "loss": objective.loss,
-            "metrics": objective.metrics,
-        }
-    )
+        train_metrics = objective.objective.new_metrics()
+        val_metrics = objective.objective.new_metrics()
     return TrainingSetup(
-        resolved, dataset, batch_size, feed, feed_reason, augmentation, model, optimizer, objective, strategy
+        config=_resolved(config, dataset, feed, None if preprocess is not None else rescale, objective),
+        dataset=dataset,
+        batch_size=batch_size,
+        subdivisions=subdivisions,
+        feed=feed,
+        feed_reason=feed_reason,
+        rescale=rescale,
+        preprocess=preprocess,
+        batch_norm_mode=config.training.batch_norm,
+        augmentation=augmentation,
+        model=model,
+        optimizer=optimizer,
+        objective=objective,
+        strategy=strategy,
+        train_metrics=train_metrics,
+        val_metrics=val_metrics,
+        batch_norm=BatchNormStatistics(model, config.training.batch_norm, strategy),
+        # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
+        seeds=SubBatchSeeds(model, optimizer.iterations),
     )
 
 
-def _rescaling(config: Config, dataset: Dataset) -> tuple[float | Literal["auto"], Preprocess | None]:
-    """``data.rescale`` settled: a factor, or ``auto`` with a pretrained application's own ``preprocess_input``
-    (which takes values of 0..255); otherwise ``auto`` is the source's scale (1/255 for uint8)."""
+def _resolved(
+    config: Config, dataset: Dataset, feed: Feed, rescale: float | None, objective: FittedObjective
+) -> Config:
+    """``config`` as ``config.yaml`` records it, with what it left to accumrun filled in: the task, the feed,
+    the loss and metrics, and the rescale factor (which stays ``auto`` where an application's own
+    ``preprocess_input`` scales, given as None)."""
+    data = config.data.model_copy(
+        update={"task": dataset.task, "rescale": "auto" if rescale is None else rescale, "feed": feed}
+    )
+    return config.model_copy(update={"data": data, "loss": objective.loss, "metrics": objective.metrics})
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A setup with ``subdivisions`` settled, the train step compiled for it, and what ``auto`` chose (None when
+    the config set a number)."""
+
+    setup: TrainingSetup
+    subdivisions: int
+    step: TrainStep
+    auto: AutoNote | None
+
+
+def settle_subdivisions(setup: TrainingSetup, echo: Callable[[str], None]) -> Settled:
+    """Compile the train step; for ``subdivisions: auto``, first choose the fewest subdivisions whose first batch
+    fits in memory (see :mod:`accumrun.training.autosub`), and record the choice in a new setup's config."""
+    if setup.subdivisions is not None:
+        return Settled(setup, setup.subdivisions, setup.make_step(setup.subdivisions), None)
+    x, y = setup.first_batch()
+    config = setup.config
+    choice = choose_subdivisions(
+        setup.make_step,
+        [*setup.model.variables, *setup.optimizer.variables, *setup.train_metrics.variables],
+        x,
+        y,
+        config.training.max_sub_batch,
+        lambda subdivisions: fits_in_fresh_process(config, subdivisions),
+        echo,
+    )
+    echo(f"subdivisions: auto chose {choice.subdivisions} (tried {', '.join(map(str, choice.tried))})")
+    # The settled count is what config.yaml records and what a resumed run keeps.
+    settled = dataclasses.replace(
+        setup, config=config.with_subdivisions(choice.subdivisions), subdivisions=choice.subdivisions
+    )
+    return Settled(settled, choice.subdivisions, choice.step, AutoNote(choice.subdivisions, tuple(choice.tried)))
+
+
+def _build_model(
+    config: Config, dataset: Dataset, augmentation: Augmentation | None, rescale: float, preprocess: Preprocess | None
+) -> keras.Model:
+    """The configured model under ``training.precision``, with the input preprocessing in front."""
+    input_shape = augmentation.output_shape if augmentation is not None else dataset.sample_shape
+    previous_policy = keras.mixed_precision.dtype_policy()
+    # The policy is global in Keras; layers keep the one they were built with, so restore it at once.
+    keras.mixed_precision.set_dtype_policy(config.training.precision.value)
+    try:
+        model = build_model(config.model, input_shape, dataset.outputs)
+        return with_input_preprocessing(model, input_shape, dataset.dtype, rescale, config.data.normalize, preprocess)
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous_policy)
+
+
+def _rescaling(config: Config, dataset: Dataset) -> tuple[float, Preprocess | None]:
+    """``data.rescale`` settled: a factor, or for ``auto`` with a pretrained application, 1 and its own
+    ``preprocess_input`` (which takes values of 0..255); otherwise ``auto`` is the source's scale (1/255 for
+    uint8)."""
     rescale = config.data.rescale
     if rescale != "auto":
         return (1.0 if rescale is False else float(rescale)), None
     model = config.model
     preprocess = application_preprocessing(model) if isinstance(model, ApplicationConfig) else None
-    return ("auto", preprocess) if preprocess is not None else (dataset.scale, None)
+    return (1.0, preprocess) if preprocess is not None else (dataset.scale, None)
 
 
 def _first(feeder: Feeder) -> tuple[tf.Tensor, tf.Tensor]:

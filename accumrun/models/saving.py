@@ -16,6 +16,7 @@ different number for the run's; ``accumrun evaluate`` always gives every metric.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +25,7 @@ import keras
 import tensorflow as tf
 
 from accumrun.core.losses import Objective
-from accumrun.rundir.layout import save_model
-from accumrun.training.distribute import strategy_scope
-from accumrun.training.setup import TrainingSetup
+from accumrun.rundir.atomic import write_atomically
 
 _ORDER_ONLY = (
     keras.metrics.SparseCategoricalAccuracy,
@@ -80,15 +79,22 @@ def compile_spec(objective: Objective) -> CompileSpec:
     return CompileSpec(loss, metrics, one_hot, left_out)
 
 
-def save_trained_model(setup: TrainingSetup, path: Path) -> CompileSpec:
-    """Save the trained model to ``path`` as :meth:`TrainingSetup.model_to_save` shapes it, compiled with the run's
-    optimizer (its state included, so that ``fit`` can go on) and :func:`compile_spec`'s loss and metrics."""
-    model = setup.model_to_save()
-    spec = compile_spec(setup.objective.objective)
+def save_trained_model(
+    model: keras.Model,
+    path: Path,
+    *,
+    objective: Objective,
+    optimizer: keras.optimizers.Optimizer,
+    strategy: tf.distribute.Strategy | None = None,
+) -> CompileSpec:
+    """Save ``model`` to ``path`` (a ``.keras`` file, atomically), compiled with the run's ``optimizer`` (its state
+    included, so that ``fit`` can go on) and :func:`compile_spec`'s loss and metrics; under ``strategy``'s scope
+    when the optimizer's variables live on its replicas."""
+    spec = compile_spec(objective)
     if spec.loss is not None:
-        with strategy_scope(setup.strategy):
-            model.compile(optimizer=setup.optimizer, loss=spec.loss, metrics=spec.metrics)
-    save_model(model, path)
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
+            model.compile(optimizer=optimizer, loss=spec.loss, metrics=spec.metrics)
+    write_atomically(path, model.save)
     return spec
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import tensorflow as tf
+
+from accumrun.rundir.metrics import EpochRow
 
 # Per-epoch values besides the loss and the metrics that are worth a curve; the rest of a row is bookkeeping.
 _OTHER_SCALARS = ("samples_per_second", "learning_rate")
@@ -39,16 +40,18 @@ class TensorBoardLog:
         with self._writer.as_default(step=step):
             tf.summary.scalar("update/loss", batch_loss)
 
-    def epoch(self, row: dict[str, Any]) -> None:
+    def epoch(self, row: EpochRow) -> None:
         """Log an epoch's metrics row, with the epoch number as the step."""
         if self._writer is None:
             return
-        with self._writer.as_default(step=row["epoch"]):
+        logged = row.to_json()
+        with self._writer.as_default(step=row.epoch):
             for key in self._scalars:
-                if key in row:
-                    tf.summary.scalar(f"epoch/{key}", row[key])
+                if key in logged:
+                    tf.summary.scalar(f"epoch/{key}", logged[key])
         self._writer.flush()
 
     def close(self) -> None:
+        """Flush and close the writer."""
         if self._writer is not None:
             self._writer.close()
