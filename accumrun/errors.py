@@ -18,12 +18,19 @@ def describe(path: str, what: str, value: Any = _NO_VALUE) -> str:
 
 
 class AccumrunError(click.ClickException):
-    """Base of the errors that reach the user as ``Error: ...`` with exit code 1."""
+    """Base of the errors that reach the user as ``Error: ...``, with exit code 1 unless a subclass says otherwise."""
 
     exit_code = 1
 
     def __init__(self, path: str, what: str, value: Any = _NO_VALUE) -> None:
         super().__init__(describe(path, what, value))
+
+
+class ArgumentError(AccumrunError):
+    """An argument of an API call is invalid (its path is the argument's name): exit code 2, and the command line
+    shows it as a usage error."""
+
+    exit_code = 2
 
 
 class ConfigError(AccumrunError):

@@ -70,7 +70,7 @@ def test_a_model_trained_on_crops_scores_the_folder_as_validation_did(tmp_path: 
 def test_what_is_not_there_is_refused(finished: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"RUN_DIR: is not a finished accumrun run"):
         evaluate(tmp_path)
-    with pytest.raises(ConfigError, match=r"--split: data\.name: synthetic has no test split"):
+    with pytest.raises(ConfigError, match=r"^split: data\.name: synthetic has no test split"):
         evaluate(finished, "test")
 
 
@@ -82,7 +82,7 @@ def test_the_command_prints_one_line_or_one_error(finished: Path, tmp_path: Path
     assert scored.stdout.startswith("eval val (model.keras): loss ") and scored.stdout.count("\n") == 1
     for args, code, message in (
         ((str(tmp_path),), 1, "Error: RUN_DIR: is not a finished accumrun run"),
-        ((str(finished), "--split", "test"), 1, "Error: --split: data.name: synthetic has no test split"),
+        ((str(finished), "--split", "test"), 1, "Error: split: data.name: synthetic has no test split"),
         ((str(finished), "--split", "dev"), 2, "Invalid value for '--split'"),
     ):
         result = run_cli("evaluate", *args)

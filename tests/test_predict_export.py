@@ -95,7 +95,7 @@ def test_the_export_serves_the_predicted_probabilities_with_class_names(image_ru
     top = served["probabilities"].numpy().max(axis=1)
     assert top == pytest.approx([row[3] for row in predictions.rows], abs=1e-6)
     assert np.allclose(served["probabilities"].numpy().sum(axis=1), 1.0, atol=1e-5)
-    with pytest.raises(ConfigError, match=r"--output: exists; pass --overwrite to replace it"):
+    with pytest.raises(ConfigError, match=r"^output: exists; pass --overwrite to replace it"):
         export(image_run)
     assert export(image_run, overwrite=True).path.is_dir()
     assert evaluate(image_run)["samples"] == len(paths)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from accumrun.config.schema import Config
 from accumrun.core.split import batch_sizes
@@ -20,15 +20,14 @@ from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import Split as SplitSamples
 from accumrun.errors import ConfigError
+from accumrun.kinds import ModelFile, Split
 from accumrun.objective import fit_objective
-from accumrun.reports.finished import FinishedRun, Which
+from accumrun.reports.finished import FinishedRun
 from accumrun.rundir.atomic import write_text_atomically
-
-Split = Literal["val", "test", "train"]
 
 
 def evaluate_run(
-    run_dir: Path, split: Split = "val", data_path: str | None = None, which: Which = "final"
+    run_dir: Path, split: Split = Split.VAL, data_path: str | None = None, which: ModelFile = ModelFile.FINAL
 ) -> dict[str, Any]:
     """Score the run's model on ``split`` of its data (all of ``data_path`` when given); write and return
     ``eval-<split>.json`` (``eval-best-<split>.json`` for the best model; ``data`` as the split for
@@ -54,7 +53,7 @@ def evaluate_run(
         loss_sum += float(step(x, y))
     result: dict[str, Any] = {"loss": loss_sum / samples.size, **metrics.results()}
     result |= {"samples": samples.size, "model": model_path.name, "split": name}
-    stem = f"eval-{name}" if which == "final" else f"eval-best-{name}"
+    stem = f"eval-{name}" if which is ModelFile.FINAL else f"eval-best-{name}"
     write_text_atomically(run_dir / f"{stem}.json", json.dumps(result, indent=1) + "\n")
     return result
 
@@ -71,11 +70,11 @@ def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None
     if data_path is not None:
         other = data.model_copy(update={"path": data_path, "validation_path": None, "validation_split": 0.0})
         return load_dataset(other, config.seed).train, "data"
-    if split == "train":
+    if split is Split.TRAIN:
         return dataset.train, "train"
-    if split == "val":
+    if split is Split.VAL:
         if dataset.val is None:
-            raise ConfigError("--split", "the run has no validation data (data.validation_split: 0)", "val")
+            raise ConfigError("split", "the run has no validation data (data.validation_split: 0)", "val")
         return dataset.val, "val"
     if data.validation_split == "test" and dataset.val is not None:
         return dataset.val, "test"
@@ -84,5 +83,5 @@ def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None
     except ConfigError:
         held = None
     if held is None:
-        raise ConfigError("--split", f"data.name: {data.name} has no test split", "test")
+        raise ConfigError("split", f"data.name: {data.name} has no test split", "test")
     return held, "test"
