@@ -25,6 +25,9 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from accumrun.kinds import RunState
+from accumrun.rundir.status import read_status
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -111,8 +114,10 @@ def _kill(processes: list[subprocess.Popen[str]]) -> None:
             process.wait()
 
 
-def resume_hint(workers: int, run_dir: Path) -> str:
-    """The command that resumes the launched run in ``run_dir``."""
+def resume_hint(workers: int, run_dir: Path) -> str | None:
+    """The command that resumes the launched run in ``run_dir``; None when it completed or has no checkpoint."""
+    if not (run_dir / "checkpoints").is_dir() or read_status(run_dir) == RunState.COMPLETED:
+        return None
     return shlex.join([sys.executable, "-m", "accumrun", "launch", "--workers", str(workers), "--resume", str(run_dir)])
 
 
