@@ -399,7 +399,7 @@ def launch(ctx: click.Context, workers: int, **options: Any) -> None:
     options (--resume RUN_DIR among them), TF_CONFIG on free localhost ports, output prefixed [w0], [w1], ...
 
     Ctrl-C and SIGTERM are passed on to every worker, which stop at the same batch after a checkpoint. The
-    launcher exits with worker 0's status.
+    launcher exits with worker 0's status, or 75 if worker 0 is lost.
     """
     from accumrun.launcher import launch as launch_workers
     from accumrun.launcher import resume_hint

@@ -74,6 +74,9 @@ class Interrupted(click.ClickException):
 
 
 class WorkerLost(click.ClickException):
-    """A worker of a multi-worker run stopped answering; the others stopped, and the last checkpoint is intact."""
+    """A worker of a multi-worker run stopped answering; the others stopped, and the last checkpoint is intact.
 
-    exit_code = 1
+    Its exit code is ``EX_TEMPFAIL`` (75): the run is resumable, so a supervisor may simply start it again.
+    """
+
+    exit_code = 75

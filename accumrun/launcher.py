@@ -4,9 +4,9 @@ Each worker is a process of its own, in a session of its own (so that a Ctrl-C a
 launcher alone), with a ``TF_CONFIG`` that names every worker on a free localhost port and its own index.
 The launcher prefixes each line a worker prints with ``[wI] ``, forwards each SIGINT or SIGTERM it gets to every
 worker once (they agree on the batch to stop at, and the chief saves a checkpoint there; a second one kills
-them), and exits with the chief's (worker 0's) status. It is for trying multi-worker training, for one big host,
-and for the tests; on several hosts, each host runs ``accumrun train`` with its own ``TF_CONFIG`` (or under
-Slurm).
+them), and exits with the chief's (worker 0's) status, or 75 if the chief is lost. It is for trying multi-worker
+training, for one big host, and for the tests; on several hosts, each host runs ``accumrun train`` with its own
+``TF_CONFIG`` (or under Slurm).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from accumrun.errors import WorkerLost
 from accumrun.kinds import RunState
 from accumrun.rundir.status import read_status
 
@@ -44,7 +45,8 @@ def free_ports(count: int) -> list[int]:
 
 
 def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None], grace_seconds: float = 330.0) -> int:
-    """Run ``accumrun train TRAIN_ARGS`` as ``workers`` local workers; return worker 0's exit status.
+    """Run ``accumrun train TRAIN_ARGS`` as ``workers`` local workers; return worker 0's exit status, or 75 (a lost
+    worker's) when worker 0 was killed.
 
     A second SIGINT or SIGTERM kills the workers at once. When a worker fails, the others get ``grace_seconds``
     (longer than the run's collective timeout) to notice and stop by themselves before they are killed.
@@ -90,8 +92,10 @@ def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None],
         _kill(processes)
         for number, handler in previous.items():
             signal.signal(number, handler)
-    echo(f"[launch] exit statuses {codes}; worker 0's is the launcher's")
-    return codes[0]
+    # A negative status is a worker killed by that signal, without a word: lost, as WorkerLost says.
+    code = codes[0] if codes[0] >= 0 else WorkerLost.exit_code
+    echo(f"[launch] exit statuses {codes}; the launcher's is {code}, from worker 0's")
+    return code
 
 
 def _wait(processes: list[subprocess.Popen[str]], grace_seconds: float, echo: Callable[[str], None]) -> list[int]:
