@@ -126,5 +126,7 @@ def resume_hint(workers: int, run_dir: Path) -> str | None:
 
 
 def _copy(stream: IO[str], prefix: str, echo: Callable[[str], None]) -> None:
-    for line in stream:
-        echo(prefix + line.rstrip("\n"))
+    """Echo each line of a worker's output with ``prefix``; close the pipe when the worker's output ends."""
+    with stream:
+        for line in stream:
+            echo(prefix + line.rstrip("\n"))
