@@ -129,12 +129,17 @@ def _options(options: Sequence[Callable[[Any], Any]]) -> Callable[[F], F]:
     return apply
 
 
+_EPOCHS_OPTION = click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs.")
+_BATCH_SIZE_OPTION = click.option(
+    "--batch-size", type=_PositiveOr("full"), help="Override training.batch_size (N or 'full')."
+)
+
 # The options of the commands that read a config: all of them are overrides of its keys.
 _OVERRIDE_OPTIONS = [
     click.option("--subdivisions", type=_PositiveOr("auto"), help="Override training.subdivisions (N or 'auto')."),
     click.option("--no-subdivisions", is_flag=True, help="Train with subdivisions: 1 (plain training)."),
-    click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs."),
-    click.option("--batch-size", type=_PositiveOr("full"), help="Override training.batch_size (N or 'full')."),
+    _EPOCHS_OPTION,
+    _BATCH_SIZE_OPTION,
     _SET_OPTION,
 ]
 
@@ -202,7 +207,7 @@ class _TrainOptions:
     no_tensorboard: bool
     quiet: bool
 
-    def load_config(self) -> Config:
+    def config(self) -> Config:
         """The config to train: CONFIG with the overrides, or the resumed run's own (CONFIG checked against it)."""
         from accumrun.config.loading import load_config, load_resume_config
 
@@ -226,7 +231,8 @@ class _TrainOptions:
             return Path(self.resume_dir)
         if self.run_dir:
             return Path(self.run_dir)
-        return resolve_run_dir(config.output.run_dir, Path(str(self.config_path)).stem)
+        assert self.config_path is not None  # config() refuses a new run without CONFIG
+        return resolve_run_dir(config.output.run_dir, Path(self.config_path).stem)
 
 
 @contextlib.contextmanager
@@ -279,7 +285,7 @@ def train(**options: Any) -> None:
     resumes the run; a second Ctrl-C stops at once.
     """
     request = _TrainOptions(**options)
-    config = request.load_config()
+    config = request.config()
     # Before anything imports TensorFlow (the run folder's modules do), so that its start-up chatter is hidden.
     strategy = _start_tensorflow(config.distribute)
     target = request.target(config)
@@ -361,8 +367,8 @@ def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | N
     metavar="LIST",
     help="Comma-separated subdivision counts to train, e.g. 8,4,1 or auto,1 [default: the config's, and 1].",
 )
-@click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs.")
-@click.option("--batch-size", type=_PositiveOr("full"), help="Override training.batch_size (N or 'full').")
+@_EPOCHS_OPTION
+@_BATCH_SIZE_OPTION
 @_SET_OPTION
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the variants and the report.")
 def compare(
@@ -405,7 +411,7 @@ def launch(ctx: click.Context, workers: int, **options: Any) -> None:
     from accumrun.launcher import resume_hint
 
     request = _TrainOptions(**options)
-    config = request.load_config()
+    config = request.config()
     target = request.target(config)
     args = _given_train_options(ctx)
     if request.resume_dir is None and not request.run_dir:
