@@ -92,10 +92,17 @@ def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None],
         _kill(processes)
         for number, handler in previous.items():
             signal.signal(number, handler)
-    # A negative status is a worker killed by that signal, without a word: lost, as WorkerLost says.
-    code = codes[0] if codes[0] >= 0 else WorkerLost.exit_code
-    echo(f"[launch] exit statuses {codes}; the launcher's is {code}, from worker 0's")
-    return code
+    return _launcher_status(codes, echo)
+
+
+def _launcher_status(codes: list[int], echo: Callable[[str], None]) -> int:
+    """Worker 0's exit status, or 75 (a lost worker's) when it was killed: a negative status is a worker killed by
+    that signal, without a word."""
+    if codes[0] < 0:
+        echo(f"[launch] exit statuses {codes}; worker 0 was lost, so the launcher's is {WorkerLost.exit_code}")
+        return WorkerLost.exit_code
+    echo(f"[launch] exit statuses {codes}; worker 0's is the launcher's")
+    return codes[0]
 
 
 def _wait(processes: list[subprocess.Popen[str]], grace_seconds: float, echo: Callable[[str], None]) -> list[int]:
