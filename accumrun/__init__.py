@@ -11,9 +11,10 @@ The Python API. ``import accumrun`` stays light: TensorFlow is imported on the f
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -25,8 +26,11 @@ if TYPE_CHECKING:
     from accumrun.training.runner import RunResult
 
 from accumrun._version import __version__
+from accumrun.kinds import Kind, ModelFile, Split
 
 __all__ = ["__version__", "compare", "evaluate", "export", "load_config", "predict", "train"]
+
+K = TypeVar("K", bound=Kind)
 
 
 def load_config(source: str | Path | dict[str, Any], overrides: Sequence[str] = ()) -> Config:
@@ -85,10 +89,10 @@ def train(
 
 def evaluate(
     run_dir: str | Path,
-    split: Literal["val", "test", "train"] = "val",
+    split: Split | str = Split.VAL,
     *,
     data: str | Path | None = None,
-    model: Literal["final", "best"] = "final",
+    model: ModelFile | str = ModelFile.FINAL,
 ) -> dict[str, Any]:
     """Score a finished run's model with its own loss and metrics; also written to ``run_dir/eval-<split>.json``.
 
@@ -103,14 +107,15 @@ def evaluate(
         ``loss``, each metric under its name, ``samples``, ``model`` and ``split``.
 
     Raises:
+        ArgumentError: ``split`` or ``model`` is none of its words.
         ConfigError: not a finished run, no such model or split.
         DataError: the data cannot be read.
     """
     from accumrun.reports.evaluate import evaluate_run
 
-    if split not in ("val", "test", "train"):
-        raise ValueError(f"split must be val, test or train, not {split!r}")
-    return evaluate_run(Path(run_dir), split, str(data) if data is not None else None, _which(model))
+    chosen = _member(Split, "split", split)
+    which = _member(ModelFile, "model", model)
+    return evaluate_run(Path(run_dir), chosen, str(data) if data is not None else None, which)
 
 
 def predict(
@@ -118,7 +123,7 @@ def predict(
     inputs: Sequence[str | Path],
     *,
     top_k: int | None = None,
-    model: Literal["final", "best"] = "final",
+    model: ModelFile | str = ModelFile.FINAL,
     show_progress: bool = False,
 ) -> Predictions:
     """Predict new inputs with a finished run's model: one row per sample.
@@ -137,13 +142,16 @@ def predict(
         ``input, prediction, <one probability per class>`` (multi-label) or ``input, value_0, ...``.
 
     Raises:
+        ArgumentError: ``model`` is neither ``final`` nor ``best``.
         ConfigError: not a finished run, no such model, ``top_k`` out of range.
         DataError: an input is missing, unreadable, of the wrong kind, shape or columns.
     """
     from accumrun.reports.predict import predict_run
 
     paths = [str(path) for path in inputs]
-    return predict_run(Path(run_dir), paths, top_k=top_k, which=_which(model), show_progress=show_progress)
+    return predict_run(
+        Path(run_dir), paths, top_k=top_k, which=_member(ModelFile, "model", model), show_progress=show_progress
+    )
 
 
 def export(
@@ -151,7 +159,7 @@ def export(
     output: str | Path | None = None,
     *,
     overwrite: bool = False,
-    model: Literal["final", "best"] = "final",
+    model: ModelFile | str = ModelFile.FINAL,
 ) -> Exported:
     """Export a finished run's model as a TensorFlow SavedModel with a ``serving_default`` signature on raw samples
     that returns ``probabilities``, ``class_index`` and ``class_name`` (classification), ``probabilities``
@@ -164,12 +172,13 @@ def export(
         model: ``final`` or ``best``.
 
     Raises:
+        ArgumentError: ``model`` is neither ``final`` nor ``best``.
         ConfigError: not a finished run, no such model, or ``output`` exists without ``overwrite``.
     """
     from accumrun.reports.export import export_run
 
     target = Path(output) if output is not None else None
-    return export_run(Path(run_dir), target, overwrite=overwrite, which=_which(model))
+    return export_run(Path(run_dir), target, overwrite=overwrite, which=_member(ModelFile, "model", model))
 
 
 def compare(
@@ -188,7 +197,7 @@ def compare(
         subdivisions: The counts to train (``auto`` among them); default the config's and 1.
         run_dir: The folder for the variants and ``compare.json``/``compare.png``; new or empty.
         overrides: ``key.path=value`` settings for every variant.
-        quiet: Print nothing.
+        quiet: Print nothing; else each variant's progress goes to standard output.
 
     Returns:
         The variants (status, metrics rows, largest weight difference to the first) and the report's paths;
@@ -196,10 +205,9 @@ def compare(
 
     Raises:
         ConfigError: the config is invalid.
-        click.UsageError: subdivisions left to the config when it trains with 1, or ``run_dir`` holds files.
+        ArgumentError: ``subdivisions`` left to the config when it trains with 1, or ``run_dir`` holds files.
     """
-    import click
-
+    from accumrun.errors import ArgumentError
     from accumrun.reports.compare import compare_runs
     from accumrun.rundir.layout import resolve_run_dir
 
@@ -207,16 +215,27 @@ def compare(
     loaded = load_config(path, overrides)
     if subdivisions is None:
         if loaded.training.subdivisions == 1:
-            raise click.UsageError("the config trains with subdivisions 1; pass --subdivisions LIST, e.g. 8,1")
+            raise ArgumentError(
+                "subdivisions", "the config trains with subdivisions 1; name the counts to compare, e.g. 8,1"
+            )
         subdivisions = [loaded.training.subdivisions, 1]
     target = (
         Path(run_dir) if run_dir is not None else resolve_run_dir("runs/compare-{config_name}-{timestamp}", path.stem)
     )
-    echo = (lambda _: None) if quiet else click.echo
-    return compare_runs(path, list(subdivisions), target, list(overrides), echo)
+    # Flushed, so that each line comes before the output of the variant's process that follows it.
+    echo = (lambda _: None) if quiet else functools.partial(print, flush=True)
+    return compare_runs(path, list(subdivisions), target, list(overrides), echo=echo)
 
 
-def _which(model: str) -> Literal["final", "best"]:
-    if model not in ("final", "best"):
-        raise ValueError(f"model must be final or best, not {model!r}")
-    return "best" if model == "best" else "final"
+def _member(kind: type[K], argument: str, value: K | str) -> K:
+    """``value`` as a member of ``kind``: a member already, or its word.
+
+    Raises:
+        ArgumentError: ``value`` is none of ``kind``'s words.
+    """
+    from accumrun.errors import ArgumentError
+
+    try:
+        return kind(value)
+    except ValueError:
+        raise ArgumentError(argument, f"must be one of {', '.join(kind.words())}", value) from None

@@ -6,25 +6,28 @@ TensorFlow is imported inside the command bodies only, so ``accumrun --help`` an
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 import accumrun
 from accumrun._version import __version__
 from accumrun.data.sources import DOWNLOADABLE
+from accumrun.errors import ArgumentError
+from accumrun.kinds import ModelFile, Split
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from accumrun.config.schema import DistributeConfig
+    from accumrun.config.schema import Config, DistributeConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,8 +69,21 @@ _SET_OPTION = click.option(
 )
 
 
+class _Command(click.Command):
+    """Shows a bad argument of the API call (:class:`~accumrun.errors.ArgumentError`) as a usage error, with the
+    command's usage line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ArgumentError as error:
+            raise click.UsageError(error.message, ctx) from None
+
+
 class _Group(click.Group):
     """Turns any unexpected exception into a one-line error instead of a traceback."""
+
+    command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -102,19 +118,55 @@ def _explain_unexpected(error: Exception) -> str:
     return f"unexpected {name}{where}: {lines[0]} (set ACCUMRUN_TRACEBACK=1 to see where)"
 
 
-def _config_options(command: F, config_required: bool = True) -> F:
-    """The options shared by the commands that read a config: all of them are overrides of its keys."""
-    options = [
-        click.argument("config_path", metavar="CONFIG", required=config_required, type=click.Path(dir_okay=False)),
-        click.option("--subdivisions", type=_PositiveOr("auto"), help="Override training.subdivisions (N or 'auto')."),
-        click.option("--no-subdivisions", is_flag=True, help="Train with subdivisions: 1 (plain training)."),
-        click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs."),
-        click.option("--batch-size", type=_PositiveOr("full"), help="Override training.batch_size (N or 'full')."),
-        _SET_OPTION,
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+def _options(options: Sequence[Callable[[Any], Any]]) -> Callable[[F], F]:
+    """Apply a list of click arguments and options to a command, in the order they are listed."""
+
+    def apply(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+_EPOCHS_OPTION = click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs.")
+_BATCH_SIZE_OPTION = click.option(
+    "--batch-size", type=_PositiveOr("full"), help="Override training.batch_size (N or 'full')."
+)
+
+# The options of the commands that read a config: all of them are overrides of its keys.
+_OVERRIDE_OPTIONS = [
+    click.option("--subdivisions", type=_PositiveOr("auto"), help="Override training.subdivisions (N or 'auto')."),
+    click.option("--no-subdivisions", is_flag=True, help="Train with subdivisions: 1 (plain training)."),
+    _EPOCHS_OPTION,
+    _BATCH_SIZE_OPTION,
+    _SET_OPTION,
+]
+
+# train's argument and options, declared once: `launch` takes the same and passes them on to every worker.
+_TRAIN_OPTIONS = [
+    click.argument("config_path", metavar="CONFIG", required=False, type=click.Path(dir_okay=False)),
+    *_OVERRIDE_OPTIONS,
+    click.option("--run-dir", type=click.Path(file_okay=False), help="Write the run here instead of output.run_dir."),
+    click.option(
+        "--resume",
+        "resume_dir",
+        metavar="RUN_DIR",
+        type=click.Path(file_okay=False),
+        help="Continue the run in RUN_DIR from its latest checkpoint (CONFIG is optional; --epochs may extend it).",
+    ),
+    click.option("--overwrite", is_flag=True, help="Replace the run already in the run directory."),
+    click.option("--no-tensorboard", is_flag=True, help="Do not write TensorBoard scalars (output.tensorboard)."),
+    click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
+]
+
+_MODEL_OPTION = click.option(
+    "--model",
+    type=click.Choice(ModelFile.words()),
+    default=ModelFile.FINAL.value,
+    show_default=True,
+    help="final (model.keras) or best (model.best.keras, kept with output.keep_best).",
+)
 
 
 def _overrides(
@@ -137,6 +189,50 @@ def _overrides(
     if batch_size is not None:
         overrides.append(f"training.batch_size={batch_size}")
     return overrides
+
+
+@dataclass(frozen=True)
+class _TrainOptions:
+    """What train's argument and options ask for, as click parsed them."""
+
+    config_path: str | None
+    subdivisions: str | None
+    no_subdivisions: bool
+    epochs: int | None
+    batch_size: str | None
+    assignments: tuple[str, ...]
+    run_dir: str | None
+    resume_dir: str | None
+    overwrite: bool
+    no_tensorboard: bool
+    quiet: bool
+
+    def config(self) -> Config:
+        """The config to train: CONFIG with the overrides, or the resumed run's own (CONFIG checked against it)."""
+        from accumrun.config.loading import load_config, load_resume_config
+
+        if self.resume_dir is None and self.config_path is None:
+            raise click.UsageError("missing CONFIG (or --resume RUN_DIR to continue a run)")
+        if self.resume_dir is not None and (self.run_dir or self.overwrite):
+            raise click.UsageError("--resume continues the run in its own directory; drop --run-dir and --overwrite")
+        overrides = _overrides(self.assignments, self.subdivisions, self.no_subdivisions, self.epochs, self.batch_size)
+        if self.no_tensorboard:
+            overrides.append("output.tensorboard=false")
+        if self.resume_dir is not None:
+            return load_resume_config(Path(self.resume_dir), self.config_path, overrides)
+        assert self.config_path is not None  # checked above
+        return load_config(self.config_path, overrides)
+
+    def target(self, config: Config) -> Path:
+        """The run directory: the resumed one, --run-dir, or the config's ``output.run_dir`` resolved now."""
+        from accumrun.rundir.layout import resolve_run_dir
+
+        if self.resume_dir is not None:
+            return Path(self.resume_dir)
+        if self.run_dir:
+            return Path(self.run_dir)
+        assert self.config_path is not None  # config() refuses a new run without CONFIG
+        return resolve_run_dir(config.output.run_dir, Path(self.config_path).stem)
 
 
 @contextlib.contextmanager
@@ -181,62 +277,25 @@ def main() -> None:
 
 
 @main.command()
-@functools.partial(_config_options, config_required=False)
-@click.option("--run-dir", type=click.Path(file_okay=False), help="Write the run here instead of output.run_dir.")
-@click.option(
-    "--resume",
-    "resume_dir",
-    metavar="RUN_DIR",
-    type=click.Path(file_okay=False),
-    help="Continue the run in RUN_DIR from its latest checkpoint (CONFIG is optional; --epochs may extend it).",
-)
-@click.option("--overwrite", is_flag=True, help="Replace the run already in the run directory.")
-@click.option("--no-tensorboard", is_flag=True, help="Do not write TensorBoard scalars (output.tensorboard).")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-def train(
-    config_path: str | None,
-    subdivisions: str | None,
-    no_subdivisions: bool,
-    epochs: int | None,
-    batch_size: str | None,
-    assignments: tuple[str, ...],
-    run_dir: str | None,
-    resume_dir: str | None,
-    overwrite: bool,
-    no_tensorboard: bool,
-    quiet: bool,
-) -> None:
+@_options(_TRAIN_OPTIONS)
+def train(**options: Any) -> None:
     """Train the model that CONFIG describes, or continue a stopped run with --resume RUN_DIR.
 
     Ctrl-C or SIGTERM stops at the end of the current batch, saves a checkpoint and prints the command that
     resumes the run; a second Ctrl-C stops at once.
     """
-    from accumrun.config.loading import load_config, load_resume_config
-
-    if resume_dir is None and config_path is None:
-        raise click.UsageError("missing CONFIG (or --resume RUN_DIR to continue a run)")
-    if resume_dir is not None and (run_dir or overwrite):
-        raise click.UsageError("--resume continues the run in its own directory; drop --run-dir and --overwrite")
-    overrides = _overrides(assignments, subdivisions, no_subdivisions, epochs, batch_size)
-    if no_tensorboard:
-        overrides.append("output.tensorboard=false")
-    if resume_dir is not None:
-        config = load_resume_config(Path(resume_dir), config_path, overrides)
-    else:
-        assert config_path is not None  # checked above
-        config = load_config(config_path, overrides)
+    request = _TrainOptions(**options)
+    config = request.config()
     # Before anything imports TensorFlow (the run folder's modules do), so that its start-up chatter is hidden.
     strategy = _start_tensorflow(config.distribute)
-    if resume_dir is not None:
-        target = Path(resume_dir)
-    else:
-        target = Path(run_dir) if run_dir else _resolve_run_dir(config.output.run_dir, str(config_path))
+    target = request.target(config)
     from accumrun.training.checkpoints import CheckpointStore
     from accumrun.training.signals import resume_command
 
+    resume = request.resume_dir is not None
     try:
         accumrun.train(
-            config, target, resume=resume_dir is not None, overwrite=overwrite, quiet=quiet, strategy=strategy
+            config, target, resume=resume, overwrite=request.overwrite, quiet=request.quiet, strategy=strategy
         )
     except KeyboardInterrupt:
         if CheckpointStore(target / "checkpoints", keep=1).latest() is not None:
@@ -248,7 +307,8 @@ def train(
 
 
 @main.command()
-@_config_options
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@_options(_OVERRIDE_OPTIONS)
 @click.option("--memory", is_flag=True, help="Also estimate the memory per sub-batch size, to choose subdivisions.")
 def check(
     config_path: str,
@@ -299,28 +359,21 @@ def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | N
     return list(dict.fromkeys(part if part == "auto" else int(part) for part in parts))
 
 
-def _resolve_run_dir(template: str, config_path: str) -> Path:
-    from accumrun.rundir.layout import resolve_run_dir
-
-    return resolve_run_dir(template, Path(config_path).stem)
-
-
 @main.command()
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option(
     "--subdivisions",
-    "subdivision_counts",
     callback=_subdivision_list,
     metavar="LIST",
     help="Comma-separated subdivision counts to train, e.g. 8,4,1 or auto,1 [default: the config's, and 1].",
 )
-@click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs.")
-@click.option("--batch-size", type=_PositiveOr("full"), help="Override training.batch_size (N or 'full').")
+@_EPOCHS_OPTION
+@_BATCH_SIZE_OPTION
 @_SET_OPTION
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the variants and the report.")
 def compare(
     config_path: str,
-    subdivision_counts: list[int | str] | None,
+    subdivisions: list[int | str] | None,
     epochs: int | None,
     batch_size: str | None,
     assignments: tuple[str, ...],
@@ -333,7 +386,7 @@ def compare(
     """
     overrides = _overrides(assignments, None, False, epochs, batch_size)
     _start_tensorflow()
-    comparison = accumrun.compare(config_path, subdivision_counts, run_dir, overrides=overrides)
+    comparison = accumrun.compare(config_path, subdivisions, run_dir, overrides=overrides)
     click.echo("")
     click.echo(comparison.table())
     png = f" and {comparison.png_path}" if comparison.png_path else ""
@@ -343,84 +396,66 @@ def compare(
         raise click.ClickException(f"{len(comparison.failed)} of {count} variants failed; see the table above")
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@main.command()
 @click.option("--workers", type=click.IntRange(min=1), required=True, help="How many local workers to start.")
-@click.argument("train_args", metavar="[CONFIG] [TRAIN OPTIONS]...", nargs=-1, type=click.UNPROCESSED)
-def launch(workers: int, train_args: tuple[str, ...]) -> None:
+@_options(_TRAIN_OPTIONS)
+@click.pass_context
+def launch(ctx: click.Context, workers: int, **options: Any) -> None:
     """Start WORKERS local processes of one multi-worker run: `accumrun train` with the same CONFIG and train
     options (--resume RUN_DIR among them), TF_CONFIG on free localhost ports, output prefixed [w0], [w1], ...
 
     Ctrl-C and SIGTERM are passed on to every worker, which stop at the same batch after a checkpoint. The
-    launcher exits with worker 0's status.
+    launcher exits with worker 0's status, or 75 if worker 0 is lost.
     """
     from accumrun.launcher import launch as launch_workers
     from accumrun.launcher import resume_hint
-    from accumrun.rundir.status import read_status
 
-    args = list(train_args)
-    run_dir, new_run, timeout = _launched_run_dir(args)
-    if new_run:
-        args += ["--run-dir", str(run_dir)]
-    args += ["--set", "distribute.strategy=multi_worker"]
-    code = launch_workers(workers, args, click.echo, grace_seconds=timeout + 30)
-    if code != 0 and (run_dir / "checkpoints").is_dir() and read_status(run_dir) != "completed":
-        click.echo(f"[launch] resume with: {resume_hint(workers, run_dir)}", err=True)
+    request = _TrainOptions(**options)
+    config = request.config()
+    target = request.target(config)
+    args = _given_train_options(ctx)
+    if request.resume_dir is None and not request.run_dir:
+        args.append(f"--run-dir={target}")  # resolved once here, so that every worker writes to the same folder
+    args.append("--set=distribute.strategy=multi_worker")
+    code = launch_workers(workers, args, click.echo, grace_seconds=config.distribute.timeout_seconds + 30)
+    hint = resume_hint(workers, target)
+    if code != 0 and hint is not None:
+        click.echo(f"[launch] resume with: {hint}", err=True)
     sys.exit(code)
 
 
-def _launched_run_dir(args: list[str]) -> tuple[Path, bool, int]:
-    """The run directory that a launch's train options name (--resume, --run-dir), or the config's
-    ``output.run_dir``, resolved once for every worker; whether it is a new run's to pass on as --run-dir; and
-    the run's ``distribute.timeout_seconds``."""
-    from accumrun.config.loading import load_config, load_resume_config
-
-    # The train options that take a value, to tell CONFIG from an option's value.
-    takes_value = {
-        name for param in train.params if isinstance(param, click.Option) and not param.is_flag for name in param.opts
-    }
-    values: dict[str, list[str]] = {}
-    positionals = []
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        name, equals, value = arg.partition("=")
-        if name in takes_value and equals:
-            values.setdefault(name, []).append(value)
-        elif arg in takes_value and index + 1 < len(args):
-            values.setdefault(arg, []).append(args[index + 1])
-            index += 1
-        elif not arg.startswith("-"):
-            positionals.append(arg)
-        index += 1
-    overrides = values.get("--set", [])
-    if "--resume" in values:
-        resumed = Path(values["--resume"][-1])
-        config = load_resume_config(resumed, positionals[0] if positionals else None, overrides)
-        return resumed, False, config.distribute.timeout_seconds
-    if not positionals:
-        raise click.UsageError("missing CONFIG (or --resume RUN_DIR to continue a run)")
-    config = load_config(positionals[0], overrides)
-    timeout = config.distribute.timeout_seconds
-    if "--run-dir" in values:
-        return Path(values["--run-dir"][-1]), False, timeout
-    return _resolve_run_dir(config.output.run_dir, positionals[0]), True, timeout
+def _given_train_options(ctx: click.Context) -> list[str]:
+    """The command-line arguments that give `accumrun train` the train options given to ``ctx``'s command (what
+    was left at its default is left out)."""
+    args: list[str] = []
+    for param in train.params:
+        assert param.name is not None  # every parameter of train is named
+        if ctx.get_parameter_source(param.name) in (None, ParameterSource.DEFAULT):
+            continue
+        value = ctx.params[param.name]
+        flag = max(param.opts, key=len)
+        if isinstance(param, click.Argument):
+            args.append(str(value))
+        elif isinstance(param, click.Option) and param.is_flag:
+            args.append(flag)
+        else:
+            args += [f"{flag}={each}" for each in (value if param.multiple else [value])]
+    return args
 
 
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option(
-    "--split", type=click.Choice(["val", "test", "train"]), default="val", show_default=True, help="What to score."
+    "--split", type=click.Choice(Split.words()), default=Split.VAL.value, show_default=True, help="What to score."
 )
 @click.option("--data", "data_path", metavar="PATH", help="Score all of this source (of the run's kind) instead.")
-@click.option("--model", "which", type=click.Choice(["final", "best"]), default="final", show_default=True)
-def evaluate(run_dir: Path, split: str, data_path: str | None, which: str) -> None:
+@_MODEL_OPTION
+def evaluate(run_dir: Path, split: str, data_path: str | None, model: str) -> None:
     """Score a finished run's model with its loss and metrics; write RUN_DIR/eval-<split>.json."""
     _start_tensorflow()
     from accumrun.reports.evaluate import describe
 
-    # click.Choice has checked split and which; the API's Literal types cannot see that.
-    result = accumrun.evaluate(run_dir, split, data=data_path, model=which)  # type: ignore[arg-type]
-    click.echo(describe(result))
+    click.echo(describe(accumrun.evaluate(run_dir, split, data=data_path, model=model)))
 
 
 @main.command()
@@ -428,14 +463,14 @@ def evaluate(run_dir: Path, split: str, data_path: str | None, which: str) -> No
 @click.argument("inputs", metavar="INPUT...", nargs=-1, required=True)
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write a .csv or .json file.")
 @click.option("--top-k", type=click.IntRange(min=1), help="Classes per row [default: up to 5].")
-@click.option("--model", "which", type=click.Choice(["final", "best"]), default="final", show_default=True)
-def predict(run_dir: Path, inputs: tuple[str, ...], output: Path | None, top_k: int | None, which: str) -> None:
+@_MODEL_OPTION
+def predict(run_dir: Path, inputs: tuple[str, ...], output: Path | None, top_k: int | None, model: str) -> None:
     """Label new inputs with a finished run's model: image files or folders, an .npz with x, or a CSV.
 
     Prints a table, or writes one row per input to --output (CSV, or JSON for a .json name).
     """
     _start_tensorflow()
-    predictions = accumrun.predict(run_dir, inputs, top_k=top_k, model=which, show_progress=True)  # type: ignore[arg-type]
+    predictions = accumrun.predict(run_dir, inputs, top_k=top_k, model=model, show_progress=True)
     if output is None:
         click.echo(predictions.table())
     else:
@@ -447,13 +482,12 @@ def predict(run_dir: Path, inputs: tuple[str, ...], output: Path | None, top_k: 
 @click.option("--format", "format_", type=click.Choice(["savedmodel"]), default="savedmodel", show_default=True)
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="[default: RUN_DIR/export/savedmodel]")
 @click.option("--overwrite", is_flag=True, help="Replace what is at the output.")
-@click.option("--model", "which", type=click.Choice(["final", "best"]), default="final", show_default=True)
-def export(run_dir: Path, format_: str, output: Path | None, overwrite: bool, which: str) -> None:
+@_MODEL_OPTION
+def export(run_dir: Path, format_: str, output: Path | None, overwrite: bool, model: str) -> None:
     """Export a finished run's model as a TensorFlow SavedModel whose serving signature takes raw samples and
     returns probabilities (and, for classification, class_index and class_name)."""
     _start_tensorflow()
-    exported = accumrun.export(run_dir, output, overwrite=overwrite, model=which)  # type: ignore[arg-type]
-    click.echo(exported.describe())
+    click.echo(accumrun.export(run_dir, output, overwrite=overwrite, model=model).describe())
 
 
 @main.command()

@@ -18,12 +18,19 @@ def describe(path: str, what: str, value: Any = _NO_VALUE) -> str:
 
 
 class AccumrunError(click.ClickException):
-    """Base of the errors that reach the user as ``Error: ...`` with exit code 1."""
+    """Base of the errors that reach the user as ``Error: ...``, with exit code 1 unless a subclass says otherwise."""
 
     exit_code = 1
 
     def __init__(self, path: str, what: str, value: Any = _NO_VALUE) -> None:
         super().__init__(describe(path, what, value))
+
+
+class ArgumentError(AccumrunError):
+    """An argument of an API call is invalid (its path is the argument's name): exit code 2, and the command line
+    shows it as a usage error."""
+
+    exit_code = 2
 
 
 class ConfigError(AccumrunError):
@@ -67,6 +74,9 @@ class Interrupted(click.ClickException):
 
 
 class WorkerLost(click.ClickException):
-    """A worker of a multi-worker run stopped answering; the others stopped, and the last checkpoint is intact."""
+    """A worker of a multi-worker run stopped answering; the others stopped, and the last checkpoint is intact.
 
-    exit_code = 1
+    Its exit code is ``EX_TEMPFAIL`` (75): the run is resumable, so a supervisor may simply start it again.
+    """
+
+    exit_code = 75

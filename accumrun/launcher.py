@@ -4,9 +4,9 @@ Each worker is a process of its own, in a session of its own (so that a Ctrl-C a
 launcher alone), with a ``TF_CONFIG`` that names every worker on a free localhost port and its own index.
 The launcher prefixes each line a worker prints with ``[wI] ``, forwards each SIGINT or SIGTERM it gets to every
 worker once (they agree on the batch to stop at, and the chief saves a checkpoint there; a second one kills
-them), and exits with the chief's (worker 0's) status. It is for trying multi-worker training, for one big host,
-and for the tests; on several hosts, each host runs ``accumrun train`` with its own ``TF_CONFIG`` (or under
-Slurm).
+them), and exits with the chief's (worker 0's) status, or 75 if the chief is lost. It is for trying multi-worker
+training, for one big host, and for the tests; on several hosts, each host runs ``accumrun train`` with its own
+``TF_CONFIG`` (or under Slurm).
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from accumrun.errors import WorkerLost
+from accumrun.kinds import RunState
+from accumrun.rundir.status import read_status
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -41,7 +45,8 @@ def free_ports(count: int) -> list[int]:
 
 
 def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None], grace_seconds: float = 330.0) -> int:
-    """Run ``accumrun train TRAIN_ARGS`` as ``workers`` local workers; return worker 0's exit status.
+    """Run ``accumrun train TRAIN_ARGS`` as ``workers`` local workers; return worker 0's exit status, or 75 (a lost
+    worker's) when worker 0 was killed.
 
     A second SIGINT or SIGTERM kills the workers at once. When a worker fails, the others get ``grace_seconds``
     (longer than the run's collective timeout) to notice and stop by themselves before they are killed.
@@ -87,6 +92,15 @@ def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None],
         _kill(processes)
         for number, handler in previous.items():
             signal.signal(number, handler)
+    return _launcher_status(codes, echo)
+
+
+def _launcher_status(codes: list[int], echo: Callable[[str], None]) -> int:
+    """Worker 0's exit status, or 75 (a lost worker's) when it was killed: a negative status is a worker killed by
+    that signal, without a word."""
+    if codes[0] < 0:
+        echo(f"[launch] exit statuses {codes}; worker 0 was lost, so the launcher's is {WorkerLost.exit_code}")
+        return WorkerLost.exit_code
     echo(f"[launch] exit statuses {codes}; worker 0's is the launcher's")
     return codes[0]
 
@@ -111,11 +125,15 @@ def _kill(processes: list[subprocess.Popen[str]]) -> None:
             process.wait()
 
 
-def resume_hint(workers: int, run_dir: Path) -> str:
-    """The command that resumes the launched run in ``run_dir``."""
+def resume_hint(workers: int, run_dir: Path) -> str | None:
+    """The command that resumes the launched run in ``run_dir``; None when it completed or has no checkpoint."""
+    if not (run_dir / "checkpoints").is_dir() or read_status(run_dir) == RunState.COMPLETED:
+        return None
     return shlex.join([sys.executable, "-m", "accumrun", "launch", "--workers", str(workers), "--resume", str(run_dir)])
 
 
 def _copy(stream: IO[str], prefix: str, echo: Callable[[str], None]) -> None:
-    for line in stream:
-        echo(prefix + line.rstrip("\n"))
+    """Echo each line of a worker's output with ``prefix``; close the pipe when the worker's output ends."""
+    with stream:
+        for line in stream:
+            echo(prefix + line.rstrip("\n"))

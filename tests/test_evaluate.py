@@ -70,7 +70,7 @@ def test_a_model_trained_on_crops_scores_the_folder_as_validation_did(tmp_path: 
 def test_what_is_not_there_is_refused(finished: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"RUN_DIR: is not a finished accumrun run"):
         evaluate(tmp_path)
-    with pytest.raises(ConfigError, match=r"split: data\.name: synthetic has no test split"):
+    with pytest.raises(ConfigError, match=r"^split: data\.name: synthetic has no test split"):
         evaluate(finished, "test")
 
 

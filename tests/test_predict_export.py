@@ -19,7 +19,8 @@ import tensorflow as tf
 from accumrun import evaluate, export, load_config, predict, train
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import SHAPES, write_image_folder
-from accumrun.errors import ConfigError, DataError
+from accumrun.errors import ArgumentError, ConfigError, DataError
+from accumrun.kinds import ModelFile
 from accumrun.rundir.layout import prepare_run_dir
 from tests.helpers import run_cli, write_config
 
@@ -95,7 +96,7 @@ def test_the_export_serves_the_predicted_probabilities_with_class_names(image_ru
     top = served["probabilities"].numpy().max(axis=1)
     assert top == pytest.approx([row[3] for row in predictions.rows], abs=1e-6)
     assert np.allclose(served["probabilities"].numpy().sum(axis=1), 1.0, atol=1e-5)
-    with pytest.raises(ConfigError, match=r"--output: exists; pass --overwrite to replace it"):
+    with pytest.raises(ConfigError, match=r"^output: exists; pass --overwrite to replace it"):
         export(image_run)
     assert export(image_run, overwrite=True).path.is_dir()
     assert evaluate(image_run)["samples"] == len(paths)
@@ -202,6 +203,20 @@ def test_keras_alone_evaluates_the_saved_model_on_raw_images_as_the_run_did(imag
     last = json.loads((image_run / "metrics.jsonl").read_text().splitlines()[-1])
     assert scored["loss"] == pytest.approx(last["val_loss"], abs=1e-6)
     assert scored["accuracy"] == pytest.approx(last["val_accuracy"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_the_model_is_chosen_by_enum_or_word_and_errors_name_the_api_arguments(image_run: Path) -> None:
+    paths, _ = validation_files(image_run)
+    by_word = predict(image_run, paths[:2], top_k=1, model="final")
+    assert predict(image_run, paths[:2], top_k=1, model=ModelFile.FINAL) == by_word
+    with pytest.raises(ConfigError, match=r"^model: the run has no model\.best\.keras; set output\.keep_best"):
+        predict(image_run, paths[:2], model=ModelFile.BEST)
+    with pytest.raises(ConfigError, match=r"^top_k: must be 1 to 3, the run's classes \(got 4\)"):
+        predict(image_run, paths[:2], top_k=4)
+    with pytest.raises(ArgumentError, match=r"^model: must be one of final, best \(got 'last'\)") as bad:
+        export(image_run, model="last")
+    assert bad.value.exit_code == 2
 
 
 @pytest.mark.slow

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
 import numpy as np
 
+from accumrun.errors import ArgumentError
 from accumrun.kinds import BatchNormMode, RunState
 from accumrun.reports.plot import plot_curves
 from accumrun.rundir.atomic import write_text_atomically
@@ -88,16 +88,17 @@ def compare_runs(
     subdivisions: list[int | str],
     out_dir: Path,
     overrides: list[str] | None = None,
-    echo: Callable[[str], None] = click.echo,
+    *,
+    echo: Callable[[str], None],
 ) -> Comparison:
     """Train ``config_path`` once per subdivision count into ``out_dir`` (which must be empty or new), then write
     ``compare.json`` and ``compare.png`` there.
 
     Raises:
-        click.UsageError: ``out_dir`` holds files.
+        ArgumentError: ``out_dir`` holds files.
     """
     if out_dir.exists() and any(out_dir.iterdir()):
-        raise click.UsageError(f"{out_dir} exists and is not empty; choose another --run-dir")
+        raise ArgumentError("run_dir", "exists and is not empty; choose another", str(out_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     variants = run_variants(config_path, overrides or [], subdivisions, out_dir, echo)
     json_path, png_path = write_report(variants, out_dir, config_path)
@@ -109,7 +110,7 @@ def run_variants(
     overrides: list[str],
     subdivisions: list[int | str],
     out_dir: Path,
-    echo: Callable[[str], None] = click.echo,
+    echo: Callable[[str], None],
 ) -> list[Variant]:
     """Train one variant per subdivision count into ``out_dir/subdivisions-N``; a failure does not stop the rest."""
     variants = []

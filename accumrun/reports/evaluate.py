@@ -22,7 +22,7 @@ from accumrun.data.splits import Split as SplitSamples
 from accumrun.errors import ConfigError
 from accumrun.kinds import ModelFile, Split
 from accumrun.objective import Scorer, fit_objective
-from accumrun.reports.finished import FinishedRun, Which
+from accumrun.reports.finished import FinishedRun
 from accumrun.rundir.atomic import write_text_atomically
 
 _DATA = "data"
@@ -61,7 +61,7 @@ class EvalResult:
 
 
 def evaluate_run(
-    run_dir: Path, split: Split | str = Split.VAL, data_path: str | None = None, which: Which = "final"
+    run_dir: Path, split: Split = Split.VAL, data_path: str | None = None, which: ModelFile = ModelFile.FINAL
 ) -> dict[str, Any]:
     """Score the run's model on ``split`` of its data (all of ``data_path`` when given); write and return
     ``eval-<split>.json`` (``eval-best-<split>.json`` for the best model; ``data`` as the split for
@@ -73,10 +73,9 @@ def evaluate_run(
     """
     run = FinishedRun(run_dir)
     config = run.config
-    model_file = ModelFile(which)
     model_path = run.model_path(which)
     dataset = load_dataset(config.data, config.seed)  # the run's data: its task, classes and splits
-    samples, name = _split(config, dataset, Split(split), data_path)
+    samples, name = _split(config, dataset, split, data_path)
     model = run.load_model(which)
     first = next(iter(Feeder(samples, [min(2, samples.size)], seed=config.seed, shuffle=False).epoch(0)))
     objective = fit_objective(config, dataset, model, first).objective
@@ -85,7 +84,7 @@ def evaluate_run(
     scores = scorer(feeder, samples.size)
     loss = scores.pop("loss")
     result = EvalResult(loss, scores, samples.size, model_path.name, name)
-    stem = f"eval-{name}" if model_file is ModelFile.FINAL else f"eval-best-{name}"
+    stem = f"eval-{name}" if which is ModelFile.FINAL else f"eval-best-{name}"
     write_text_atomically(run_dir / f"{stem}.json", json.dumps(result.to_json(), indent=1) + "\n")
     return result.to_json()
 

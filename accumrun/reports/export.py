@@ -17,7 +17,8 @@ import keras
 import tensorflow as tf
 
 from accumrun.errors import ConfigError
-from accumrun.reports.finished import FinishedRun, Which
+from accumrun.kinds import ModelFile, Task
+from accumrun.reports.finished import FinishedRun
 from accumrun.rundir.atomic import write_atomically
 
 
@@ -38,7 +39,7 @@ class Exported:
 
 
 def export_run(
-    run_dir: Path, output: Path | None = None, *, overwrite: bool = False, which: Which = "final"
+    run_dir: Path, output: Path | None = None, *, overwrite: bool = False, which: ModelFile = ModelFile.FINAL
 ) -> Exported:
     """Write the run's model as a SavedModel to ``output`` (``RUN_DIR/export/savedmodel`` by default).
 
@@ -49,7 +50,7 @@ def export_run(
     run = FinishedRun(run_dir)
     target = output if output is not None else run_dir / "export" / "savedmodel"
     if target.exists() and not overwrite:
-        raise ConfigError("--output", "exists; pass --overwrite to replace it", str(target))
+        raise ConfigError("output", "exists; pass --overwrite to replace it", str(target))
     model = run.load_model(which)
     to_probabilities = run.probabilities(model)
     labels = run.labels
@@ -57,9 +58,9 @@ def export_run(
 
     def serve(samples: tf.Tensor) -> dict[str, tf.Tensor]:
         outputs = to_probabilities(tf.cast(model(samples, training=False), tf.float32))
-        if task == "regression":
+        if task is Task.REGRESSION:
             return {"values": outputs}
-        if task == "multi_label" or labels is None:  # labels.json is there for every classification run
+        if task is Task.MULTI_LABEL or labels is None:  # labels.json is there for every classification run
             return {"probabilities": outputs}
         if outputs.shape[-1] == 1:  # one sigmoid unit: the probability of the second of two classes
             outputs = tf.concat([1.0 - outputs, outputs], axis=-1)
@@ -73,7 +74,7 @@ def export_run(
     if target.exists():  # --overwrite: the old export goes, the new one appears whole or not at all
         shutil.rmtree(target)
     write_atomically(target, lambda staging: archive.write_out(str(staging), verbose=False))
-    outputs = {"regression": ["values"], "multi_label": ["probabilities"]}.get(
+    outputs = {Task.REGRESSION: ["values"], Task.MULTI_LABEL: ["probabilities"]}.get(
         task, ["probabilities", "class_index", "class_name"]
     )
     return Exported(target, spec, outputs)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import keras
 import tensorflow as tf
@@ -15,14 +14,11 @@ from accumrun.config.loading import load_config
 from accumrun.config.schema import Config, CsvConfig
 from accumrun.data.tables import read_table
 from accumrun.errors import ConfigError
-from accumrun.kinds import Task
+from accumrun.kinds import ModelFile, RunState, Task
 from accumrun.models.outputs import output_activation
 from accumrun.objective import probability_function
 from accumrun.rundir.metrics import load_metrics
 from accumrun.rundir.status import read_status
-
-Which = Literal["final", "best"]
-MODEL_FILES: dict[str, str] = {"final": "model.keras", "best": "model.best.keras"}
 
 
 class FinishedRun:
@@ -33,7 +29,7 @@ class FinishedRun:
     """
 
     def __init__(self, run_dir: Path) -> None:
-        if read_status(run_dir) != "completed":
+        if read_status(run_dir) != RunState.COMPLETED:
             raise ConfigError(
                 "RUN_DIR", "is not a finished accumrun run (its run.json does not say completed)", str(run_dir)
             )
@@ -45,19 +41,19 @@ class FinishedRun:
         """The task the run settled on (its ``config.yaml`` records it, never ``auto``)."""
         return Task(self.config.data.task)
 
-    def model_path(self, which: Which) -> Path:
+    def model_path(self, which: ModelFile) -> Path:
         """``model.keras`` or ``model.best.keras``.
 
         Raises:
             ConfigError: the run has no such model.
         """
-        path = self.run_dir / MODEL_FILES[which]
+        path = self.run_dir / which.filename
         if not path.is_file():
-            hint = "; set output.keep_best to keep one" if which == "best" else ""
-            raise ConfigError("--model", f"the run has no {path.name}{hint}", which)
+            hint = "; set output.keep_best to keep one" if which is ModelFile.BEST else ""
+            raise ConfigError("model", f"the run has no {path.name}{hint}", which.value)
         return path
 
-    def load_model(self, which: Which) -> keras.Model:
+    def load_model(self, which: ModelFile) -> keras.Model:
         """The saved model, uncompiled: accumrun scores it with the run's own objective."""
         return keras.models.load_model(self.model_path(which), compile=False)
 

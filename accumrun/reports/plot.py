@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accumrun.errors import DataError
 from accumrun.rundir.atomic import write_atomically
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 _MARKER_EPOCHS = 30  # beyond this many epochs markers merge into a thick line and only add clutter
 
@@ -29,50 +32,25 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
     """
     # Imported here so that importing accumrun (and `accumrun --help`) does not pay for matplotlib.
     from matplotlib.figure import Figure
-    from matplotlib.ticker import LogFormatter, MaxNLocator
 
     out = Path(out)
     if not curves:
-        raise DataError(str(out), "no curves to plot")
+        raise DataError("curves", "no curves to plot")
     for label, rows in curves.items():
         if not rows:
-            raise DataError(str(out), f"curve {label!r} has no rows")
+            raise DataError(f"curves[{label!r}]", "has no rows")
 
     panels = [("loss", "training loss")]
     if any("val_loss" in row for rows in curves.values() for row in rows):
         panels.append(("val_loss", "validation loss"))
     markers = max(len(rows) for rows in curves.values()) <= _MARKER_EPOCHS
 
-    class PlainLogFormatter(LogFormatter):
-        # LogFormatter picks which ticks to label; print those as 0.3 rather than 3e-01 or 3x10^-1.
-        def __call__(self, x: float, pos: int | None = None) -> str:
-            return f"{x:g}" if super().__call__(x, pos) else ""
-
     # The Figure API draws with Agg on savefig without touching pyplot's global backend or figure registry.
     width = 11 if len(panels) == 2 else 7
     figure = Figure(figsize=(width, 4.5), layout="constrained")
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, (key, name) in zip(axes, panels, strict=True):
-        values: list[float] = []
-        for index, (label, rows) in enumerate(curves.items()):
-            points = [(row["epoch"], row[key]) for row in rows if key in row]
-            if not points:
-                continue
-            epochs, losses = zip(*points, strict=True)
-            values += losses
-            # Fixed colour per label, so a curve without val_loss does not shift the colours of the others.
-            ax.plot(epochs, losses, label=label, color=f"C{index}", marker="o" if markers else None, markersize=3)
-        if values and min(values) > 0:
-            ax.set_yscale("log")  # losses span decades; a linear axis flattens everything after epoch 1
-            # Label some minor ticks too when the curves span under two decades, or there may be one label only.
-            for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
-                set_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
-        ax.set_title(name)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("loss")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(True, which="major", alpha=0.4)
-        ax.grid(True, which="minor", alpha=0.15)
+        _draw_panel(ax, curves, key, name, markers=markers)
 
     # One shared legend below the panels: long labels get the full width instead of covering the curves.
     handles, labels = axes[0].get_legend_handles_labels()
@@ -84,3 +62,34 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
         figure.suptitle(title)
 
     return write_atomically(out, lambda temporary: figure.savefig(temporary, dpi=120, format="png"))
+
+
+def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, name: str, *, markers: bool) -> None:
+    """One panel: ``key`` (``loss`` or ``val_loss``) against epoch for every curve that has it."""
+    from matplotlib.ticker import LogFormatter, MaxNLocator
+
+    class PlainLogFormatter(LogFormatter):
+        # LogFormatter picks which ticks to label; print those as 0.3 rather than 3e-01 or 3x10^-1.
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    values: list[float] = []
+    for index, (label, rows) in enumerate(curves.items()):
+        points = [(row["epoch"], row[key]) for row in rows if key in row]
+        if not points:
+            continue
+        epochs, losses = zip(*points, strict=True)
+        values += losses
+        # Fixed colour per label, so a curve without val_loss does not shift the colours of the others.
+        ax.plot(epochs, losses, label=label, color=f"C{index}", marker="o" if markers else None, markersize=3)
+    if values and min(values) > 0:
+        ax.set_yscale("log")  # losses span decades; a linear axis flattens everything after epoch 1
+        # Label some minor ticks too when the curves span under two decades, or there may be one label only.
+        for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            set_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    ax.set_title(name)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("loss")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(True, which="major", alpha=0.4)
+    ax.grid(True, which="minor", alpha=0.15)

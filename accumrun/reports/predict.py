@@ -25,7 +25,8 @@ from accumrun.core.split import batch_sizes
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputKind, read_inputs
 from accumrun.errors import ConfigError
-from accumrun.reports.finished import FinishedRun, Which
+from accumrun.kinds import ModelFile, Task
+from accumrun.reports.finished import FinishedRun
 from accumrun.rundir.atomic import write_text_atomically
 
 Cell = str | float
@@ -67,7 +68,7 @@ def predict_run(
     inputs: Sequence[str],
     *,
     top_k: int | None = None,
-    which: Which = "final",
+    which: ModelFile = ModelFile.FINAL,
     show_progress: bool = False,
 ) -> Predictions:
     """Predict every sample of ``inputs`` (image files, folders, ``.npz`` with ``x``, CSV tables) with the run's
@@ -80,10 +81,10 @@ def predict_run(
     run = FinishedRun(run_dir)
     model = run.load_model(which)
     labels = run.labels
-    if run.task == "classification" and labels is not None:
+    if run.task is Task.CLASSIFICATION and labels is not None:
         top_k = top_k if top_k is not None else min(5, len(labels))
         if not 1 <= top_k <= len(labels):
-            raise ConfigError("--top-k", f"must be 1 to {len(labels)}, the run's classes", top_k)
+            raise ConfigError("top_k", f"must be 1 to {len(labels)}, the run's classes", top_k)
     kind = InputKind(
         sample_shape=tuple(model.input_shape[1:]),
         dtype=np.dtype(model.inputs[0].dtype),
@@ -105,11 +106,11 @@ def predict_run(
         bar.finish()
     names = [name for group in groups for name in group.names]
     values = np.concatenate(outputs).reshape(len(names), -1)
-    if run.task == "regression":
+    if run.task is Task.REGRESSION:
         columns = ["input", *(f"value_{i}" for i in range(values.shape[1]))]
         return Predictions(columns, [[name, *map(float, row)] for name, row in zip(names, values, strict=True)])
     assert labels is not None  # classification and multi-label runs always write labels.json
-    if run.task == "multi_label":
+    if run.task is Task.MULTI_LABEL:
         rows: list[list[Cell]] = [
             [name, ";".join(label for label, p in zip(labels, row, strict=True) if p >= 0.5), *map(float, row)]
             for name, row in zip(names, values, strict=True)
