@@ -524,7 +524,7 @@ def test_override_can_switch_the_model(tmp_path: Path) -> None:
 def test_malformed_override_is_refused(tmp_path: Path, override: str) -> None:
     assert (
         message_of(write(tmp_path, ""), [override])
-        == f"--set: expected KEY=VALUE with a dotted key such as training.subdivisions=4 (got {override!r})"
+        == f"overrides: expected KEY=VALUE with a dotted key such as training.subdivisions=4 (got {override!r})"
     )
 
 

@@ -85,9 +85,9 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     """
     saved_path = run_dir / "config.yaml"
     if not run_dir.is_dir():
-        raise ConfigError("--resume", "does not exist", str(run_dir))
+        raise ConfigError("resume", "does not exist", str(run_dir))
     if not saved_path.is_file():
-        raise ConfigError("--resume", "is not an accumrun run directory (it has no config.yaml)", str(run_dir))
+        raise ConfigError("resume", "is not an accumrun run directory (it has no config.yaml)", str(run_dir))
     saved = load_config(saved_path)
     raw = _read_yaml(saved_path)
     if isinstance(saved.data, NpzConfig) and "rescale" not in (raw.get("data") or {}):
@@ -114,7 +114,7 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     ]
     if changed:
         raise ConfigError(
-            "--resume",
+            "resume",
             f"the config differs from the run's in {', '.join(changed)}; "
             "only training.epochs, output.* and distribute.* may change",
         )
@@ -171,7 +171,7 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
     key, sep, text = override.partition("=")
     parts = key.strip().split(".")
     if not sep or not all(parts):
-        raise ConfigError("--set", "expected KEY=VALUE with a dotted key such as training.subdivisions=4", override)
+        raise ConfigError("overrides", "expected KEY=VALUE with a dotted key such as training.subdivisions=4", override)
     try:
         value = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError:

@@ -12,12 +12,15 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import tensorflow as tf
 
 from accumrun.core.step import TrainStep
 from accumrun.errors import ConfigError
+from accumrun.rundir.status import AutoNote
+from accumrun.training.probe import fits_in_fresh_process
+from accumrun.training.setup import TrainingSetup
 
 
 @dataclass
@@ -110,3 +113,36 @@ def _probe_fresh_processes(
             return
         _next_or_give_up(choice, batch_size, echo)
         choice.tried.append(choice.subdivisions)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A setup with ``subdivisions`` settled, the train step compiled for it, and what ``auto`` chose (None when
+    the config set a number)."""
+
+    setup: TrainingSetup
+    subdivisions: int
+    step: TrainStep
+    auto: AutoNote | None
+
+
+def settle_subdivisions(setup: TrainingSetup, echo: Callable[[str], None]) -> Settled:
+    """Compile the train step; for ``subdivisions: auto``, first choose the fewest subdivisions whose first batch
+    fits in memory (see :func:`choose_subdivisions`), and record the choice in a new setup's config."""
+    if setup.subdivisions is not None:
+        return Settled(setup, setup.subdivisions, setup.make_step(setup.subdivisions), None)
+    x, y = setup.first_batch()
+    config = setup.config
+    choice = choose_subdivisions(
+        setup.make_step,
+        [*setup.model.variables, *setup.optimizer.variables, *setup.train_metrics.variables],
+        x,
+        y,
+        config.training.max_sub_batch,
+        lambda subdivisions: fits_in_fresh_process(config, subdivisions),
+        echo,
+    )
+    echo(f"subdivisions: auto chose {choice.subdivisions} (tried {', '.join(map(str, choice.tried))})")
+    # The settled count is what config.yaml records and what a resumed run keeps.
+    settled = replace(setup, config=config.with_subdivisions(choice.subdivisions), subdivisions=choice.subdivisions)
+    return Settled(settled, choice.subdivisions, choice.step, AutoNote(choice.subdivisions, tuple(choice.tried)))

@@ -25,6 +25,7 @@ from accumrun.models.saving import CompileSpec, save_trained_model
 from accumrun.objective import Scorer
 from accumrun.rundir.metrics import EpochRow
 from accumrun.rundir.status import BatchNormNote
+from accumrun.training.autosub import Settled, settle_subdivisions
 from accumrun.training.checkpoints import Position, State
 from accumrun.training.console import describe_setup, device_name
 from accumrun.training.controls import Controls
@@ -32,7 +33,7 @@ from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chie
 from accumrun.training.log import RowSizes, RunLog
 from accumrun.training.loop import Schedule, Trainer
 from accumrun.training.run import Run
-from accumrun.training.setup import Settled, TrainingSetup, build_training, settle_subdivisions
+from accumrun.training.setup import TrainingSetup, build_training
 from accumrun.training.signals import resume_command
 from accumrun.training.tensorboard import TensorBoardLog
 

@@ -9,8 +9,7 @@ settles ``subdivisions: auto`` by trying the first batch, and returns a new one.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import keras
@@ -37,11 +36,8 @@ from accumrun.models.preprocessing import (
 )
 from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
-from accumrun.rundir.status import AutoNote
-from accumrun.training.autosub import choose_subdivisions
 from accumrun.training.distribute import strategy_scope
 from accumrun.training.feed import choose_feed
-from accumrun.training.probe import fits_in_fresh_process
 
 
 def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
@@ -246,41 +242,6 @@ def _resolved(
         update={"task": dataset.task, "rescale": "auto" if rescale is None else rescale, "feed": feed}
     )
     return config.model_copy(update={"data": data, "loss": objective.loss, "metrics": objective.metrics})
-
-
-@dataclass(frozen=True)
-class Settled:
-    """A setup with ``subdivisions`` settled, the train step compiled for it, and what ``auto`` chose (None when
-    the config set a number)."""
-
-    setup: TrainingSetup
-    subdivisions: int
-    step: TrainStep
-    auto: AutoNote | None
-
-
-def settle_subdivisions(setup: TrainingSetup, echo: Callable[[str], None]) -> Settled:
-    """Compile the train step; for ``subdivisions: auto``, first choose the fewest subdivisions whose first batch
-    fits in memory (see :mod:`accumrun.training.autosub`), and record the choice in a new setup's config."""
-    if setup.subdivisions is not None:
-        return Settled(setup, setup.subdivisions, setup.make_step(setup.subdivisions), None)
-    x, y = setup.first_batch()
-    config = setup.config
-    choice = choose_subdivisions(
-        setup.make_step,
-        [*setup.model.variables, *setup.optimizer.variables, *setup.train_metrics.variables],
-        x,
-        y,
-        config.training.max_sub_batch,
-        lambda subdivisions: fits_in_fresh_process(config, subdivisions),
-        echo,
-    )
-    echo(f"subdivisions: auto chose {choice.subdivisions} (tried {', '.join(map(str, choice.tried))})")
-    # The settled count is what config.yaml records and what a resumed run keeps.
-    settled = dataclasses.replace(
-        setup, config=config.with_subdivisions(choice.subdivisions), subdivisions=choice.subdivisions
-    )
-    return Settled(settled, choice.subdivisions, choice.step, AutoNote(choice.subdivisions, tuple(choice.tried)))
 
 
 def _build_model(
