@@ -1,5 +1,5 @@
-"""Helpers shared by the tests: configs and data files written into tmp_path, small models, the CLI in a
-subprocess, and comparisons of weights."""
+"""Helpers shared by the tests: configs and data files written into tmp_path, small models, the CLI in this
+process or in a subprocess, and comparisons of weights."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,37 @@ def tiny_config(tmp_path: Path, **overrides: Any) -> Path:
     return write_config(tmp_path / "tiny.yaml", **sections)
 
 
+@dataclass(frozen=True)
+class CliResult:
+    """What one command left: its exit code and its two output streams, named as ``subprocess.run`` names them."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def invoke(*args: str) -> CliResult:
+    """Run ``accumrun ARGS`` in this process, in the current directory (tests move with ``monkeypatch.chdir``).
+
+    Click's runner keeps stdout and stderr apart (click 8.2+). An exception that the command line lets through
+    fails the test with its traceback, where a user would have seen one. A user's module imported from the
+    working directory puts that folder on ``sys.path``; it is taken off again, so no test sees another's files.
+    """
+    from click.testing import CliRunner
+
+    from accumrun.cli import main
+
+    path = list(sys.path)
+    try:
+        result = CliRunner().invoke(main, list(args), prog_name="accumrun", catch_exceptions=False)
+    finally:
+        sys.path[:] = path
+    return CliResult(result.exit_code, result.stdout, result.stderr)
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    """Run ``accumrun ARGS`` in a fresh interpreter, as a user would."""
+    """Run ``accumrun ARGS`` in a fresh interpreter, as a user would: for what only a process shows (its whole
+    stderr, signals, ``launch``)."""
     return subprocess.run(
         [sys.executable, "-m", "accumrun", *args],
         capture_output=True,
