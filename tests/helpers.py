@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
 from accumrun.data.sources import IDX_FILES
@@ -135,3 +137,31 @@ def make_data(samples: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
 def max_difference(a: list[Any], b: list[Any]) -> float:
     """The largest absolute difference between two lists of arrays (or variables), element by element."""
     return max(float(np.max(np.abs(np.asarray(p) - np.asarray(q)))) for p, q in zip(a, b, strict=True))
+
+
+def assert_close(a: list[np.ndarray], b: list[np.ndarray], atol: float = 1e-6) -> None:
+    """Two lists of arrays (weights, most often) agree element by element to ``atol``, with no relative slack."""
+    assert len(a) == len(b)
+    for left, right in zip(a, b, strict=True):
+        np.testing.assert_allclose(left, right, atol=atol, rtol=0)
+
+
+def stop_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
+    """Send SIGINT while the step trains ``batch`` (1-based), whole or streamed."""
+    from accumrun.core.step import TrainStep  # imports TensorFlow, so only for the tests that stop a run
+
+    batches = 0
+
+    def counted(method: Any) -> Any:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            nonlocal batches
+            result = method(self, *args, **kwargs)
+            batches += 1
+            if batches == batch:
+                os.kill(os.getpid(), signal.SIGINT)
+            return result
+
+        return wrapper
+
+    monkeypatch.setattr(TrainStep, "__call__", counted(TrainStep.__call__))
+    monkeypatch.setattr(TrainStep, "apply", counted(TrainStep.apply))
