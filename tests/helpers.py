@@ -1,17 +1,20 @@
-"""Helpers shared by the tests: configs and data files written into tmp_path, small models, the CLI in a
-subprocess, and comparisons of weights."""
+"""Helpers shared by the tests: configs and data files written into tmp_path, small models, the CLI in this
+process or in a subprocess, and comparisons of weights."""
 
 from __future__ import annotations
 
 import gzip
 import os
+import signal
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
 from accumrun.data.sources import IDX_FILES
@@ -39,8 +42,37 @@ def tiny_config(tmp_path: Path, **overrides: Any) -> Path:
     return write_config(tmp_path / "tiny.yaml", **sections)
 
 
+@dataclass(frozen=True)
+class CliResult:
+    """What one command left: its exit code and its two output streams, named as ``subprocess.run`` names them."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def invoke(*args: str) -> CliResult:
+    """Run ``accumrun ARGS`` in this process, in the current directory (tests move with ``monkeypatch.chdir``).
+
+    Click's runner keeps stdout and stderr apart (click 8.2+). An exception that the command line lets through
+    fails the test with its traceback, where a user would have seen one. A user's module imported from the
+    working directory puts that folder on ``sys.path``; it is taken off again, so no test sees another's files.
+    """
+    from click.testing import CliRunner
+
+    from accumrun.cli import main
+
+    path = list(sys.path)
+    try:
+        result = CliRunner().invoke(main, list(args), prog_name="accumrun", catch_exceptions=False)
+    finally:
+        sys.path[:] = path
+    return CliResult(result.exit_code, result.stdout, result.stderr)
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    """Run ``accumrun ARGS`` in a fresh interpreter, as a user would."""
+    """Run ``accumrun ARGS`` in a fresh interpreter, as a user would: for what only a process shows (its whole
+    stderr, signals, ``launch``)."""
     return subprocess.run(
         [sys.executable, "-m", "accumrun", *args],
         capture_output=True,
@@ -105,3 +137,32 @@ def make_data(samples: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
 def max_difference(a: list[Any], b: list[Any]) -> float:
     """The largest absolute difference between two lists of arrays (or variables), element by element."""
     return max(float(np.max(np.abs(np.asarray(p) - np.asarray(q)))) for p, q in zip(a, b, strict=True))
+
+
+def assert_close(a: list[np.ndarray], b: list[np.ndarray], atol: float = 1e-6) -> None:
+    """Two lists of arrays (weights, most often) agree element by element to ``atol``, with no relative slack."""
+    assert len(a) == len(b)
+    for left, right in zip(a, b, strict=True):
+        np.testing.assert_allclose(left, right, atol=atol, rtol=0)
+
+
+def stop_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
+    """Send SIGINT while the step trains ``batch`` (1-based), whole or streamed."""
+    # Imports TensorFlow, so only for the tests that stop a run.
+    from accumrun.core.step import StreamedStep, WholeBatchStep
+
+    batches = 0
+
+    def counted(method: Any) -> Any:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            nonlocal batches
+            result = method(self, *args, **kwargs)
+            batches += 1
+            if batches == batch:
+                os.kill(os.getpid(), signal.SIGINT)
+            return result
+
+        return wrapper
+
+    for step_class in (WholeBatchStep, StreamedStep):
+        monkeypatch.setattr(step_class, "train_batch", counted(step_class.train_batch))

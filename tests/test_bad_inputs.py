@@ -1,16 +1,15 @@
-"""Bad inputs through the real command line: each is refused with its exit code, one clear line and no debris.
+"""Bad inputs through the command line: each is refused with its exit code, one clear line and no debris.
 
 Every row is one user mistake: the files it needs, the command line, the exit code and a fragment of the message
-that names the fault. Each runs ``python -m accumrun`` in a subprocess, as a user would. The subprocesses start
-together, four at a time, once per module: the rows that get past the config import TensorFlow, about 8 CPU
-seconds each. Faults that take the same path as a row here are checked in-process at the end, at no such cost.
+that names the fault. Each runs the ``accumrun`` command in this process through click's runner, in a folder of
+its own, so TensorFlow starts once for the whole table; tests/test_cli.py shows on a real process that an error
+leaves nothing else on stderr. Faults that take the same path as a row here are checked on the API at the end.
 """
 
 from __future__ import annotations
 
 import gzip
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,13 +22,12 @@ from accumrun.config.schema import OptimizerConfig, data_config
 from accumrun.data.dataset import load_dataset
 from accumrun.data.sources import IDX_FILES
 from accumrun.errors import ConfigError, DataError
-from tests.helpers import idx_bytes, run_cli, tiny_config, write_config, write_idx_folder
+from tests.helpers import idx_bytes, invoke, tiny_config, write_config, write_idx_folder
 
 # Each row runs in a folder of its own; "{tmp}" in its arguments becomes that folder.
 CONFIG = "{tmp}/tiny.yaml"
 RUN_DIR = "{tmp}/run"
 TRAIN = ("train", CONFIG, "--run-dir", RUN_DIR)
-WORKERS = 4
 # Valid samples, labels and IDX images, from which the rows' bad ones are made.
 X = np.zeros((6, 4), dtype=np.float32)
 Y = np.array([0, 1, 2, 0, 1, 2])
@@ -47,17 +45,6 @@ class Case:
     exit_code: int
     fragment: str
     """Part of the message that names the fault, matched case-insensitively."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one subprocess left: its exit code, its output and the run folder before and after."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    before: list[tuple[str, int, int]] | None
-    after: list[tuple[str, int, int]] | None
 
 
 # --- builders -------------------------------------------------------------------------------------------------
@@ -159,7 +146,7 @@ def csv_config(tmp: Path, text: str, label: str = "label") -> Path:
 
 def finished_run(tmp: Path) -> None:
     """A completed one-epoch tiny run in ``run``, to resume from."""
-    result = run_cli("train", str(tiny_config(tmp)), "--run-dir", str(tmp / "run"), "--epochs", "1", "--quiet")
+    result = invoke("train", str(tiny_config(tmp)), "--run-dir", str(tmp / "run"), "--epochs", "1", "--quiet")
     assert result.returncode == 0, f"the run to resume from failed: {result.stderr}"
 
 
@@ -185,7 +172,7 @@ RESUME_ARGS = ("train", "--resume", RUN_DIR)
 
 # A table reads best with one row per entry, so the formatter leaves it as written.
 CASES = [
-    # --- resuming; first, so that the slow finished_run starts first ---
+    # --- resuming ---
     row("resume-config-differs", finished_run, 1, "differs", (*RESUME_ARGS, "--set", "model.hidden=[16]")),
     row("resume-dir-missing", nothing, 1, "does not exist", RESUME_ARGS),
     row("resume-no-checkpoint", run_without_checkpoint, 1, "no checkpoint", RESUME_ARGS),
@@ -324,37 +311,15 @@ def snapshot(folder: Path) -> list[tuple[str, int, int]] | None:
     )
 
 
-def run_case(case: Case, tmp: Path) -> Outcome:
-    """Build the row's files in ``tmp``, then run its command line there, noting the run folder before and after."""
-    case.build(tmp)
-    run_dir = Path(RUN_DIR.format(tmp=tmp))
-    before = snapshot(run_dir)
-    result = run_cli(*(arg.format(tmp=tmp) for arg in case.args), cwd=tmp)
-    return Outcome(result.returncode, result.stdout, result.stderr, before, snapshot(run_dir))
-
-
-@pytest.fixture(scope="module")
-def outcomes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[Case, Future[Outcome]]:
-    """Run the rows that this session selected, ``WORKERS`` at a time, before the first of them is checked.
-
-    A row whose files could not be built re-raises that error in its own test, through its future.
-    """
-    selected = [
-        item.callspec.params["case"]
-        for item in request.session.items
-        if getattr(item, "function", None) is test_bad_input_is_refused_cleanly
-    ]
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        return {case: pool.submit(run_case, case, tmp_path_factory.mktemp(case.id)) for case in selected}
-
-
-@pytest.mark.slow
-@pytest.mark.subprocess
 @pytest.mark.parametrize("case", CASES)
-def test_bad_input_is_refused_cleanly(case: Case, outcomes: dict[Case, Future[Outcome]]) -> None:
-    outcome = outcomes[case].result()
-    stderr = outcome.stderr
-    assert outcome.returncode == case.exit_code, stderr
+def test_bad_input_is_refused_cleanly(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case.build(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    run_dir = Path(RUN_DIR.format(tmp=tmp_path))
+    before = snapshot(run_dir)
+    result = invoke(*(arg.format(tmp=tmp_path) for arg in case.args))
+    stderr = result.stderr
+    assert result.returncode == case.exit_code, stderr
     assert case.fragment.lower() in stderr.lower()
     assert "Traceback" not in stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
@@ -364,10 +329,10 @@ def test_bad_input_is_refused_cleanly(case: Case, outcomes: dict[Case, Future[Ou
     else:
         assert len(lines) == 1 and lines[0].startswith("Error: "), stderr
     # Absent stays absent; a run folder that was there (to resume from) is left exactly as it was.
-    assert outcome.after == outcome.before, "the run folder was changed"
+    assert snapshot(run_dir) == before, "the run folder was changed"
 
 
-# --- in-process: faults whose path to the user a row above already proves, so they need no subprocess ----------
+# --- on the API: faults whose path to the user a row above already proves -------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,6 @@
-"""The command line, run as a user runs it: in a subprocess, checking exit codes, output and files."""
+"""The command line: exit codes, output and files. Parsing, usage and errors run in this process through click's
+runner; a real process shows what only it can: that TensorFlow stays unloaded for --help, an empty stderr, and
+Ctrl-C with the printed resume command."""
 
 from __future__ import annotations
 
@@ -13,11 +15,10 @@ from pathlib import Path
 import keras
 import pytest
 
-from tests.helpers import run_cli, tiny_config
-
-pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+from tests.helpers import invoke, run_cli, tiny_config
 
 
+@pytest.mark.subprocess
 def test_help_does_not_import_tensorflow() -> None:
     probe = (
         "import sys\n"
@@ -30,8 +31,9 @@ def test_help_does_not_import_tensorflow() -> None:
     assert result.stdout.strip().endswith("tensorflow not loaded")
 
 
+@pytest.mark.slow
 def test_train_writes_the_run_directory(tmp_path: Path) -> None:
-    result = run_cli("train", str(tiny_config(tmp_path)), "--run-dir", str(tmp_path / "run"))
+    result = invoke("train", str(tiny_config(tmp_path)), "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr
     assert "batch 10 = 3 sub-batches x 3-4 samples; 3 updates per epoch" in result.stdout
     assert "epoch 2/2 | loss " in result.stdout and "samples/s" in result.stdout
@@ -41,6 +43,8 @@ def test_train_writes_the_run_directory(tmp_path: Path) -> None:
     assert keras.models.load_model(tmp_path / "run" / "model.keras").output_shape == (None, 3)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_run_in_the_default_folder_starts_quietly(tmp_path: Path) -> None:
     # Resolving output.run_dir must not import TensorFlow before its start-up chatter is hidden.
     result = run_cli("train", str(tiny_config(tmp_path, training={"epochs": 1})), cwd=tmp_path)
@@ -50,7 +54,7 @@ def test_a_run_in_the_default_folder_starts_quietly(tmp_path: Path) -> None:
 
 
 def test_no_subdivisions_and_overrides_reach_the_config(tmp_path: Path) -> None:
-    result = run_cli("check", str(tiny_config(tmp_path)), "--no-subdivisions", "--epochs", "7", "--set", "seed=11")
+    result = invoke("check", str(tiny_config(tmp_path)), "--no-subdivisions", "--epochs", "7", "--set", "seed=11")
     assert result.returncode == 0, result.stderr
     assert "subdivisions: 1\n" in result.stdout and "epochs: 7\n" in result.stdout and "seed: 11\n" in result.stdout
     assert "batch 10 = 1 sub-batch x 10 samples; 3 updates per epoch (last batch 3 = 1 sub-batch x 3 samples)" in (
@@ -63,7 +67,7 @@ def test_no_subdivisions_and_overrides_reach_the_config(tmp_path: Path) -> None:
 
 def test_bad_config_exits_1_with_every_problem_and_no_traceback(tmp_path: Path) -> None:
     path = tiny_config(tmp_path, training={"subdivisions": 0, "epochs": -1})
-    result = run_cli("train", str(path), "--run-dir", str(tmp_path / "run"))
+    result = invoke("train", str(path), "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 1
     assert "Error: 2 problems in" in result.stderr
     assert (
@@ -76,24 +80,27 @@ def test_bad_config_exits_1_with_every_problem_and_no_traceback(tmp_path: Path) 
 
 
 def test_bad_usage_exits_2() -> None:
-    result = run_cli("train", "missing.yaml", "--batch-size", "zero")
+    result = invoke("train", "missing.yaml", "--batch-size", "zero")
     assert result.returncode == 2
     assert "Usage:" in result.stderr and "'zero' is neither a positive integer nor 'full'" in result.stderr
-    both = run_cli("train", "missing.yaml", "--subdivisions", "2", "--no-subdivisions")
+    both = invoke("train", "missing.yaml", "--subdivisions", "2", "--no-subdivisions")
     assert both.returncode == 2 and "exclude each other" in both.stderr
 
 
-def test_unexpected_failure_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+def test_unexpected_failure_is_one_line_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "broken_model.py").write_text(
         "def build(input_shape, classes, **kwargs):\n    raise RuntimeError('boom')\n"
     )
     path = tiny_config(tmp_path, model={"name": "broken_model:build"})
-    result = run_cli("train", str(path), "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("train", str(path), "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 1
     assert "Error: unexpected RuntimeError: boom" in result.stderr
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_ctrl_c_then_the_printed_command_completes_the_run(tmp_path: Path) -> None:
     """A user's Ctrl-C: the run stops at a batch boundary, says how to resume, and the resumed run logs each
     epoch once."""
@@ -160,10 +167,13 @@ def build(input_shape, classes, **unused):
 """
 
 
-def test_an_error_from_inside_a_compiled_step_names_its_cause_once(tmp_path: Path) -> None:
+def test_an_error_from_inside_a_compiled_step_names_its_cause_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "fails_in_the_step.py").write_text(FAILS_IN_THE_STEP)
     path = tiny_config(tmp_path, model={"name": "fails_in_the_step:build"})
-    result = run_cli("train", str(path), "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("train", str(path), "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [

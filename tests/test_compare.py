@@ -1,4 +1,4 @@
-"""`accumrun compare` and `accumrun plot`, run as a user runs them."""
+"""`accumrun compare` and `accumrun plot` on the command line (compare trains each variant in a process of its own)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from tests.helpers import run_cli, tiny_config
-
-pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+from tests.helpers import invoke, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -19,10 +17,12 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     shared by the tests below."""
     folder = tmp_path_factory.mktemp("compare")
     config = tiny_config(folder, training={"subdivisions": "auto", "max_sub_batch": 4})
-    result = run_cli("compare", str(config), "--run-dir", str(folder / "out"))
+    result = invoke("compare", str(config), "--run-dir", str(folder / "out"))
     return folder / "out", result
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_compare_without_batchnorm_gives_identical_variants(compared: tuple[Path, object]) -> None:
     out, result = compared
     assert result.returncode == 0, result.stderr
@@ -39,6 +39,8 @@ def test_compare_without_batchnorm_gives_identical_variants(compared: tuple[Path
     assert "max |d weight|" in result.stdout and "| completed" in result.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_each_variant_writes_its_tensorboard_scalars(compared: tuple[Path, object]) -> None:
     # So that `tensorboard --logdir COMPARE_DIR` overlays the variants' curves.
     out, _ = compared
@@ -46,15 +48,19 @@ def test_each_variant_writes_its_tensorboard_scalars(compared: tuple[Path, objec
         assert list((out / variant / "tensorboard").glob("events.out.tfevents.*")), variant
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_compare_writes_a_plot_that_decodes(compared: tuple[Path, object]) -> None:
     out, _ = compared
     image = matplotlib.image.imread(out / "compare.png")
     assert image.shape[0] > 100 and image.shape[1] > 100
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_plot_command_on_two_run_directories(compared: tuple[Path, object], tmp_path: Path) -> None:
     out, _ = compared
-    result = run_cli(
+    result = invoke(
         "plot", str(out / "subdivisions-auto"), str(out / "subdivisions-1"), "--out", str(tmp_path / "p.png")
     )
     assert result.returncode == 0, result.stderr
@@ -62,17 +68,17 @@ def test_plot_command_on_two_run_directories(compared: tuple[Path, object], tmp_
 
 
 def test_plot_command_names_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
-    result = run_cli("plot", str(tmp_path), "--out", str(tmp_path / "p.png"))
+    result = invoke("plot", str(tmp_path), "--out", str(tmp_path / "p.png"))
     assert result.returncode == 1
     assert "metrics.jsonl" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "p.png").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_failing_variant_is_reported_and_the_others_finish(tmp_path: Path) -> None:
     # 50 subdivisions of a batch of 10 is refused by that variant alone.
-    result = run_cli(
-        "compare", str(tiny_config(tmp_path)), "--subdivisions", "3,50", "--run-dir", str(tmp_path / "out")
-    )
+    result = invoke("compare", str(tiny_config(tmp_path)), "--subdivisions", "3,50", "--run-dir", str(tmp_path / "out"))
     assert result.returncode == 1
     assert "1 of 2 variants failed" in result.stderr
     report = json.loads((tmp_path / "out" / "compare.json").read_text())

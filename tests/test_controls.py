@@ -15,8 +15,7 @@ from accumrun.config.loading import load_resume_config
 from accumrun.errors import ConfigError, ConfigProblems, Interrupted
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.controls import Controls
-from tests.helpers import tiny_config
-from tests.test_streaming import stop_after_batch
+from tests.helpers import stop_after_batch, tiny_config
 
 
 def controls(tmp_path: Path, **sections: Any) -> Controls:

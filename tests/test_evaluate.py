@@ -11,7 +11,7 @@ import pytest
 from accumrun import evaluate, load_config, train
 from accumrun.data.examples import write_image_folder
 from accumrun.errors import ConfigError
-from tests.helpers import run_cli, tiny_config
+from tests.helpers import invoke, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +74,8 @@ def test_what_is_not_there_is_refused(finished: Path, tmp_path: Path) -> None:
         evaluate(finished, "test")
 
 
-@pytest.mark.slow
-@pytest.mark.subprocess
 def test_the_command_prints_one_line_or_one_error(finished: Path, tmp_path: Path) -> None:
-    scored = run_cli("evaluate", str(finished))
+    scored = invoke("evaluate", str(finished))
     assert scored.returncode == 0, scored.stderr
     assert scored.stdout.startswith("eval val (model.keras): loss ") and scored.stdout.count("\n") == 1
     for args, code, message in (
@@ -85,5 +83,5 @@ def test_the_command_prints_one_line_or_one_error(finished: Path, tmp_path: Path
         ((str(finished), "--split", "test"), 1, "Error: split: data.name: synthetic has no test split"),
         ((str(finished), "--split", "dev"), 2, "Invalid value for '--split'"),
     ):
-        result = run_cli("evaluate", *args)
+        result = invoke("evaluate", *args)
         assert result.returncode == code and message in result.stderr and "Traceback" not in result.stderr

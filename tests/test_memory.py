@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import keras
-import pytest
 
 from accumrun.reports.memory import candidate_subdivisions, estimate_memory, forward_activation_bytes
-from tests.helpers import run_cli, tiny_config
+from tests.helpers import invoke, tiny_config
 
 
 def small_mlp() -> keras.Model:
@@ -53,10 +52,8 @@ def test_candidates_are_powers_of_two_the_batch_and_the_configured_value() -> No
     assert candidate_subdivisions(10, None) == [1, 2, 4, 8, 10]
 
 
-@pytest.mark.slow
-@pytest.mark.subprocess
 def test_check_memory_prints_a_row_per_candidate(tmp_path: Path) -> None:
-    result = run_cli("check", str(tiny_config(tmp_path)), "--memory")
+    result = invoke("check", str(tiny_config(tmp_path)), "--memory")
     assert result.returncode == 0, result.stderr
     rows = [line.split() for line in result.stdout.splitlines() if line.strip().endswith(("MiB", "configured"))]
     table = {int(row[0]): row for row in rows if row[0].isdigit()}

@@ -22,7 +22,7 @@ from accumrun.data.examples import SHAPES, write_image_folder
 from accumrun.errors import ArgumentError, ConfigError, DataError
 from accumrun.kinds import ModelFile
 from accumrun.rundir.layout import prepare_run_dir
-from tests.helpers import run_cli, write_config
+from tests.helpers import invoke, write_config
 
 
 def images_of(paths: list[str]) -> np.ndarray:
@@ -220,10 +220,9 @@ def test_the_model_is_chosen_by_enum_or_word_and_errors_name_the_api_arguments(i
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 def test_predict_and_export_commands_print_a_table_or_one_error(image_run: Path, tmp_path: Path) -> None:
     paths, _ = validation_files(image_run)
-    table = run_cli("predict", str(image_run), *paths[:3], "--top-k", "1")
+    table = invoke("predict", str(image_run), *paths[:3], "--top-k", "1")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["input", "prediction", "top1_class", "top1_prob"] and len(lines) == 4
@@ -233,10 +232,10 @@ def test_predict_and_export_commands_print_a_table_or_one_error(image_run: Path,
         (("predict", str(image_run), paths[0], "--top-k", "0"), 2, "Invalid value for '--top-k'"),
         (("export", str(image_run), "--format", "onnx"), 2, "Invalid value for '--format'"),
     ):
-        result = run_cli(*args)
+        result = invoke(*args)
         assert result.returncode == code and message in result.stderr and "Traceback" not in result.stderr
         assert sum(line.startswith("Error") for line in result.stderr.splitlines()) == 1
     out = tmp_path / "served"
-    exported = run_cli("export", str(image_run), "--output", str(out))
+    exported = invoke("export", str(image_run), "--output", str(out))
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.startswith(f"wrote {out}: serving_default(samples uint8 [None, 10, 10, 3]) -> ")

@@ -8,8 +8,6 @@ one; augmentation does not depend on the subdivisions; uint8 stays uint8 until t
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ import yaml
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.config.schema import AugmentConfig, DataSection, data_config
-from accumrun.core.step import StreamedStep, TrainStep, WholeBatchStep
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import encode, shape_images, write_csv, write_image_folder, write_tfrecords
@@ -30,7 +27,7 @@ from accumrun.data.feeder import Feeder
 from accumrun.data.readers import RecordReader
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import ConfigError, DataError, Interrupted
-from tests.helpers import run_cli
+from tests.helpers import assert_close, invoke, stop_after_batch
 
 SIZE = 8
 
@@ -58,12 +55,6 @@ def image_config(folder: Path, **data: Any) -> dict[str, Any]:
 
 def weights(result: Any) -> list[np.ndarray]:
     return [v.numpy() for v in result.model.variables]
-
-
-def assert_close(a: list[np.ndarray], b: list[np.ndarray], atol: float = 1e-6) -> None:
-    assert len(a) == len(b)
-    for left, right in zip(a, b, strict=True):
-        np.testing.assert_allclose(left, right, atol=atol, rtol=0)
 
 
 # --- the image folder ------------------------------------------------------------------------------------------
@@ -137,25 +128,6 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another(folder: Path,
     ]
     x5, x6 = (next(iter(feeder.epoch(0)))[0].numpy() for feeder in order)
     assert not np.array_equal(x5, x6)
-
-
-def stop_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
-    """Send SIGINT while the step trains ``batch`` (1-based), whole or streamed."""
-    batches = 0
-
-    def counted(method: Any) -> Any:
-        def wrapper(self: TrainStep, *args: Any, **kwargs: Any) -> Any:
-            nonlocal batches
-            result = method(self, *args, **kwargs)
-            batches += 1
-            if batches == batch:
-                os.kill(os.getpid(), signal.SIGINT)
-            return result
-
-        return wrapper
-
-    for step_class in (WholeBatchStep, StreamedStep):
-        monkeypatch.setattr(step_class, "train_batch", counted(step_class.train_batch))
 
 
 @pytest.mark.slow
@@ -411,15 +383,14 @@ def test_every_example_config_loads() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 def test_the_image_folder_example_trains_as_documented(tmp_path: Path) -> None:
-    made = run_cli("make-example", "images", str(tmp_path / "shapes"), "--count", "90", "--size", "32")
+    made = invoke("make-example", "images", str(tmp_path / "shapes"), "--count", "90", "--size", "32")
     assert made.returncode == 0, made.stderr
-    again = run_cli("make-example", "images", str(tmp_path / "shapes"))
+    again = invoke("make-example", "images", str(tmp_path / "shapes"))
     assert again.returncode == 1 and "already exists" in again.stderr
     config = REPO / "configs" / "image_folder.yaml"
     run = tmp_path / "run"
-    trained = run_cli(
+    trained = invoke(
         "train", str(config), "--run-dir", str(run), "--epochs", "1", "--set", f"data.path={tmp_path / 'shapes'}"
     )
     assert trained.returncode == 0, trained.stderr
@@ -430,7 +401,6 @@ def test_the_image_folder_example_trains_as_documented(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 def test_an_image_that_does_not_decode_stops_the_run_naming_it(tmp_path: Path) -> None:
     folder = write_image_folder(tmp_path / "images", count=12, size=SIZE)
     broken = folder / "columns" / "00007.png"
@@ -439,7 +409,7 @@ def test_an_image_that_does_not_decode_stops_the_run_naming_it(tmp_path: Path) -
     config["training"]["batch_size"] = 4
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = run_cli("train", str(path), "--run-dir", str(tmp_path / "run"), "--quiet")
+    result = invoke("train", str(path), "--run-dir", str(tmp_path / "run"), "--quiet")
     assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [f"Error: data: {broken} does not decode as an image ({lines[0].split('(', 1)[1]}"]
