@@ -43,6 +43,7 @@ def test_auto_settles_on_the_fewest_subdivisions_that_fit(tmp_path: Path) -> Non
     assert [row["subdivisions"] for row in auto.metrics] == [4, 4]
 
 
+@pytest.mark.slow
 def test_max_sub_batch_sets_where_the_search_starts(tmp_path: Path) -> None:
     hook_models.reset(largest_sub_batch=3)
     path = tiny_config(tmp_path, training={"subdivisions": "auto", "max_sub_batch": 5, "epochs": 1}, **HOOKED)

@@ -173,7 +173,8 @@ RESUME_ARGS = ("train", "--resume", RUN_DIR)
 # A table reads best with one row per entry, so the formatter leaves it as written.
 CASES = [
     # --- resuming ---
-    row("resume-config-differs", finished_run, 1, "differs", (*RESUME_ARGS, "--set", "model.hidden=[16]")),
+    row("resume-config-differs", finished_run, 1, "differs", (*RESUME_ARGS, "--set", "model.hidden=[16]"),
+        marks=pytest.mark.slow),
     row("resume-dir-missing", nothing, 1, "does not exist", RESUME_ARGS),
     row("resume-no-checkpoint", run_without_checkpoint, 1, "no checkpoint", RESUME_ARGS),
     # --- the config file and its values: refused by load_config, before TensorFlow is imported ---

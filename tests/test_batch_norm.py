@@ -65,6 +65,7 @@ def moving(model: keras.Model, name: str) -> np.ndarray:
     return np.concatenate([layer.moving_mean.numpy(), layer.moving_variance.numpy()])
 
 
+@pytest.mark.slow
 def test_per_batch_moves_an_input_batch_norm_as_plain_training_does_on_uneven_splits() -> None:
     data = batches(3, 10)  # 10 in 3 sub-batches of 3, 3 and 4; in 4 of 2, 3, 2, 3
     plain = trained(BatchNormMode.PER_BATCH, 1, data)
@@ -84,6 +85,7 @@ def test_per_batch_moves_the_statistics_by_the_whole_batch_moments_once() -> Non
     np.testing.assert_allclose(moving(model, "input_bn"), expected, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_streamed_sub_batches_move_the_statistics_as_the_whole_batch_does() -> None:
     data = batches(2, 10)
     whole = trained(BatchNormMode.PER_BATCH, 3, data)
@@ -118,6 +120,7 @@ def test_a_skipped_batch_leaves_the_statistics_as_they_were() -> None:
     np.testing.assert_array_equal(moving(model, "input_bn"), before)
 
 
+@pytest.mark.slow
 def test_frozen_training_is_the_same_with_subdivisions_in_every_weight() -> None:
     data = batches(3, 10)
     plain = trained(BatchNormMode.FROZEN, 1, data)
@@ -187,6 +190,7 @@ def test_compare_notes_a_batch_norm_model_unless_frozen(tmp_path: Path) -> None:
     assert "note:" not in format_table(variants)
 
 
+@pytest.mark.slow
 def test_a_run_from_before_batch_norm_modes_resumes_as_it_trained(tmp_path: Path) -> None:
     sections = config_sections(tmp_path)
     train(sections, tmp_path / "run", quiet=True)

@@ -67,6 +67,7 @@ def test_a_model_trained_on_crops_scores_the_folder_as_validation_did(tmp_path: 
     assert evaluate(tmp_path / "run", data=other)["samples"] == 12
 
 
+@pytest.mark.slow
 def test_what_is_not_there_is_refused(finished: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"RUN_DIR: is not a finished accumrun run"):
         evaluate(tmp_path)
@@ -74,6 +75,7 @@ def test_what_is_not_there_is_refused(finished: Path, tmp_path: Path) -> None:
         evaluate(finished, "test")
 
 
+@pytest.mark.slow
 def test_the_command_prints_one_line_or_one_error(finished: Path, tmp_path: Path) -> None:
     scored = invoke("evaluate", str(finished))
     assert scored.returncode == 0, scored.stderr

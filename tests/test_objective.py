@@ -72,6 +72,7 @@ METRICS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("task", "loss"), LOSSES)
 def test_subdivided_training_equals_plain_training_for_every_loss(
     tmp_path: Path, task: str, loss: dict[str, Any]
@@ -95,6 +96,7 @@ def load_model_weights(path: Path) -> list[np.ndarray]:
     return build_training(load_config(path)).model.get_weights()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("task", "head"),
     [("classification", "softmax"), ("multi_label", "sigmoid")],
@@ -186,6 +188,7 @@ def save_model(path: Path, inputs: int, outputs: int, head: str | None = "softma
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".keras", ".h5"])
 def test_a_saved_softmax_model_trains_on_probabilities(tmp_path: Path, suffix: str) -> None:
     saved = save_model(tmp_path / f"user{suffix}", inputs=5, outputs=4)
@@ -234,12 +237,14 @@ def application_config(tmp_path: Path, **model: Any) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_an_application_gets_a_logits_head_sized_to_the_task(tmp_path: Path) -> None:
     setup = build_training(load_config(application_config(tmp_path)))
     assert setup.model.input_shape == (None, 32, 32, 3) and setup.model.output_shape == (None, 3)
     assert setup.objective.activation is None and setup.config.loss.from_logits is True
 
 
+@pytest.mark.slow
 def test_an_application_with_its_own_top_is_trained_on_probabilities(tmp_path: Path) -> None:
     setup = build_training(load_config(application_config(tmp_path, include_top=True)))
     assert setup.model.output_shape == (None, 3)
@@ -265,6 +270,7 @@ def test_an_input_smaller_than_the_application_takes_names_the_minimum(tmp_path:
         build_training(config)
 
 
+@pytest.mark.slow
 def test_a_pretrained_application_gets_its_own_preprocess_input(tmp_path: Path) -> None:
     # Weights from a file this test saves (never imagenet): MobileNetV2 expects 0..255 mapped to [-1, 1].
     import keras

@@ -22,6 +22,7 @@ def mixed_model(policy: str) -> keras.Model:
         keras.mixed_precision.set_dtype_policy("float32")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_runs_train_with_float32_logits(tmp_path, precision: str) -> None:
     path = tiny_config(tmp_path, training={"epochs": 4, "precision": precision}, optimizer={"learning_rate": 0.05})
@@ -54,6 +55,7 @@ def float16_weights(subdivisions: int) -> list[np.ndarray]:
     return [v.numpy() for v in model.trainable_variables]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("subdivisions", [3, 4])
 def test_subdivided_float16_training_equals_float16_training(subdivisions: int) -> None:
     reference = float16_weights(1)

@@ -83,6 +83,7 @@ def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
     assert status["status"] == "completed" and len(status["resumed"]) == 1
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_stops_at_once_and_leaves_the_last_checkpoint_valid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -132,6 +133,7 @@ def test_checkpoints_count_epochs_as_the_console_does_and_old_names_still_load(t
     assert training_rows(tmp_path / "run") == training_rows(tmp_path / "longer")
 
 
+@pytest.mark.slow
 def test_checkpoints_every_n_updates_keep_the_newest(tmp_path: Path) -> None:
     path = tiny_config(tmp_path, training={"epochs": 3}, output={"checkpoint_every_updates": 2, "keep_checkpoints": 2})
     train(load_config(path), tmp_path / "run", quiet=True)
@@ -140,6 +142,7 @@ def test_checkpoints_every_n_updates_keep_the_newest(tmp_path: Path) -> None:
     assert names == ["ckpt-epoch00003-batch0000002.npz", "ckpt-epoch00003-batch0000003.npz"]
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path: Path) -> None:
     path = tiny_config(tmp_path)
     train(load_config(path), tmp_path / "run", quiet=True)
@@ -151,6 +154,7 @@ def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path:
         train(load_resume_config(tmp_path / "run", path), tmp_path / "run", quiet=True, resume=True)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
     path = tiny_config(tmp_path)
     train(load_config(path), tmp_path / "run", quiet=True)
@@ -160,6 +164,7 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
         train(config, tmp_path / "run", quiet=True, resume=True)
 
 
+@pytest.mark.slow
 def test_a_completed_run_is_replaced_only_with_overwrite(tmp_path: Path) -> None:
     path = tiny_config(tmp_path)
     train(load_config(path), tmp_path / "run", quiet=True)

@@ -67,6 +67,7 @@ def test_run_directory_holds_config_metrics_and_a_loadable_model(tmp_path: Path)
     np.testing.assert_allclose(loaded.predict(probe, verbose=0), result.model.predict(probe, verbose=0), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_subdivisions_on_and_off_give_the_same_run_for_a_model_without_batchnorm(tmp_path: Path) -> None:
     on = train(load_config(tiny_config(tmp_path)), tmp_path / "on", quiet=True)
     off = train(load_config(tiny_config(tmp_path), ["training.subdivisions=1"]), tmp_path / "off", quiet=True)
@@ -137,6 +138,7 @@ def _tensorboard_tags(run_dir: Path) -> dict[str, list[int]]:
     return steps
 
 
+@pytest.mark.slow
 def test_tensorboard_gets_epoch_scalars_and_every_nth_update(tmp_path: Path) -> None:
     config = load_config(tiny_config(tmp_path), ["output.log_every_updates=2"])
     train(config, tmp_path / "run", quiet=True)
@@ -145,6 +147,7 @@ def test_tensorboard_gets_epoch_scalars_and_every_nth_update(tmp_path: Path) -> 
     assert tags["update/loss"] == [2, 4, 6]  # 6 updates in all, one point every 2
 
 
+@pytest.mark.slow
 def test_tensorboard_can_be_switched_off(tmp_path: Path) -> None:
     train(load_config(tiny_config(tmp_path), ["output.tensorboard=false"]), tmp_path / "run", quiet=True)
     assert not (tmp_path / "run" / "tensorboard").exists()

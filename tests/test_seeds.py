@@ -9,6 +9,7 @@ from typing import Any
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from accumrun import train
@@ -48,6 +49,7 @@ def test_sub_batches_draw_different_masks_that_repeat_for_the_same_update() -> N
     assert not np.array_equal(masks(0).numpy(), first.numpy())
 
 
+@pytest.mark.slow
 def test_dropout_runs_repeat_and_resume_exactly(tmp_path: Path) -> None:
     whole = train(sections(), tmp_path / "whole", quiet=True)
     again = train(sections(), tmp_path / "again", quiet=True)

@@ -209,6 +209,7 @@ def train_streamed(subdivisions: int, batch_size: int, samples: int = 23, epochs
     return [v.numpy() for v in model.trainable_variables], optimizer, losses
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("subdivisions", [1, 3, 4])
 @pytest.mark.parametrize("regularized", [False, True])
 def test_streamed_sub_batches_equal_the_whole_batch(subdivisions: int, regularized: bool) -> None:

@@ -292,6 +292,7 @@ def record_config(pattern: str, **data: Any) -> DataSection:
     return data_config(name="tfrecord", path=pattern, image_size=[SIZE, SIZE], shuffle_buffer=8, **data)
 
 
+@pytest.mark.slow
 def test_tfrecord_epochs_visit_every_record_once_in_a_seeded_order(records: str) -> None:
     dataset = load_dataset(record_config(records), seed=0)
     assert (dataset.train_size, dataset.val_size, dataset.classes) == (21, 2, 3)
