@@ -286,7 +286,7 @@ def train(**options: Any) -> None:
     """
     request = _TrainOptions(**options)
     config = request.config()
-    # Before anything imports TensorFlow (the run folder's modules do), so that its start-up chatter is hidden.
+    # Before anything imports TensorFlow, so that its start-up chatter is hidden.
     strategy = _start_tensorflow(config.distribute)
     target = request.target(config)
     from accumrun.training.checkpoints import CheckpointStore

@@ -46,7 +46,7 @@ def free_ports(count: int) -> list[int]:
 
 def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None], grace_seconds: float = 330.0) -> int:
     """Run ``accumrun train TRAIN_ARGS`` as ``workers`` local workers; return worker 0's exit status, or 75 (a lost
-    worker's) when worker 0 was killed.
+    worker's) when something other than the launcher killed worker 0.
 
     A second SIGINT or SIGTERM kills the workers at once. When a worker fails, the others get ``grace_seconds``
     (longer than the run's collective timeout) to notice and stop by themselves before they are killed.
@@ -55,10 +55,13 @@ def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None],
     processes: list[subprocess.Popen[str]] = []
     copiers: list[threading.Thread] = []
     forwarded: set[int] = set()
+    killed_by: list[int] = []
+    """128 + the signal, when a second SIGINT or SIGTERM made the launcher kill the workers."""
 
     def forward(number: int, frame: FrameType | None) -> None:
         if number in forwarded:
             echo(f"[launch] {signal.Signals(number).name} again: killing the workers")
+            killed_by.append(128 + number)
             _kill(processes)
             return
         forwarded.add(number)
@@ -85,19 +88,27 @@ def launch(workers: int, train_args: Sequence[str], echo: Callable[[str], None],
             copier.start()
             copiers.append(copier)
             echo(f"[launch] worker {index}: pid {process.pid}, {cluster['worker'][index]}")
-        codes = _wait(processes, grace_seconds, echo)
+        codes, killed_after_failure = _wait(processes, grace_seconds, echo)
         for copier in copiers:
             copier.join()
     finally:
         _kill(processes)
         for number, handler in previous.items():
             signal.signal(number, handler)
+    if killed_by:
+        echo(f"[launch] exit statuses {codes}; the launcher killed the workers, so its status is {killed_by[0]}")
+        return killed_by[0]
+    if killed_after_failure:
+        # A worker that died of a signal nobody here sent was lost.
+        failed = next((code for code in codes if code > 0), WorkerLost.exit_code)
+        echo(f"[launch] exit statuses {codes}; the launcher killed the workers after one failed with {failed}")
+        return failed
     return _launcher_status(codes, echo)
 
 
 def _launcher_status(codes: list[int], echo: Callable[[str], None]) -> int:
-    """Worker 0's exit status, or 75 (a lost worker's) when it was killed: a negative status is a worker killed by
-    that signal, without a word."""
+    """Worker 0's exit status, or 75 (a lost worker's) when something killed it: a negative status is a worker
+    killed by that signal, without a word."""
     if codes[0] < 0:
         echo(f"[launch] exit statuses {codes}; worker 0 was lost, so the launcher's is {WorkerLost.exit_code}")
         return WorkerLost.exit_code
@@ -105,17 +116,22 @@ def _launcher_status(codes: list[int], echo: Callable[[str], None]) -> int:
     return codes[0]
 
 
-def _wait(processes: list[subprocess.Popen[str]], grace_seconds: float, echo: Callable[[str], None]) -> list[int]:
-    """Every worker's exit status; once one has failed, the others are killed after ``grace_seconds``."""
+def _wait(
+    processes: list[subprocess.Popen[str]], grace_seconds: float, echo: Callable[[str], None]
+) -> tuple[list[int], bool]:
+    """Every worker's exit status, and whether the launcher killed some: once one has failed, the others are
+    killed after ``grace_seconds``."""
     deadline: float | None = None
+    killed = False
     while any(process.poll() is None for process in processes):
         if deadline is None and any(process.returncode not in (None, 0) for process in processes):
             deadline = time.monotonic() + grace_seconds
         if deadline is not None and time.monotonic() > deadline:
             echo(f"[launch] a worker failed and the others did not stop within {grace_seconds:.0f} s: killing them")
             _kill(processes)
+            killed = True
         time.sleep(0.2)
-    return [process.returncode for process in processes]
+    return [process.returncode for process in processes], killed
 
 
 def _kill(processes: list[subprocess.Popen[str]]) -> None:

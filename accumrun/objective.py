@@ -95,7 +95,7 @@ def fit_objective(
             loss that needs class labels for other targets, regression without a loss, a model output that
             cannot hold the targets, or a custom loss that does not return one value per sample.
     """
-    task = Task(dataset.task)
+    task = dataset.task
     name = config.loss.name or DEFAULT_LOSS.get(task)
     if name is None:
         raise ConfigError(

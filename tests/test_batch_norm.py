@@ -182,7 +182,7 @@ def test_precise_training_resumes_to_the_same_weights(tmp_path: Path) -> None:
 def test_compare_notes_a_batch_norm_model_unless_frozen(tmp_path: Path) -> None:
     row = {"epoch": 1, "loss": 0.5, "val_loss": 0.6, "seconds": 1.0, "samples_per_second": 10.0, "subdivisions": 4}
     rows = [EpochRow.from_json(row)]
-    variants = [Variant(count, tmp_path / str(count), "completed", metrics=rows) for count in (4, 1)]
+    variants = [Variant(count, tmp_path / str(count), exit_code=0, metrics=rows) for count in (4, 1)]
     assert "note:" not in format_table(variants)
     variants[0].batch_norm = BatchNormNote(3, kinds.BatchNormMode.PER_BATCH)
     assert "note: the model has 3 BatchNorm layers (batch_norm: per_batch)" in format_table(variants)

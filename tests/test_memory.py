@@ -6,6 +6,7 @@ from pathlib import Path
 
 import keras
 
+from accumrun.kinds import Feed
 from accumrun.reports.memory import candidate_subdivisions, estimate_memory, forward_activation_bytes
 from tests.helpers import invoke, tiny_config
 
@@ -34,7 +35,7 @@ def test_the_input_counts_its_stored_bytes_and_only_a_sub_batch_when_streamed() 
     optimizer = keras.optimizers.Adam()
     optimizer.build(model.trainable_variables)
     whole = estimate_memory(model, optimizer, (4,), batch_size=10, traced_sub_batch=5, sample_bytes=1)
-    streamed = estimate_memory(model, optimizer, (4,), 10, 5, sample_bytes=1, feed="sub_batch")
+    streamed = estimate_memory(model, optimizer, (4,), 10, 5, sample_bytes=1, feed=Feed.SUB_BATCH)
     assert whole.input_bytes(5) == 10 * 4 and streamed.input_bytes(5) == 5 * 4
     assert whole.total(5) - streamed.total(5) == 5 * 4
 

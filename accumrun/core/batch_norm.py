@@ -62,7 +62,7 @@ class BatchNormStatistics:
     """
 
     def __init__(self, model: keras.Model, mode: BatchNormMode, strategy: tf.distribute.Strategy | None = None) -> None:
-        self.mode = BatchNormMode(mode)
+        self.mode = mode
         self.layers = batch_norm_layers(model)
         self.tracked = [layer for layer in self.layers if layer.trainable and not layer.renorm]
         scope = strategy.scope() if strategy is not None else contextlib.nullcontext()

@@ -7,9 +7,10 @@ the gradient of the batch's mean loss, however unevenly the batch splits: it is 
 sub-batch mean gradients. Recipes that average the ``s`` sub-batch means (divide by ``s``) are wrong whenever
 the sub-batches differ in size.
 
-All sub-batches run inside one ``tf.function`` (autograph ``tf.while_loop`` loops: one, or one per sub-batch
-size when the batch's shape is static), slicing the batch where it already lives, on the device. Only one
-sub-batch's activations are alive at a time; the extra memory is one accumulator per trainable variable.
+In a :class:`WholeBatchStep`, all sub-batches run inside one ``tf.function`` (autograph ``tf.while_loop`` loops:
+one, or one per sub-batch size when the batch's shape is static), slicing the batch where it already lives, on the
+device. Only one sub-batch's activations are alive at a time; the extra memory is one accumulator per trainable
+variable.
 
 Across replicas (``tf.distribute``), every worker holds the same global batch of ``n`` samples (the data order
 depends on the seed and the epoch alone). Replica ``r`` of ``R`` takes the contiguous slice

@@ -89,9 +89,9 @@ class Dataset:
 
     def describe_targets(self) -> str:
         """``10 classes``, ``5 labels (multi-label)`` or ``regression targets of shape (3,)``."""
-        if self.task == Task.CLASSIFICATION:
+        if self.task is Task.CLASSIFICATION:
             return f"{self.classes} classes"
-        if self.task == Task.MULTI_LABEL:
+        if self.task is Task.MULTI_LABEL:
             return f"{self.classes} labels (multi-label)"
         return f"regression targets of shape {self.target_shape}"
 
@@ -106,7 +106,7 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """
     splits = SOURCES[config.name].load(config, seed)
     task = infer_task(np.asarray(splits.train.y)) if config.task == "auto" else config.task
-    if not isinstance(splits.train, ArraySplit) and task != Task.CLASSIFICATION:
+    if not isinstance(splits.train, ArraySplit) and task is not Task.CLASSIFICATION:
         raise ConfigError(
             "data.task", f"data.name: {config.name} gives class labels, so it poses classification", task.value
         )
@@ -137,10 +137,10 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     classes: int | None = None
     if splits.class_names is not None:
         classes = len(splits.class_names)
-    elif task == Task.CLASSIFICATION:
+    elif task is Task.CLASSIFICATION:
         labels = train.y if val is None else np.concatenate([train.y, val.y])
         classes = max(int(labels.max()) + 1, 2)
-    elif task == Task.MULTI_LABEL:
+    elif task is Task.MULTI_LABEL:
         classes = int(train.y.shape[1])
     scale = splits.scale if splits.scale is not None else _FULL_SCALE.get(train.dtype, 1.0)
     return Dataset(config.name, train, val, task, classes, splits.class_names, scale, splits.skipped, splits.features)

@@ -159,7 +159,7 @@ def load_synthetic(config: SyntheticConfig, seed: int) -> Splits:
         return Splits(ArraySplit(prototypes[labels] + noise, labels))
     x = rng.normal(size=(config.samples, *shape)).astype(np.float32)
     flat = x.reshape(config.samples, -1)
-    if config.task == Task.MULTI_LABEL:
+    if config.task is Task.MULTI_LABEL:
         weights = rng.normal(size=(flat.shape[1], config.classes)) / np.sqrt(flat.shape[1])
         return Splits(ArraySplit(x, (flat @ weights > 0).astype(np.int64)))
     weights = rng.normal(size=flat.shape[1]) / np.sqrt(flat.shape[1])

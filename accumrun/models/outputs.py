@@ -52,7 +52,7 @@ def check_output_shape(
     if isinstance(shape, list) or len(shape) < 2:
         raise ConfigError("model", f"accumrun trains models with one output tensor; this one has {shape}")
     output = tuple(shape[1:])
-    if task == Task.CLASSIFICATION:
+    if task is Task.CLASSIFICATION:
         width = output[-1]
         binary_unit = width == 1 and classes == 2 and not sparse_loss
         if len(output) != 1 or width is None or (width < (classes or 0) and not binary_unit):

@@ -34,12 +34,24 @@ class Variant:
     subdivisions: int | str
     """A count, or ``auto`` (the variant settles it and records the count in its metrics rows)."""
     run_dir: Path
-    status: str = "pending"
+    exit_code: int | None = None
+    """The variant's ``accumrun train`` exit code; None until it has run."""
     error: str | None = None
     metrics: list[EpochRow] = field(default_factory=list)
     max_weight_difference: float | None = None
     batch_norm: BatchNormNote | None = None
     """The model's BatchNorm layers and mode, when it has some (from the variant's ``run.json``)."""
+
+    @property
+    def completed(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def status(self) -> str:
+        """``pending``, ``completed`` or ``failed (exit N)``, as the table and ``compare.json`` show it."""
+        if self.exit_code is None:
+            return "pending"
+        return RunState.COMPLETED.value if self.completed else f"failed (exit {self.exit_code})"
 
     @property
     def label(self) -> str:
@@ -76,7 +88,7 @@ class Comparison:
 
     @property
     def failed(self) -> list[Variant]:
-        return [v for v in self.variants if v.status != RunState.COMPLETED.value]
+        return [v for v in self.variants if not v.completed]
 
     def table(self) -> str:
         """The per-epoch and per-variant tables (see :func:`format_table`)."""
@@ -122,13 +134,13 @@ def run_variants(
         command += ["--subdivisions", str(count), "--run-dir", str(variant.run_dir)]
         # stderr is captured to report the failure; a crash of one variant must not end the comparison.
         finished = subprocess.run(command, stderr=subprocess.PIPE, text=True)
-        if finished.returncode == 0:
-            variant.status, variant.metrics = RunState.COMPLETED.value, read_rows(variant.run_dir)
+        variant.exit_code = finished.returncode
+        if variant.completed:
+            variant.metrics = read_rows(variant.run_dir)
             record = RunRecord.read(variant.run_dir)
             variant.batch_norm = record.batch_norm if record is not None else None
         else:
             lines = [line for line in finished.stderr.strip().splitlines() if line.strip()]
-            variant.status = f"failed (exit {finished.returncode})"
             variant.error = lines[-1].removeprefix("Error: ") if lines else "no error message"
             echo(f"   failed: {variant.error}")
         variants.append(variant)
@@ -138,7 +150,7 @@ def run_variants(
 
 def _fill_weight_differences(variants: list[Variant]) -> None:
     """Largest absolute difference of every final weight (BatchNorm statistics included) to the first variant."""
-    done = [v for v in variants if v.status == RunState.COMPLETED.value]
+    done = [v for v in variants if v.completed]
     if len(done) < 2:
         return
     import keras

@@ -74,7 +74,7 @@ def estimate_memory(
     traced_sub_batch: int,
     *,
     sample_bytes: int = 4,
-    feed: Feed | str = Feed.BATCH,
+    feed: Feed = Feed.BATCH,
 ) -> MemoryEstimate:
     """Estimate a run's memory from its (built) model and optimizer and one traced sub-batch; a value of a sample
     takes ``sample_bytes`` as stored (1 for uint8), and ``feed`` says whether the input is a batch or a sub-batch."""
@@ -85,7 +85,7 @@ def estimate_memory(
         accumulators=2 * trainable_float32,
         input_per_sample=math.prod(sample_shape) * sample_bytes,
         batch_size=batch_size,
-        feed=Feed(feed),
+        feed=feed,
         activations_per_sample=forward_activation_bytes(model, sample_shape, traced_sub_batch) / traced_sub_batch,
     )
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from accumrun._version import __version__
 from accumrun.errors import Interrupted, WorkerLost
@@ -20,6 +21,8 @@ from accumrun.kinds import BatchNormMode, RunState
 from accumrun.rundir.atomic import write_text_atomically
 
 RUN_FILE = "run.json"
+
+_Note = TypeVar("_Note")
 
 
 @dataclass(frozen=True)
@@ -74,11 +77,10 @@ class RunRecord:
 
     @classmethod
     def read(cls, run_dir: Path) -> RunRecord | None:
-        """``run_dir/run.json``, or None when there is no readable one."""
+        """``run_dir/run.json``, or None when there is no readable one (a note it cannot read is left out: the
+        status still counts)."""
         try:
             document = json.loads((run_dir / RUN_FILE).read_text())
-            batch_norm = document.get("batch_norm")
-            auto = document.get("subdivisions_auto")
             return cls(
                 status=RunState(document["status"]),
                 started=str(document.get("started", "")),
@@ -87,13 +89,23 @@ class RunRecord:
                 resumed=tuple(document.get("resumed", ())),
                 accumrun_version=document.get("accumrun_version"),
                 tensorflow_version=document.get("tensorflow_version"),
-                batch_norm=BatchNormNote(int(batch_norm["layers"]), BatchNormMode(batch_norm["mode"]))
-                if batch_norm
-                else None,
-                subdivisions_auto=AutoNote(int(auto["chosen"]), tuple(auto["tried"])) if auto else None,
+                batch_norm=_note(
+                    document, "batch_norm", lambda n: BatchNormNote(int(n["layers"]), BatchNormMode(n["mode"]))
+                ),
+                subdivisions_auto=_note(
+                    document, "subdivisions_auto", lambda n: AutoNote(int(n["chosen"]), tuple(n["tried"]))
+                ),
             )
         except (OSError, ValueError, AttributeError, KeyError, TypeError):
             return None
+
+
+def _note(document: dict[str, Any], key: str, parse: Callable[[Any], _Note]) -> _Note | None:
+    """``document[key]`` parsed, or None when it is missing or unreadable."""
+    try:
+        return parse(document[key]) if document.get(key) else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def read_status(run_dir: Path) -> RunState | None:

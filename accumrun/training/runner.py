@@ -121,11 +121,12 @@ def _train(
     layers = len(setup.batch_norm.layers)
     status = run.status(
         resumed=resume,
-        batch_norm=BatchNormNote(layers, setup.batch_norm_mode) if layers else None,
+        batch_norm=BatchNormNote(layers, setup.batch_norm.mode) if layers else None,
         subdivisions_auto=settled.auto,
     )
-    trainer = _trainer(settled, run, rows, controls, echo=echo, show_progress=show_progress)
     with status, _worker_losses(setup, run):
+        # Inside the status: a failure while building the Trainer (TensorBoard, feeders) is recorded too.
+        trainer = _trainer(settled, run, rows, controls, echo=echo, show_progress=show_progress)
         _announce(setup, run.folder, position, echo)
         rows = trainer.fit(position)
         status.reason = rows[-1].stopped
@@ -217,7 +218,7 @@ def _validation(setup: TrainingSetup, batch_size: int) -> Callable[[], dict[str,
 def _population_statistics(setup: TrainingSetup, sub_batch_size: int) -> Callable[[], None] | None:
     """With ``batch_norm: precise``, what recomputes the moving statistics as population statistics at the end of
     each epoch; else None."""
-    if setup.batch_norm_mode is not BatchNormMode.PRECISE or not setup.batch_norm.records:
+    if setup.batch_norm.mode is not BatchNormMode.PRECISE or not setup.batch_norm.records:
         return None
     statistics = PopulationStatistics(setup.model, setup.batch_norm, sub_batch_size, setup.strategy)
     # Whole batches, cut on the device, when they fit; else the sub-batches one at a time.

@@ -26,7 +26,7 @@ from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError
-from accumrun.kinds import BatchNormMode, Feed, Precision
+from accumrun.kinds import Feed, Precision
 from accumrun.models.builders import build_model
 from accumrun.models.preprocessing import (
     Preprocess,
@@ -82,7 +82,6 @@ class TrainingSetup:
     """What the model's input layer multiplies raw samples by."""
     preprocess: Preprocess | None
     """A pretrained application's own ``preprocess_input`` (what ``rescale: auto`` means for it), or None."""
-    batch_norm_mode: BatchNormMode
     augmentation: Augmentation | None
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
@@ -218,7 +217,6 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
         feed_reason=feed_reason,
         rescale=rescale,
         preprocess=preprocess,
-        batch_norm_mode=config.training.batch_norm,
         augmentation=augmentation,
         model=model,
         optimizer=optimizer,
