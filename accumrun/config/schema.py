@@ -506,6 +506,12 @@ class TrainingConfig(_Section):
     precise_bn_samples: int | None = Field(None, ge=1)
     """``batch_norm: precise``: the training samples (a seeded subset) that each epoch's population statistics
     are computed over; all of them by default."""
+    updates_per_call: int | Literal["auto"] = "auto"
+    """The most updates one compiled call may run, where the training data is held on the device; ``auto`` sizes
+    a call to about half a second of work. A call always ends where the host is needed (a checkpoint, a log point,
+    validation, an epoch's end that a control decides at)."""
+    validate_every: int = Field(1, ge=1)
+    """Validate after every N-th epoch, and after the last."""
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -523,6 +529,15 @@ class TrainingConfig(_Section):
             return value
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError("must be a positive integer or 'auto' (find the fewest that fit in memory)")
+        return value
+
+    @field_validator("updates_per_call", mode="before")
+    @classmethod
+    def _updates_positive_or_auto(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError("must be a positive integer or 'auto' (about half a second of work per call)")
         return value
 
     @property
@@ -571,15 +586,51 @@ class OptimizerConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+_DURATION_UNITS = {"s": 1, "min": 60, "h": 3600}
+
+
+def duration_seconds(text: str) -> float:
+    """``90s``, ``10min``, ``1.5h`` in seconds.
+
+    Raises:
+        ValueError: not a positive number followed by ``s``, ``min`` or ``h``.
+    """
+    for unit, seconds in _DURATION_UNITS.items():
+        number = text.strip().removesuffix(unit)
+        if number != text.strip():
+            try:
+                value = float(number)
+            except ValueError:
+                break
+            if value > 0:
+                return value * seconds
+    raise ValueError("must be a duration such as 90s, 10min or 1h, or null for the ends of epochs only")
+
+
 class OutputConfig(_Section):
     run_dir: str = "runs/{config_name}-{timestamp}"
     tensorboard: bool = True
     log_every_updates: int | None = Field(None, ge=1)
+    checkpoint_every: str | None = "10min"
+    """How often a checkpoint is written, as a duration; None at the end of every epoch. Whatever it says, one is
+    also written at every stop, signal and the end of the run."""
     checkpoint_every_updates: int | None = Field(None, ge=1)
     keep_checkpoints: int = Field(3, ge=1)
     keep_best: str | KeepBestConfig | None = None
     """A logged figure (``val_loss``), or ``{monitor: ..., mode: ...}``: keep ``model.best.keras`` from its best
     epoch."""
+
+    @field_validator("checkpoint_every")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            duration_seconds(value)
+        return value
+
+    @property
+    def checkpoint_seconds(self) -> float | None:
+        """``checkpoint_every`` in seconds; None for the end of every epoch."""
+        return None if self.checkpoint_every is None else duration_seconds(self.checkpoint_every)
 
     @property
     def best(self) -> KeepBestConfig | None:

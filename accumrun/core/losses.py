@@ -113,6 +113,18 @@ class MetricSet:
         for _, metric in self._metrics:
             metric.reset_state()
 
+    @property
+    def names(self) -> list[str]:
+        """The metrics' logged names, in order."""
+        return [spec.name for spec, _ in self._metrics]
+
+    def result_tensor(self) -> tf.Tensor:
+        """Every metric's value as one float32 vector, in the order of :attr:`names`, for use in a compiled
+        call."""
+        if not self._metrics:
+            return tf.zeros([0], tf.float32)
+        return tf.stack([tf.cast(metric.result(), tf.float32) for _, metric in self._metrics])
+
     def results(self) -> dict[str, float]:
         """Each metric's value over the samples added since the last reset, by its logged name."""
         return {spec.name: float(keras.ops.convert_to_numpy(metric.result())) for spec, metric in self._metrics}

@@ -4,7 +4,8 @@ A chunk is what one call of the step takes: a whole batch (``data.feed: batch``)
 (``data.feed: sub_batch``, when the batch itself does not fit). The caller gives the sizes of an epoch's chunks,
 the same every epoch; the feeder fills them in the epoch's order (see :mod:`accumrun.data.readers`), augmented
 per sample when training asks for it, prefetched, in the stored dtype. Each chunk goes to the device whole, in
-one transfer, when the step is called with it.
+one transfer, when the step is called with it. Arrays without augmentation are held on the device instead (see
+:mod:`accumrun.data.resident`): a chunk is a gather there, and no ``tf.data`` pipeline is built.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import numpy as np
 import tensorflow as tf
 
 from accumrun.data.augment import Augmentation
-from accumrun.data.dataset import epoch_order
-from accumrun.data.readers import AUTOTUNE, ArrayReader, reader_for
-from accumrun.data.splits import Split
+from accumrun.data.readers import AUTOTUNE, Reader, reader_for
+from accumrun.data.resident import ResidentArrays
+from accumrun.data.splits import ArraySplit, Split
 from accumrun.errors import DataError
 
 
@@ -38,18 +39,27 @@ class Feeder:
         augmentation: Augmentation | None = None,
         training: bool = True,
     ) -> None:
-        self.reader = reader_for(split)
         self.count = len(chunk_sizes)
         """The number of chunks in an epoch."""
         self._sizes = [int(size) for size in chunk_sizes]
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)]).astype(np.int64)
         self._seed, self._shuffle = seed, shuffle
         self._augmentation, self._training = augmentation, training
-        self._gathered = (
-            _GatheredChunks(self.reader, self._starts)
-            if isinstance(self.reader, ArrayReader) and not augmentation
+        self.resident = (
+            ResidentArrays(split, self._starts, seed=seed, shuffle=shuffle)
+            if isinstance(split, ArraySplit) and not augmentation
             else None
         )
+        """The arrays on the device, when the split is held there; else None (it is read through ``tf.data``)."""
+        self._split = split
+        self._reader: Reader | None = None
+
+    @property
+    def reader(self) -> Reader:
+        """The split's ``tf.data`` reader, made when first needed (a resident split never needs it)."""
+        if self._reader is None:
+            self._reader = reader_for(self._split)
+        return self._reader
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
         """The chunks of ``epoch`` (0-based) as ``(x, y)``, less the first ``skip`` (to resume an epoch).
@@ -59,8 +69,8 @@ class Feeder:
         """
         if skip >= self.count:
             return
-        if self._gathered is not None:
-            yield from self._gathered.chunks(epoch, self._seed, self._shuffle, skip)
+        if self.resident is not None:
+            yield from self.resident.chunks(epoch, skip)
             return
         chunks = iter(self._pipeline(epoch, skip))
         done = skip
@@ -103,29 +113,3 @@ class Feeder:
         if where is None:
             return DataError("data", f"reading the data failed: {detail}")
         return DataError("data", f"{where} does not decode as an image ({detail})")
-
-
-class _GatheredChunks:
-    """Arrays without augmentation: each chunk is one gather of rows, in a pipeline built once.
-
-    The pipeline reads the epoch's order from a variable, so a new epoch only assigns it: building a pipeline
-    would retrace its gather function (tens of milliseconds, every epoch).
-    """
-
-    def __init__(self, reader: ArrayReader, starts: np.ndarray) -> None:
-        self._reader = reader
-        with tf.device("/CPU:0"):
-            self._order = tf.Variable(tf.range(reader.size, dtype=tf.int64), trainable=False)
-        bounds = tf.constant(starts)
-
-        def gather(chunk: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            index = self._order[bounds[chunk] : bounds[chunk + 1]]
-            return tf.gather(reader.x, index), tf.gather(reader.y, index)
-
-        count = len(starts) - 1
-        self._from_chunk = lambda first: tf.data.Dataset.range(first, count).map(gather).prefetch(AUTOTUNE)
-        self._pipeline = self._from_chunk(0)
-
-    def chunks(self, epoch: int, seed: int, shuffle: bool, skip: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
-        self._order.assign(epoch_order(self._reader.size, seed, epoch, shuffle).astype(np.int64))
-        yield from self._pipeline if not skip else self._from_chunk(skip)

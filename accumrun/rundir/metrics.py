@@ -55,6 +55,11 @@ class EpochRow:
         """
         return self.loss if name == "loss" else self.figures[name]
 
+    @property
+    def logged(self) -> set[str]:
+        """The figures the row holds: ``loss``, the metrics, and their ``val_`` twins after validation."""
+        return {"loss", *self.figures}
+
     def to_json(self) -> dict[str, Any]:
         """The row as ``metrics.jsonl`` holds it: the epoch, the loss and the figures first, optional keys only
         when they apply."""
@@ -95,11 +100,18 @@ class EpochRow:
 
 
 def append_metrics(run_dir: Path, row: EpochRow) -> None:
-    """Append one epoch's row to ``metrics.jsonl`` and force it to disk."""
+    """Append one epoch's row to ``metrics.jsonl``, flushed to the operating system (a reader sees it at once;
+    :func:`sync_metrics` forces it to disk)."""
     with (run_dir / METRICS_FILE).open("a") as file:
         file.write(json.dumps(row.to_json()) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
+
+
+def sync_metrics(run_dir: Path) -> None:
+    """Force ``metrics.jsonl`` to disk, if it exists."""
+    path = run_dir / METRICS_FILE
+    if path.is_file():
+        with path.open("rb") as file:
+            os.fsync(file.fileno())
 
 
 def metrics_before(run_dir: Path, epochs: int) -> list[EpochRow]:

@@ -79,6 +79,8 @@ class CheckpointStore:
         self._keep = keep
         self._batches_per_epoch = batches_per_epoch
         self._state = state or {}
+        # Each file's stored position, read once: rotation after every save reads no file it has seen.
+        self._orders: dict[Path, tuple[int, int]] = {}
 
     def save(self, position: Position) -> Path:
         """Write a checkpoint of the current state at ``position``, then drop the oldest beyond ``keep``."""
@@ -91,15 +93,21 @@ class CheckpointStore:
         path = self.folder / f"{position.checkpoint_name(self._batches_per_epoch)}.npz"
         # numpy's stub has a keyword `allow_pickle: bool`, which mypy lets **arrays fill; no key here is that name.
         write_atomically(path, lambda temporary: np.savez(temporary, **arrays))  # type: ignore[arg-type]
+        self._orders[path] = position.order
         for old in self.checkpoints()[: -self._keep]:
             old.unlink()
+            self._orders.pop(old, None)
         return path
 
     def checkpoints(self) -> list[Path]:
         """The complete checkpoints, oldest first (by the position stored in each)."""
         if not self.folder.is_dir():
             return []
-        return sorted(self.folder.glob("ckpt-*.npz"), key=lambda path: (_stored_position(path).order, path.name))
+        found = list(self.folder.glob("ckpt-*.npz"))
+        for path in found:
+            if path not in self._orders:
+                self._orders[path] = _stored_position(path).order
+        return sorted(found, key=lambda path: (self._orders[path], path.name))
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or None."""

@@ -79,17 +79,26 @@ class Controls:
         self._best_watch = _watch(self._best_config, 0.0)
         self._cooldown = 0
 
+    @property
+    def every_epoch(self) -> bool:
+        """Whether a control decides at the end of every epoch: one watches a training figure. One that watches
+        a validation figure decides at the epochs that validate."""
+        watched = (self._stopping, self._plateau, self._best_config)
+        return any(w is not None and not w.monitor.startswith("val_") for w in watched)
+
     def replay(self, rows: list[EpochRow]) -> None:
         """Rebuild the state from the rows a resumed run keeps, as if they had just been decided."""
         for row in rows:
             self.after_epoch(row, row.learning_rate)
 
     def after_epoch(self, row: EpochRow, learning_rate: float) -> Decision:
-        """Decide after the epoch that ``row`` logs, trained at ``learning_rate``."""
+        """Decide after the epoch that ``row`` logs, trained at ``learning_rate``. A control whose figure the
+        row does not hold (a validation figure, after an epoch that did not validate) passes that epoch by:
+        patience counts the epochs it decides at."""
         decision = Decision()
-        if self._best_watch is not None:
+        if self._best_watch is not None and self._best_watch.monitor in row.logged:
             decision.keep_best = self._best_watch.improves(row.figure(self._best_watch.monitor))
-        if self._plateau is not None and self._plateau_watch is not None:
+        if self._plateau is not None and self._plateau_watch is not None and self._plateau.monitor in row.logged:
             improved = self._plateau_watch.improves(row.figure(self._plateau.monitor))
             if self._cooldown > 0:
                 self._cooldown -= 1
@@ -104,7 +113,7 @@ class Controls:
                     )
                 self._cooldown = self._plateau.cooldown
                 self._plateau_watch.since_best = 0
-        if self._stopping is not None and self._stop_watch is not None:
+        if self._stopping is not None and self._stop_watch is not None and self._stopping.monitor in row.logged:
             self._stop_watch.improves(row.figure(self._stopping.monitor))
             if self._stop_watch.since_best >= self._stopping.patience:
                 decision.stop = (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from accumrun.rundir.metrics import EpochRow, append_metrics
+from accumrun.rundir.metrics import EpochRow, append_metrics, sync_metrics
 from accumrun.training.checkpoints import Position
 from accumrun.training.console import epoch_line
 from accumrun.training.tensorboard import TensorBoardLog
@@ -62,7 +62,8 @@ def epoch_row(
 
 
 class RunLog:
-    """The record of a run's epochs: each row goes to ``metrics.jsonl`` (flushed), TensorBoard and the console."""
+    """The record of a run's epochs: each row goes to ``metrics.jsonl`` (flushed; forced to disk by :meth:`sync`,
+    with each checkpoint), TensorBoard and the console."""
 
     def __init__(
         self,
@@ -91,9 +92,14 @@ class RunLog:
         append_metrics(self._run_dir, row)
         self._echo(epoch_line(row, self._epochs, self._metric_names))
 
-    def update(self, batch_mean_loss: float) -> None:
-        """Record one applied update's mean loss, when per-update logging is on."""
-        self._tensorboard.update(batch_mean_loss)
+    def update(self, batch_mean_loss: float, optimizer_step: int) -> None:
+        """Record the mean loss of the update that made the optimizer's count ``optimizer_step``, when per-update
+        logging is on."""
+        self._tensorboard.update(batch_mean_loss, optimizer_step)
+
+    def sync(self) -> None:
+        """Force the rows logged so far to disk (before a checkpoint, which a resume trusts them up to)."""
+        sync_metrics(self._run_dir)
 
     def close(self) -> None:
         """Flush and close TensorBoard."""

@@ -1,33 +1,34 @@
 """The Trainer: batches through the step, in the seed's order, from a position to the last epoch (or an early
 stop), returning the epochs' rows.
 
-After every batch the trainer counts what the step returned, applies the non-finite policy and honours a stop
-request; after every epoch it validates, applies the controls (early stopping, the best model, the learning
-rate), records the row and checkpoints. What each of those does lives elsewhere: the row and its destinations in
-:mod:`.log`, the validation pass in :class:`accumrun.objective.Scorer`, the decisions in :mod:`.controls`, the
-files in :mod:`.checkpoints`. The trainer knows nothing of the config or the run folder: it gets the pieces it
-uses.
+The trainer runs the batches a call at a time (:mod:`.batches`): one update per call, or where the data is held on
+the device several, as many as :mod:`.cadence` allows before the host is needed. After each call it counts what
+every update returned, applies the non-finite policy, and ends the epochs that ended in it: an epoch that ends a
+call may validate and apply the controls (early stopping, the best model, the learning rate); every epoch records
+its row. Then it checkpoints when one is due, and honours a stop request. What each of those does lives
+elsewhere: the row and its destinations in :mod:`.log`, the validation pass in
+:class:`accumrun.objective.Scorer`, the decisions in :mod:`.controls`, the files in :mod:`.checkpoints`. The
+trainer knows nothing of the config or the run folder: it gets the pieces it uses.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import signal
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import keras
-import tensorflow as tf
+import progressbar
 
-from accumrun.core.losses import MetricSet
-from accumrun.core.step import TrainStep
-from accumrun.data.feeder import Feeder
+from accumrun.core.updates import Updates
 from accumrun.errors import Interrupted, TrainingDiverged
 from accumrun.kinds import OnNonFinite
 from accumrun.rundir.metrics import EpochRow
+from accumrun.training.batches import Batches
+from accumrun.training.cadence import Cadence
 from accumrun.training.checkpoints import CheckpointStore, Position
 from accumrun.training.console import progress_bar
 from accumrun.training.controls import Controls
@@ -35,30 +36,24 @@ from accumrun.training.log import RowSizes, RunLog, epoch_row
 from accumrun.training.signals import StopRequests
 
 
-@dataclass(frozen=True, kw_only=True)
-class Schedule:
-    """What the trainer does when: the epochs, the checkpoints between them, and what a non-finite update does."""
+@dataclass(kw_only=True)
+class _Clock:
+    """What the trainer times: the last checkpoint, and what an update costs (once a call has been timed)."""
 
-    epochs: int
-    checkpoint_every_updates: int | None
-    on_nonfinite: OnNonFinite
+    last_checkpoint: float = field(default_factory=time.monotonic)
+    seconds_per_update: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Trainer:
-    """Fits with ``step`` from a :class:`Position`, checkpointing into ``store``, and returns the rows.
+    """Fits ``batches`` from a :class:`Position`, checkpointing into ``store``, and returns the rows."""
 
-    ``step`` gets each batch as the chunks ``feeder`` serves it in (the whole batch, or with ``feed: sub_batch``
-    its sub-batches) and makes the batch's one update. ``plan`` is each batch of an epoch as those chunks.
-    """
-
-    step: TrainStep
-    feeder: Feeder
-    plan: list[list[int]]
+    batches: Batches
     sizes: RowSizes
     optimizer: keras.optimizers.Optimizer
-    train_metrics: MetricSet
-    schedule: Schedule
+    metric_names: list[str]
+    cadence: Cadence
+    on_nonfinite: OnNonFinite
     validate: Callable[[], dict[str, float]] | None
     """``val_loss`` and ``val_<metric>`` under the current weights; None without validation data."""
     end_of_epoch: Callable[[], None] | None
@@ -73,6 +68,8 @@ class Trainer:
     resume_command: str
     echo: Callable[[str], None]
     show_progress: bool = True
+    _clock: _Clock = field(default_factory=_Clock)
+    _bars: dict[int, progressbar.ProgressBar | None] = field(default_factory=dict)
 
     def fit(self, position: Position) -> list[EpochRow]:
         """Train from ``position`` to the last epoch, or until early stopping (the last row says why); return
@@ -83,77 +80,101 @@ class Trainer:
             TrainingDiverged: a non-finite loss or gradient with ``training.on_nonfinite: stop``.
         """
         stopped = None
+        self._clock.last_checkpoint = time.monotonic()
         with StopRequests() as stops:
-            while position.epoch < self.schedule.epochs and stopped is None:
-                self._train_epoch(position, stops)
-                stopped = self._end_epoch(position)
-                position = Position(epoch=position.epoch + 1)
-                checkpoint = self.store.save(position)
-                self._stop(self.agree(stops.signal_number), position, checkpoint)
+            while position.epoch < self.cadence.epochs and stopped is None:
+                updates, seconds = self._call(position)
+                position, stopped = self._take(updates, seconds, position)
+                # Every worker of a multi-worker run stops at the same call, whichever got the signal.
+                number = self.agree(stops.signal_number)
+                ended = stopped is not None or position.epoch >= self.cadence.epochs
+                if number is not None or ended or self._checkpoint_due(position, updates):
+                    checkpoint = self._checkpoint(position)
+                    self._stop(number, position, checkpoint)
+        self._finish_bar()
         if stopped is not None:
             self.echo(stopped)
         self.log.close()
         return self.log.rows
 
-    def _train_epoch(self, position: Position, stops: StopRequests) -> None:
-        """Run the epoch's remaining batches, adding them to ``position``."""
-        every = self.schedule.checkpoint_every_updates
-        bar = (
-            progress_bar(len(self.plan), position.epoch, self.schedule.epochs, position.batch)
-            if self.show_progress
-            else None
+    def _call(self, position: Position) -> tuple[Updates, float]:
+        """Run the next call's updates from ``position``; return what they gave and the call's wall time."""
+        batches, cadence = self.batches, self.cadence
+        steps = int(self.optimizer.iterations.numpy())
+        count = cadence.call_size(
+            cadence.updates_until_host(position.epoch, position.batch, steps),
+            batches.most_per_call(position.batch),
+            batches.sizes[position.batch],
+            self._clock.seconds_per_update,
         )
-        seconds_before, started = position.train_seconds, time.perf_counter()
-        if position.batch == 0:
-            self.train_metrics.reset()
-        for samples, (batch_loss, applied) in self._batches(position.epoch, position.batch):
+        traces, started = batches.traces, time.perf_counter()
+        updates = batches.run(position.epoch, position.batch, count)
+        seconds = time.perf_counter() - started
+        if batches.traces == traces:  # a call that traced timed the tracing, not the work
+            self._clock.seconds_per_update = seconds / len(updates.applied)
+        return updates, seconds
+
+    def _take(self, updates: Updates, seconds: float, position: Position) -> tuple[Position, str | None]:
+        """Count the call's ``updates`` into ``position`` (the call's ``seconds`` shared among them) and end the
+        epochs that ended in it; return the position after them, and why training stops there, if it does."""
+        stopped = None
+        for k, (loss_sum, applied) in enumerate(zip(updates.loss_sums, updates.applied, strict=True)):
+            samples = self.batches.sizes[position.batch]
             position.batch += 1
-            position.train_seconds = seconds_before + time.perf_counter() - started
-            if not bool(applied):
-                self._non_finite(position, float(batch_loss))
+            position.train_seconds += seconds / len(updates.applied)
+            if not applied:
+                self._non_finite(position, float(loss_sum))
             else:
-                position.loss_sum += float(batch_loss)
+                position.loss_sum += float(loss_sum)
                 position.samples += samples
-                self.log.update(float(batch_loss) / samples)
-                if every and int(self.optimizer.iterations.numpy()) % every == 0:
-                    self.store.save(position)
-            if bar is not None:
-                bar.update(position.batch, loss=position.loss_sum / max(position.samples, 1))
-            # Every worker of a multi-worker run stops at the same batch, whichever got the signal.
-            number = self.agree(stops.signal_number)
-            if number is not None:
-                if bar is not None:
-                    bar.finish(dirty=True)
-                self._stop(number, position, self.store.save(position))
+                self.log.update(float(loss_sum) / samples, int(updates.optimizer_steps[k]))
+            self._show(position)
+            if position.batch == len(self.batches.sizes):
+                stopped = self._end_epoch(position, updates, k)
+                position = Position(epoch=position.epoch + 1)
+        return position, stopped
+
+    def _show(self, position: Position) -> None:
+        """Move the epoch's progress bar (on a terminal, for epochs of more than one batch)."""
+        count = len(self.batches.sizes)
+        if not self.show_progress or count == 1:
+            return
+        if position.epoch not in self._bars:
+            self._finish_bar()
+            self._bars[position.epoch] = progress_bar(count, position.epoch, self.cadence.epochs, position.batch - 1)
+        bar = self._bars[position.epoch]
         if bar is not None:
-            bar.finish(dirty=True)
+            bar.update(position.batch, loss=position.loss_sum / max(position.samples, 1))
+        if position.batch == count:
+            self._finish_bar()
 
-    def _batches(self, epoch: int, skip: int) -> Iterator[tuple[int, tuple[tf.Tensor, tf.Tensor]]]:
-        """Train the epoch's batches after the first ``skip``; yield each one's sample count and what the step
-        returned for it: ``(loss_sum, applied)``."""
-        plan = self.plan
-        chunks = self.feeder.epoch(epoch, skip=sum(len(sizes) for sizes in plan[:skip]))
-        for sizes in plan[skip:]:
-            samples = sum(sizes)
-            yield samples, self.step.train_batch(itertools.islice(chunks, len(sizes)), samples)
+    def _finish_bar(self) -> None:
+        for bar in self._bars.values():
+            if bar is not None:
+                bar.finish(dirty=True)
+        self._bars.clear()
 
-    def _end_epoch(self, position: Position) -> str | None:
-        """Validate, record the row of the epoch that ``position`` has just finished and apply the controls;
-        return why training stops here, if it does."""
+    def _end_epoch(self, position: Position, updates: Updates, k: int) -> str | None:
+        """Record the row of the epoch that ``position`` has just finished, at update ``k`` of ``updates``: its
+        training metrics, and where the epoch ended the call, its validation and the controls' decisions; return
+        why training stops here, if it does."""
         started = time.perf_counter()
-        if self.end_of_epoch is not None:
-            # Before validation and the epoch's checkpoint, which then hold what it computes.
-            self.end_of_epoch()
-        validation = self.validate() if self.validate is not None else {}
-        optimizer = self.optimizer
-        # Not float(): a Keras variable over a tf.distribute (mirrored) variable does not convert that way.
-        learning_rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        ends_call = k == len(updates.applied) - 1
+        validation: dict[str, float] = {}
+        if ends_call:
+            if self.end_of_epoch is not None:
+                # Before validation and the epoch's checkpoint, which then hold what it computes.
+                self.end_of_epoch()
+            if self.validate is not None and self.cadence.validates_after(position.epoch):
+                validation = self.validate()
+        learning_rate = float(updates.learning_rates[k])
+        metrics = dict(zip(self.metric_names, (float(value) for value in updates.metrics[k]), strict=True))
         row = epoch_row(
             position,
-            {**self.train_metrics.results(), **validation},
+            {**metrics, **validation},
             position.train_seconds + time.perf_counter() - started,
             sizes=self.sizes,
-            optimizer_steps=int(optimizer.iterations.numpy()),
+            optimizer_steps=int(updates.optimizer_steps[k]),
             loss_scaled=self._loss_scaled,
             learning_rate=learning_rate,
         )
@@ -164,8 +185,27 @@ class Trainer:
         if decision.keep_best:
             self.save_best()
         if decision.learning_rate is not None:
-            optimizer.learning_rate = decision.learning_rate
+            self.optimizer.learning_rate = decision.learning_rate
         return decision.stop
+
+    def _checkpoint_due(self, position: Position, updates: Updates) -> bool:
+        """Whether the call just run ends where a checkpoint is due: the end of an epoch (``checkpoint_every:
+        null``), ``checkpoint_every`` since the last, or an update count that ``checkpoint_every_updates``
+        divides."""
+        cadence = self.cadence
+        if cadence.checkpoint_seconds is None:
+            if position.batch == 0:
+                return True
+        elif time.monotonic() - self._clock.last_checkpoint >= cadence.checkpoint_seconds:
+            return True
+        every = cadence.checkpoint_every_updates
+        return bool(every and updates.applied[-1] and int(updates.optimizer_steps[-1]) % every == 0)
+
+    def _checkpoint(self, position: Position) -> Path:
+        """Save a checkpoint at ``position``, the rows logged so far forced to disk first."""
+        self.log.sync()
+        self._clock.last_checkpoint = time.monotonic()
+        return self.store.save(position)
 
     @property
     def _loss_scaled(self) -> bool:
@@ -178,7 +218,7 @@ class Trainer:
             return
         what = f"the loss is {batch_loss}" if not math.isfinite(batch_loss) else "a gradient is NaN or Inf"
         where = f"at epoch {position.epoch + 1}, batch {position.batch}"
-        if self.schedule.on_nonfinite is OnNonFinite.SKIP_BATCH:
+        if self.on_nonfinite is OnNonFinite.SKIP_BATCH:
             position.skipped_batches += 1
             self.echo(f"{what} {where}; skipped that batch's update (training.on_nonfinite: skip_batch)")
             return
@@ -191,6 +231,6 @@ class Trainer:
         if signal_number is None:
             return
         name = signal.Signals(signal_number).name
-        epoch, batch = position.counted(len(self.plan))
+        epoch, batch = position.counted(len(self.batches.sizes))
         reason = f"{name} at epoch {epoch}, batch {batch}; saved {checkpoint}"
         raise Interrupted(signal_number, reason, self.resume_command)

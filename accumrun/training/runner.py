@@ -19,19 +19,23 @@ from accumrun._version import __version__
 from accumrun.config.schema import Config
 from accumrun.core.batch_norm import PopulationStatistics
 from accumrun.core.split import epoch_batches, replica_sub_batch_sizes
+from accumrun.core.step import WholeBatchStep
+from accumrun.core.updates import UpdateLoop
 from accumrun.errors import WorkerLost
-from accumrun.kinds import BatchNormMode, Feed
+from accumrun.kinds import BatchNormMode, Feed, OnNonFinite
 from accumrun.models.saving import CompileSpec, save_trained_model
 from accumrun.objective import Scorer
 from accumrun.rundir.metrics import EpochRow
 from accumrun.rundir.status import BatchNormNote
 from accumrun.training.autosub import Settled, settle_subdivisions
+from accumrun.training.batches import Batches, DeviceBatches, FedBatches
+from accumrun.training.cadence import Cadence
 from accumrun.training.checkpoints import Position, State
 from accumrun.training.console import describe_setup, device_name
 from accumrun.training.controls import Controls
 from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chief, lost_worker, stop_agreement
 from accumrun.training.log import RowSizes, RunLog
-from accumrun.training.loop import Schedule, Trainer
+from accumrun.training.loop import Trainer
 from accumrun.training.run import Run
 from accumrun.training.setup import TrainingSetup, build_training
 from accumrun.training.signals import resume_command
@@ -157,7 +161,6 @@ def _trainer(
             run.folder,
             config.output.tensorboard,
             config.output.log_every_updates,
-            setup.optimizer.iterations,
             metric_names,
         ),
         metric_names=metric_names,
@@ -166,20 +169,28 @@ def _trainer(
     plan = setup.chunk_sizes(subdivisions)
     # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
     sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
+    training, output = config.training, config.output
+    population_statistics = _population_statistics(setup, sub_batch_size)
     return Trainer(
-        step=settled.step,
-        feeder=setup.train_feeder([size for sizes in plan for size in sizes]),
-        plan=plan,
+        batches=_batches(settled, plan),
         sizes=RowSizes(setup.batch_size, subdivisions, setup.replicas, sub_batch_size),
         optimizer=setup.optimizer,
-        train_metrics=setup.train_metrics,
-        schedule=Schedule(
-            epochs=config.training.epochs,
-            checkpoint_every_updates=config.output.checkpoint_every_updates,
-            on_nonfinite=config.training.on_nonfinite,
+        metric_names=metric_names,
+        cadence=Cadence(
+            epochs=training.epochs,
+            batches_per_epoch=len(plan),
+            validate_every=training.validate_every,
+            validates=bool(setup.dataset.val_size),
+            every_epoch_end=(
+                controls.every_epoch or population_statistics is not None or output.checkpoint_seconds is None
+            ),
+            checkpoint_seconds=output.checkpoint_seconds,
+            checkpoint_every_updates=output.checkpoint_every_updates,
+            updates_per_call=None if training.updates_per_call == "auto" else training.updates_per_call,
         ),
+        on_nonfinite=training.on_nonfinite,
         validate=_validation(setup, sub_batch_size),
-        end_of_epoch=_population_statistics(setup, sub_batch_size),
+        end_of_epoch=population_statistics,
         save_best=functools.partial(_save_model, setup, run.folder / "model.best.keras"),
         store=run.store,
         log=log,
@@ -189,6 +200,24 @@ def _trainer(
         echo=echo,
         show_progress=show_progress,
     )
+
+
+def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
+    """The epoch's batches through the settled step: several per compiled call where the training data is held
+    on the device and batches come whole, else one per call as the feeder serves them."""
+    setup, step = settled.setup, settled.step
+    feeder = setup.train_feeder([size for sizes in plan for size in sizes])
+    if feeder.resident is not None and isinstance(step, WholeBatchStep):
+        loop = UpdateLoop(
+            step,
+            feeder.resident.x,
+            feeder.resident.y,
+            optimizer=setup.optimizer,
+            metrics=setup.train_metrics,
+            stop_on_nonfinite=setup.config.training.on_nonfinite is OnNonFinite.STOP,
+        )
+        return DeviceBatches(plan, feeder.resident, loop)
+    return FedBatches(plan, feeder, step, metrics=setup.train_metrics, optimizer=setup.optimizer)
 
 
 def _state(setup: TrainingSetup) -> State:

@@ -20,22 +20,17 @@ class TensorBoardLog:
         run_dir: Path,
         enabled: bool,
         every_updates: int | None,
-        update_counter: tf.Variable,
         metric_names: list[str],
     ) -> None:
         self._writer = tf.summary.create_file_writer(str(run_dir / "tensorboard")) if enabled else None
         self._every_updates = every_updates
-        self._update_counter = update_counter
         names = ["loss", *metric_names]
         self._scalars = [*names, *(f"val_{name}" for name in names), *_OTHER_SCALARS]
 
-    def update(self, batch_loss: float) -> None:
-        """Log the mean loss of the batch just applied, every ``every_updates`` optimizer updates."""
-        # Checked before the counter is read: reading it waits for the device, which is wasted when not logging.
-        if self._writer is None or not self._every_updates:
-            return
-        step = int(self._update_counter.numpy())
-        if step % self._every_updates:
+    def update(self, batch_loss: float, step: int) -> None:
+        """Log the mean loss of an applied batch, whose update made the optimizer's count ``step``, every
+        ``every_updates`` optimizer updates."""
+        if self._writer is None or not self._every_updates or step % self._every_updates:
             return
         with self._writer.as_default(step=step):
             tf.summary.scalar("update/loss", batch_loss)

@@ -1,0 +1,62 @@
+"""Arrays held on the device for the whole run: a batch is a gather of rows where the data already lives.
+
+A split that is arrays in memory, without augmentation, crosses to the device once. An epoch's batches are then
+gathers by the epoch's order (:func:`~accumrun.data.dataset.epoch_order`, the same function of the seed and the
+epoch as every other reader's), either one chunk at a time (:meth:`ResidentArrays.chunks`) or as the row
+indices of several batches that one compiled call gathers itself (:meth:`ResidentArrays.rows`). Nothing builds a
+``tf.data`` iterator per epoch.
+
+On a GPU, arrays larger than :data:`DEVICE_LIMIT` stay in host memory (the gathered batch then crosses, as any
+fed batch does); on a CPU the host memory is the device's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import tensorflow as tf
+
+from accumrun.data.dataset import epoch_order
+from accumrun.data.splits import ArraySplit
+
+DEVICE_LIMIT = 4 * 2**30
+"""The most bytes of arrays a GPU holds for the run; larger arrays stay in host memory."""
+
+
+def _placement(split: ArraySplit) -> str:
+    if tf.config.list_logical_devices("GPU") and split.x.nbytes + split.y.nbytes <= DEVICE_LIMIT:
+        return "/GPU:0"
+    return "/CPU:0"
+
+
+class ResidentArrays:
+    """A split's arrays on the device, served in chunks that start at ``starts`` (an epoch's chunk boundaries,
+    ``len(chunks) + 1`` of them) in the order of ``seed`` and each epoch."""
+
+    def __init__(self, split: ArraySplit, starts: np.ndarray, *, seed: int, shuffle: bool) -> None:
+        self.size = split.size
+        self.device = _placement(split)
+        with tf.device(self.device):
+            self.x = tf.identity(tf.constant(split.x))
+            self.y = tf.identity(tf.constant(split.y))
+        self._starts = starts
+        self._seed, self._shuffle = seed, shuffle
+        self._order: tuple[int, np.ndarray] | None = None
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The epoch's order of the samples (the last epoch's is kept: consecutive calls ask for it again)."""
+        if self._order is None or self._order[0] != epoch:
+            self._order = (epoch, epoch_order(self.size, self._seed, epoch, self._shuffle).astype(np.int32))
+        return self._order[1]
+
+    def chunk_rows(self, epoch: int, chunk: int) -> np.ndarray:
+        """The rows of chunk ``chunk`` of ``epoch``."""
+        return self.order(epoch)[self._starts[chunk] : self._starts[chunk + 1]]
+
+    def chunks(self, epoch: int, skip: int = 0) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+        """The chunks of ``epoch`` after the first ``skip``, each gathered on the device."""
+        for chunk in range(skip, len(self._starts) - 1):
+            with tf.device(self.device):
+                rows = tf.constant(self.chunk_rows(epoch, chunk))
+                yield tf.gather(self.x, rows), tf.gather(self.y, rows)

@@ -1,0 +1,67 @@
+"""When the host is needed: where a call of several updates must end, and when a checkpoint is due.
+
+A call ends where the run needs the host: at the end of an epoch that validates, that a control decides at, that
+``batch_norm: precise`` recomputes statistics after, that ends the run, or that checkpoints (``checkpoint_every:
+null``); at an update whose count ``checkpoint_every_updates`` divides; and, with ``updates_per_call: auto``,
+after about :data:`CALL_SECONDS` of work, so that a signal is answered within about a second and a timed
+checkpoint is late by no more. Rows stay one per epoch, whatever a call spans.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+CALL_SECONDS = 0.5
+"""What ``updates_per_call: auto`` sizes a call to."""
+MOST_ROWS_PER_CALL = 2**24
+"""The most row indices one call takes (64 MiB of int32), whatever the batch size."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cadence:
+    """What a run does between updates, and how often."""
+
+    epochs: int
+    batches_per_epoch: int
+    validate_every: int
+    validates: bool
+    """Whether there is validation data."""
+    every_epoch_end: bool
+    """Whether every epoch's end needs the host: a control watches a training figure, ``batch_norm: precise``,
+    or a checkpoint at every epoch's end."""
+    checkpoint_seconds: float | None
+    checkpoint_every_updates: int | None
+    updates_per_call: int | None
+    """None for ``auto``."""
+
+    def validates_after(self, epoch: int) -> bool:
+        """Whether the run validates after ``epoch`` (0-based): every ``validate_every``-th, and the last."""
+        return self.validates and ((epoch + 1) % self.validate_every == 0 or epoch + 1 == self.epochs)
+
+    def updates_until_host(self, epoch: int, batch: int, optimizer_steps: int) -> int:
+        """How many updates from batch ``batch`` of ``epoch`` on may run before the host is needed."""
+        left_in_epoch = self.batches_per_epoch - batch
+        if self.every_epoch_end:
+            last = epoch
+        else:
+            # The next epoch whose end needs the host: the next that validates, or the last.
+            last = self.epochs - 1
+            if self.validates:
+                last = min(last, math.ceil((epoch + 1) / self.validate_every) * self.validate_every - 1)
+        count = left_in_epoch + (last - epoch) * self.batches_per_epoch
+        if self.checkpoint_every_updates:
+            count = min(count, self.checkpoint_every_updates - optimizer_steps % self.checkpoint_every_updates)
+        return count
+
+    def call_size(self, until_host: int, most: int, batch_size: int, seconds_per_update: float | None) -> int:
+        """The updates of the next call: no more than ``until_host``, ``most`` (what one call can hold) and
+        ``updates_per_call``; with ``auto``, about :data:`CALL_SECONDS` of work at ``seconds_per_update`` (one,
+        until a call has been timed)."""
+        if self.updates_per_call is not None:
+            wanted = self.updates_per_call
+        elif seconds_per_update is None:
+            wanted = 1
+        else:
+            wanted = max(1, int(CALL_SECONDS / max(seconds_per_update, 1e-9)))
+        return max(1, min(wanted, until_host, most, MOST_ROWS_PER_CALL // batch_size))

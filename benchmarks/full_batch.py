@@ -1,0 +1,202 @@
+"""Benchmark full-batch gradient descent: accumrun's cost per update against a bare compiled loop and Keras ``fit``.
+
+The case: 2,000 synthetic samples of 32 features in 10 classes, an MLP (hidden [64, 64]), ``batch_size: full``
+in 4 sub-batches, Adam (1e-3), no validation. Every epoch is one update, so the cost per update is the cost per
+epoch. Three methods, each in a fresh child process (this script again, with ``--child``):
+
+- accumrun: ``accumrun.train(config, run_dir, quiet=True)``, TensorBoard off, every other key at its default
+  (``training.updates_per_call: auto``, ``output.checkpoint_every: 10min``);
+- bare: one ``tf.function`` that computes the 4 sub-batches' gradients, weights them by sample count, and makes one
+  Adam update, called from a Python loop on tensors already on the device: the compiled-loop limit;
+- fit: ``model.fit(x, y, batch_size=2000, shuffle=True, verbose=0)``, the same model and optimizer.
+
+Each method trains the same model twice, for E1 and E2 epochs (default 50 and 650), in one child each; the cost
+per update is ``(wall(E2) - wall(E1)) / (E2 - E1)``, so startup, tracing and saving cancel out, and what is left is
+what each further update costs, with everything the method does around it. accumrun's breakdown comes from a
+Python profile of the longer run: the share of the time per update spent in the compiled call and on the host.
+
+Run from the repository root; the report goes to stdout (Markdown), the figures to ``--output`` (JSON):
+
+    python benchmarks/full_batch.py [--epochs E1 E2] [--output PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SAMPLES, FEATURES, CLASSES, HIDDEN, SUBDIVISIONS, RATE = 2000, 32, 10, [64, 64], 4, 1e-3
+
+
+def _data() -> tuple[object, object]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(SAMPLES, FEATURES)).astype(np.float32)
+    y = (x[:, :CLASSES] + 0.5 * rng.normal(size=(SAMPLES, CLASSES))).argmax(axis=1).astype(np.int32)
+    return x, y
+
+
+def _model() -> object:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((FEATURES,))
+    hidden = inputs
+    for width in HIDDEN:
+        hidden = keras.layers.Dense(width, activation="relu")(hidden)
+    return keras.Model(inputs, keras.layers.Dense(CLASSES)(hidden))
+
+
+def _accumrun(epochs: int, folder: Path) -> None:
+    import numpy as np
+
+    import accumrun
+
+    x, y = _data()
+    np.savez(folder / "data.npz", x=x, y=y)
+    config = accumrun.load_config(
+        {
+            "data": {"name": "npz", "path": str(folder / "data.npz"), "validation_split": 0.0},
+            "model": {"name": "mlp", "hidden": HIDDEN},
+            "training": {"epochs": epochs, "batch_size": "full", "subdivisions": SUBDIVISIONS},
+            "optimizer": {"name": "adam", "learning_rate": RATE},
+            "output": {"tensorboard": False},
+        }
+    )
+    accumrun.train(config, folder / "run", quiet=True)
+
+
+def _bare(epochs: int, folder: Path) -> None:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    x_all, y_all = (tf.constant(a) for a in _data())
+    model, optimizer = _model(), keras.optimizers.Adam(RATE)
+    optimizer.build(model.trainable_variables)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    bounds = np.linspace(0, SAMPLES, SUBDIVISIONS + 1).astype(int)
+
+    @tf.function
+    def update(order: tf.Tensor) -> tf.Tensor:
+        x, y = tf.gather(x_all, order), tf.gather(y_all, order)
+        total = [tf.zeros_like(v) for v in model.trainable_variables]
+        loss_sum = tf.constant(0.0)
+        for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+            with tf.GradientTape() as tape:
+                part = tf.reduce_sum(loss(y[start:end], model(x[start:end], training=True)))
+                share = part / SAMPLES
+            gradients = tape.gradient(share, model.trainable_variables)
+            total = [t + g for t, g in zip(total, gradients, strict=True)]
+            loss_sum += part
+        optimizer.apply_gradients(zip(total, model.trainable_variables, strict=True))
+        return loss_sum
+
+    for epoch in range(epochs):
+        order = tf.constant(np.random.default_rng([0, epoch]).permutation(SAMPLES).astype(np.int32))
+        update(order)
+    float(update(order))  # wait for the device
+
+
+def _fit(epochs: int, folder: Path) -> None:
+    import keras
+
+    x, y = _data()
+    model = _model()
+    model.compile(keras.optimizers.Adam(RATE), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=SAMPLES, epochs=epochs, shuffle=True, verbose=0)
+
+
+METHODS = {"accumrun": _accumrun, "bare": _bare, "fit": _fit}
+
+
+def _child(method: str, epochs: int, profile: str | None) -> None:
+    """Train ``epochs`` epochs with ``method``; print the wall time from the first line of training code."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        if profile:
+            import cProfile
+
+            cProfile.runctx("METHODS[method](epochs, Path(folder))", globals(), locals(), profile)
+        else:
+            METHODS[method](epochs, Path(folder))
+        print(json.dumps({"seconds": time.perf_counter() - started}))
+
+
+def _run(method: str, epochs: int, profile: str | None = None) -> float:
+    command = [sys.executable, __file__, "--child", method, str(epochs)] + (["--profile", profile] if profile else [])
+    print(f"{method}, {epochs} epochs ...", file=sys.stderr, flush=True)
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return float(json.loads(output.strip().splitlines()[-1])["seconds"])
+
+
+def _breakdown(profile: str, updates: int) -> list[tuple[str, float]]:
+    """Milliseconds per update in the functions where accumrun's run spends its time, from the profile."""
+    import pstats
+
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    wanted = {
+        "the compiled call (device work and dispatch)": ("updates.py", "__call__"),
+        "the host between calls (rows, logs, checks)": ("loop.py", "fit"),
+        "checkpoints": ("checkpoints.py", "save"),
+        "metrics rows": ("log.py", "epoch"),
+    }
+    found = []
+    for label, (file, function) in wanted.items():
+        cumulative = sum(
+            entry[3] for (path, _, name), entry in stats.items() if path.endswith(file) and name == function
+        )
+        found.append((label, 1000 * cumulative / updates))
+    return found
+
+
+def main() -> None:
+    """Run every method twice, print the report, write the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, nargs=2, default=[50, 650], metavar=("E1", "E2"))
+    parser.add_argument("--output", type=Path, default=Path("docs/benchmarks-full-batch.json"))
+    parser.add_argument("--child", nargs=2, metavar=("METHOD", "EPOCHS"), help=argparse.SUPPRESS)
+    parser.add_argument("--profile", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args.child[0], int(args.child[1]), args.profile)
+        return
+    short, long = args.epochs
+    per_update = {}
+    for method in METHODS:
+        walls = [_run(method, short), _run(method, long)]
+        per_update[method] = 1000 * (walls[1] - walls[0]) / (long - short)
+    with tempfile.TemporaryDirectory() as folder:
+        profile = str(Path(folder) / "accumrun.prof")
+        _run("accumrun", long, profile)
+        breakdown = _breakdown(profile, long)
+    figures = {
+        "ms_per_update": per_update,
+        "accumrun_over_bare": per_update["accumrun"] / per_update["bare"],
+        "accumrun_over_fit": per_update["accumrun"] / per_update["fit"],
+        "profile_ms_per_update": dict(breakdown),
+        "epochs": [short, long],
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+    }
+    args.output.write_text(json.dumps(figures, indent=2) + "\n")
+    print("| method | ms per update |\n| --- | ---: |")
+    for method, value in per_update.items():
+        print(f"| {method} | {value:.2f} |")
+    over_bare, over_fit = figures["accumrun_over_bare"], figures["accumrun_over_fit"]
+    print(f"\naccumrun / bare: {over_bare:.2f}x; accumrun / fit: {over_fit:.2f}x")
+    print("\n| where accumrun's time goes (profiled run) | ms per update |\n| --- | ---: |")
+    for label, value in breakdown:
+        print(f"| {label} | {value:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
