@@ -9,6 +9,7 @@ import signal
 import struct
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,23 +147,28 @@ def assert_close(a: list[np.ndarray], b: list[np.ndarray], atol: float = 1e-6) -
         np.testing.assert_allclose(left, right, atol=atol, rtol=0)
 
 
-def stop_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
-    """Send SIGINT while the step trains ``batch`` (1-based), whole or streamed."""
+def signal_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int, signals: Sequence[int] = (signal.SIGINT,)) -> None:
+    """Send ``signals`` to this process right after the run's ``batch``-th batch (1-based, over the whole run),
+    from the main thread, as a user's Ctrl-C during that batch is handled. Every call runs one update, so the stop
+    lands after exactly that batch, whole or streamed."""
     # Imports TensorFlow, so only for the tests that stop a run.
-    from accumrun.core.step import StreamedStep, WholeBatchStep
+    from accumrun.training.batches import DeviceBatches, FedBatches
+    from accumrun.training.cadence import Cadence
 
+    monkeypatch.setattr(Cadence, "wanted", lambda self, seconds_per_update: 1)
     batches = 0
 
-    def counted(method: Any) -> Any:
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def counted(run: Any) -> Any:
+        def wrapper(self: Any, *args: Any) -> Any:
             nonlocal batches
-            result = method(self, *args, **kwargs)
-            batches += 1
+            updates = run(self, *args)
+            batches += len(updates.applied)
             if batches == batch:
-                os.kill(os.getpid(), signal.SIGINT)
-            return result
+                for number in signals:
+                    os.kill(os.getpid(), number)
+            return updates
 
         return wrapper
 
-    for step_class in (WholeBatchStep, StreamedStep):
-        monkeypatch.setattr(step_class, "train_batch", counted(step_class.train_batch))
+    for kind in (DeviceBatches, FedBatches):
+        monkeypatch.setattr(kind, "run", counted(kind.run))

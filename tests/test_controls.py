@@ -15,7 +15,7 @@ from accumrun.config.loading import load_resume_config
 from accumrun.errors import ConfigError, ConfigProblems, Interrupted
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.controls import Controls
-from tests.helpers import stop_after_batch, tiny_config
+from tests.helpers import signal_after_batch, tiny_config
 
 
 def controls(tmp_path: Path, **sections: Any) -> Controls:
@@ -137,7 +137,7 @@ def test_a_controlled_run_stops_lowers_the_rate_and_keeps_the_best_model_and_res
     for mine, theirs in zip(best.get_weights(), shorter.model.get_weights(), strict=True):
         np.testing.assert_array_equal(mine, theirs)
 
-    stop_after_batch(monkeypatch, 8)  # the middle batch of epoch 3
+    signal_after_batch(monkeypatch, 8)  # the middle batch of epoch 3
     with pytest.raises(Interrupted):
         train(load_config(path), tmp_path / "run", quiet=True)
     monkeypatch.undo()

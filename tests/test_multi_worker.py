@@ -26,7 +26,9 @@ from tests.helpers import max_difference, write_config
 TIMEOUT = 240
 
 
-def config(tmp_path: Path, epochs: int, samples: int = 21, batch: int = 9) -> Path:
+def config(
+    tmp_path: Path, epochs: int, samples: int = 21, batch: int = 9, checkpoint_every: str | None = "10min"
+) -> Path:
     """An MLP without BatchNorm; batches dealt out to 2 workers, each in 3 sub-batches."""
     return write_config(
         tmp_path / "multi.yaml",
@@ -35,7 +37,7 @@ def config(tmp_path: Path, epochs: int, samples: int = 21, batch: int = 9) -> Pa
         model={"name": "mlp", "hidden": [16], "dropout": 0.0},
         training={"epochs": epochs, "batch_size": batch, "subdivisions": 3},
         optimizer={"name": "adam", "learning_rate": 0.02},
-        output={"tensorboard": False},
+        output={"tensorboard": False, "checkpoint_every": checkpoint_every},
         distribute={"timeout_seconds": 30},
     )
 
@@ -66,19 +68,20 @@ def finish(process: subprocess.Popen[str], tmp_path: Path) -> tuple[int, str]:
     return code, logs[-1].read_text()
 
 
-def wait_for_rows(run_dir: Path, rows: int) -> None:
+def wait_for_an_epoch(launcher: subprocess.Popen[str], tmp_path: Path) -> None:
+    """Wait until the newest launch's chief has logged an epoch (so its launcher handles signals by now)."""
     deadline = time.monotonic() + TIMEOUT
-    path = run_dir / "metrics.jsonl"
-    while time.monotonic() < deadline:
-        if path.is_file() and len(path.read_text().splitlines()) >= rows:
+    log = sorted(tmp_path.glob("launch-*.log"), key=lambda p: int(p.stem.split("-")[1]))[-1]
+    while time.monotonic() < deadline and launcher.poll() is None:
+        if "[w0] epoch " in log.read_text():
             return
-        time.sleep(0.1)
-    raise AssertionError(f"{path} never reached {rows} rows")
+        time.sleep(0.05)
+    raise AssertionError(f"the launch never logged an epoch:\n{log.read_text()}")
 
 
-def wait_for_checkpoint(run_dir: Path) -> None:
+def wait_for_checkpoint(launcher: subprocess.Popen[str], run_dir: Path) -> None:
     deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and launcher.poll() is None:
         if any((run_dir / "checkpoints").glob("*.npz")):
             return
         time.sleep(0.1)
@@ -113,16 +116,16 @@ def test_two_launched_workers_train_like_one_process_and_only_the_chief_writes(t
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_ctrl_c_and_sigterm_stop_both_workers_at_one_batch_and_resume_to_the_same_weights(tmp_path: Path) -> None:
-    path = config(tmp_path, epochs=4, samples=240, batch=8)
+    path = config(tmp_path, epochs=8, samples=240, batch=8)
     reference = train(path, tmp_path / "single", quiet=True)
     run_dir = tmp_path / "run"
-    for number, rows, expected in ((signal.SIGINT, 1, 130), (signal.SIGTERM, 2, 143)):
+    for number, expected in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         launcher = (
             start(tmp_path, str(path), "--run-dir", str(run_dir))
-            if rows == 1
+            if number == signal.SIGINT
             else start(tmp_path, "--resume", str(run_dir))
         )
-        wait_for_rows(run_dir, rows)
+        wait_for_an_epoch(launcher, tmp_path)
         launcher.send_signal(number)
         code, output = finish(launcher, tmp_path)
         assert code == expected, output
@@ -137,12 +140,12 @@ def test_ctrl_c_and_sigterm_stop_both_workers_at_one_batch_and_resume_to_the_sam
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_killed_worker_stops_the_other_within_the_timeout_and_the_run_resumes(tmp_path: Path) -> None:
-    path = config(tmp_path, epochs=4, samples=240, batch=8)
+    path = config(tmp_path, epochs=12, samples=240, batch=8, checkpoint_every=None)
     reference = train(path, tmp_path / "single", quiet=True)
     run_dir = tmp_path / "run"
     launcher = start(tmp_path, str(path), "--run-dir", str(run_dir))
     # After the first epoch's checkpoint: a worker lost before any checkpoint means starting again.
-    wait_for_checkpoint(run_dir)
+    wait_for_checkpoint(launcher, run_dir)
     log = sorted(tmp_path.glob("launch-*.log"))[-1].read_text()
     worker = int(re.search(r"\[launch\] worker 1: pid (\d+)", log).group(1))  # type: ignore[union-attr]
     os.kill(worker, signal.SIGKILL)

@@ -10,16 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from accumrun import train
 from accumrun.config.loading import load_config, load_resume_config
-from accumrun.core.step import TrainStep
 from accumrun.errors import ConfigError, Interrupted, TrainingDiverged
 from accumrun.training.checkpoints import CheckpointStore
-from accumrun.training.setup import TrainingSetup
 from accumrun.training.signals import StopRequests, resume_command
-from tests.helpers import tiny_config, write_config
+from tests.helpers import signal_after_batch, tiny_config, write_config
 
 # Keys that measure the machine, not the training; they differ between any two runs.
 TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib"}
@@ -28,32 +25,6 @@ TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib
 def training_rows(run_dir: Path) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
-
-
-def signal_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int, signals: list[int]) -> None:
-    """Send ``signals`` to this process right after the run's ``batch``-th batch (1-based, over the whole run),
-    from the main thread, as a user's Ctrl-C during that batch is handled: the step is wrapped where the run
-    compiles it, through :meth:`TrainingSetup.make_step`."""
-    make_step = TrainingSetup.make_step
-    calls = 0
-
-    def make_signalling_step(setup: TrainingSetup, subdivisions: int) -> TrainStep:
-        step = make_step(setup, subdivisions)
-        train_batch = step.train_batch
-
-        def signalling_batch(chunks: Any, samples: int) -> tuple[tf.Tensor, tf.Tensor]:
-            nonlocal calls
-            calls += 1
-            result = train_batch(chunks, samples)
-            if calls == batch:
-                for number in signals:
-                    os.kill(os.getpid(), number)
-            return result
-
-        step.train_batch = signalling_batch  # type: ignore[method-assign]
-        return step
-
-    monkeypatch.setattr(TrainingSetup, "make_step", make_signalling_step)
 
 
 @pytest.mark.slow
@@ -87,7 +58,8 @@ def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
 def test_a_second_ctrl_c_stops_at_once_and_leaves_the_last_checkpoint_valid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tiny_config(tmp_path, training={"epochs": 3})
+    # Checkpoints at the ends of epochs: the one of epoch 1 is the last before the stop.
+    path = tiny_config(tmp_path, training={"epochs": 3}, output={"checkpoint_every": None})
     signal_after_batch(monkeypatch, 5, [signal.SIGINT, signal.SIGINT])
     with pytest.raises(KeyboardInterrupt):
         train(load_config(path), tmp_path / "run", quiet=True)

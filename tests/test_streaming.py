@@ -27,7 +27,7 @@ from accumrun.data.feeder import Feeder
 from accumrun.data.readers import RecordReader
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import ConfigError, DataError, Interrupted
-from tests.helpers import assert_close, invoke, stop_after_batch
+from tests.helpers import assert_close, invoke, signal_after_batch
 
 SIZE = 8
 
@@ -142,7 +142,7 @@ def test_a_run_stopped_mid_epoch_resumes_to_the_same_weights(
         config["data"] |= {"name": "tfrecord", "path": records, "shuffle_buffer": 8}
     config["training"]["epochs"] = 3
     reference = train(config, tmp_path / "reference", quiet=True)
-    stop_after_batch(monkeypatch, 5)  # the middle batch of epoch 2
+    signal_after_batch(monkeypatch, 5)  # the middle batch of epoch 2
     with pytest.raises(Interrupted):
         train(config, tmp_path / "run", quiet=True)
     monkeypatch.undo()

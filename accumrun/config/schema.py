@@ -620,11 +620,11 @@ class OutputConfig(_Section):
     """A logged figure (``val_loss``), or ``{monitor: ..., mode: ...}``: keep ``model.best.keras`` from its best
     epoch."""
 
-    @field_validator("checkpoint_every")
+    @field_validator("checkpoint_every", mode="before")
     @classmethod
-    def _duration(cls, value: str | None) -> str | None:
+    def _duration(cls, value: Any) -> Any:
         if value is not None:
-            duration_seconds(value)
+            duration_seconds(value if isinstance(value, str) else "")
         return value
 
     @property

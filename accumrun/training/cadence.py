@@ -54,14 +54,16 @@ class Cadence:
             count = min(count, self.checkpoint_every_updates - optimizer_steps % self.checkpoint_every_updates)
         return count
 
-    def call_size(self, until_host: int, most: int, batch_size: int, seconds_per_update: float | None) -> int:
-        """The updates of the next call: no more than ``until_host``, ``most`` (what one call can hold) and
-        ``updates_per_call``; with ``auto``, about :data:`CALL_SECONDS` of work at ``seconds_per_update`` (one,
-        until a call has been timed)."""
+    def wanted(self, seconds_per_update: float | None) -> int:
+        """The updates a call should run: ``updates_per_call``, or with ``auto`` about :data:`CALL_SECONDS` of
+        work at ``seconds_per_update`` (one, until a call has been timed)."""
         if self.updates_per_call is not None:
-            wanted = self.updates_per_call
-        elif seconds_per_update is None:
-            wanted = 1
-        else:
-            wanted = max(1, int(CALL_SECONDS / max(seconds_per_update, 1e-9)))
+            return self.updates_per_call
+        if seconds_per_update is None:
+            return 1
+        return max(1, min(int(CALL_SECONDS / max(seconds_per_update, 1e-9)), MOST_ROWS_PER_CALL))
+
+    def call_size(self, wanted: int, until_host: int, most: int, batch_size: int) -> int:
+        """The updates of the next call: ``wanted``, but no more than ``until_host``, ``most`` (what one call can
+        hold) and :data:`MOST_ROWS_PER_CALL` rows."""
         return max(1, min(wanted, until_host, most, MOST_ROWS_PER_CALL // batch_size))

@@ -181,22 +181,30 @@ def is_chief(strategy: tf.distribute.Strategy | None) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().jobs
 
 
-def stop_agreement(strategy: tf.distribute.Strategy | None) -> Callable[[int | None], int | None]:
-    """``agree(signal_number) -> signal_number``: on a multi-worker run, the stop that any worker was asked for
-    (SIGTERM before SIGINT), by one small all-reduce, so that every worker stops at the same batch; elsewhere the
-    local request as it is. Called once per batch."""
+Agreement = Callable[[int | None, int], tuple[int | None, int]]
+"""``agree(signal_number, updates_per_call) -> (signal_number, updates_per_call)``, as every worker takes them."""
+
+
+def agreement(strategy: tf.distribute.Strategy | None) -> Agreement:
+    """What every worker of a multi-worker run must agree on after each call, by one small all-reduce: the stop
+    that any worker was asked for (SIGTERM before SIGINT), so that all stop at the same batch, and the chief's
+    size for the next call (``updates_per_call: auto`` times each worker's own calls, and workers whose calls
+    differed would wait on each other's collectives forever). Elsewhere, the local values as they are."""
     if not task_addresses(strategy):
-        return lambda number: number
+        return lambda number, size: (number, size)
     assert strategy is not None
     asked = (signal.SIGTERM, signal.SIGINT)
+    chief = is_chief(strategy)
 
     @tf.function
-    def counts(flags: tf.Tensor) -> tf.Tensor:
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(flags)), axis=None)
+    def totals(values: tf.Tensor) -> tf.Tensor:
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(values)), axis=None)
 
-    def agree(number: int | None) -> int | None:
-        totals = counts(tf.constant([float(number == each) for each in asked])).numpy()
-        return next((int(each) for each, total in zip(asked, totals, strict=True) if total > 0), None)
+    def agree(number: int | None, size: int) -> tuple[int | None, int]:
+        flags = [float(number == each) for each in asked]
+        summed = totals(tf.constant([*flags, float(size) if chief else 0.0], tf.float64)).numpy()
+        stop = next((int(each) for each, total in zip(asked, summed[:-1], strict=True) if total > 0), None)
+        return stop, int(summed[-1])
 
     return agree
 

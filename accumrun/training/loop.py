@@ -32,16 +32,19 @@ from accumrun.training.cadence import Cadence
 from accumrun.training.checkpoints import CheckpointStore, Position
 from accumrun.training.console import progress_bar
 from accumrun.training.controls import Controls
+from accumrun.training.distribute import Agreement
 from accumrun.training.log import RowSizes, RunLog, epoch_row
 from accumrun.training.signals import StopRequests
 
 
 @dataclass(kw_only=True)
 class _Clock:
-    """What the trainer times: the last checkpoint, and what an update costs (once a call has been timed)."""
+    """What the trainer times: the last checkpoint, and the size of the next call (agreed by every worker)."""
 
     last_checkpoint: float = field(default_factory=time.monotonic)
     seconds_per_update: float | None = None
+    """What an update costs, once a call has been timed (a call that traced is not)."""
+    call_size: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,8 +66,8 @@ class Trainer:
     store: CheckpointStore
     log: RunLog
     controls: Controls
-    agree: Callable[[int | None], int | None]
-    """The stop that every worker agrees on (see :func:`accumrun.training.distribute.stop_agreement`)."""
+    agree: Agreement
+    """The stop and the call size that every worker agrees on (see :func:`accumrun.training.distribute.agreement`)."""
     resume_command: str
     echo: Callable[[str], None]
     show_progress: bool = True
@@ -81,12 +84,14 @@ class Trainer:
         """
         stopped = None
         self._clock.last_checkpoint = time.monotonic()
+        self._clock.call_size = self.cadence.wanted(None)
         with StopRequests() as stops:
             while position.epoch < self.cadence.epochs and stopped is None:
                 updates, seconds = self._call(position)
                 position, stopped = self._take(updates, seconds, position)
-                # Every worker of a multi-worker run stops at the same call, whichever got the signal.
-                number = self.agree(stops.signal_number)
+                # Every worker of a multi-worker run stops after the same call, whichever got the signal.
+                wanted = self.cadence.wanted(self._clock.seconds_per_update)
+                number, self._clock.call_size = self.agree(stops.signal_number, wanted)
                 ended = stopped is not None or position.epoch >= self.cadence.epochs
                 if number is not None or ended or self._checkpoint_due(position, updates):
                     checkpoint = self._checkpoint(position)
@@ -102,10 +107,10 @@ class Trainer:
         batches, cadence = self.batches, self.cadence
         steps = int(self.optimizer.iterations.numpy())
         count = cadence.call_size(
+            self._clock.call_size,
             cadence.updates_until_host(position.epoch, position.batch, steps),
             batches.most_per_call(position.batch),
             batches.sizes[position.batch],
-            self._clock.seconds_per_update,
         )
         traces, started = batches.traces, time.perf_counter()
         updates = batches.run(position.epoch, position.batch, count)

@@ -33,7 +33,7 @@ from accumrun.training.cadence import Cadence
 from accumrun.training.checkpoints import Position, State
 from accumrun.training.console import describe_setup, device_name
 from accumrun.training.controls import Controls
-from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chief, lost_worker, stop_agreement
+from accumrun.training.distribute import PEER_ERRORS, agreement, describe_strategy, is_chief, lost_worker
 from accumrun.training.log import RowSizes, RunLog
 from accumrun.training.loop import Trainer
 from accumrun.training.run import Run
@@ -195,7 +195,7 @@ def _trainer(
         store=run.store,
         log=log,
         controls=controls,
-        agree=stop_agreement(setup.strategy),
+        agree=agreement(setup.strategy),
         resume_command=resume_command(run.home),
         echo=echo,
         show_progress=show_progress,
