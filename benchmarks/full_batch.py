@@ -10,10 +10,11 @@ epoch. Three methods, each in a fresh child process (this script again, with ``-
   Adam update, called from a Python loop on tensors already on the device: the compiled-loop limit;
 - fit: ``model.fit(x, y, batch_size=2000, shuffle=True, verbose=0)``, the same model and optimizer.
 
-Each method trains the same model twice, for E1 and E2 epochs (default 50 and 650), in one child each; the cost
-per update is ``(wall(E2) - wall(E1)) / (E2 - E1)``, so startup, tracing and saving cancel out, and what is left is
-what each further update costs, with everything the method does around it. accumrun's breakdown comes from a
-Python profile of the longer run: the share of the time per update spent in the compiled call and on the host.
+Each method trains the same model twice, for E1 and E2 epochs (default 50 and 650), in one child each, timed from
+after the imports; the cost per update is ``(wall(E2) - wall(E1)) / (E2 - E1)``, so startup, tracing and saving
+cancel out, and what is left is what each further update costs, with everything the method does around it.
+accumrun's breakdown comes the same way from two Python profiles (E1 and E2 epochs): the time per further update
+spent in the compiled calls, in the checkpoints, in the metrics rows, and in the rest of the host's work.
 
 Run from the repository root; the report goes to stdout (Markdown), the figures to ``--output`` (JSON):
 
@@ -118,8 +119,13 @@ METHODS = {"accumrun": _accumrun, "bare": _bare, "fit": _fit}
 
 
 def _child(method: str, epochs: int, profile: str | None) -> None:
-    """Train ``epochs`` epochs with ``method``; print the wall time from the first line of training code."""
+    """Train ``epochs`` epochs with ``method``; print the wall time after the imports."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras  # noqa: F401
+    import tensorflow  # noqa: F401
+
+    import accumrun  # noqa: F401
+
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         if profile:
@@ -138,24 +144,32 @@ def _run(method: str, epochs: int, profile: str | None = None) -> float:
     return float(json.loads(output.strip().splitlines()[-1])["seconds"])
 
 
-def _breakdown(profile: str, updates: int) -> list[tuple[str, float]]:
-    """Milliseconds per update in the functions where accumrun's run spends its time, from the profile."""
+PROFILED = {
+    "training (Trainer.fit)": ("loop.py", "fit"),
+    "the compiled calls": ("batches.py", "run"),
+    "checkpoints": ("checkpoints.py", "save"),
+    "metrics rows (file, TensorBoard, console)": ("log.py", "epoch"),
+}
+
+
+def _cumulative(profile: str) -> dict[str, float]:
+    """Seconds spent in each of :data:`PROFILED`'s functions, their callees included."""
     import pstats
 
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-    wanted = {
-        "the compiled call (device work and dispatch)": ("updates.py", "__call__"),
-        "the host between calls (rows, logs, checks)": ("loop.py", "fit"),
-        "checkpoints": ("checkpoints.py", "save"),
-        "metrics rows": ("log.py", "epoch"),
+    return {
+        label: sum(entry[3] for (path, _, name), entry in stats.items() if path.endswith(file) and name == function)
+        for label, (file, function) in PROFILED.items()
     }
-    found = []
-    for label, (file, function) in wanted.items():
-        cumulative = sum(
-            entry[3] for (path, _, name), entry in stats.items() if path.endswith(file) and name == function
-        )
-        found.append((label, 1000 * cumulative / updates))
-    return found
+
+
+def _breakdown(short: str, long: str, updates: int) -> list[tuple[str, float]]:
+    """Milliseconds per further update in each of :data:`PROFILED`'s functions: the difference of two profiles,
+    so that tracing and startup cancel out; the host's own share is what training spends outside the rest."""
+    before, after = _cumulative(short), _cumulative(long)
+    found = {label: 1000 * (after[label] - before[label]) / updates for label in PROFILED}
+    total = found.pop("training (Trainer.fit)")
+    return [*found.items(), ("the rest of the host's work per update", total - sum(found.values()))]
 
 
 def main() -> None:
@@ -175,9 +189,10 @@ def main() -> None:
         walls = [_run(method, short), _run(method, long)]
         per_update[method] = 1000 * (walls[1] - walls[0]) / (long - short)
     with tempfile.TemporaryDirectory() as folder:
-        profile = str(Path(folder) / "accumrun.prof")
-        _run("accumrun", long, profile)
-        breakdown = _breakdown(profile, long)
+        profiles = [str(Path(folder) / f"accumrun-{epochs}.prof") for epochs in (short, long)]
+        _run("accumrun", short, profiles[0])
+        _run("accumrun", long, profiles[1])
+        breakdown = _breakdown(*profiles, long - short)
     figures = {
         "ms_per_update": per_update,
         "accumrun_over_bare": per_update["accumrun"] / per_update["bare"],

@@ -82,6 +82,18 @@ def compare_weights(optimizer: str, subdivisions: int, folder: Path) -> dict[str
     }
 
 
+def compare_updates_per_call(folder: Path) -> dict[str, Any]:
+    """Train mirrored with one update per call and with several; compare the final weights."""
+    runs = {}
+    for updates_per_call in (1, 4):
+        settings = config("adam", 3, "mirrored")
+        training = settings.training.model_copy(update={"updates_per_call": updates_per_call})
+        settings = settings.model_copy(update={"training": training})
+        result = train(settings, folder / str(updates_per_call), quiet=True, strategy=STRATEGY)
+        runs[updates_per_call] = [v.numpy() for v in result.model.variables]
+    return {"max_difference": _max_difference(runs[1], runs[4])}
+
+
 def _fresh_model() -> keras.Model:
     keras.utils.set_random_seed(5)
     return mlp((6,), 3, [16])
@@ -211,6 +223,7 @@ def main(out: Path) -> None:
             for subdivisions in (1, 3):
                 run_folder = Path(folder) / f"{optimizer}-{subdivisions}"
                 results["weights"][f"{optimizer}-{subdivisions}"] = compare_weights(optimizer, subdivisions, run_folder)
+        results["updates_per_call"] = compare_updates_per_call(Path(folder) / "calls")
     for subdivisions in (1, 4):
         results["reductions"][str(subdivisions)] = count_reductions(subdivisions)
     out.write_text(json.dumps(results, indent=2))

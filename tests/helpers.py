@@ -71,16 +71,18 @@ def invoke(*args: str) -> CliResult:
     return CliResult(result.exit_code, result.stdout, result.stderr)
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: int = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``accumrun ARGS`` in a fresh interpreter, as a user would: for what only a process shows (its whole
-    stderr, signals, ``launch``)."""
+    stderr, signals, ``launch``); ``env`` adds to the environment."""
     return subprocess.run(
         [sys.executable, "-m", "accumrun", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=timeout,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
     )
 
 

@@ -7,22 +7,33 @@ What the callback does is set per test through :data:`HOOKS`, which a fresh proc
 - ``largest_sub_batch``: raise ``MemoryError`` for a larger sub-batch, which TensorFlow reports from the step as
   ``ResourceExhaustedError``, as it does a real out-of-memory error;
 - ``broken_once_for``: fail once on a sub-batch of this size with another error, as a runtime left broken by an
-  out-of-memory error does.
+  out-of-memory error does;
+- ``kill_at_forward``: SIGKILL the process on its N-th forward pass, in the middle of an update, as a machine that
+  goes down does; a fresh process reads it from the environment variable ``ACCUMRUN_TEST_KILL_AT_FORWARD``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import signal
+from dataclasses import dataclass, field
 from typing import Any
 
 import keras
 import tensorflow as tf
 
 
+def _kill_at_forward() -> int | None:
+    value = os.environ.get("ACCUMRUN_TEST_KILL_AT_FORWARD")
+    return int(value) if value else None
+
+
 @dataclass
 class Hooks:
     largest_sub_batch: int | None = None
     broken_once_for: int | None = None
+    kill_at_forward: int | None = field(default_factory=_kill_at_forward)
+    forwards: int = 0
 
 
 HOOKS = Hooks()
@@ -30,6 +41,9 @@ HOOKS = Hooks()
 
 def _on_forward(size: tf.Tensor) -> None:
     samples = int(size)
+    HOOKS.forwards += 1
+    if HOOKS.forwards == HOOKS.kill_at_forward:
+        os.kill(os.getpid(), signal.SIGKILL)
     if HOOKS.largest_sub_batch is not None and samples > HOOKS.largest_sub_batch:
         raise MemoryError(f"injected: a sub-batch of {samples} does not fit")
     if HOOKS.broken_once_for == samples:

@@ -61,6 +61,13 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_several_updates_per_call_equal_one_per_call_on_replicas(mirrored: dict[str, Any]) -> None:
+    # Batches of 9, 9 and 1: calls of two full batches, then the short one, every replica in step.
+    assert mirrored["updates_per_call"]["max_difference"] <= 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_per_batch_statistics_are_those_of_the_global_batch_on_every_replica(mirrored: dict[str, Any]) -> None:
     per_batch, sub_batch = mirrored["batch_norm"]["per_batch"], mirrored["batch_norm"]["sub_batch"]
     assert per_batch["moved"] > 1e-2

@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import keras
 import numpy as np
 import pytest
 
@@ -16,7 +17,8 @@ from accumrun.config.loading import load_config, load_resume_config
 from accumrun.errors import ConfigError, Interrupted, TrainingDiverged
 from accumrun.training.checkpoints import CheckpointStore
 from accumrun.training.signals import StopRequests, resume_command
-from tests.helpers import signal_after_batch, tiny_config, write_config
+from tests.helpers import run_cli, signal_after_batch, tiny_config, write_config
+from tests.hook_models import ForwardHook
 
 # Keys that measure the machine, not the training; they differ between any two runs.
 TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib"}
@@ -216,3 +218,34 @@ def test_the_second_sigint_raises_keyboard_interrupt() -> None:
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
+    # Full batch in 2 sub-batches: an update is two forward passes, an epoch one update; a checkpoint every 5.
+    path = write_config(
+        tmp_path / "kill.yaml",
+        seed=4,
+        data={"name": "synthetic", "samples": 30, "shape": [4], "classes": 3, "validation_split": 0.1},
+        model={"name": "tests.hook_models:mlp", "hidden": [8]},
+        training={"epochs": 30, "batch_size": "full", "subdivisions": 2},
+        optimizer={"name": "adam", "learning_rate": 0.01},
+        output={"tensorboard": False, "checkpoint_every_updates": 5},
+    )
+    reference = train(load_config(path), tmp_path / "reference", quiet=True)
+    run_dir = tmp_path / "run"
+    repository = Path(__file__).parent.parent
+    # Killed in update 12 (after the checkpoint of update 10), then in update 10 + 9 = 19 of the resumed run.
+    for args, forward in (([str(path), "--run-dir", str(run_dir)], 23), (["--resume", str(run_dir)], 17)):
+        killed = run_cli("train", *args, cwd=repository, env={"ACCUMRUN_TEST_KILL_AT_FORWARD": str(forward)})
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    logged = [row["epoch"] for row in training_rows(run_dir)]
+    assert logged == list(range(1, len(logged) + 1)) and len(logged) >= 15  # past the checkpoint of update 15
+    resumed = run_cli("train", "--resume", str(run_dir), cwd=repository)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    # Every epoch is logged once, and the rows and weights are those of the run that was never killed.
+    assert training_rows(run_dir) == training_rows(tmp_path / "reference")
+    final = keras.models.load_model(run_dir / "model.keras", compile=False, custom_objects={"ForwardHook": ForwardHook})
+    for mine, theirs in zip(final.get_weights(), reference.model.get_weights(), strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-6)

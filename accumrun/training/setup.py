@@ -197,9 +197,8 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
     with strategy_scope(strategy):
         model = _build_model(config, dataset, augmentation, rescale, preprocess)
         # Two samples as the model takes them, to check that the loss gives one value per sample.
-        probe = Feeder(
-            dataset.train, [min(2, dataset.train_size)], seed=config.seed, shuffle=False, augmentation=augmentation
-        )
+        first_two = dataset.train.subset(np.arange(min(2, dataset.train_size)))
+        probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
         objective = fit_objective(config, dataset, model, _first(probe))
         optimizer = build_optimizer(config.optimizer)
         if config.training.precision is Precision.MIXED_FLOAT16:
