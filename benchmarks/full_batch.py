@@ -16,7 +16,8 @@ cancel out, and what is left is what each further update costs, with everything 
 accumrun's breakdown comes the same way from two Python profiles (E1 and E2 epochs): the time per further update
 spent in the compiled calls, in the checkpoints, in the metrics rows, and in the rest of the host's work.
 
-Run from the repository root; the report goes to stdout (Markdown), the figures to ``--output`` (JSON):
+Run from the repository root; it writes the report to ``docs/benchmarks-full-batch.md`` and the figures beside it
+(``--output`` names another Markdown file):
 
     python benchmarks/full_batch.py [--epochs E1 E2] [--output PATH]
 """
@@ -31,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from run import machine, report_header  # benchmarks/run.py, beside this script
 
 SAMPLES, FEATURES, CLASSES, HIDDEN, SUBDIVISIONS, RATE = 2000, 32, 10, [64, 64], 4, 1e-3
 
@@ -176,13 +179,14 @@ def main() -> None:
     """Run every method twice, print the report, write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, nargs=2, default=[50, 650], metavar=("E1", "E2"))
-    parser.add_argument("--output", type=Path, default=Path("docs/benchmarks-full-batch.json"))
+    parser.add_argument("--output", type=Path, default=Path("docs/benchmarks-full-batch.md"))
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "EPOCHS"), help=argparse.SUPPRESS)
     parser.add_argument("--profile", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(args.child[0], int(args.child[1]), args.profile)
         return
+    info = machine()
     short, long = args.epochs
     per_update = {}
     for method in METHODS:
@@ -199,18 +203,27 @@ def main() -> None:
         "accumrun_over_fit": per_update["accumrun"] / per_update["fit"],
         "profile_ms_per_update": dict(breakdown),
         "epochs": [short, long],
-        "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(),
+        "machine": info,
     }
-    args.output.write_text(json.dumps(figures, indent=2) + "\n")
-    print("| method | ms per update |\n| --- | ---: |")
-    for method, value in per_update.items():
-        print(f"| {method} | {value:.2f} |")
-    over_bare, over_fit = figures["accumrun_over_bare"], figures["accumrun_over_fit"]
-    print(f"\naccumrun / bare: {over_bare:.2f}x; accumrun / fit: {over_fit:.2f}x")
-    print("\n| where accumrun's time goes (profiled run) | ms per update |\n| --- | ---: |")
-    for label, value in breakdown:
-        print(f"| {label} | {value:.2f} |")
+    args.output.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
+    lines = [
+        report_header(
+            "Full-batch gradient descent: the cost of an update",
+            "python benchmarks/full_batch.py",
+            args.output.with_suffix(".json"),
+            info,
+        ),
+        f"{SAMPLES:,} samples of {FEATURES} features, MLP {HIDDEN}, batch full in {SUBDIVISIONS} sub-batches, Adam; "
+        f"each method's cost per further update, (wall({long}) - wall({short})) / {long - short}.\n",
+        "| method | ms per update |\n| --- | ---: |",
+        *(f"| {method} | {value:.2f} |" for method, value in per_update.items()),
+        f"\naccumrun / bare: {figures['accumrun_over_bare']:.2f}x (target <= 2x); accumrun / fit: "
+        f"{figures['accumrun_over_fit']:.2f}x (target < 1x)\n",
+        "| where accumrun's time per further update goes (two profiles' difference) | ms |\n| --- | ---: |",
+        *(f"| {label} | {value:.2f} |" for label, value in breakdown),
+    ]
+    args.output.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -234,6 +234,17 @@ def machine() -> dict[str, Any]:
     }
 
 
+def report_header(title: str, command: str, figures: Path, info: dict[str, Any]) -> str:
+    """A report's first lines: its title, the command that writes it, and what it was measured on (``info``, from
+    :func:`machine`)."""
+    return (
+        f"# {title}\n\nWritten by `{command}`; every figure is also in `{figures}`.\n\n"
+        f"- machine: {info['cpu']}, {info['cores']} cores; load average {info['load_average_at_start']} at the start\n"
+        f"- TensorFlow {info['tensorflow']}, Keras {info['keras']}, Python {info['python']}; {info['date']}\n"
+        f"- accumrun at {info['accumrun_revision']}\n"
+    )
+
+
 @dataclass
 class Target:
     """One goal of the issue, its measured value and whether it was met."""

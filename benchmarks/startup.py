@@ -10,7 +10,8 @@ Measured, each ``--repeats`` times (medians reported):
 
 The first update is seen from inside the child: it runs the command line through this script's ``--child``, which
 wraps the training batches' ``run`` to print the wall time (``time.time()``) when the first call returns; the parent
-subtracts the time it started the child. Run from the repository root:
+subtracts the time it started the child. Run from the repository root; it writes ``docs/benchmarks-startup.md``
+and the figures beside it:
 
     python benchmarks/startup.py [--repeats N] [--output PATH]
 """
@@ -27,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from run import machine, report_header  # benchmarks/run.py, beside this script
 
 MARK = "first update at "
 
@@ -70,12 +73,13 @@ def main() -> None:
     """Time each command ``--repeats`` times; print the report, write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=Path("docs/benchmarks-startup.json"))
+    parser.add_argument("--output", type=Path, default=Path("docs/benchmarks-startup.md"))
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         _child(args.child)
         return
+    info = machine()
     python = sys.executable
     figures: dict[str, list[float]] = {
         "import tensorflow": [],
@@ -94,11 +98,19 @@ def main() -> None:
             figures["train: exit"].append(wall)
             figures["train: first update"].append(first if first is not None else float("nan"))
     medians = {name: statistics.median(values) for name, values in figures.items()}
-    args.output.write_text(json.dumps({"median_seconds": medians, "seconds": figures, "cpus": os.cpu_count()}) + "\n")
+    figures_path = args.output.with_suffix(".json")
+    figures_path.write_text(json.dumps({"median_seconds": medians, "seconds": figures, "machine": info}) + "\n")
     floor = medians["import tensorflow"]
-    print("| command | seconds (median) | minus `import tensorflow` |\n| --- | ---: | ---: |")
-    for name, value in medians.items():
-        print(f"| {name} | {value:.2f} | {value - floor:+.2f} |")
+    lines = [
+        report_header(
+            "Startup: from the command to the first update", "python benchmarks/startup.py", figures_path, info
+        ),
+        f"Fresh processes, the median of {args.repeats}; `configs/digits.yaml`, 1 epoch for `train`.\n",
+        "| command | seconds | minus `import tensorflow` |\n| --- | ---: | ---: |",
+        *(f"| {name} | {value:.2f} | {value - floor:+.2f} |" for name, value in medians.items()),
+    ]
+    args.output.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ sees in a call of its own, and the results are those of one update per call, bit
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import keras
 import numpy as np
@@ -76,6 +76,8 @@ class UpdateLoop:
         if batch_size not in self._calls:
             self._calls[batch_size] = tf.function(
                 self._run,
+                # Written with tf.while_loop and tf.cond: nothing for autograph to convert, which saves tracing time.
+                autograph=False,
                 input_signature=[
                     tf.TensorSpec([None, batch_size], tf.int32),
                     tf.TensorSpec([None], tf.bool),
@@ -98,27 +100,47 @@ class UpdateLoop:
         count = tf.shape(rows)[0]
         metric_count = len(self._metrics.names)
         # Sized as they fill: a call that stops early returns only the updates it ran.
-        loss_sums = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
-        applied_flags = tf.TensorArray(tf.bool, size=0, dynamic_size=True)
-        rates = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
-        steps = tf.TensorArray(tf.int64, size=0, dynamic_size=True)
-        metric_values = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[metric_count])
-        for k in tf.range(count):
-            if starts_epoch[k]:
-                self._metrics.reset()
-            batch = rows[k]
+        outputs = (
+            tf.TensorArray(tf.float32, size=0, dynamic_size=True),
+            tf.TensorArray(tf.bool, size=0, dynamic_size=True),
+            tf.TensorArray(tf.float32, size=0, dynamic_size=True),
+            tf.TensorArray(tf.int64, size=0, dynamic_size=True),
+            tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[metric_count]),
+        )
+
+        def reset() -> tf.Tensor:
+            self._metrics.reset()
+            return tf.constant(True)
+
+        def update(k: tf.Tensor, stopped: tf.Tensor, arrays: tuple[tf.TensorArray, ...]) -> tuple[Any, ...]:
+            reset_done = tf.cond(starts_epoch[k], reset, lambda: tf.constant(False))
+            with tf.control_dependencies([reset_done]):
+                batch = tf.identity(rows[k])
             loss_sum, applied = self._step(tf.gather(self._x, batch), tf.gather(self._y, batch))
-            loss_sums = loss_sums.write(k, loss_sum)
-            applied_flags = applied_flags.write(k, applied)
-            rates = rates.write(k, tf.cast(self._optimizer.learning_rate, tf.float32))
-            steps = steps.write(k, tf.cast(self._optimizer.iterations, tf.int64))
-            values = tf.zeros([metric_count], tf.float32)
-            if ends_epoch[k]:
-                values = self._metrics.result_tensor()
-            metric_values = metric_values.write(k, values)
-            if self._stop_on_nonfinite and not applied and self._diverged(loss_sum):
-                break
-        return loss_sums.stack(), applied_flags.stack(), rates.stack(), steps.stack(), metric_values.stack()
+            with tf.control_dependencies([loss_sum, applied]):
+                metrics = tf.cond(
+                    ends_epoch[k], self._metrics.result_tensor, lambda: tf.zeros([metric_count], tf.float32)
+                )
+                rate = tf.cast(self._optimizer.learning_rate, tf.float32)
+                steps = tf.cast(self._optimizer.iterations, tf.int64)
+            values = (loss_sum, applied, rate, steps, metrics)
+            arrays = tuple(array.write(k, value) for array, value in zip(arrays, values, strict=True))
+            stop = (
+                tf.logical_and(tf.logical_not(applied), self._diverged(loss_sum))
+                if self._stop_on_nonfinite
+                else stopped
+            )
+            return k + 1, stop, arrays
+
+        # One update at a time: each reads the weights the one before it wrote.
+        _, _, arrays = tf.while_loop(
+            lambda k, stopped, _: tf.logical_and(k < count, tf.logical_not(stopped)),
+            update,
+            (tf.constant(0), tf.constant(False), outputs),
+            parallel_iterations=1,
+        )
+        loss_sums, applied, rates, steps, metrics = (array.stack() for array in arrays)
+        return loss_sums, applied, rates, steps, metrics
 
     def _diverged(self, loss_sum: tf.Tensor) -> tf.Tensor:
         """Whether an update that was not applied stops training: always, but for a loss-scale optimizer's
