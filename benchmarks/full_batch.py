@@ -10,16 +10,18 @@ epoch. Three methods, each in a fresh child process (this script again, with ``-
   Adam update, called from a Python loop on tensors already on the device: the compiled-loop limit;
 - fit: ``model.fit(x, y, batch_size=2000, shuffle=True, verbose=0)``, the same model and optimizer.
 
-Each method trains the same model twice, for E1 and E2 epochs (default 50 and 650), in one child each, timed from
-after the imports; the cost per update is ``(wall(E2) - wall(E1)) / (E2 - E1)``, so startup, tracing and saving
-cancel out, and what is left is what each further update costs, with everything the method does around it.
-accumrun's breakdown comes the same way from two Python profiles (E1 and E2 epochs): the time per further update
-spent in the compiled calls, in the checkpoints, in the metrics rows, and in the rest of the host's work.
+Each method trains in a child of its own, and its cost per update is the mean over its steady state, after the
+first :data:`WARMUP` updates (tracing, the first timings): accumrun's from its ``metrics.jsonl`` rows (every
+epoch's wall time, the host's work at its end included), the bare loop's from a timer around its remaining
+updates, ``fit``'s from a callback around each epoch. accumrun and the bare loop train ``--epochs`` epochs (default
+2,000), ``fit`` a tenth of them (it is slow enough to measure in fewer). accumrun's breakdown comes from two
+Python profiles, of ``--epochs`` and of a tenth of them: their difference, per further update, in the compiled
+calls, the checkpoints, the metrics rows and the rest of the host's work, so tracing and startup cancel out.
 
 Run from the repository root; it writes the report to ``docs/benchmarks-full-batch.md`` and the figures beside it
 (``--output`` names another Markdown file):
 
-    python benchmarks/full_batch.py [--epochs E1 E2] [--output PATH]
+    python benchmarks/full_batch.py [--epochs E] [--output PATH]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +39,8 @@ from pathlib import Path
 from run import machine, report_header  # benchmarks/run.py, beside this script
 
 SAMPLES, FEATURES, CLASSES, HIDDEN, SUBDIVISIONS, RATE = 2000, 32, 10, [64, 64], 4, 1e-3
+WARMUP = 10
+"""Updates left out at the start of every method's timing."""
 
 
 def _data() -> tuple[object, object]:
@@ -58,7 +63,7 @@ def _model() -> object:
     return keras.Model(inputs, keras.layers.Dense(CLASSES)(hidden))
 
 
-def _accumrun(epochs: int, folder: Path) -> None:
+def _accumrun(epochs: int, folder: Path) -> list[float]:
     import numpy as np
 
     import accumrun
@@ -74,10 +79,11 @@ def _accumrun(epochs: int, folder: Path) -> None:
             "output": {"tensorboard": False},
         }
     )
-    accumrun.train(config, folder / "run", quiet=True)
+    result = accumrun.train(config, folder / "run", quiet=True)
+    return [row["seconds"] for row in result.metrics[WARMUP:]]
 
 
-def _bare(epochs: int, folder: Path) -> None:
+def _bare(epochs: int, folder: Path) -> list[float]:
     import keras
     import numpy as np
     import tensorflow as tf
@@ -103,26 +109,42 @@ def _bare(epochs: int, folder: Path) -> None:
         optimizer.apply_gradients(zip(total, model.trainable_variables, strict=True))
         return loss_sum
 
-    for epoch in range(epochs):
-        order = tf.constant(np.random.default_rng([0, epoch]).permutation(SAMPLES).astype(np.int32))
-        update(order)
-    float(update(order))  # wait for the device
+    def order(epoch: int) -> tf.Tensor:
+        return tf.constant(np.random.default_rng([0, epoch]).permutation(SAMPLES).astype(np.int32))
+
+    for epoch in range(WARMUP):
+        float(update(order(epoch)))
+    started = time.perf_counter()
+    for epoch in range(WARMUP, epochs):
+        loss_sum = update(order(epoch))
+    float(loss_sum)  # wait for the device
+    return [(time.perf_counter() - started) / (epochs - WARMUP)]
 
 
-def _fit(epochs: int, folder: Path) -> None:
+def _fit(epochs: int, folder: Path) -> list[float]:
     import keras
 
     x, y = _data()
     model = _model()
     model.compile(keras.optimizers.Adam(RATE), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(x, y, batch_size=SAMPLES, epochs=epochs, shuffle=True, verbose=0)
+    seconds: list[float] = []
+
+    class Timer(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: object = None) -> None:
+            self.started = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: object = None) -> None:
+            seconds.append(time.perf_counter() - self.started)
+
+    model.fit(x, y, batch_size=SAMPLES, epochs=epochs // 10, shuffle=True, verbose=0, callbacks=[Timer()])
+    return seconds[WARMUP:]
 
 
 METHODS = {"accumrun": _accumrun, "bare": _bare, "fit": _fit}
 
 
 def _child(method: str, epochs: int, profile: str | None) -> None:
-    """Train ``epochs`` epochs with ``method``; print the wall time after the imports."""
+    """Train ``epochs`` epochs with ``method``; print the seconds of each update of its steady state."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras  # noqa: F401
     import tensorflow  # noqa: F401
@@ -130,21 +152,20 @@ def _child(method: str, epochs: int, profile: str | None) -> None:
     import accumrun  # noqa: F401
 
     with tempfile.TemporaryDirectory() as folder:
-        started = time.perf_counter()
         if profile:
             import cProfile
 
             cProfile.runctx("METHODS[method](epochs, Path(folder))", globals(), locals(), profile)
+            print(json.dumps([]))
         else:
-            METHODS[method](epochs, Path(folder))
-        print(json.dumps({"seconds": time.perf_counter() - started}))
+            print(json.dumps(METHODS[method](epochs, Path(folder))))
 
 
-def _run(method: str, epochs: int, profile: str | None = None) -> float:
+def _run(method: str, epochs: int, profile: str | None = None) -> list[float]:
     command = [sys.executable, __file__, "--child", method, str(epochs)] + (["--profile", profile] if profile else [])
     print(f"{method}, {epochs} epochs ...", file=sys.stderr, flush=True)
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return float(json.loads(output.strip().splitlines()[-1])["seconds"])
+    return list(json.loads(output.strip().splitlines()[-1]))
 
 
 PROFILED = {
@@ -178,7 +199,7 @@ def _breakdown(short: str, long: str, updates: int) -> list[tuple[str, float]]:
 def main() -> None:
     """Run every method twice, print the report, write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, nargs=2, default=[50, 650], metavar=("E1", "E2"))
+    parser.add_argument("--epochs", type=int, default=2000)
     parser.add_argument("--output", type=Path, default=Path("docs/benchmarks-full-batch.md"))
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "EPOCHS"), help=argparse.SUPPRESS)
     parser.add_argument("--profile", help=argparse.SUPPRESS)
@@ -187,11 +208,9 @@ def main() -> None:
         _child(args.child[0], int(args.child[1]), args.profile)
         return
     info = machine()
-    short, long = args.epochs
-    per_update = {}
-    for method in METHODS:
-        walls = [_run(method, short), _run(method, long)]
-        per_update[method] = 1000 * (walls[1] - walls[0]) / (long - short)
+    long = args.epochs
+    short = long // 10
+    per_update = {method: 1000 * statistics.mean(_run(method, long)) for method in METHODS}
     with tempfile.TemporaryDirectory() as folder:
         profiles = [str(Path(folder) / f"accumrun-{epochs}.prof") for epochs in (short, long)]
         _run("accumrun", short, profiles[0])
@@ -202,7 +221,7 @@ def main() -> None:
         "accumrun_over_bare": per_update["accumrun"] / per_update["bare"],
         "accumrun_over_fit": per_update["accumrun"] / per_update["fit"],
         "profile_ms_per_update": dict(breakdown),
-        "epochs": [short, long],
+        "epochs": long,
         "machine": info,
     }
     args.output.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
@@ -214,7 +233,7 @@ def main() -> None:
             info,
         ),
         f"{SAMPLES:,} samples of {FEATURES} features, MLP {HIDDEN}, batch full in {SUBDIVISIONS} sub-batches, Adam; "
-        f"each method's cost per further update, (wall({long}) - wall({short})) / {long - short}.\n",
+        f"the mean cost of an update after the first {WARMUP}, over {long:,} epochs ({long // 10:,} for fit).\n",
         "| method | ms per update |\n| --- | ---: |",
         *(f"| {method} | {value:.2f} |" for method, value in per_update.items()),
         f"\naccumrun / bare: {figures['accumrun_over_bare']:.2f}x (target <= 2x); accumrun / fit: "

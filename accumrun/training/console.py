@@ -66,6 +66,12 @@ def _input_line(setup: TrainingSetup) -> str:
         shape = "x".join(str(d) for d in setup.augmentation.output_shape)
         parts.append(f"augment {names} -> {shape}")
     parts.append(f"feed {setup.feed.value} ({setup.feed_reason})")
+    if setup.several_updates_per_call:
+        per_call = setup.config.training.updates_per_call
+        parts.append(
+            "on the device, "
+            + ("about 0.5 s of updates per call" if per_call == "auto" else f"up to {per_call} updates per call")
+        )
     return "; ".join(parts)
 
 

@@ -207,7 +207,7 @@ def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
     on the device and batches come whole, else one per call as the feeder serves them."""
     setup, step = settled.setup, settled.step
     feeder = setup.train_feeder([size for sizes in plan for size in sizes])
-    if feeder.resident is not None and isinstance(step, WholeBatchStep):
+    if setup.several_updates_per_call and feeder.resident is not None and isinstance(step, WholeBatchStep):
         loop = UpdateLoop(
             step,
             feeder.resident.x,

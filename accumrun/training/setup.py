@@ -25,6 +25,7 @@ from accumrun.core.step import TrainStep, make_train_step
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
+from accumrun.data.splits import ArraySplit
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Precision
 from accumrun.models.builders import build_model
@@ -96,6 +97,12 @@ class TrainingSetup:
     def replicas(self) -> int:
         """How many replicas share each batch (1 without a strategy)."""
         return self.strategy.num_replicas_in_sync if self.strategy is not None else 1
+
+    @property
+    def several_updates_per_call(self) -> bool:
+        """Whether one compiled call may run several updates: the training arrays are held on the device (arrays
+        without augmentation, see :mod:`accumrun.data.resident`) and batches come whole."""
+        return isinstance(self.dataset.train, ArraySplit) and self.augmentation is None and self.feed is Feed.BATCH
 
     def make_step(self, subdivisions: int) -> TrainStep:
         """Compile the train step for ``subdivisions`` (see :func:`accumrun.core.step.make_train_step`)."""
