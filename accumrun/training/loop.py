@@ -71,8 +71,8 @@ class Trainer:
     resume_command: str
     echo: Callable[[str], None]
     show_progress: bool = True
-    _clock: _Clock = field(default_factory=_Clock)
-    _bars: dict[int, progressbar.ProgressBar | None] = field(default_factory=dict)
+    _clock: _Clock = field(default_factory=_Clock, init=False)
+    _bars: dict[int, progressbar.ProgressBar | None] = field(default_factory=dict, init=False)
 
     def fit(self, position: Position) -> list[EpochRow]:
         """Train from ``position`` to the last epoch, or until early stopping (the last row says why); return
