@@ -1,5 +1,5 @@
-"""A dataset: a source's splits checked, the task their targets pose, the validation split, and the per-epoch
-sample order.
+"""A dataset: a source's splits checked, the task their targets pose, and the validation split;
+:func:`epoch_order`, the per-epoch sample order, is :mod:`accumrun.data.splits`' own, read from here too.
 
 Samples keep a compact dtype: uint8 stays uint8, other numbers become float32 (files are read as they stream, as
 uint8 images). Targets become int32 class indices (classification), float32 0/1 rows (multi_label) or
@@ -19,6 +19,7 @@ import numpy as np
 from accumrun.config.schema import DataSection, FileSourceConfig
 from accumrun.data.sources import SOURCES
 from accumrun.data.splits import ArraySplit, Split
+from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import Task
 
@@ -158,13 +159,6 @@ def infer_task(y: np.ndarray) -> Task:
     if y.ndim == 2 and np.isin(y, (0, 1)).all():
         return Task.MULTI_LABEL
     return Task.REGRESSION
-
-
-def epoch_order(size: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """The order in which training samples are visited in ``epoch`` (0-based): a function of these alone."""
-    if not shuffle:
-        return np.arange(size)
-    return np.random.default_rng([seed, epoch]).permutation(size)
 
 
 def _split_off_validation(split: Split, fraction: float, seed: int, shuffle: bool) -> tuple[Split, Split]:

@@ -2,7 +2,7 @@
 
 Every reader gives the same thing: a stream of ``(index, x, y)``, where ``index`` numbers the sample within its
 source (the draw of its augmentation depends on it) and ``x`` keeps the stored dtype (uint8 for images). Arrays
-and image files are visited in :func:`~accumrun.data.dataset.epoch_order`, a seeded permutation per epoch.
+and image files are visited in :func:`~accumrun.data.splits.epoch_order`, a seeded permutation per epoch.
 TFRecord files cannot be read out of order, so their order is a seeded permutation of the files, read one
 after another, through a seeded shuffle buffer of ``data.shuffle_buffer`` records. Either way, ``skip`` passes
 over the samples an interrupted epoch already trained on before anything is decoded.
@@ -17,8 +17,7 @@ import contextlib
 import numpy as np
 import tensorflow as tf
 
-from accumrun.data.dataset import epoch_order
-from accumrun.data.splits import ArraySplit, ImageFiles, RecordFiles, Split
+from accumrun.data.splits import ArraySplit, ImageFiles, RecordFiles, Split, epoch_order
 
 AUTOTUNE = tf.data.AUTOTUNE
 

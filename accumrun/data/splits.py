@@ -1,4 +1,5 @@
-"""What a split of data is before it is read: arrays in memory, a list of image files, or TFRecord files.
+"""What a split of data is before it is read: arrays in memory, a list of image files, or TFRecord files; and
+the order in which an epoch visits a split's samples.
 
 Each kind knows its size, one sample's stored shape and dtype, and how to keep a subset of its samples (the
 validation hold-out). Reading them, through ``tf.data``, is :mod:`accumrun.data.readers`' job; this module
@@ -107,6 +108,13 @@ class RecordFiles(_EncodedImages):
 
 Split = ArraySplit | ImageFiles | RecordFiles
 """One split of a dataset, as a source gives it."""
+
+
+def epoch_order(size: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The order in which training samples are visited in ``epoch`` (0-based): a function of these alone."""
+    if not shuffle:
+        return np.arange(size)
+    return np.random.default_rng([seed, epoch]).permutation(size)
 
 
 @dataclass(frozen=True)
