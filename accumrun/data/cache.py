@@ -62,7 +62,7 @@ def cached(split: Split, config: ImageSourceConfig) -> Split:
     return CachedImages(split, keys=keys, folder=str(folder))
 
 
-def cache_key(split: ImageFiles | RecordFiles, keys: np.ndarray, config: ImageSourceConfig) -> str:
+def cache_key(split: ImageFiles | RecordFiles, keys: np.ndarray) -> str:
     """The name of ``split``'s disk cache: its size and sample shape, then a hash of everything that decides its
     pixels (see the module's description).
 
@@ -95,7 +95,7 @@ def cache_key(split: ImageFiles | RecordFiles, keys: np.ndarray, config: ImageSo
 def _disk_folder(split: ImageFiles | RecordFiles, keys: np.ndarray, config: ImageSourceConfig) -> Path:
     """The complete cache folder of ``split``: found, or built and renamed into place."""
     root = Path(config.cache_dir).expanduser()
-    folder = root / cache_key(split, keys, config)
+    folder = root / cache_key(split, keys)
     if _is_complete(folder, split):
         return folder
     try:
@@ -110,7 +110,7 @@ def _disk_folder(split: ImageFiles | RecordFiles, keys: np.ndarray, config: Imag
                 shutil.rmtree(folder)
             partial.rename(folder)
     except OSError as error:
-        if not _is_complete(folder, split):  # a rename lost to another process's leaves a complete folder
+        if not _is_complete(folder, split):  # else the rename lost to another process, whose folder is complete
             raise _unwritable(error, config) from None
     finally:
         shutil.rmtree(partial, ignore_errors=True)
