@@ -104,6 +104,14 @@ class ColorMode(Kind):
     GRAYSCALE = "grayscale"
 
 
+class CacheMode(Kind):
+    """Where decoded images are kept for the next epochs and runs: nowhere, in memory, or in files on disk."""
+
+    NONE = "none"
+    MEMORY = "memory"
+    DISK = "disk"
+
+
 class Direction(Kind):
     """Whether a watched figure is better lower or higher (``auto`` in the config reads its name)."""
 

@@ -1,5 +1,5 @@
 """Benchmark accumrun's data streaming: peak memory as an image folder grows, uint8 against float32 arrays, and
-streamed image files against the same images in memory.
+streamed image files (decoded each epoch, or kept by ``data.cache``) against the same images in memory.
 
 Every measurement runs in a fresh child process (this script again, with ``--child``), one after another, so each
 peak RSS is one run's own: the child's ``ru_maxrss`` from ``resource.getrusage(RUSAGE_SELF)`` once it is done,
@@ -11,15 +11,19 @@ quiet=True)``:
    64x64x3 PNGs, at batch 64 in 4 sub-batches, then at ``batch_size: full`` in sub-batches of 64 (32 and 250 of
    them), where ``data.feed: auto`` streams sub-batches (the feed each run settled on is read from its
    ``config.yaml``). The sub-batch stays the same size, so that only the dataset grows.
+   Then the same batch-64 runs with ``data.cache: disk``, each into a fresh cache folder, so its peak covers
+   building the cache (one decoded image per file) and an epoch read from it.
    Target: the larger folder costs less than 100 MiB more (16,000 images as float32 would take about 790 MiB).
 2. npz: an MLP (hidden [64]) for one epoch at batch 256 on 60,000 random 28x28 images with labels 0..9, stored as
    uint8 and as float32 (the same values / 255). Target: uint8 at least 100 MiB below float32.
 3. speed: the same darknet_cnn for 3 epochs at batch 64 in 4 sub-batches on the 2,000-image folder, streamed, and
    on the same images decoded once into a uint8 npz (labels the sorted subfolder index, as the folder's), so both
    runs train the same samples in the same order. samples/s is the median of the epochs after the first, which
-   traces the step. Target: streamed >= 0.9x in memory. Where the time goes: the decode-only throughput of
-   ``accumrun.data.feeder.Feeder`` over the folder's split (one epoch, no training), and the in-memory run's
-   samples/s, which is the step's own cost.
+   traces the step. Target: streamed >= 0.9x in memory. Then the folder with ``data.cache: disk`` (the cache
+   that the memory section's 2,000-image run built, so it starts warm) and ``data.cache: memory``.
+   Target: ``cache: disk`` >= 0.9x in memory. Where the time goes: the read-only throughput of
+   ``accumrun.data.feeder.Feeder`` over the folder's split, decoding the files and reading the disk cache (one
+   epoch each, no training), and the in-memory run's samples/s, which is the step's own cost.
 
 The data is made once, from seed 0, and cached under ``--data-dir``. The Markdown report (targets last) goes to
 stdout, progress to stderr, every figure to the JSON ``--output``. Run from anywhere:
@@ -91,8 +95,13 @@ def random_npz(data_dir: Path, count: int, dtype: str) -> Path:
     return data_dir / f"random-{count}-{NPZ_SHAPE[0]}x{NPZ_SHAPE[1]}-{dtype}-seed0.npz"
 
 
-def image_config(folder: Path, batch_size: int | str, subdivisions: int, epochs: int) -> dict[str, Any]:
+def image_config(
+    folder: Path, batch_size: int | str, subdivisions: int, epochs: int, cache: Path | None = None
+) -> dict[str, Any]:
+    """A run on the image folder; with ``cache``, through ``data.cache: disk`` in that folder."""
     data = {"name": "image_folder", "path": str(folder), "image_size": [IMAGE_SIZE, IMAGE_SIZE]}
+    if cache is not None:
+        data |= {"cache": "disk", "cache_dir": str(cache)}
     return _config({**data, "validation_split": 0}, CNN, batch_size, subdivisions, epochs)
 
 
@@ -154,6 +163,12 @@ def plan(sizes: Sizes, data_dir: Path, work_dir: Path) -> list[Job]:
             config = image_config(image_folder(data_dir, count), batch, subdivisions, epochs=1)
             run = Run(f"memory-{label}-{count}", "memory", f"image folder, {count:,} PNGs", batch, subdivisions, 1)
             jobs.append(_train_job(run, config, work_dir))
+    for count in (sizes.small_images, sizes.large_images):
+        # A cache folder of its own per run: each builds its cache, so its peak covers the build too.
+        config = image_config(image_folder(data_dir, count), BATCH, SUBDIVISIONS, 1, work_dir / f"cache-{count}")
+        data = f"image folder, {count:,} PNGs, cache: disk"
+        run = Run(f"memory-disk-{count}", "memory", data, BATCH, SUBDIVISIONS, 1)
+        jobs.append(_train_job(run, config, work_dir))
     for dtype in ("uint8", "float32"):
         config = npz_config(random_npz(data_dir, sizes.npz_samples, dtype), MLP, NPZ_BATCH, 1, epochs=1)
         run = Run(f"npz-{dtype}", "npz", f"npz, {sizes.npz_samples:,} x 28x28 {dtype}", NPZ_BATCH, 1, 1)
@@ -162,13 +177,22 @@ def plan(sizes: Sizes, data_dir: Path, work_dir: Path) -> list[Job]:
     folder = image_folder(data_dir, count)
     streamed = image_config(folder, BATCH, SUBDIVISIONS, epochs)
     in_memory = npz_config(decoded_npz(data_dir, count), CNN, BATCH, SUBDIVISIONS, epochs)
+    # The cache that memory-disk-{count} built: this run starts warm, as a second run over the folder does.
+    cache = work_dir / f"cache-{count}"
+    disk = image_config(folder, BATCH, SUBDIVISIONS, epochs, cache)
+    memory = image_config(folder, BATCH, SUBDIVISIONS, epochs)
+    memory["data"]["cache"] = "memory"
     for name, data, config in (
         ("speed-streamed", f"image folder, {count:,} PNGs", streamed),
         ("speed-in-memory", f"npz, the same {count:,} images as uint8", in_memory),
+        ("speed-cache-disk", f"image folder, {count:,} PNGs, cache: disk (warm)", disk),
+        ("speed-cache-memory", f"image folder, {count:,} PNGs, cache: memory", memory),
     ):
         jobs.append(_train_job(Run(name, "speed", data, BATCH, SUBDIVISIONS, epochs), config, work_dir))
     decode = Run("speed-decode-only", "speed", f"image folder, {count:,} PNGs, Feeder alone", BATCH, None, epochs)
     jobs.append(Job(decode, {"kind": "decode", "path": str(folder), "epochs": epochs}))
+    read = Run("speed-cache-read-only", "speed", f"cache: disk of {count:,} PNGs, Feeder alone", BATCH, None, epochs)
+    jobs.append(Job(read, {"kind": "decode", "path": str(folder), "epochs": epochs, "cache_dir": str(cache)}))
     return jobs
 
 
@@ -281,6 +305,8 @@ def _decode(task: dict[str, Any]) -> dict[str, Any]:
     config = data_config(
         name="image_folder", path=task["path"], image_size=[IMAGE_SIZE, IMAGE_SIZE], validation_split=0
     )
+    if "cache_dir" in task:  # the training runs' disk cache, found by the same key
+        config = config.model_copy(update={"cache": "disk", "cache_dir": task["cache_dir"]})
     split = load_dataset(config, seed=0).train
     full, rest = divmod(split.size, BATCH)
     # The chunks a batch-64 run without subdivided feeding asks for: whole batches, then the remainder.
@@ -372,21 +398,19 @@ def figures(runs: list[Run], sizes: Sizes) -> dict[str, Any]:
         run = found.get(name)
         return run.peak_rss_mib if run and run.status == "ok" else None
 
-    for label in ("b64", "full"):
+    for label in ("b64", "full", "disk"):
         small, large = rss(f"memory-{label}-{sizes.small_images}"), rss(f"memory-{label}-{sizes.large_images}")
         out[f"memory_{label}_growth_mib"] = None if None in (small, large) else large - small
     uint8, float32 = rss("npz-uint8"), rss("npz-float32")
     out["npz_uint8_saving_mib"] = None if None in (uint8, float32) else float32 - uint8
     rates = {}
-    for part in ("streamed", "in-memory", "decode-only"):
+    for part in ("streamed", "in-memory", "decode-only", "cache-disk", "cache-memory", "cache-read-only"):
         run = found.get(f"speed-{part}")
         rates[part] = run.samples_per_second if run and run.status == "ok" else None
-    out["streamed_samples_per_second"] = rates["streamed"]
-    out["in_memory_samples_per_second"] = rates["in-memory"]
-    out["decode_only_samples_per_second"] = rates["decode-only"]
-    out["streamed_over_in_memory"] = (
-        None if None in (rates["streamed"], rates["in-memory"]) else rates["streamed"] / rates["in-memory"]
-    )
+        out[f"{part.replace('-', '_')}_samples_per_second"] = rates[part]
+    for part in ("streamed", "cache-disk", "cache-memory"):
+        ratio = None if None in (rates[part], rates["in-memory"]) else rates[part] / rates["in-memory"]
+        out[f"{part.replace('-', '_')}_over_in_memory"] = ratio
     # Microseconds per sample: if streaming were free, streamed would equal the step; if decoding did not overlap
     # the step at all, streamed would be about step + decode.
     for part, rate in rates.items():
@@ -400,6 +424,7 @@ def evaluate_targets(runs: list[Run], sizes: Sizes, figs: dict[str, Any]) -> lis
     for label, what in (
         ("b64", f"batch {BATCH}, S={SUBDIVISIONS}"),
         ("full", f"full batch in sub-batches of {FULL_BATCH_SUB_BATCH}"),
+        ("disk", f"cache: disk (built in the run), batch {BATCH}, S={SUBDIVISIONS}"),
     ):
         growth = figs[f"memory_{label}_growth_mib"]
         goal = (
@@ -422,13 +447,14 @@ def evaluate_targets(runs: list[Run], sizes: Sizes, figs: dict[str, Any]) -> lis
         uint8, float32 = found["npz-uint8"], found["npz-float32"]
         measured = f"{saving:,.0f} MiB below ({uint8.peak_rss_mib:,.0f} vs {float32.peak_rss_mib:,.0f})"
         targets.append(Target(goal, measured, saving >= MIN_UINT8_SAVING_MIB))
-    ratio = figs["streamed_over_in_memory"]
-    goal = f"darknet_cnn on {sizes.small_images:,} images: streamed samples/s >= {MIN_STREAMED_RATIO:g}x in memory"
-    if ratio is None:
-        targets.append(Target(goal, "not measured: a run failed", False))
-    else:
-        streamed, in_memory = figs["streamed_samples_per_second"], figs["in_memory_samples_per_second"]
-        measured = f"{ratio:.2f}x ({streamed:,.0f} / {in_memory:,.0f})"
+    for part, what in (("streamed", "streamed"), ("cache_disk", "cache: disk (warm)")):
+        ratio = figs[f"{part}_over_in_memory"]
+        goal = f"darknet_cnn on {sizes.small_images:,} images: {what} samples/s >= {MIN_STREAMED_RATIO:g}x in memory"
+        if ratio is None:
+            targets.append(Target(goal, "not measured: a run failed", False))
+            continue
+        rate, in_memory = figs[f"{part}_samples_per_second"], figs["in_memory_samples_per_second"]
+        measured = f"{ratio:.2f}x ({rate:,.0f} / {in_memory:,.0f})"
         targets.append(Target(goal, measured, ratio >= MIN_STREAMED_RATIO))
     return targets
 
@@ -480,10 +506,17 @@ def render_markdown(report: dict[str, Any], runs: list[Run], targets: list[Targe
         "| --- | ---: | ---: |",
         f"| decode only (`Feeder` over the folder, no training) | {_number(figs['decode_only_samples_per_second'])} "
         f"| {_number(figs['decode_only_us_per_sample'], 1)} |",
+        f"| cache read only (`Feeder` over the disk cache, no training) "
+        f"| {_number(figs['cache_read_only_samples_per_second'])} "
+        f"| {_number(figs['cache_read_only_us_per_sample'], 1)} |",
         f"| step (the in-memory run) | {_number(figs['in_memory_samples_per_second'])} "
         f"| {_number(figs['in_memory_us_per_sample'], 1)} |",
         f"| streamed training | {_number(figs['streamed_samples_per_second'])} "
         f"| {_number(figs['streamed_us_per_sample'], 1)} |",
+        f"| training with cache: disk (warm) | {_number(figs['cache_disk_samples_per_second'])} "
+        f"| {_number(figs['cache_disk_us_per_sample'], 1)} |",
+        f"| training with cache: memory | {_number(figs['cache_memory_samples_per_second'])} "
+        f"| {_number(figs['cache_memory_us_per_sample'], 1)} |",
         "",
         "With decoding fully overlapped, streamed costs what the step costs; with none, about step + decode.",
         "",

@@ -28,6 +28,7 @@ from pydantic import (
 from accumrun.errors import describe
 from accumrun.kinds import (
     BatchNormMode,
+    CacheMode,
     Cluster,
     ColorMode,
     Direction,
@@ -190,6 +191,12 @@ class ImageSourceConfig(DataSection):
     image_size: list[int]
     """``[height, width]`` to resize every image to after decoding."""
     color_mode: Annotated[ColorMode, _words(ColorMode)] = ColorMode.RGB
+    cache: Annotated[CacheMode, _words(CacheMode)] = CacheMode.NONE
+    """Keep the decoded, resized images: ``memory`` decodes each split once at load, ``disk`` writes them under
+    ``cache_dir`` for this run and the next ones over the same files (see :mod:`accumrun.data.cache`)."""
+    cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
+    """Where ``cache: disk`` writes (``~`` is expanded): one folder per split, named by its files and the decode
+    settings."""
 
     @field_validator("image_size", mode="before")
     @classmethod

@@ -1,11 +1,12 @@
-"""A dataset: a source's splits checked, the task their targets pose, the validation split, and the per-epoch
-sample order.
+"""A dataset: a source's splits checked, the task their targets pose, the validation split, and ``data.cache``
+applied; :func:`epoch_order`, the per-epoch sample order, is :mod:`accumrun.data.splits`' own, read from here too.
 
 Samples keep a compact dtype: uint8 stays uint8, other numbers become float32 (files are read as they stream, as
 uint8 images). Targets become int32 class indices (classification), float32 0/1 rows (multi_label) or
 float32 values of at least one column (regression). Shuffling and splitting depend on ``seed`` (and the
 epoch) alone, never on the batch size or the subdivisions, so runs that differ only in those see the same data
-in the same order. No TensorFlow here: the file sources list and count their files without it.
+in the same order. No TensorFlow here (but where ``data.cache`` decodes): the file sources list and count their
+files without it.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumrun.config.schema import DataSection, FileSourceConfig
+from accumrun.config.schema import DataSection, FileSourceConfig, ImageSourceConfig
 from accumrun.data.sources import SOURCES
-from accumrun.data.splits import ArraySplit, Split
+from accumrun.data.splits import ArraySplit, CachedImages, Split
+from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too
 from accumrun.errors import ConfigError, DataError
-from accumrun.kinds import Task
+from accumrun.kinds import CacheMode, Task
 
 # Far beyond any classifier head this tool builds, and well inside int32, to which labels are cast.
 _MAX_CLASSES = 1_000_000
@@ -85,7 +87,8 @@ class Dataset:
     @property
     def streamed(self) -> bool:
         """Whether the samples are files read as they are needed rather than arrays in memory."""
-        return not isinstance(self.train, ArraySplit)
+        held = isinstance(self.train, CachedImages) and self.train.pixels is not None
+        return not (isinstance(self.train, ArraySplit) or held)
 
     def describe_targets(self) -> str:
         """``10 classes``, ``5 labels (multi-label)`` or ``regression targets of shape (3,)``."""
@@ -99,8 +102,12 @@ class Dataset:
 def load_dataset(config: DataSection, seed: int) -> Dataset:
     """Load the configured dataset, settle its task and split off the validation data.
 
+    With ``data.cache``, each image split comes back with its decoded images kept (see
+    :mod:`accumrun.data.cache`).
+
     Raises:
-        DataError: a file is missing or malformed, or the samples are inconsistent or do not fit the task.
+        DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or
+            ``data.cache_dir`` cannot be written.
         ConfigError: ``validation_split: test`` for a source without a test split, or a task that the source's
             labels cannot pose.
     """
@@ -142,6 +149,12 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         classes = max(int(labels.max()) + 1, 2)
     elif task is Task.MULTI_LABEL:
         classes = int(train.y.shape[1])
+    if isinstance(config, ImageSourceConfig) and config.cache is not CacheMode.NONE:
+        # Imported here: it decodes with TensorFlow, which listing and checking the files does not need.
+        from accumrun.data.cache import cached
+
+        train = cached(train, config)
+        val = None if val is None else cached(val, config)
     scale = splits.scale if splits.scale is not None else _FULL_SCALE.get(train.dtype, 1.0)
     return Dataset(config.name, train, val, task, classes, splits.class_names, scale, splits.skipped, splits.features)
 
@@ -160,13 +173,6 @@ def infer_task(y: np.ndarray) -> Task:
     return Task.REGRESSION
 
 
-def epoch_order(size: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """The order in which training samples are visited in ``epoch`` (0-based): a function of these alone."""
-    if not shuffle:
-        return np.arange(size)
-    return np.random.default_rng([seed, epoch]).permutation(size)
-
-
 def _split_off_validation(split: Split, fraction: float, seed: int, shuffle: bool) -> tuple[Split, Split]:
     size = split.size
     count = round(size * fraction)
@@ -179,6 +185,8 @@ def _split_off_validation(split: Split, fraction: float, seed: int, shuffle: boo
 
 def _checked(name: str, split: Split, task: Task) -> Split:
     """Validate one split's targets for the task; arrays also get compact samples (see :func:`_compact`)."""
+    if isinstance(split, CachedImages):  # kept after the checks (see load_dataset): its labels are checked
+        return split
     if not isinstance(split, ArraySplit):
         return dataclasses.replace(split, y=_TARGET_CHECKS[task](name, np.asarray(split.y)))
     x, y = np.asarray(split.x), np.asarray(split.y)

@@ -2,10 +2,11 @@
 
 Every reader gives the same thing: a stream of ``(index, x, y)``, where ``index`` numbers the sample within its
 source (the draw of its augmentation depends on it) and ``x`` keeps the stored dtype (uint8 for images). Arrays
-and image files are visited in :func:`~accumrun.data.dataset.epoch_order`, a seeded permutation per epoch.
+and image files are visited in :func:`~accumrun.data.splits.epoch_order`, a seeded permutation per epoch.
 TFRecord files cannot be read out of order, so their order is a seeded permutation of the files, read one
 after another, through a seeded shuffle buffer of ``data.shuffle_buffer`` records. Either way, ``skip`` passes
-over the samples an interrupted epoch already trained on before anything is decoded.
+over the samples an interrupted epoch already trained on before anything is decoded. Images kept by
+``data.cache`` are visited in the order, and under the indices, of the split they were decoded from.
 
 Decoding runs in parallel (``num_parallel_calls=AUTOTUNE``) and keeps the order (``deterministic=True``).
 """
@@ -13,12 +14,12 @@ Decoding runs in parallel (``num_parallel_calls=AUTOTUNE``) and keeps the order 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 
-from accumrun.data.dataset import epoch_order
-from accumrun.data.splits import ArraySplit, ImageFiles, RecordFiles, Split
+from accumrun.data.splits import ArraySplit, CachedImages, ImageFiles, RecordFiles, Split, cached_file, epoch_order
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -55,6 +56,10 @@ class Reader:
     def decode(self, raw: tf.Tensor) -> tf.Tensor:
         """One stored sample from what :meth:`raw_stream` gives."""
         return raw
+
+    def indices(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
+        """The indices :meth:`raw_stream` gives, in its order, without reading a sample."""
+        return tf.data.Dataset.from_tensor_slices(epoch_order(self.size, seed, epoch, shuffle)[skip:].astype(np.int64))
 
     def describe(self, index: int) -> str:
         """Where sample ``index`` comes from, for an error message."""
@@ -129,22 +134,45 @@ class RecordReader(Reader):
         self._held = tf.constant(held)
 
     def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
+        def records(name: tf.Tensor, offset: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+            return tf.data.TFRecordDataset(name).enumerate().map(lambda i, r: (offset + i, r))
+
+        numbered = self._numbered(epoch, seed, shuffle, records)
+        return numbered.skip(skip).map(self._label_of, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    def indices(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
+        """The record numbers in the epoch's order, from the counts alone: no file is read."""
+
+        def numbers(name: tf.Tensor, offset: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+            return tf.data.Dataset.range(offset, offset + count).map(lambda i: (i, i))
+
+        return self._numbered(epoch, seed, shuffle, numbers).skip(skip).map(lambda index, _: index)
+
+    def _numbered(
+        self,
+        epoch: int,
+        seed: int,
+        shuffle: bool,
+        per_file: Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.data.Dataset],
+    ) -> tf.data.Dataset:
+        """``(record number, what per_file gives)`` for the epoch: the files in their order, the hold-out filtered
+        out, through the shuffle buffer. A shuffle buffer's order depends on its seed and the count of elements,
+        not on what they hold, so the records and their numbers alone come out in the same order."""
         split = self.split
         files = np.arange(len(split.files))
         if shuffle:
             files = np.random.default_rng([seed, epoch]).permutation(files)
         names = tf.constant(np.array(split.files)[files])
         offsets = tf.constant(self._offsets[files])
-        records = tf.data.Dataset.from_tensor_slices((names, offsets)).flat_map(
-            lambda name, offset: tf.data.TFRecordDataset(name).enumerate().map(lambda i, r: (offset + i, r))
-        )
+        counts = tf.constant(np.array(split.counts, dtype=np.int64)[files])
+        records = tf.data.Dataset.from_tensor_slices((names, offsets, counts)).flat_map(per_file)
         if not split.complete:
             records = records.filter(lambda index, _: self._held[index])
         if shuffle:
             # One seed per epoch, from the run's seed: the same records in the same order, run after run.
             epoch_seed = int(np.random.default_rng([seed, epoch, 1]).integers(2**31))
             records = records.shuffle(split.shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
-        return records.skip(skip).map(self._label_of, num_parallel_calls=AUTOTUNE, deterministic=True)
+        return records
 
     def _label_of(self, index: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         # Every record's label was read at startup, so this cannot fail; the image is parsed with the decode.
@@ -161,10 +189,67 @@ class RecordReader(Reader):
         return f"{self.split.files[file]}, record {index - int(self._offsets[file])}"
 
 
+class CachedReader(Reader):
+    """Images kept by ``data.cache``, visited as the split they were decoded from would be (its order, its
+    indices, its labels); each sample is a row of the cache: a raw file read as the order reaches it, or a row in
+    memory."""
+
+    def __init__(self, split: CachedImages) -> None:
+        self.size = split.size
+        self.split = split
+        self._source = reader_for(split.source)
+        source = split.source
+        # Row and label of each index the source's order gives: a sample's position, or a record's number.
+        slots = sum(source.counts) if isinstance(source, RecordFiles) else source.size
+        where = source.records if isinstance(source, RecordFiles) else np.arange(source.size)
+        rows, labels = np.zeros(slots, np.int64), np.zeros(slots, source.y.dtype)
+        rows[where], labels[where] = split.rows, source.y
+        with tf.device("/CPU:0"):
+            self._rows, self._labels = tf.constant(rows), tf.constant(labels)
+            if split.pixels is not None:
+                self._pixels = tf.constant(split.pixels)
+            else:
+                folder = str(split.folder)
+                self._files = tf.constant(np.array([cached_file(folder, row) for row in range(len(split.keys))]))
+
+    def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
+        return self._source.indices(epoch, seed, shuffle, skip).map(
+            self._looked_up, num_parallel_calls=AUTOTUNE, deterministic=True
+        )
+
+    def stream(self, epoch: int, seed: int, shuffle: bool, skip: int = 0) -> tf.data.Dataset:
+        """The epoch's samples as ``(index, x, y)``, looked up and read in one parallel map: a cached sample costs
+        little more than a ``tf.data`` element, so a second map would cost about as much as the read."""
+
+        def read(index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            index, row, label = self._looked_up(index)
+            return index, self.decode(row), label
+
+        indices = self._source.indices(epoch, seed, shuffle, skip)
+        return indices.map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    def _looked_up(self, index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        return index, tf.gather(self._rows, index), tf.gather(self._labels, index)
+
+    def decode(self, raw: tf.Tensor) -> tf.Tensor:
+        """``raw`` is the sample's row in the cache."""
+        if self.split.pixels is not None:
+            return tf.gather(self._pixels, raw)
+        pixels = tf.io.decode_raw(tf.io.read_file(tf.gather(self._files, raw)), tf.uint8)
+        return tf.reshape(pixels, self.split.sample_shape)
+
+    def describe(self, index: int) -> str:
+        row = int(self._rows[index])
+        where = f"row {row}" if self.split.folder is None else cached_file(self.split.folder, row)
+        return f"{where} of data.cache (decoded from {self._source.describe(index)})"
+
+
 def reader_for(split: Split) -> Reader:
     """The reader of a split of any kind."""
     if isinstance(split, ArraySplit):
         return ArrayReader(split)
     if isinstance(split, ImageFiles):
         return ImageReader(split)
+    if isinstance(split, CachedImages):
+        return CachedReader(split)
     return RecordReader(split)

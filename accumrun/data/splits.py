@@ -1,4 +1,5 @@
-"""What a split of data is before it is read: arrays in memory, a list of image files, or TFRecord files.
+"""What a split of data is before it is read: arrays in memory, a list of image files, TFRecord files, or the
+decoded images of either kept by ``data.cache``; and the order in which an epoch visits a split's samples.
 
 Each kind knows its size, one sample's stored shape and dtype, and how to keep a subset of its samples (the
 validation hold-out). Reading them, through ``tf.data``, is :mod:`accumrun.data.readers`' job; this module
@@ -105,8 +106,68 @@ class RecordFiles(_EncodedImages):
         return replace(self, records=self.records[chosen], y=self.y[chosen])
 
 
-Split = ArraySplit | ImageFiles | RecordFiles
-"""One split of a dataset, as a source gives it."""
+@dataclass(frozen=True)
+class CachedImages:
+    """The decoded images of an image split, kept by ``data.cache``: one uint8 row per sample, in a folder of raw
+    files (``disk``) or in ``pixels`` (``memory``).
+
+    ``source`` still decides the order, the labels and each sample's index (the draw of its augmentation), so
+    training sees exactly what decoding the files gives. Rows are matched to samples by identity (a file's path,
+    a record's number), so a subset of the split still finds its rows.
+    """
+
+    source: ImageFiles | RecordFiles
+    keys: np.ndarray
+    """The cached samples' identities, sorted: row ``r`` holds ``keys[r]`` (see :func:`identities`)."""
+    folder: str | None = None
+    """``disk``: the cache folder; row ``r`` is the file :func:`cached_file` names."""
+    pixels: np.ndarray | None = None
+    """``memory``: the rows."""
+
+    @property
+    def y(self) -> np.ndarray:
+        return self.source.y
+
+    @property
+    def size(self) -> int:
+        return self.source.size
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return self.source.sample_shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.source.dtype
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Each sample's row in the cache."""
+        return np.searchsorted(self.keys, identities(self.source))
+
+    def subset(self, index: np.ndarray) -> CachedImages:
+        return replace(self, source=self.source.subset(index))
+
+
+def identities(split: ImageFiles | RecordFiles) -> np.ndarray:
+    """What names each sample of an image split for the cache: its file's path, or its record's number."""
+    return split.paths if isinstance(split, ImageFiles) else split.records
+
+
+def cached_file(folder: str, row: int) -> str:
+    """The file that holds row ``row`` of a disk cache: the image's raw bytes, row by row, channels last."""
+    return f"{folder}/{row:08d}.u8"
+
+
+Split = ArraySplit | ImageFiles | RecordFiles | CachedImages
+"""One split of a dataset, as a source gives it (or ``data.cache`` keeps it)."""
+
+
+def epoch_order(size: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The order in which training samples are visited in ``epoch`` (0-based): a function of these alone."""
+    if not shuffle:
+        return np.arange(size)
+    return np.random.default_rng([seed, epoch]).permutation(size)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,254 @@
+"""``data.cache``: decoded images kept in memory or on disk give training exactly what decoding the files gives.
+
+The image folders and TFRecord files are made in tmp_path. The disk cache is checked where it can go wrong: the
+order and indices it serves (the file order and the TFRecord shuffle buffer), its key (a changed folder is never
+served stale; an unchanged one is reused), a build that did not finish, and a folder it cannot write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from accumrun import evaluate, load_config, train
+from accumrun.config.loading import load_resume_config
+from accumrun.config.schema import AugmentConfig, data_config
+from accumrun.data.augment import Augmentation
+from accumrun.data.dataset import load_dataset
+from accumrun.data.examples import encode, shape_images, write_image_folder, write_tfrecords
+from accumrun.data.feeder import Feeder
+from accumrun.data.readers import RecordReader
+from accumrun.data.splits import ArraySplit, CachedImages, Split
+from accumrun.errors import ConfigError
+from tests.helpers import invoke
+
+SIZE = 8
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 PNG images of 10x10 in three classes, resized to 8x8 when read."""
+    return write_image_folder(tmp_path_factory.mktemp("images") / "shapes", count=24, size=10, seed=1)
+
+
+def run_config(folder: Path, **data: Any) -> dict[str, Any]:
+    """Two epochs of an MLP (no BatchNorm) on the folder: batch 8 in 3 sub-batches, a flip drawn per sample."""
+    return {
+        "seed": 4,
+        "data": {
+            "name": "image_folder",
+            "path": str(folder),
+            "image_size": [SIZE, SIZE],
+            "validation_split": 0.25,
+            "augment": [{"name": "random_flip", "mode": "horizontal"}],
+        }
+        | data,
+        "model": {"name": "mlp", "hidden": [8]},
+        "training": {"epochs": 2, "batch_size": 8, "subdivisions": 3},
+        "optimizer": {"name": "adam", "learning_rate": 0.01},
+        "output": {"tensorboard": False},
+    }
+
+
+def epochs(
+    split: Split, numbers: tuple[int, ...] = (0, 1), augment: bool = True, shuffle: bool = True
+) -> list[np.ndarray]:
+    """Every chunk of batch 5 the feeder serves in the epochs ``numbers`` of the split: samples, then labels."""
+    augmentation = (
+        Augmentation([AugmentConfig(name="random_flip")], split.sample_shape, np.dtype(np.uint8)) if augment else None
+    )
+    sizes = [5] * (split.size // 5) + ([split.size % 5] if split.size % 5 else [])
+    feeder = Feeder(split, sizes, seed=7, shuffle=shuffle, augmentation=augmentation)
+    return [part.numpy() for epoch in numbers for chunk in feeder.epoch(epoch) for part in chunk]
+
+
+def assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    for left, right in zip(a, b, strict=True):
+        np.testing.assert_array_equal(left, right)
+
+
+def folders(cache_dir: Path) -> list[str]:
+    """The finished cache folders (a build in progress or killed is a hidden ``.NAME.partial-*``)."""
+    return sorted(path.name for path in cache_dir.iterdir() if not path.name.startswith("."))
+
+
+# --- training ---------------------------------------------------------------------------------------------------
+
+
+def trained(config: dict[str, Any], run_dir: Path) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
+    """A run's final weights and its metrics rows less what is measured (time, memory)."""
+    result = train(config, run_dir, quiet=True)
+    measured = ("seconds", "samples_per_second", "peak_rss_mib")
+    rows = [{key: value for key, value in row.items() if key not in measured} for row in result.metrics]
+    return [v.numpy() for v in result.model.variables], rows
+
+
+@pytest.fixture(scope="module")
+def uncached(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
+    return trained(run_config(folder), tmp_path_factory.mktemp("uncached") / "run")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", ["memory", "disk"])
+def test_a_cached_run_trains_exactly_as_one_that_decodes_the_files(
+    folder: Path, uncached: tuple[list[np.ndarray], list[dict[str, Any]]], tmp_path: Path, cache: str
+) -> None:
+    cache_dir = tmp_path / "cache"
+    weights, rows = trained(run_config(folder, cache=cache, cache_dir=str(cache_dir)), tmp_path / "run")
+    assert_same(weights, uncached[0])
+    assert rows == uncached[1]
+    if cache == "disk":
+        # One folder for the training files, one for the held-out ones.
+        assert len(folders(cache_dir)) == 2
+        # A finished run evaluates on its cached validation split, as its last epoch did.
+        assert evaluate(tmp_path / "run")["loss"] == pytest.approx(rows[-1]["val_loss"], abs=1e-6)
+
+
+def test_memory_and_disk_serve_the_decoded_images_in_the_same_order_and_draws(folder: Path, tmp_path: Path) -> None:
+    def loaded(cache: str) -> Any:
+        config = data_config(
+            name="image_folder", path=str(folder), image_size=[SIZE, SIZE], cache=cache, cache_dir=str(tmp_path)
+        )
+        return load_dataset(config, seed=3)
+
+    plain, memory, disk = loaded("none"), loaded("memory"), loaded("disk")
+    assert isinstance(memory.train, ArraySplit) and not memory.streamed
+    assert isinstance(disk.train, CachedImages) and disk.streamed and disk.train.folder is not None
+    for split in ("train", "val"):
+        expected = epochs(getattr(plain, split))
+        assert_same(epochs(getattr(memory, split)), expected)
+        assert_same(epochs(getattr(disk, split)), expected)
+    # A subset (batch_norm: precise samples one) still finds its rows.
+    chosen = np.array([5, 1, 9])
+    assert_same(epochs(disk.train.subset(chosen), (0,)), epochs(plain.train.subset(chosen), (0,)))
+
+
+def test_tfrecord_caches_keep_the_record_order_of_the_shuffle_buffer(tmp_path: Path) -> None:
+    files = write_tfrecords(tmp_path / "records" / "shapes", count=23, size=SIZE, seed=2, shards=3)
+    pattern = str(files[0].parent / "shapes-*")
+
+    def loaded(cache: str) -> Any:
+        config = data_config(
+            name="tfrecord",
+            path=pattern,
+            image_size=[SIZE, SIZE],
+            shuffle_buffer=6,
+            cache=cache,
+            cache_dir=str(tmp_path),
+        )
+        return load_dataset(config, seed=1)
+
+    plain = loaded("none")
+    reader = RecordReader(plain.train)
+    numbers = [int(i) for i, _, _ in reader.raw_stream(1, 1, True, 2).as_numpy_iterator()]
+    assert [int(i) for i in reader.indices(1, 1, True, 2).as_numpy_iterator()] == numbers
+    for cache in ("memory", "disk"):
+        dataset = loaded(cache)
+        assert isinstance(dataset.train, CachedImages)
+        for split in ("train", "val"):
+            # Epoch 1: its files are permuted, and its shuffle buffer has a seed of its own.
+            assert_same(epochs(getattr(dataset, split), (1,)), epochs(getattr(plain, split), (1,)))
+
+
+# --- the key ----------------------------------------------------------------------------------------------------
+
+
+def test_a_changed_folder_gets_a_new_cache_and_an_unchanged_one_reuses_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images = write_image_folder(tmp_path / "images", count=9, size=SIZE, seed=3)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # cache_dir's ~ is the home folder
+    cache_dir = tmp_path / "home" / "cache"
+    config = data_config(
+        name="image_folder",
+        path=str(images),
+        image_size=[SIZE, SIZE],
+        validation_split=0,
+        cache="disk",
+        cache_dir="~/cache",
+    )
+
+    def first_epoch() -> np.ndarray:
+        return np.concatenate(epochs(load_dataset(config, seed=0).train, (0,), augment=False, shuffle=False)[::2])
+
+    before = first_epoch()
+    [built] = folders(cache_dir)
+    marker = (cache_dir / built / "complete").stat().st_mtime_ns
+    np.testing.assert_array_equal(first_epoch(), before)
+    assert folders(cache_dir) == [built]  # reused: no new folder, the old one not rewritten
+    assert (cache_dir / built / "complete").stat().st_mtime_ns == marker
+
+    # One pixel of one image changes: the file's size or time changes, so the key does, and training sees it.
+    changed = images / "disc" / "00002.png"
+    position = sorted(str(path) for path in images.rglob("*.png")).index(str(changed))
+    image = before[position].copy()
+    image[0, 0] = 255 - image[0, 0]
+    changed.write_bytes(encode(image))
+    after = first_epoch()
+    np.testing.assert_array_equal(after[position], image)
+    assert len(folders(cache_dir)) == 2
+
+    (images / "bars" / "00099.png").write_bytes(encode(shape_images(1, SIZE, seed=9)[0][0]))
+    assert len(first_epoch()) == 10 and len(folders(cache_dir)) == 3
+
+
+def test_a_build_that_did_not_finish_is_never_read(tmp_path: Path) -> None:
+    images = write_image_folder(tmp_path / "images", count=9, size=SIZE, seed=3)
+    cache_dir = tmp_path / "cache"
+    config = data_config(
+        name="image_folder",
+        path=str(images),
+        image_size=[SIZE, SIZE],
+        validation_split=0,
+        cache="disk",
+        cache_dir=str(cache_dir),
+    )
+    plain = epochs(load_dataset(config.model_copy(update={"cache": "none"}), seed=0).train, (0,))
+    assert_same(epochs(load_dataset(config, seed=0).train, (0,)), plain)
+    # As a build that was killed would leave it: its folder without the marker (here renamed into place by
+    # hand, with wrong pixels), and a partial folder beside it.
+    [built] = folders(cache_dir)
+    (cache_dir / built / "complete").unlink()
+    for raw in (cache_dir / built).iterdir():
+        raw.write_bytes(bytes(len(raw.read_bytes())))
+    (cache_dir / f".{built}.partial-x").mkdir()
+    (cache_dir / f".{built}.partial-x" / "00000000.u8").write_bytes(b"\xff" * 3)
+    assert_same(epochs(load_dataset(config, seed=0).train, (0,)), plain)
+    assert (cache_dir / built / "complete").is_file() and folders(cache_dir) == [built]
+
+
+# --- errors and config ------------------------------------------------------------------------------------------
+
+
+def test_a_cache_dir_that_cannot_be_written_is_one_line(folder: Path, tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    config = run_config(folder, cache="disk", cache_dir=str(tmp_path / "a-file" / "cache"))
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = invoke("train", str(path), "--run-dir", str(tmp_path / "run"), "--quiet")
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: data.cache_dir: cannot write the image cache there ("), lines
+    assert lines[0].endswith(f"(got '{tmp_path / 'a-file' / 'cache'}')")
+
+
+def test_cache_is_a_key_of_image_sources_only(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"data\.cache: only applies to data\.name: image_folder or tfrecord or tfds"):
+        load_config({"data": {"name": "npz", "path": "x.npz", "cache": "disk"}})
+    with pytest.raises(ConfigError, match=r"data\.cache: input should be 'none', 'memory' or 'disk' \(got 'ram'\)"):
+        load_config({"data": {"name": "image_folder", "path": "x", "image_size": [8, 8], "cache": "ram"}})
+    assert load_config({"data": {"name": "tfds", "dataset": "x", "image_size": [8, 8]}}).data.cache == "none"
+
+
+def test_a_run_resumes_with_another_cache(tmp_path: Path) -> None:
+    config = load_config(run_config(tmp_path))
+    (tmp_path / "config.yaml").write_text(config.to_yaml())
+    resumed = load_resume_config(tmp_path, None, ["data.cache=disk", "data.cache_dir=/tmp/elsewhere"])
+    assert (resumed.data.cache, resumed.data.cache_dir) == ("disk", "/tmp/elsewhere")
+    with pytest.raises(ConfigError, match=r"data\.color_mode"):
+        load_resume_config(tmp_path, None, ["data.color_mode=grayscale"])
