@@ -71,15 +71,16 @@ def load_config(source: str | Path | dict[str, Any], overrides: Sequence[str] = 
 
 
 # What may change when a run is resumed: more epochs, where and how often it writes, the devices it runs on
-# (the replicas share each global batch, so the updates do not depend on how many there are), and where decoded
-# images are kept (data.cache gives the pixels decoding gives, byte for byte).
-_RESUMABLE_CHANGES = ("training.epochs", "output.", "distribute.", "data.cache")
+# (the replicas share each global batch, so the updates do not depend on how many there are), how many updates a
+# compiled call runs (the same updates, bit for bit), and where decoded images are kept (data.cache gives the
+# pixels decoding gives, byte for byte).
+_RESUMABLE_CHANGES = ("training.epochs", "training.updates_per_call", "output.", "distribute.", "data.cache")
 
 
 def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
     """The config to resume the run in ``run_dir`` with: its saved ``config.yaml``, or ``config_path``, plus
-    ``overrides``. Only ``training.epochs``, ``output.*``, ``distribute.*``, ``data.cache`` and ``data.cache_dir``
-    may differ from the config the run started with.
+    ``overrides``. Only ``training.epochs``, ``training.updates_per_call``, ``output.*``, ``distribute.*``,
+    ``data.cache`` and ``data.cache_dir`` may differ from the config the run started with.
 
     Raises:
         ConfigError: ``run_dir`` is not a run directory, or the config changes something the run depends on.
@@ -117,7 +118,8 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
         raise ConfigError(
             "resume",
             f"the config differs from the run's in {', '.join(changed)}; "
-            "only training.epochs, output.*, distribute.*, data.cache and data.cache_dir may change",
+            "only training.epochs, training.updates_per_call, output.*, distribute.*, data.cache and data.cache_dir "
+            "may change",
         )
     return config
 

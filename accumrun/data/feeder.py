@@ -4,8 +4,9 @@ A chunk is what one call of the step takes: a whole batch (``data.feed: batch``)
 (``data.feed: sub_batch``, when the batch itself does not fit). The caller gives the sizes of an epoch's chunks,
 the same every epoch; the feeder fills them in the epoch's order (see :mod:`accumrun.data.readers`), augmented
 per sample when training asks for it, prefetched, in the stored dtype. Each chunk goes to the device whole, in
-one transfer, when the step is called with it. Arrays without augmentation are held on the device instead (see
-:mod:`accumrun.data.resident`): a chunk is a gather there, and no ``tf.data`` pipeline is built.
+one transfer, when the step is called with it. Arrays without augmentation are held as one tensor instead (see
+:mod:`accumrun.data.resident`), on the device for training and validation: a chunk is a gather there, and no
+``tf.data`` pipeline is built.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class Feeder:
     """Serves a split's samples in chunks of ``chunk_sizes`` (one epoch's), in the order of the seed and epoch.
 
     With ``augmentation``, every sample is drawn for ``(seed, epoch, index)``; ``training`` false applies its
-    layers in inference mode (centre crops), for validation.
+    layers in inference mode (centre crops), for validation. ``on_device`` holds arrays on the device for the
+    feeder's life (a run's training and validation data), not in host memory.
     """
 
     def __init__(
@@ -38,6 +40,7 @@ class Feeder:
         shuffle: bool,
         augmentation: Augmentation | None = None,
         training: bool = True,
+        on_device: bool = False,
     ) -> None:
         self.count = len(chunk_sizes)
         """The number of chunks in an epoch."""
@@ -46,7 +49,7 @@ class Feeder:
         self._seed, self._shuffle = seed, shuffle
         self._augmentation, self._training = augmentation, training
         self.resident = (
-            ResidentArrays(split, self._starts, seed=seed, shuffle=shuffle)
+            ResidentArrays(split, self._starts, seed=seed, shuffle=shuffle, on_device=on_device)
             if isinstance(split, ArraySplit) and not augmentation
             else None
         )

@@ -1,13 +1,16 @@
-"""Arrays held on the device for the whole run: a batch is a gather of rows where the data already lives.
+"""Arrays held for the whole run: a batch is a gather of rows where the data already lives.
 
-A split that is arrays in memory, without augmentation, crosses to the device once. An epoch's batches are then
-gathers by the epoch's order (:func:`~accumrun.data.dataset.epoch_order`, the same function of the seed and the
+A split that is arrays in memory, without augmentation, is made a tensor once: on the device for training and
+validation, which cross to it once per run instead of once per batch, in host memory for the one-off passes
+(evaluate, predict, BatchNorm's population statistics). An epoch's batches are then
+gathers by the epoch's order (:func:`~accumrun.data.splits.epoch_order`, the same function of the seed and the
 epoch as every other reader's), either one chunk at a time (:meth:`ResidentArrays.chunks`) or as the row
 indices of several batches that one compiled call gathers itself (:meth:`ResidentArrays.rows`). Nothing builds a
 ``tf.data`` iterator per epoch.
 
 On a GPU, arrays larger than :data:`DEVICE_LIMIT` stay in host memory (the gathered batch then crosses, as any
-fed batch does); on a CPU the host memory is the device's.
+fed batch does): the device's memory is for the sub-batches' activations first. On a CPU the host memory is the
+device's.
 """
 
 from __future__ import annotations
@@ -17,26 +20,25 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
-from accumrun.data.dataset import epoch_order
-from accumrun.data.splits import ArraySplit
+from accumrun.data.splits import ArraySplit, epoch_order
 
-DEVICE_LIMIT = 4 * 2**30
+DEVICE_LIMIT = 2**30
 """The most bytes of arrays a GPU holds for the run; larger arrays stay in host memory."""
 
 
-def _placement(split: ArraySplit) -> str:
-    if tf.config.list_logical_devices("GPU") and split.x.nbytes + split.y.nbytes <= DEVICE_LIMIT:
+def _placement(split: ArraySplit, on_device: bool) -> str:
+    if on_device and tf.config.list_logical_devices("GPU") and split.x.nbytes + split.y.nbytes <= DEVICE_LIMIT:
         return "/GPU:0"
     return "/CPU:0"
 
 
 class ResidentArrays:
-    """A split's arrays on the device, served in chunks that start at ``starts`` (an epoch's chunk boundaries,
-    ``len(chunks) + 1`` of them) in the order of ``seed`` and each epoch."""
+    """A split's arrays as tensors, on the device when ``on_device`` (and they fit), served in chunks that start at
+    ``starts`` (an epoch's chunk boundaries, ``len(chunks) + 1`` of them) in the order of ``seed`` and each epoch."""
 
-    def __init__(self, split: ArraySplit, starts: np.ndarray, *, seed: int, shuffle: bool) -> None:
+    def __init__(self, split: ArraySplit, starts: np.ndarray, *, seed: int, shuffle: bool, on_device: bool) -> None:
         self.size = split.size
-        self.device = _placement(split)
+        self.device = _placement(split, on_device)
         with tf.device(self.device):
             self.x = tf.identity(tf.constant(split.x))
             self.y = tf.identity(tf.constant(split.y))

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from accumrun.config.schema import Config
 from accumrun.core.split import batch_sizes
 from accumrun.data.dataset import Dataset, load_dataset
@@ -77,7 +79,8 @@ def evaluate_run(
     dataset = load_dataset(config.data, config.seed)  # the run's data: its task, classes and splits
     samples, name = _split(config, dataset, split, data_path)
     model = run.load_model(which)
-    first = next(iter(Feeder(samples, [min(2, samples.size)], seed=config.seed, shuffle=False).epoch(0)))
+    first_two = samples.subset(np.arange(min(2, samples.size)))
+    first = next(iter(Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False).epoch(0)))
     objective = fit_objective(config, dataset, model, first).objective
     scorer = Scorer(model, objective, objective.new_metrics())
     feeder = Feeder(samples, batch_sizes(samples.size, run.sub_batch_size), seed=0, shuffle=False)

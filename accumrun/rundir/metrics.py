@@ -115,9 +115,16 @@ def sync_metrics(run_dir: Path) -> None:
 
 
 def metrics_before(run_dir: Path, epochs: int) -> list[EpochRow]:
-    """The rows of the first ``epochs`` epochs (those a resumed run keeps; it logs the later ones again)."""
+    """The rows of the first ``epochs`` epochs (those a resumed run keeps; it logs the later ones again).
+
+    Rows past the last checkpoint were flushed, not forced to disk, so after a power loss the last line may be
+    torn; it is past the checkpoint, and dropped like the rest of them.
+    """
     path = run_dir / METRICS_FILE
-    rows = read_rows(run_dir) if path.is_file() and path.read_text().strip() else []
+    lines = path.read_text().splitlines(keepends=True) if path.is_file() else []
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()
+    rows = [EpochRow.from_json(json.loads(line)) for line in lines if line.strip()]
     return [row for row in rows if row.epoch <= epochs]
 
 

@@ -68,10 +68,7 @@ def _input_line(setup: TrainingSetup) -> str:
     parts.append(f"feed {setup.feed.value} ({setup.feed_reason})")
     if setup.several_updates_per_call:
         per_call = setup.config.training.updates_per_call
-        parts.append(
-            "on the device, "
-            + ("about 0.5 s of updates per call" if per_call == "auto" else f"up to {per_call} updates per call")
-        )
+        parts.append("about 0.5 s of updates per call" if per_call == "auto" else f"up to {per_call} updates per call")
     return "; ".join(parts)
 
 

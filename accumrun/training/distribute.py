@@ -16,7 +16,7 @@ import os
 import re
 import signal
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import tensorflow as tf
 
@@ -181,17 +181,28 @@ def is_chief(strategy: tf.distribute.Strategy | None) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().jobs
 
 
-Agreement = Callable[[int | None, int], tuple[int | None, int]]
-"""``agree(signal_number, updates_per_call) -> (signal_number, updates_per_call)``, as every worker takes them."""
+class Agreed(NamedTuple):
+    """What every worker does after a call: stop (for this signal), how many updates the next call runs, and
+    whether to checkpoint now."""
+
+    signal_number: int | None
+    call_size: int
+    checkpoint: bool
+
+
+Agreement = Callable[[Agreed], Agreed]
+"""``agree(local) -> agreed``: this worker's view after a call, made the same on every worker."""
 
 
 def agreement(strategy: tf.distribute.Strategy | None) -> Agreement:
     """What every worker of a multi-worker run must agree on after each call, by one small all-reduce: the stop
-    that any worker was asked for (SIGTERM before SIGINT), so that all stop at the same batch, and the chief's
-    size for the next call (``updates_per_call: auto`` times each worker's own calls, and workers whose calls
-    differed would wait on each other's collectives forever). Elsewhere, the local values as they are."""
+    that any worker was asked for (SIGTERM before SIGINT), so that all stop at the same batch; the chief's size for
+    the next call and the chief's decision to checkpoint (``updates_per_call: auto`` and ``checkpoint_every`` go
+    by each worker's own clock, and workers that differed would wait on each other's collectives forever: a
+    checkpoint reads the metrics' variables, which sums them across the workers). Elsewhere, the local view as it
+    is."""
     if not task_addresses(strategy):
-        return lambda number, size: (number, size)
+        return lambda local: local
     assert strategy is not None
     asked = (signal.SIGTERM, signal.SIGINT)
     chief = is_chief(strategy)
@@ -200,11 +211,12 @@ def agreement(strategy: tf.distribute.Strategy | None) -> Agreement:
     def totals(values: tf.Tensor) -> tf.Tensor:
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(values)), axis=None)
 
-    def agree(number: int | None, size: int) -> tuple[int | None, int]:
-        flags = [float(number == each) for each in asked]
-        summed = totals(tf.constant([*flags, float(size) if chief else 0.0], tf.float64)).numpy()
-        stop = next((int(each) for each, total in zip(asked, summed[:-1], strict=True) if total > 0), None)
-        return stop, int(summed[-1])
+    def agree(local: Agreed) -> Agreed:
+        flags = [float(local.signal_number == each) for each in asked]
+        chiefs = [float(local.call_size), float(local.checkpoint)] if chief else [0.0, 0.0]
+        summed = totals(tf.constant([*flags, *chiefs], tf.float64)).numpy()
+        stop = next((int(each) for each, total in zip(asked, summed[:2], strict=True) if total > 0), None)
+        return Agreed(stop, int(summed[2]), bool(summed[3]))
 
     return agree
 

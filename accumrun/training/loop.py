@@ -13,6 +13,7 @@ trainer knows nothing of the config or the run folder: it gets the pieces it use
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import time
@@ -32,7 +33,7 @@ from accumrun.training.cadence import Cadence
 from accumrun.training.checkpoints import CheckpointStore, Position
 from accumrun.training.console import progress_bar
 from accumrun.training.controls import Controls
-from accumrun.training.distribute import Agreement
+from accumrun.training.distribute import Agreed, Agreement
 from accumrun.training.log import RowSizes, RunLog, epoch_row
 from accumrun.training.signals import StopRequests
 
@@ -67,7 +68,8 @@ class Trainer:
     log: RunLog
     controls: Controls
     agree: Agreement
-    """The stop and the call size that every worker agrees on (see :func:`accumrun.training.distribute.agreement`)."""
+    """What every worker does after a call: stop, the next call's size, a checkpoint (see
+    :func:`accumrun.training.distribute.agreement`)."""
     resume_command: str
     echo: Callable[[str], None]
     show_progress: bool = True
@@ -85,18 +87,27 @@ class Trainer:
         stopped = None
         self._clock.last_checkpoint = time.monotonic()
         self._clock.call_size = self.cadence.wanted(None)
-        with StopRequests() as stops:
+        with StopRequests() as stops, contextlib.ExitStack() as bars:
+            bars.callback(self._finish_bar)  # before the run's last words, however it ends
             while position.epoch < self.cadence.epochs and stopped is None:
                 updates, seconds = self._call(position)
                 position, stopped = self._take(updates, seconds, position)
-                # Every worker of a multi-worker run stops after the same call, whichever got the signal.
-                wanted = self.cadence.wanted(self._clock.seconds_per_update)
-                number, self._clock.call_size = self.agree(stops.signal_number, wanted)
                 ended = stopped is not None or position.epoch >= self.cadence.epochs
-                if number is not None or ended or self._checkpoint_due(position, updates):
+                # Every worker of a multi-worker run does the same after the same call, whichever got the signal.
+                agreed = self.agree(
+                    Agreed(
+                        stops.signal_number,
+                        self.cadence.wanted(self._clock.seconds_per_update),
+                        self._checkpoint_due(position, updates),
+                    )
+                )
+                self._clock.call_size = agreed.call_size
+                if agreed.signal_number is not None or ended or agreed.checkpoint:
                     checkpoint = self._checkpoint(position)
-                    self._stop(number, position, checkpoint)
-        self._finish_bar()
+                    # A run that has just ended completes (its model saved) rather than stop: there is nothing
+                    # left to resume.
+                    if not ended:
+                        self._stop(agreed.signal_number, position, checkpoint)
         if stopped is not None:
             self.echo(stopped)
         self.log.close()
@@ -135,6 +146,8 @@ class Trainer:
                 self.log.update(float(loss_sum) / samples, int(updates.optimizer_steps[k]))
             self._show(position)
             if position.batch == len(self.batches.sizes):
+                # Only the call's last epoch may validate, apply the controls, or stop (see the cadence).
+                assert stopped is None, "an epoch that stops training must end its call"
                 stopped = self._end_epoch(position, updates, k)
                 position = Position(epoch=position.epoch + 1)
         return position, stopped

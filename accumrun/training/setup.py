@@ -100,7 +100,7 @@ class TrainingSetup:
 
     @property
     def several_updates_per_call(self) -> bool:
-        """Whether one compiled call may run several updates: the training arrays are held on the device (arrays
+        """Whether one compiled call may run several updates: the training arrays are held as one tensor (arrays
         without augmentation, see :mod:`accumrun.data.resident`) and batches come whole."""
         return isinstance(self.dataset.train, ArraySplit) and self.augmentation is None and self.feed is Feed.BATCH
 
@@ -131,7 +131,12 @@ class TrainingSetup:
         """The training samples in chunks of ``chunk_sizes``, augmented, in the seed's order."""
         data = self.config.data
         return Feeder(
-            self.dataset.train, chunk_sizes, seed=self.config.seed, shuffle=data.shuffle, augmentation=self.augmentation
+            self.dataset.train,
+            chunk_sizes,
+            seed=self.config.seed,
+            shuffle=data.shuffle,
+            augmentation=self.augmentation,
+            on_device=True,
         )
 
     def val_feeder(self, batch_size: int) -> Feeder:
@@ -145,6 +150,7 @@ class TrainingSetup:
             shuffle=False,
             augmentation=self.augmentation,
             training=False,
+            on_device=True,
         )
 
     def population_chunks(self, chunk_size: int) -> Iterator[tf.Tensor]:

@@ -1,9 +1,9 @@
 """Graceful stops: SIGINT or SIGTERM asks the run to stop at the next batch boundary.
 
-A compiled step cannot be cut in half, and a checkpoint taken mid-accumulation would be wrong, so the signal
-only raises a flag; the epoch loop checks it after every batch. A second Ctrl-C raises ``KeyboardInterrupt``
-at once, for the user who cannot wait for the batch to end. Checkpoints are renamed into place, so the last
-complete one stays valid either way.
+A compiled call cannot be cut in half, and a checkpoint taken mid-accumulation would be wrong, so the signal
+only raises a flag; the trainer checks it after every call (one batch, or the few updates of one call). A second
+Ctrl-C raises ``KeyboardInterrupt`` at once, for the user who cannot wait for the call to end. Checkpoints are
+renamed into place, so the last complete one stays valid either way.
 """
 
 from __future__ import annotations
@@ -52,7 +52,11 @@ class StopRequests:
             raise KeyboardInterrupt
         self.signal_number = number
         name = signal.Signals(number).name
-        print(f"\n{name}: stopping after this batch (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+        print(
+            f"\n{name}: stopping after the updates under way (Ctrl-C again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def resume_command(run_dir: Path) -> str:
