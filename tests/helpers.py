@@ -149,23 +149,31 @@ def assert_close(a: list[np.ndarray], b: list[np.ndarray], atol: float = 1e-6) -
         np.testing.assert_allclose(left, right, atol=atol, rtol=0)
 
 
-def signal_after_batch(monkeypatch: pytest.MonkeyPatch, batch: int, signals: Sequence[int] = (signal.SIGINT,)) -> None:
-    """Send ``signals`` to this process right after the run's ``batch``-th batch (1-based, over the whole run),
-    from the main thread, as a user's Ctrl-C during that batch is handled. Every call runs one update, so the stop
-    lands after exactly that batch, whole or streamed."""
+def signal_after_batch(
+    monkeypatch: pytest.MonkeyPatch,
+    batch: int,
+    signals: Sequence[int] = (signal.SIGINT,),
+    *,
+    one_update_per_call: bool = True,
+) -> None:
+    """Send ``signals`` to this process right after the call that trains the run's ``batch``-th batch (1-based,
+    over the whole run), from the main thread, as a user's Ctrl-C during that call is handled. With
+    ``one_update_per_call`` every call runs one update, so the stop lands after exactly that batch, whole or
+    streamed; else where the call ends."""
     # Imports TensorFlow, so only for the tests that stop a run.
     from accumrun.training.batches import DeviceBatches, FedBatches
     from accumrun.training.cadence import Cadence
 
-    monkeypatch.setattr(Cadence, "wanted", lambda self, seconds_per_update: 1)
+    if one_update_per_call:
+        monkeypatch.setattr(Cadence, "wanted", lambda self, seconds_per_update: 1)
     batches = 0
 
     def counted(run: Any) -> Any:
         def wrapper(self: Any, *args: Any) -> Any:
             nonlocal batches
             updates = run(self, *args)
-            batches += len(updates.applied)
-            if batches == batch:
+            before, batches = batches, batches + len(updates.applied)
+            if before < batch <= batches:
                 for number in signals:
                     os.kill(os.getpid(), number)
             return updates

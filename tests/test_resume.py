@@ -223,11 +223,12 @@ def test_the_second_sigint_raises_keyboard_interrupt() -> None:
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
-    # Full batch in 2 sub-batches: an update is two forward passes, an epoch one update; a checkpoint every 5.
+    # Full batch in 2 sub-batches: an update is two forward passes, an epoch one update; a checkpoint every 5, so
+    # without validation every call runs up to 5 updates (epochs).
     path = write_config(
         tmp_path / "kill.yaml",
         seed=4,
-        data={"name": "synthetic", "samples": 30, "shape": [4], "classes": 3, "validation_split": 0.1},
+        data={"name": "synthetic", "samples": 30, "shape": [4], "classes": 3, "validation_split": 0.0},
         model={"name": "tests.hook_models:mlp", "hidden": [8]},
         training={"epochs": 30, "batch_size": "full", "subdivisions": 2},
         optimizer={"name": "adam", "learning_rate": 0.01},

@@ -13,9 +13,9 @@ import pytest
 from accumrun import train
 from accumrun.config.loading import load_config
 from accumrun.core.updates import UpdateLoop
-from accumrun.errors import TrainingDiverged
+from accumrun.errors import Interrupted, TrainingDiverged
 from accumrun.training.cadence import Cadence
-from tests.helpers import write_config
+from tests.helpers import signal_after_batch, write_config
 from tests.test_resume import TIMING_KEYS, nan_sample_config
 
 
@@ -133,32 +133,62 @@ def test_batch_norm_precise_equals_one_update_per_call(tmp_path: Path, monkeypat
     assert max(sizes) > 1
 
 
+def cadence(**changes: Any) -> Cadence:
+    """5 epochs of 4 batches, validating after every 3rd and the last; ``changes`` override."""
+    settings: dict[str, Any] = {
+        "epochs": 5,
+        "batches_per_epoch": 4,
+        "validate_every": 3,
+        "validates": True,
+        "every_epoch_end": False,
+        "checkpoint_seconds": 600.0,
+        "checkpoint_every_updates": None,
+        "updates_per_call": None,
+    }
+    return Cadence(**{**settings, **changes})
+
+
 @pytest.mark.parametrize(
-    ("position", "expected"),
+    ("changes", "position", "expected"),
     [
-        ((0, 0, 0), 12),  # validates after epoch 3 (0-based 2): 3 epochs of 4 batches
-        ((2, 1, 0), 3),
-        ((3, 0, 0), 8),  # next: epoch 5 (0-based), the last
-        ((0, 0, 5), 2),  # a checkpoint after the 7th update
+        ({}, (0, 0, 0), 12),  # validates after epoch 3 (0-based 2): 3 epochs of 4 batches
+        ({}, (2, 1, 0), 3),
+        ({}, (3, 0, 0), 8),  # next: epoch 5 (0-based 4), the last
+        ({"validates": False}, (0, 0, 0), 20),  # nothing but the end of the run
+        ({"every_epoch_end": True}, (1, 1, 0), 3),
+        ({"checkpoint_every_updates": 7}, (0, 0, 5), 2),  # a checkpoint after the 7th update
+        ({"checkpoint_every_updates": 7}, (0, 0, 7), 7),
     ],
 )
-def test_a_call_ends_where_the_host_is_needed(position: tuple[int, int, int], expected: int) -> None:
-    cadence = Cadence(
-        epochs=5,
-        batches_per_epoch=4,
-        validate_every=3,
-        validates=True,
-        every_epoch_end=False,
-        checkpoint_seconds=600.0,
-        checkpoint_every_updates=7,
-        updates_per_call=None,
-    )
-    until = cadence.updates_until_host(*position)
-    assert until == min(expected, 7 - position[2] % 7)
-    assert [cadence.validates_after(epoch) for epoch in range(5)] == [False, False, True, False, True]
-    assert cadence.wanted(None) == 1 and cadence.wanted(0.5 / 3) == 3
-    assert cadence.call_size(3, until, 100, 10) == min(3, until)
-    assert cadence.call_size(10**9, 10**9, 10**9, 2**20) == 16
+def test_a_call_ends_where_the_host_is_needed(
+    changes: dict[str, Any], position: tuple[int, int, int], expected: int
+) -> None:
+    assert cadence(**changes).updates_until_host(*position) == expected
+
+
+def test_auto_sizes_calls_by_time_within_what_a_call_holds() -> None:
+    auto = cadence()
+    assert [auto.validates_after(epoch) for epoch in range(5)] == [False, False, True, False, True]
+    assert auto.wanted(None) == 1 and auto.wanted(0.5 / 3) == 3
+    assert cadence(updates_per_call=4).wanted(0.5 / 3) == 4
+    assert auto.call_size(3, 2, 100, 10) == 2
+    assert auto.call_size(10**9, 10**9, 10**9, 2**20) == 16  # at most 2**24 rows per call
+
+
+def test_a_signal_stops_after_the_call_under_way_and_the_run_resumes_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = config(tmp_path, data={"validation_split": 0.0}, training={"epochs": 12, "updates_per_call": 4})
+    reference = train(load_config(path), tmp_path / "reference", quiet=True)
+    # Calls of epochs 1-4, 5-8 and 9-12: a Ctrl-C during epoch 6 stops after epoch 8.
+    signal_after_batch(monkeypatch, 6, one_update_per_call=False)
+    with pytest.raises(Interrupted, match="SIGINT at epoch 8, batch 1; saved"):
+        train(load_config(path), tmp_path / "run", quiet=True)
+    monkeypatch.undo()
+    resumed = train(load_config(path), tmp_path / "run", quiet=True, resume=True)
+    for mine, theirs in zip(resumed.model.variables, reference.model.variables, strict=True):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    assert [row["epoch"] for row in resumed.metrics] == list(range(1, 13))
 
 
 def test_checkpoints_by_time_and_at_the_end(tmp_path: Path) -> None:
@@ -172,6 +202,12 @@ def test_checkpoints_by_time_and_at_the_end(tmp_path: Path) -> None:
         load_config(path, ["output.checkpoint_every=null", "output.keep_checkpoints=9"]), tmp_path / "ends", quiet=True
     )
     assert len(list((tmp_path / "ends" / "checkpoints").glob("*.npz"))) == 5
+    # A duration that has always passed: a checkpoint after every call (one update each until one is timed).
+    short = ["output.checkpoint_every=0.001s", "output.keep_checkpoints=9", "training.updates_per_call=2"]
+    train(load_config(path, short), tmp_path / "often", quiet=True)
+    assert [p.name[:-4] for p in sorted((tmp_path / "often" / "checkpoints").glob("*.npz"))] == [
+        f"ckpt-epoch{epoch:05d}-batch0000001" for epoch in (2, 4, 5)
+    ]
 
 
 def test_checkpoint_every_takes_durations_only(tmp_path: Path) -> None:
