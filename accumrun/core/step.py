@@ -7,7 +7,7 @@ the gradient of the batch's mean loss, however unevenly the batch splits: it is 
 sub-batch mean gradients. Recipes that average the ``s`` sub-batch means (divide by ``s``) are wrong whenever
 the sub-batches differ in size.
 
-In a :class:`WholeBatchStep`, all sub-batches run inside one ``tf.function`` (autograph ``tf.while_loop`` loops:
+In a :class:`WholeBatchStep`, all sub-batches run inside one ``tf.function`` (``tf.while_loop`` loops:
 one, or one per sub-batch size when the batch's shape is static), slicing the batch where it already lives, on the
 device. Only one sub-batch's activations are alive at a time; the extra memory is one accumulator per trainable
 variable.
@@ -103,16 +103,23 @@ class _Accumulation:
     def _sum(
         self, loop: SubBatchLoop, add: Callable[..., Totals], n_float: tf.Tensor, totals: Totals, offset: Any
     ) -> Totals:
-        """Add the sub-batches of ``loop`` to ``totals``; autograph makes the loop a ``tf.while_loop``, so there is
-        no Python round-trip per sub-batch."""
-        gradients, loss_sum = totals
-        for i in loop.indices:
+        """Add the sub-batches of ``loop`` to ``totals`` in a ``tf.while_loop``, so there is no Python round-trip per
+        sub-batch."""
+
+        def body(k: tf.Tensor, gradients: list[tf.Tensor], loss_sum: tf.Tensor) -> tuple[Any, ...]:
+            x_sub, y_sub, first_row = loop.take(loop.indices[k])
+            gradients, sub_loss_sum = add(x_sub, y_sub, offset + first_row, n_float, gradients)
+            return k + 1, gradients, loss_sum + sub_loss_sum
+
+        count = tf.shape(loop.indices)[0]
+        _, gradients, loss_sum = tf.while_loop(
+            lambda k, *_: k < count,
+            body,
+            (tf.constant(0), *totals),
             # One iteration at a time: by default the loop may overlap up to 10 sub-batches, and with them their
             # activations, which is the memory that subdivisions exist to save.
-            tf.autograph.experimental.set_loop_options(parallel_iterations=PARALLEL_SUB_BATCHES)
-            x_sub, y_sub, first_row = loop.take(i)
-            gradients, sub_loss_sum = add(x_sub, y_sub, offset + first_row, n_float, gradients)
-            loss_sum += sub_loss_sum
+            parallel_iterations=PARALLEL_SUB_BATCHES,
+        )
         return gradients, loss_sum
 
     def add(
@@ -399,8 +406,10 @@ class StreamedStep(TrainStep):
         with tf.init_scope():
             self._gradients = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False) for v in variables]
             self._loss_sum = tf.Variable(0.0, trainable=False)
-        self._add = tf.function(self._add_sub_batch, jit_compile=jit_compile or None, reduce_retracing=True)
-        self._end = tf.function(self._end_batch)
+        self._add = tf.function(
+            self._add_sub_batch, jit_compile=jit_compile or None, reduce_retracing=True, autograph=False
+        )
+        self._end = tf.function(self._end_batch, autograph=False)
 
     def train_batch(self, chunks: Iterable[Chunk], samples: int) -> tuple[tf.Tensor, tf.Tensor]:
         """Add the sub-batches ``chunks`` of a batch of ``samples`` samples, in order, then update once.
@@ -504,10 +513,12 @@ def _one_device_step(
     def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return sequence.run(accumulate, x, y)
 
-    # XLA needs static shapes, so a jit-compiled step keeps one trace per batch shape instead of generalizing.
+    # The step's loops are tf.while_loop and its branches tf.cond, written out: without autograph converting its
+    # functions (some forty), the first call traces in half the time. XLA needs static shapes, so a jit-compiled
+    # step keeps one trace per batch shape instead of generalizing.
     if jit_compile:
-        return WholeBatchStep(tf.function(train_step, jit_compile=True))
-    return WholeBatchStep(tf.function(train_step, reduce_retracing=True))
+        return WholeBatchStep(tf.function(train_step, jit_compile=True, autograph=False))
+    return WholeBatchStep(tf.function(train_step, reduce_retracing=True, autograph=False))
 
 
 def _replicated_step(
@@ -517,7 +528,7 @@ def _replicated_step(
     divides by the global batch's sample count."""
     replicas = strategy.num_replicas_in_sync
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         def replica_slice(context: tf.distribute.experimental.ValueContext) -> tuple[tf.Tensor, ...]:
             return replica_rows((x, y), context.replica_id_in_sync_group, replicas)
