@@ -140,7 +140,7 @@ def test_ctrl_c_and_sigterm_stop_both_workers_at_one_batch_and_resume_to_the_sam
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_killed_worker_stops_the_other_within_the_timeout_and_the_run_resumes(tmp_path: Path) -> None:
-    path = config(tmp_path, epochs=12, samples=240, batch=8, checkpoint_every=None)
+    path = config(tmp_path, epochs=8, samples=240, batch=8, checkpoint_every=None)
     reference = train(path, tmp_path / "single", quiet=True)
     run_dir = tmp_path / "run"
     launcher = start(tmp_path, str(path), "--run-dir", str(run_dir))

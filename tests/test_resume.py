@@ -8,7 +8,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import keras
 import numpy as np
 import pytest
 
@@ -18,7 +17,6 @@ from accumrun.errors import ConfigError, Interrupted, TrainingDiverged
 from accumrun.training.checkpoints import CheckpointStore
 from accumrun.training.signals import StopRequests, resume_command
 from tests.helpers import run_cli, signal_after_batch, tiny_config, write_config
-from tests.hook_models import ForwardHook
 
 # Keys that measure the machine, not the training; they differ between any two runs.
 TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib"}
@@ -243,10 +241,8 @@ def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_pa
         assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     logged = [row["epoch"] for row in training_rows(run_dir)]
     assert logged == list(range(1, len(logged) + 1)) and len(logged) >= 15  # past the checkpoint of update 15
-    resumed = run_cli("train", "--resume", str(run_dir), cwd=repository)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    resumed = train(load_resume_config(run_dir, None), run_dir, quiet=True, resume=True)
     # Every epoch is logged once, and the rows and weights are those of the run that was never killed.
     assert training_rows(run_dir) == training_rows(tmp_path / "reference")
-    final = keras.models.load_model(run_dir / "model.keras", compile=False, custom_objects={"ForwardHook": ForwardHook})
-    for mine, theirs in zip(final.get_weights(), reference.model.get_weights(), strict=True):
+    for mine, theirs in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-6)
