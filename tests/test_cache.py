@@ -73,7 +73,7 @@ def assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
 
 
 def folders(cache_dir: Path) -> list[str]:
-    """The finished cache folders (a build in progress or killed is a hidden ``.NAME.partial-*``)."""
+    """The finished cache folders (a build in progress or killed is a hidden ``.NAME.*.partial``)."""
     return sorted(path.name for path in cache_dir.iterdir() if not path.name.startswith("."))
 
 

@@ -10,10 +10,10 @@
   or changed gives another folder, so a cache is never served stale; an unchanged split, in a later run, finds
   its folder and starts warm.
 
-A folder is built beside its final name (``.NAME.partial-XXXX``), gets a ``complete`` marker last, and is renamed
-into place: a build that is killed leaves only a partial folder, which is never read (delete it freely). The
-pixels are those of :func:`~accumrun.data.readers.decode_image`, byte for byte, so a run with any cache trains
-exactly as one without.
+A folder is built beside its final name (a hidden ``.NAME.<pid>-<hex>.partial``), gets a ``complete`` marker last,
+and is renamed into place (:func:`accumrun.rundir.atomic.write_atomically`): a build that is killed leaves only a
+partial folder, which is never read (delete it freely). The pixels are those of
+:func:`~accumrun.data.readers.decode_image`, byte for byte, so a run with any cache trains exactly as one without.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -35,6 +34,7 @@ from accumrun.data.readers import AUTOTUNE, reader_for
 from accumrun.data.splits import ArraySplit, CachedImages, ImageFiles, RecordFiles, Split, cached_file, identities
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
+from accumrun.rundir.atomic import write_atomically
 
 LAYOUT_VERSION = 1
 """Part of every key: a change of the layout, or of how images are decoded and resized, makes new folders."""
@@ -100,26 +100,20 @@ def _disk_folder(split: ImageFiles | RecordFiles, keys: np.ndarray, config: Imag
         return folder
     try:
         root.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=root))
-    except OSError as error:
-        raise _unwritable(error, config) from None
-    try:
-        _write(split, partial)
-        if not _is_complete(folder, split):  # else another process (a worker beside this one) built it meanwhile
-            if folder.exists():  # a folder without its marker is not a cache: never read, and in the way
-                shutil.rmtree(folder)
-            partial.rename(folder)
+        if folder.exists():  # a folder without its marker is not a cache: never read, and in the way
+            shutil.rmtree(folder)
+        # Built under a temporary name beside it and renamed into place, as every file a run writes.
+        write_atomically(folder, lambda partial: _write(split, partial))
     except OSError as error:
         if not _is_complete(folder, split):  # else the rename lost to another process, whose folder is complete
             raise _unwritable(error, config) from None
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     return folder
 
 
 def _write(split: ImageFiles | RecordFiles, partial: Path) -> None:
-    """Decode ``split`` into one raw file per row in ``partial``, rows in the order of its sorted identities,
-    and write the marker last."""
+    """Decode ``split`` into one raw file per row in a new folder ``partial``, rows in the order of its sorted
+    identities, and write the marker last."""
+    partial.mkdir()
     # Images are decoded from the sorted paths, so their rows come in order; records already stream in order.
     if isinstance(split, ImageFiles):
         split = replace(split, paths=np.sort(split.paths))
