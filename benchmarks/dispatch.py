@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from run import machine, report_header  # benchmarks/run.py, beside this script
+from run import machine, publish_report  # benchmarks/run.py, beside this script
 
 SAMPLES, BATCH, SUBDIVISIONS, EPOCHS = 16_384, 1_024, 128, 4
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -117,22 +117,20 @@ def main() -> None:
         output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         speeds = json.loads(output.strip().splitlines()[-1])
         medians[variant] = statistics.median(speeds[1:])
-    args.output.with_suffix(".json").write_text(json.dumps({"samples_per_second": medians, "machine": info}) + "\n")
     fit = medians["fit at B"]
-    lines = [
-        report_header(
-            "The dispatch-bound case: where the time of many tiny sub-batches goes",
-            "python benchmarks/dispatch.py",
-            args.output.with_suffix(".json"),
-            info,
-        ),
-        f"MLP [256, 256], {SAMPLES:,} samples of 28x28x1, batch {BATCH:,} in {SUBDIVISIONS} sub-batches; samples/s is "
-        f"the median of epochs 2 to {EPOCHS}.\n",
-        "| variant | samples/s | ÷ fit at B |\n| --- | ---: | ---: |",
-        *(f"| {variant} | {value:,.0f} | {value / fit:.2f}x |" for variant, value in medians.items()),
-    ]
-    args.output.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    publish_report(
+        args.output,
+        title="The dispatch-bound case: where the time of many tiny sub-batches goes",
+        command="python benchmarks/dispatch.py",
+        info=info,
+        figures={"samples_per_second": medians},
+        body=[
+            f"MLP [256, 256], {SAMPLES:,} samples of 28x28x1, batch {BATCH:,} in {SUBDIVISIONS} sub-batches; "
+            f"samples/s is the median of epochs 2 to {EPOCHS}.\n",
+            "| variant | samples/s | ÷ fit at B |\n| --- | ---: | ---: |",
+            *(f"| {variant} | {value:,.0f} | {value / fit:.2f}x |" for variant, value in medians.items()),
+        ],
+    )
 
 
 if __name__ == "__main__":

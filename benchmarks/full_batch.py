@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from run import machine, report_header  # benchmarks/run.py, beside this script
+from run import machine, publish_report  # benchmarks/run.py, beside this script
 
 SAMPLES, FEATURES, CLASSES, HIDDEN, SUBDIVISIONS, RATE = 2000, 32, 10, [64, 64], 4, 1e-3
 WARMUP = 10
@@ -216,33 +216,30 @@ def main() -> None:
         _run("accumrun", short, profiles[0])
         _run("accumrun", long, profiles[1])
         breakdown = _breakdown(*profiles, long - short)
-    figures = {
-        "ms_per_update": per_update,
-        "accumrun_over_bare": per_update["accumrun"] / per_update["bare"],
-        "accumrun_over_fit": per_update["accumrun"] / per_update["fit"],
-        "profile_ms_per_update": dict(breakdown),
-        "epochs": long,
-        "machine": info,
-    }
-    args.output.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
-    lines = [
-        report_header(
-            "Full-batch gradient descent: the cost of an update",
-            "python benchmarks/full_batch.py",
-            args.output.with_suffix(".json"),
-            info,
-        ),
-        f"{SAMPLES:,} samples of {FEATURES} features, MLP {HIDDEN}, batch full in {SUBDIVISIONS} sub-batches, Adam; "
-        f"the mean cost of an update after the first {WARMUP}, over {long:,} epochs ({long // 10:,} for fit).\n",
-        "| method | ms per update |\n| --- | ---: |",
-        *(f"| {method} | {value:.2f} |" for method, value in per_update.items()),
-        f"\naccumrun / bare: {figures['accumrun_over_bare']:.2f}x (target <= 2x); accumrun / fit: "
-        f"{figures['accumrun_over_fit']:.2f}x (target < 1x)\n",
-        "| where accumrun's time per further update goes (two profiles' difference) | ms |\n| --- | ---: |",
-        *(f"| {label} | {value:.2f} |" for label, value in breakdown),
-    ]
-    args.output.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    over_bare, over_fit = per_update["accumrun"] / per_update["bare"], per_update["accumrun"] / per_update["fit"]
+    publish_report(
+        args.output,
+        title="Full-batch gradient descent: the cost of an update",
+        command="python benchmarks/full_batch.py",
+        info=info,
+        figures={
+            "ms_per_update": per_update,
+            "accumrun_over_bare": over_bare,
+            "accumrun_over_fit": over_fit,
+            "profile_ms_per_update": dict(breakdown),
+            "epochs": long,
+        },
+        body=[
+            f"{SAMPLES:,} samples of {FEATURES} features, MLP {HIDDEN}, batch full in {SUBDIVISIONS} sub-batches, "
+            f"Adam; the mean cost of an update after the first {WARMUP}, over {long:,} epochs ({long // 10:,} for "
+            "fit).\n",
+            "| method | ms per update |\n| --- | ---: |",
+            *(f"| {method} | {value:.2f} |" for method, value in per_update.items()),
+            f"\naccumrun / bare: {over_bare:.2f}x (target <= 2x); accumrun / fit: {over_fit:.2f}x (target < 1x)\n",
+            "| where accumrun's time per further update goes (two profiles' difference) | ms |\n| --- | ---: |",
+            *(f"| {label} | {value:.2f} |" for label, value in breakdown),
+        ],
+    )
 
 
 if __name__ == "__main__":

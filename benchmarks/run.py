@@ -234,15 +234,23 @@ def machine() -> dict[str, Any]:
     }
 
 
-def report_header(title: str, command: str, figures: Path, info: dict[str, Any]) -> str:
-    """A report's first lines: its title, the command that writes it, and what it was measured on (``info``, from
-    :func:`machine`)."""
-    return (
-        f"# {title}\n\nWritten by `{command}`; every figure is also in `{figures}`.\n\n"
+def publish_report(
+    output: Path, *, title: str, command: str, info: dict[str, Any], figures: dict[str, Any], body: list[str]
+) -> None:
+    """Write a benchmark's report to ``output`` (Markdown: its title, the command that writes it, what it was
+    measured on, from :func:`machine`, then ``body``), its ``figures`` and ``info`` beside it as JSON, and print the
+    report."""
+    figures_path = output.with_suffix(".json")
+    figures_path.write_text(json.dumps({**figures, "machine": info}, indent=2) + "\n")
+    header = (
+        f"# {title}\n\nWritten by `{command}`; every figure is also in `{figures_path}`.\n\n"
         f"- machine: {info['cpu']}, {info['cores']} cores; load average {info['load_average_at_start']} at the start\n"
         f"- TensorFlow {info['tensorflow']}, Keras {info['keras']}, Python {info['python']}; {info['date']}\n"
         f"- accumrun at {info['accumrun_revision']}\n"
     )
+    report = "\n".join([header, *body]) + "\n"
+    output.write_text(report)
+    print(report, end="")
 
 
 @dataclass

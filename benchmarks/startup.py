@@ -19,7 +19,6 @@ and the figures beside it:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from run import machine, report_header  # benchmarks/run.py, beside this script
+from run import machine, publish_report  # benchmarks/run.py, beside this script
 
 MARK = "first update at "
 
@@ -98,19 +97,19 @@ def main() -> None:
             figures["train: exit"].append(wall)
             figures["train: first update"].append(first if first is not None else float("nan"))
     medians = {name: statistics.median(values) for name, values in figures.items()}
-    figures_path = args.output.with_suffix(".json")
-    figures_path.write_text(json.dumps({"median_seconds": medians, "seconds": figures, "machine": info}) + "\n")
     floor = medians["import tensorflow"]
-    lines = [
-        report_header(
-            "Startup: from the command to the first update", "python benchmarks/startup.py", figures_path, info
-        ),
-        f"Fresh processes, the median of {args.repeats}; `configs/digits.yaml`, 1 epoch for `train`.\n",
-        "| command | seconds | minus `import tensorflow` |\n| --- | ---: | ---: |",
-        *(f"| {name} | {value:.2f} | {value - floor:+.2f} |" for name, value in medians.items()),
-    ]
-    args.output.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    publish_report(
+        args.output,
+        title="Startup: from the command to the first update",
+        command="python benchmarks/startup.py",
+        info=info,
+        figures={"median_seconds": medians, "seconds": figures},
+        body=[
+            f"Fresh processes, the median of {args.repeats}; `configs/digits.yaml`, 1 epoch for `train`.\n",
+            "| command | seconds | minus `import tensorflow` |\n| --- | ---: | ---: |",
+            *(f"| {name} | {value:.2f} | {value - floor:+.2f} |" for name, value in medians.items()),
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import yaml
 
 from accumrun import evaluate, load_config, train
 from accumrun.config.loading import load_resume_config
-from accumrun.config.schema import AugmentConfig, data_config
+from accumrun.config.schema import AugmentConfig, DataSection, data_config
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import encode, shape_images, write_image_folder, write_tfrecords
@@ -70,6 +70,18 @@ def assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
     assert len(a) == len(b)
     for left, right in zip(a, b, strict=True):
         np.testing.assert_array_equal(left, right)
+
+
+def disk_cached(images: Path, cache_dir: str) -> DataSection:
+    """The data section of the image folder ``images``, all of it to train on, cached on disk in ``cache_dir``."""
+    return data_config(
+        name="image_folder",
+        path=str(images),
+        image_size=[SIZE, SIZE],
+        validation_split=0,
+        cache="disk",
+        cache_dir=cache_dir,
+    )
 
 
 def folders(cache_dir: Path) -> list[str]:
@@ -164,14 +176,7 @@ def test_a_changed_folder_gets_a_new_cache_and_an_unchanged_one_reuses_its_own(
     images = write_image_folder(tmp_path / "images", count=9, size=SIZE, seed=3)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # cache_dir's ~ is the home folder
     cache_dir = tmp_path / "home" / "cache"
-    config = data_config(
-        name="image_folder",
-        path=str(images),
-        image_size=[SIZE, SIZE],
-        validation_split=0,
-        cache="disk",
-        cache_dir="~/cache",
-    )
+    config = disk_cached(images, "~/cache")
 
     def first_epoch() -> np.ndarray:
         return np.concatenate(epochs(load_dataset(config, seed=0).train, (0,), augment=False, shuffle=False)[::2])
@@ -200,14 +205,7 @@ def test_a_changed_folder_gets_a_new_cache_and_an_unchanged_one_reuses_its_own(
 def test_a_build_that_did_not_finish_is_never_read(tmp_path: Path) -> None:
     images = write_image_folder(tmp_path / "images", count=9, size=SIZE, seed=3)
     cache_dir = tmp_path / "cache"
-    config = data_config(
-        name="image_folder",
-        path=str(images),
-        image_size=[SIZE, SIZE],
-        validation_split=0,
-        cache="disk",
-        cache_dir=str(cache_dir),
-    )
+    config = disk_cached(images, str(cache_dir))
     plain = epochs(load_dataset(config.model_copy(update={"cache": "none"}), seed=0).train, (0,))
     assert_same(epochs(load_dataset(config, seed=0).train, (0,)), plain)
     # As a build that was killed would leave it: its folder without the marker (here renamed into place by
@@ -216,8 +214,8 @@ def test_a_build_that_did_not_finish_is_never_read(tmp_path: Path) -> None:
     (cache_dir / built / "complete").unlink()
     for raw in (cache_dir / built).iterdir():
         raw.write_bytes(bytes(len(raw.read_bytes())))
-    (cache_dir / f".{built}.partial-x").mkdir()
-    (cache_dir / f".{built}.partial-x" / "00000000.u8").write_bytes(b"\xff" * 3)
+    (cache_dir / f".{built}.123-0badcafe.partial").mkdir()
+    (cache_dir / f".{built}.123-0badcafe.partial" / "00000000.u8").write_bytes(b"\xff" * 3)
     assert_same(epochs(load_dataset(config, seed=0).train, (0,)), plain)
     assert (cache_dir / built / "complete").is_file() and folders(cache_dir) == [built]
 
