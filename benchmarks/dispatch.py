@@ -9,6 +9,11 @@ callback (``fit``). The variants change one thing each:
 - ``no metrics``: ``metrics: []``, so only the loss is computed per sub-batch;
 - ``one update per call``: ``training.updates_per_call: 1``;
 - ``xla``: ``training.jit_compile: true``;
+- ``bare loop``: no accumrun: one ``tf.function`` per batch whose ``tf.while_loop`` adds the 128 sub-batch
+  gradients one at a time (as accumrun does), then applies Adam; no metric, no finite check. The limit of the loop
+  form;
+- ``bare loop, 10 at a time``: the same with TensorFlow's default ``parallel_iterations=10``, which holds up to
+  10 sub-batches' activations at once;
 - ``fit at B``: plain ``model.fit(batch_size=1024)``, one pass per batch (not the same training: the reference).
 
 Run from the repository root; it writes the report to ``docs/benchmarks-dispatch.md`` and the figures beside it:
@@ -38,6 +43,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "one update per call": {"training": {"updates_per_call": 1}},
     "xla": {"training": {"jit_compile": True}},
 }
+BARE_LOOPS = {"bare loop": 1, "bare loop, 10 at a time": 10}  # the variant, and its parallel_iterations
 
 
 def _data(folder: Path) -> Path:
@@ -65,18 +71,63 @@ def _accumrun(variant: str, folder: Path) -> list[float]:
     return [row["samples_per_second"] for row in result.metrics]
 
 
+def _mlp() -> Any:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((28, 28, 1))
+    hidden = keras.layers.Flatten()(inputs)
+    for _ in range(2):
+        hidden = keras.layers.Dense(256, activation="relu")(hidden)
+    return keras.Model(inputs, keras.layers.Dense(10)(hidden))
+
+
+def _bare_loop(folder: Path, parallel: int) -> list[float]:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    with np.load(_data(folder)) as data:
+        x, y = tf.constant(data["x"]), tf.constant(data["y"])
+    model = _mlp()
+    variables = model.trainable_variables
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+    optimizer = keras.optimizers.Adam(1e-3)
+    optimizer.build(variables)
+    rows = BATCH // SUBDIVISIONS
+
+    @tf.function(autograph=False)
+    def update(start: tf.Tensor) -> None:
+        def body(k: tf.Tensor, *sums: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            first = start + k * rows
+            with tf.GradientTape() as tape:
+                loss_sum = loss(y[first : first + rows], model(x[first : first + rows], training=True))
+            gradients = tape.gradient(loss_sum, variables)
+            return (k + 1, *(total + gradient for total, gradient in zip(sums, gradients, strict=True)))
+
+        zeros = tuple(tf.zeros_like(v) for v in variables)
+        sums = tf.while_loop(
+            lambda k, *_: k < SUBDIVISIONS, body, (tf.constant(0), *zeros), parallel_iterations=parallel
+        )
+        optimizer.apply_gradients(zip([total / BATCH for total in sums[1:]], variables, strict=True))
+
+    speeds = []
+    for _ in range(EPOCHS):
+        started = time.perf_counter()
+        for start in range(0, SAMPLES, BATCH):
+            update(tf.constant(start))
+        float(optimizer.iterations.numpy())
+        speeds.append(SAMPLES / (time.perf_counter() - started))
+    return speeds
+
+
 def _fit(folder: Path) -> list[float]:
     import keras
     import numpy as np
 
     with np.load(_data(folder)) as data:
         x, y = data["x"], data["y"]
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((28, 28, 1))
-    hidden = keras.layers.Flatten()(inputs)
-    for _ in range(2):
-        hidden = keras.layers.Dense(256, activation="relu")(hidden)
-    model = keras.Model(inputs, keras.layers.Dense(10)(hidden))
+    model = _mlp()
     model.compile(
         keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
     )
@@ -96,7 +147,12 @@ def _fit(folder: Path) -> list[float]:
 def _child(variant: str) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with tempfile.TemporaryDirectory() as folder:
-        speeds = _fit(Path(folder)) if variant == "fit at B" else _accumrun(variant, Path(folder))
+        if variant in BARE_LOOPS:
+            speeds = _bare_loop(Path(folder), BARE_LOOPS[variant])
+        elif variant == "fit at B":
+            speeds = _fit(Path(folder))
+        else:
+            speeds = _accumrun(variant, Path(folder))
     print(json.dumps(speeds))
 
 
@@ -111,7 +167,7 @@ def main() -> None:
         return
     info = machine()
     medians = {}
-    for variant in [*VARIANTS, "fit at B"]:
+    for variant in [*VARIANTS, *BARE_LOOPS, "fit at B"]:
         print(f"{variant} ...", file=sys.stderr, flush=True)
         command = [sys.executable, __file__, "--child", variant]
         output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
