@@ -46,6 +46,23 @@ class _PositiveOr(click.ParamType):
         self.fail(f"{value!r} is neither a positive integer nor '{self.word}'", param, ctx)
 
 
+class _RunFolder(click.ParamType):
+    """A run's folder, which holds its ``run.json``. A missing folder, or one that is not a run, is a usage error
+    in one wording for every command that takes one."""
+
+    name = "run_dir"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        from accumrun.rundir.layout import require_run_folder
+
+        try:
+            return require_run_folder(Path(value))
+        except ArgumentError as error:
+            raise click.UsageError(error.message, ctx) from None
+
+
+_RUN_FOLDER = _RunFolder()
+
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*=")
 
 
@@ -152,7 +169,7 @@ _TRAIN_OPTIONS = [
         "--resume",
         "resume_dir",
         metavar="RUN_DIR",
-        type=click.Path(file_okay=False),
+        type=_RUN_FOLDER,
         help="Continue the run in RUN_DIR from its latest checkpoint (CONFIG is optional; --epochs may extend it).",
     ),
     click.option("--overwrite", is_flag=True, help="Replace the run already in the run directory."),
@@ -202,7 +219,7 @@ class _TrainOptions:
     batch_size: str | None
     assignments: tuple[str, ...]
     run_dir: str | None
-    resume_dir: str | None
+    resume_dir: Path | None
     overwrite: bool
     no_tensorboard: bool
     quiet: bool
@@ -219,7 +236,7 @@ class _TrainOptions:
         if self.no_tensorboard:
             overrides.append("output.tensorboard=false")
         if self.resume_dir is not None:
-            return load_resume_config(Path(self.resume_dir), self.config_path, overrides)
+            return load_resume_config(self.resume_dir, self.config_path, overrides)
         assert self.config_path is not None  # checked above
         return load_config(self.config_path, overrides)
 
@@ -228,7 +245,7 @@ class _TrainOptions:
         from accumrun.rundir.layout import resolve_run_dir
 
         if self.resume_dir is not None:
-            return Path(self.resume_dir)
+            return self.resume_dir
         if self.run_dir:
             return Path(self.run_dir)
         assert self.config_path is not None  # config() refuses a new run without CONFIG
@@ -444,7 +461,7 @@ def _given_train_options(ctx: click.Context) -> list[str]:
 
 
 @main.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("run_dir", type=_RUN_FOLDER)
 @click.option(
     "--split", type=click.Choice(Split.words()), default=Split.VAL.value, show_default=True, help="What to score."
 )
@@ -459,7 +476,7 @@ def evaluate(run_dir: Path, split: str, data_path: str | None, model: str) -> No
 
 
 @main.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("run_dir", type=_RUN_FOLDER)
 @click.argument("inputs", metavar="INPUT...", nargs=-1, required=True)
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write a .csv or .json file.")
 @click.option("--top-k", type=click.IntRange(min=1), help="Classes per row [default: up to 5].")
@@ -478,7 +495,7 @@ def predict(run_dir: Path, inputs: tuple[str, ...], output: Path | None, top_k: 
 
 
 @main.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("run_dir", type=_RUN_FOLDER)
 @click.option("--format", "format_", type=click.Choice(["savedmodel"]), default="savedmodel", show_default=True)
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="[default: RUN_DIR/export/savedmodel]")
 @click.option("--overwrite", is_flag=True, help="Replace what is at the output.")
@@ -491,14 +508,14 @@ def export(run_dir: Path, format_: str, output: Path | None, overwrite: bool, mo
 
 
 @main.command()
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.argument("run_dirs", nargs=-1, required=True, type=_RUN_FOLDER)
 @click.option("--out", type=click.Path(dir_okay=False), default="plot.png", show_default=True, help="PNG to write.")
-def plot(run_dirs: tuple[str, ...], out: str) -> None:
+def plot(run_dirs: tuple[Path, ...], out: str) -> None:
     """Plot the training and validation loss of one or more run directories together."""
     from accumrun.reports.plot import plot_curves
     from accumrun.rundir.metrics import load_metrics
 
-    curves = {Path(run_dir).name or run_dir: load_metrics(Path(run_dir)) for run_dir in run_dirs}
+    curves = {run_dir.name or str(run_dir): load_metrics(run_dir) for run_dir in run_dirs}
     click.echo(f"wrote {plot_curves(curves, Path(out))}")
 
 

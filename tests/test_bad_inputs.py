@@ -151,9 +151,10 @@ def finished_run(tmp: Path) -> None:
 
 
 def run_without_checkpoint(tmp: Path) -> None:
-    """A run folder with its config but nothing to resume from."""
+    """A run folder that failed before its first checkpoint: its config and status, nothing to resume from."""
     (tmp / "run" / "checkpoints").mkdir(parents=True)
     (tmp / "run" / "config.yaml").write_text(tiny_config(tmp).read_text())
+    (tmp / "run" / "run.json").write_text('{"status": "failed", "started": "2026-11-24T00:00:00"}\n')
 
 
 def row(
@@ -175,8 +176,16 @@ CASES = [
     # --- resuming ---
     row("resume-config-differs", finished_run, 1, "differs", (*RESUME_ARGS, "--set", "model.hidden=[16]"),
         marks=pytest.mark.slow),
-    row("resume-dir-missing", nothing, 1, "does not exist", RESUME_ARGS),
-    row("resume-no-checkpoint", run_without_checkpoint, 1, "no checkpoint", RESUME_ARGS),
+    row("resume-dir-missing", nothing, 2, "run: not a run folder (no run.json)", RESUME_ARGS),
+    row("resume-no-checkpoint", run_without_checkpoint, 1,
+        "no checkpoint to resume from; train it again with --overwrite", RESUME_ARGS),
+    row("rerun-failed-without-checkpoint", run_without_checkpoint, 1,
+        "holds a failed run with no checkpoint to resume; pass --overwrite to start it again"),
+    # --- a folder that is not a run: one rule and one wording for every command that takes one ---
+    *(row(f"{command}-not-a-run", nothing, 2, "/run: not a run folder (no run.json)", (command, RUN_DIR, *extra))
+      for command, extra in (("evaluate", ()), ("predict", ("x.png",)), ("export", ()), ("plot", ()))),
+    row("predict-folder-without-run-json", lambda t: (t / "run").mkdir(), 2, "/run: not a run folder (no run.json)",
+        ("predict", RUN_DIR, "x.png")),
     # --- the config file and its values: refused by load_config, before TensorFlow is imported ---
     row("config-missing", nothing, 1, "config file not found"),
     row("config-invalid-yaml", lambda t: write_text(t, "training:\n  epochs: 1\n   x: 3\n"), 1,

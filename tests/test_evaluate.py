@@ -10,7 +10,7 @@ import pytest
 
 from accumrun import evaluate, load_config, train
 from accumrun.data.examples import write_image_folder
-from accumrun.errors import ConfigError
+from accumrun.errors import ArgumentError, ConfigError
 from tests.helpers import invoke, tiny_config
 
 
@@ -69,7 +69,10 @@ def test_a_model_trained_on_crops_scores_the_folder_as_validation_did(tmp_path: 
 
 @pytest.mark.slow
 def test_what_is_not_there_is_refused(finished: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"RUN_DIR: is not a finished accumrun run"):
+    with pytest.raises(ArgumentError, match=r": not a run folder \(no run\.json\)$"):
+        evaluate(tmp_path)
+    (tmp_path / "run.json").write_text('{"status": "interrupted", "started": ""}')
+    with pytest.raises(ConfigError, match=r": not a finished run \(its run\.json says interrupted\)$"):
         evaluate(tmp_path)
     with pytest.raises(ConfigError, match=r"^split: data\.name: synthetic has no test split"):
         evaluate(finished, "test")
@@ -81,7 +84,7 @@ def test_the_command_prints_one_line_or_one_error(finished: Path, tmp_path: Path
     assert scored.returncode == 0, scored.stderr
     assert scored.stdout.startswith("eval val (model.keras): loss ") and scored.stdout.count("\n") == 1
     for args, code, message in (
-        ((str(tmp_path),), 1, "Error: RUN_DIR: is not a finished accumrun run"),
+        ((str(tmp_path),), 2, f"Error: {tmp_path}: not a run folder (no run.json)"),
         ((str(finished), "--split", "test"), 1, "Error: split: data.name: synthetic has no test split"),
         ((str(finished), "--split", "dev"), 2, "Invalid value for '--split'"),
     ):

@@ -17,6 +17,7 @@ from accumrun.errors import ConfigError
 from accumrun.kinds import ModelFile, RunState, Task
 from accumrun.models.outputs import output_activation
 from accumrun.objective import probability_function
+from accumrun.rundir.layout import require_run_folder
 from accumrun.rundir.metrics import load_metrics
 from accumrun.rundir.status import read_status
 
@@ -29,10 +30,10 @@ class FinishedRun:
     """
 
     def __init__(self, run_dir: Path) -> None:
-        if read_status(run_dir) != RunState.COMPLETED:
-            raise ConfigError(
-                "RUN_DIR", "is not a finished accumrun run (its run.json does not say completed)", str(run_dir)
-            )
+        status = read_status(require_run_folder(run_dir))
+        if status != RunState.COMPLETED:
+            state = status.value if status is not None else "nothing readable"
+            raise ConfigError(str(run_dir), f"not a finished run (its run.json says {state})")
         self.run_dir = run_dir
         self.config: Config = load_config(run_dir / "config.yaml")
 

@@ -12,7 +12,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
-from accumrun.errors import ConfigError
+from accumrun.errors import ArgumentError, ConfigError
 from accumrun.kinds import RunState
 from accumrun.rundir.atomic import write_text_atomically
 from accumrun.rundir.status import read_status
@@ -79,9 +79,27 @@ def _why_taken(run_dir: Path) -> str:
     status = read_status(run_dir)
     if status is RunState.COMPLETED:
         return "holds a completed run; pass --overwrite to replace it, or choose another --run-dir"
-    if status is not None:
+    if status is not None and has_checkpoint(run_dir):
         return f"holds a {status.value} run; continue it with --resume {run_dir}, or pass --overwrite to replace it"
+    if status is not None:
+        return f"holds a {status.value} run with no checkpoint to resume; pass --overwrite to start it again"
     return "exists and is not empty; choose another --run-dir"
+
+
+def require_run_folder(run_dir: Path) -> Path:
+    """``run_dir``, when it holds a run (its ``run.json``): the one rule for every command that takes a run folder.
+
+    Raises:
+        ArgumentError: the folder is missing, or is not a run's.
+    """
+    if not (run_dir / "run.json").is_file():
+        raise ArgumentError(str(run_dir), "not a run folder (no run.json)")
+    return run_dir
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` has a checkpoint that ``--resume`` can continue from."""
+    return any((run_dir / "checkpoints").glob("ckpt-*.npz"))
 
 
 def write_labels(run_dir: Path, names: list[str]) -> None:

@@ -56,7 +56,9 @@ class Run:
         """
         checkpoint = self.home_store.latest()
         if checkpoint is None:
-            raise ConfigError("resume", "holds no checkpoint to resume from", str(self.home))
+            raise ConfigError(
+                "resume", "holds no checkpoint to resume from; train it again with --overwrite", str(self.home)
+            )
         position = self.home_store.load(checkpoint)
         rows = metrics_before(self.home, position.epoch)
         stopped = next((row.stopped for row in rows if row.stopped is not None), None)
