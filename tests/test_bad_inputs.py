@@ -101,6 +101,13 @@ def idx_config(tmp: Path, replace: str, raw: bytes) -> Path:
     return config_with(tmp, data={"name": "mnist", "path": str(folder)})
 
 
+def with_empty_class(tmp: Path) -> Path:
+    """Two classes of images and an empty third class folder."""
+    folder = image_folder(tmp, "shapes", ["circle", "square"])
+    (folder / "yellow_star").mkdir()
+    return folder
+
+
 def image_folder(tmp: Path, name: str, classes: list[str], suffix: str = "png") -> Path:
     """A folder ``name`` with two 8x8 images (or text files) per class in ``classes``."""
     from PIL import Image
@@ -284,6 +291,8 @@ CASES = [
         "data.path: holds no class subfolders"),
     row("image-folder-one-class", lambda t: images_config(t, path=str(image_folder(t, "one", ["a"]))), 1,
         "holds one class (a); classification needs at least two"),
+    row("image-folder-empty-class", lambda t: images_config(t, path=str(with_empty_class(t))), 1,
+        "data.path: class folder yellow_star/ holds no images"),
     row("image-folder-classes-differ",
         lambda t: images_config(t, validation_split=0, validation_path=str(image_folder(t, "val", ["a", "c"]))), 1,
         "data.validation_path: has classes [a, c], data.path has [a, b]; they must be the same"),

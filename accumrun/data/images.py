@@ -66,6 +66,13 @@ def list_image_folder(
                 skipped += 1
     if not paths:
         raise DataError(key, f"holds no images ({', '.join(IMAGE_EXTENSIONS)}) in its class subfolders", str(folder))
+    # An empty subfolder would still become a class: an output the model is trained never to predict.
+    present = set(labels)
+    empty = [name for index, name in enumerate(classes) if index not in present]
+    if empty:
+        noun = "folder" if len(empty) == 1 else "folders"
+        shown = ", ".join(f"{name}/" for name in empty)
+        raise DataError(key, f"class {noun} {shown} {'holds' if len(empty) == 1 else 'hold'} no images", str(folder))
     files = ImageFiles(np.array(paths), np.array(labels, dtype=np.int32), size, channels)
     return files, classes, skipped
 
