@@ -554,7 +554,10 @@ def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> N
     if kind == "images":
         write_image_folder(target, count, size, seed)
     elif kind == "tfrecord":
-        write_tfrecords(target, count, size, seed)
+        shards = write_tfrecords(target, count, size, seed)
+        click.echo(f"wrote {count:,} images to {len(shards)} shards, {shards[0].name} to {shards[-1].name}")
+        click.echo(f"train on them with data.path: {target}")
+        return
     else:
         write_csv(target, count, seed=seed)
     click.echo(f"wrote {count:,} {'rows' if kind == 'csv' else 'images'} to {target}")

@@ -328,6 +328,22 @@ def test_subdivided_training_on_tfrecords_equals_plain_training(records: str, tm
     assert_close(weights(plain), weights(sub))
 
 
+def test_make_example_tfrecord_prints_a_path_that_trains(tmp_path: Path) -> None:
+    target = tmp_path / "shapes"
+    made = invoke("make-example", "tfrecord", str(target), "--count", "12", "--size", "8")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.splitlines() == [
+        "wrote 12 images to 2 shards, shapes-00000-of-00002 to shapes-00001-of-00002",
+        f"train on them with data.path: {target}",
+    ]
+    # The bare name finds its shards, and only them; a name with no shards is still refused.
+    (tmp_path / "shapes-notes.txt").write_text("not a record")
+    dataset = load_dataset(data_config(name="tfrecord", path=str(target), image_size=[8, 8]), seed=0)
+    assert dataset.train_size + dataset.val_size == 12
+    with pytest.raises(DataError, match=r"data\.path: no TFRecord file matches"):
+        load_dataset(data_config(name="tfrecord", path=str(tmp_path / "shape"), image_size=[8, 8]), seed=0)
+
+
 def test_a_missing_tfrecord_key_names_the_keys_the_file_has(records: str) -> None:
     with pytest.raises(
         DataError,

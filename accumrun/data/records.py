@@ -48,12 +48,18 @@ def load_tfrecord(config: TfrecordConfig, seed: int) -> Splits:
 
 
 def matching(pattern: str, key: str) -> list[str]:
-    """The files that ``pattern`` (a path or a glob) names, sorted.
+    """The files that ``pattern`` (a path or a glob) names, sorted. A path that is no file names its shards,
+    ``<path>-00000-of-00002`` and the rest, as ``accumrun make-example tfrecord`` and most writers name them.
 
     Raises:
         DataError: none.
     """
-    files = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+    if glob.has_magic(pattern):
+        files = sorted(glob.glob(pattern))
+    elif Path(pattern).is_file():
+        files = [pattern]
+    else:
+        files = sorted(glob.glob(f"{glob.escape(pattern)}-[0-9]*-of-[0-9]*"))
     files = [file for file in files if Path(file).is_file()]
     if not files:
         raise DataError(key, "no TFRecord file matches", pattern)
