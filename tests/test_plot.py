@@ -102,3 +102,25 @@ def test_no_curves_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no curves to plot"):
         plot_curves({}, tmp_path / "loss.png")
     assert not (tmp_path / "loss.png").exists()
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.9, 1.6), (1.2, 4.0), (0.6, 3.0)])
+def test_a_log_axis_within_a_decade_has_labels_above_its_base(low: float, high: float) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from accumrun.reports.plot import _draw_panel
+
+    rows = [{"epoch": epoch, "val_loss": low + (high - low) * epoch / 4} for epoch in range(5)]
+    figure = Figure()
+    ax = figure.subplots()
+    _draw_panel(ax, {"run": rows}, "val_loss", "validation loss", markers=True)
+    FigureCanvasAgg(figure).draw()
+    bottom, top = ax.get_ylim()
+    shown = [
+        float(label.get_text())
+        for label in ax.yaxis.get_majorticklabels() + ax.yaxis.get_minorticklabels()
+        if label.get_text() and bottom <= label.get_position()[1] <= top
+    ]
+    assert ax.get_yscale() == "log"
+    assert len([value for value in shown if value > 1.0]) >= 2, shown

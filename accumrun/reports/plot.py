@@ -66,7 +66,7 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
 
 def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, name: str, *, markers: bool) -> None:
     """One panel: ``key`` (``loss`` or ``val_loss``) against epoch for every curve that has it."""
-    from matplotlib.ticker import LogFormatter, MaxNLocator
+    from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator, NullLocator
 
     class PlainLogFormatter(LogFormatter):
         # LogFormatter picks which ticks to label; print those as 0.3 rather than 3e-01 or 3x10^-1.
@@ -84,9 +84,16 @@ def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, nam
         ax.plot(epochs, losses, label=label, color=f"C{index}", marker="o" if markers else None, markersize=3)
     if values and min(values) > 0:
         ax.set_yscale("log")  # losses span decades; a linear axis flattens everything after epoch 1
-        # Label some minor ticks too when the curves span under two decades, or there may be one label only.
-        for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
-            set_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+        if max(values) < 10 * min(values):
+            # Within a decade a log axis may have no tick but its base (0.9 to 1.6 has only 1): tick it as a
+            # linear axis would, at round values.
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+            ax.yaxis.set_minor_locator(NullLocator())
+        else:
+            # Label some minor ticks too when the curves span under two decades, or there may be one label only.
+            for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+                set_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
     ax.set_title(name)
     ax.set_xlabel("epoch")
     ax.set_ylabel("loss")
