@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +41,13 @@ def test_train_writes_the_run_directory(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and "cuda" not in result.stderr.lower()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and rows[-1]["optimizer_steps"] == 6
+    # The summary: epochs, wall time, the speed after the first epoch, the best val_loss, where the model is.
+    best = min(rows, key=lambda row: row["val_loss"])
+    summary = re.escape(
+        f"| {rows[1]['samples_per_second']:,.0f} samples/s after the first "
+        f"| best val_loss {best['val_loss']:.4f} at epoch {best['epoch']} | model {tmp_path / 'run' / 'model.keras'}"
+    )
+    assert re.fullmatch(rf"done: 2 epochs in \d+\.\d s {summary}", result.stdout.splitlines()[-1])
     assert keras.models.load_model(tmp_path / "run" / "model.keras").output_shape == (None, 3)
 
 

@@ -86,6 +86,14 @@ class Controls:
         watched = (self._stopping, self._plateau, self._best_config)
         return any(w is not None and not w.monitor.startswith("val_") for w in watched)
 
+    def headline(self, validated: bool) -> Watched:
+        """The figure a run's summary reports the best of: the one ``keep_best`` or early stopping watches, else
+        ``val_loss`` when the run validates, else ``loss``."""
+        for watched in (self._best_config, self._stopping):
+            if watched is not None:
+                return watched
+        return Watched(monitor="val_loss" if validated else "loss")
+
     def replay(self, rows: list[EpochRow]) -> None:
         """Rebuild the state from the rows a resumed run keeps, as if they had just been decided."""
         for row in rows:

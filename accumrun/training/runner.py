@@ -7,6 +7,7 @@ import contextlib
 import functools
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from accumrun.training.autosub import Settled, settle_subdivisions
 from accumrun.training.batches import Batches, DeviceBatches, FedBatches
 from accumrun.training.cadence import Cadence
 from accumrun.training.checkpoints import Position, State
-from accumrun.training.console import describe_setup, device_name
+from accumrun.training.console import describe_setup, device_name, run_summary
 from accumrun.training.controls import Controls
 from accumrun.training.distribute import PEER_ERRORS, agreement, describe_strategy, is_chief, lost_worker
 from accumrun.training.log import RowSizes, RunLog
@@ -132,12 +133,15 @@ def _train(
         # Inside the status: a failure while building the Trainer (TensorBoard, feeders) is recorded too.
         trainer = _trainer(settled, run, rows, controls, echo=echo, show_progress=show_progress)
         _announce(setup, run.folder, position, echo)
+        started = time.monotonic()
         rows = trainer.fit(position)
         status.reason = rows[-1].stopped
         note = _save_model(setup, run.folder / "model.keras").describe()
-        echo(f"saved {run.folder / 'model.keras'}")
         if note is not None:
             echo(note)
+        headline = controls.headline(validated=setup.dataset.val_size > 0)
+        seconds = time.monotonic() - started
+        echo(run_summary(rows, position.epoch + 1, seconds, headline, run.folder / "model.keras"))
     return RunResult(run.folder, [row.to_json() for row in rows], setup.model)
 
 
