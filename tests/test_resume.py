@@ -16,7 +16,7 @@ from accumrun.config.loading import load_config, load_resume_config
 from accumrun.errors import ConfigError, Interrupted, TrainingDiverged
 from accumrun.training.checkpoints import CheckpointStore
 from accumrun.training.signals import StopRequests, resume_command
-from tests.helpers import run_cli, signal_after_batch, tiny_config, write_config
+from tests.helpers import invoke, run_cli, signal_after_batch, tiny_config, write_config
 
 # Keys that measure the machine, not the training; they differ between any two runs.
 TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib"}
@@ -246,3 +246,28 @@ def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_pa
     assert training_rows(run_dir) == training_rows(tmp_path / "reference")
     for mine, theirs in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_resumed_epoch_reports_the_time_and_speed_of_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tiny_config(tmp_path, training={"epochs": 2}, output={"tensorboard": False})
+    signal_after_batch(monkeypatch, 2)  # of 3 in epoch 1
+    with pytest.raises(Interrupted):
+        train(load_config(path), tmp_path / "run", quiet=True)
+    monkeypatch.undo()
+    # As if the first process had spent 1000 s on its two batches: none of that is this process' time.
+    (checkpoint,) = CheckpointStore(tmp_path / "run" / "checkpoints", keep=1).checkpoints()
+    with np.load(checkpoint) as stored:
+        arrays = dict(stored)
+    position = json.loads(str(arrays["position"]))
+    assert position["train_seconds"] > 0 and position["timed_samples"] == 20  # two batches of 10
+    arrays["position"] = np.array(json.dumps({**position, "train_seconds": 1000.0}))
+    np.savez(checkpoint, **arrays)
+
+    resumed = invoke("train", "--resume", str(tmp_path / "run"))
+    assert resumed.returncode == 0, resumed.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["seconds"] < 100 and rows[0]["samples_per_second"] > 0.1
+    assert resumed.stdout.splitlines()[-1].startswith("done: epochs 1 to 2 in ")

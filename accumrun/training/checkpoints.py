@@ -30,7 +30,9 @@ from accumrun.rundir.atomic import write_atomically
 class Position:
     """Where a run stands: ``batch`` batches done in epoch ``epoch`` (0-based), and that epoch's sums so far.
 
-    The end of an epoch is the start of the next one: ``Position(epoch=e + 1)``.
+    The end of an epoch is the start of the next one: ``Position(epoch=e + 1)``. ``train_seconds`` and
+    ``timed_samples`` time the epoch's batches that this process trained: a checkpoint keeps them, but a resumed
+    process starts them again, so a resumed epoch reports its own speed, not one spread over two processes.
     """
 
     epoch: int = 0
@@ -40,6 +42,7 @@ class Position:
     skipped_batches: int = 0
     loss_scale_skips: int = 0
     train_seconds: float = 0.0
+    timed_samples: int = 0
 
     def counted(self, batches_per_epoch: int) -> tuple[int, int]:
         """``(epoch, batch)`` as the console counts: the 1-based epoch and the batches done in it. The end of
@@ -60,8 +63,9 @@ class Position:
 
     @classmethod
     def stored(cls, text: str) -> Position:
-        """The position a checkpoint holds; keys that older versions stored and this one does not are dropped."""
-        known = {field.name for field in fields(cls)}
+        """The position a checkpoint holds, its timing started again; keys that older versions stored and this one
+        does not are dropped."""
+        known = {field.name for field in fields(cls)} - {"train_seconds", "timed_samples"}
         return cls(**{key: value for key, value in json.loads(text).items() if key in known})
 
 

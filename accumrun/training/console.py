@@ -115,13 +115,15 @@ def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:
     return " | ".join(parts)
 
 
-def run_summary(rows: list[EpochRow], first_epoch: int, seconds: float, headline: Watched, model: Path) -> str:
+def run_summary(
+    rows: list[EpochRow], first_epoch: int, seconds: float, headline: Watched, model: Path, *, resumed: bool
+) -> str:
     """``done: 5 epochs in 12.3 s | 4,870 samples/s after the first | best val_loss 0.4521 at epoch 4 | model
-    runs/x/model.keras``: what this session trained (from epoch ``first_epoch``, 1-based, on), in ``seconds``
-    of wall time, its mean speed after its first epoch (which traces the step), and the best ``headline`` figure
-    of the whole run."""
+    runs/x/model.keras``: what this session trained (from epoch ``first_epoch``, 1-based, on; ``epochs 3 to 5``
+    when it was ``resumed``), in ``seconds`` of wall time, its mean speed after its first epoch (which traces the
+    step), and the best ``headline`` figure of the whole run."""
     session = [row for row in rows if row.epoch >= first_epoch]
-    if first_epoch == 1:
+    if not resumed:
         epochs = _count(len(session), "epoch")
     else:
         epochs = f"epochs {first_epoch} to {session[-1].epoch}" if len(session) > 1 else f"epoch {first_epoch}"

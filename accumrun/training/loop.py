@@ -143,6 +143,7 @@ class Trainer:
             else:
                 position.loss_sum += float(loss_sum)
                 position.samples += samples
+                position.timed_samples += samples
                 self.log.update(float(loss_sum) / samples, int(updates.optimizer_steps[k]))
             self._show(position)
             if position.batch == len(self.batches.sizes):

@@ -141,7 +141,8 @@ def _train(
             echo(note)
         headline = controls.headline(validated=setup.dataset.val_size > 0)
         seconds = time.monotonic() - started
-        echo(run_summary(rows, position.epoch + 1, seconds, headline, run.folder / "model.keras"))
+        model_path = run.folder / "model.keras"
+        echo(run_summary(rows, position.epoch + 1, seconds, headline, model_path, resumed=resume))
     return RunResult(run.folder, [row.to_json() for row in rows], setup.model)
 
 
