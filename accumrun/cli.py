@@ -97,12 +97,48 @@ class _Command(click.Command):
             raise click.UsageError(error.message, ctx) from None
 
 
+class _ClosedStdoutIgnored:
+    """``sys.stdout`` for a command whose reader may go away (``accumrun train ... | head -4``): once a write
+    finds the pipe closed, the output goes to the null device and the command carries on, as its run folder is
+    what counts."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._to_null_device()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_null_device()
+
+    def _to_null_device(self) -> None:
+        # Python's own advice (the signal module's notes on SIGPIPE): point the descriptor at os.devnull, so that
+        # this write's buffer, and every later one, is flushed there, at exit too.
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 class _Group(click.Group):
-    """Turns any unexpected exception into a one-line error instead of a traceback."""
+    """Turns any unexpected exception into a one-line error instead of a traceback; a closed standard output ends
+    nothing."""
 
     command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
+        stdout = sys.stdout
+        sys.stdout = _ClosedStdoutIgnored(stdout)
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt, SystemExit):
@@ -111,6 +147,8 @@ class _Group(click.Group):
             if os.environ.get("ACCUMRUN_TRACEBACK"):
                 traceback.print_exc()
             raise click.ClickException(_explain_unexpected(error)) from None
+        finally:
+            sys.stdout = stdout
 
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")

@@ -109,6 +109,29 @@ def test_unexpected_failure_is_one_line_not_a_traceback(tmp_path: Path, monkeypa
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_a_closed_stdout_does_not_end_the_run(tmp_path: Path) -> None:
+    """``accumrun train ... | head -1``: the reader goes away after the first line; the run completes unseen."""
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "accumrun", "train", str(tiny_config(tmp_path, training={"epochs": 3}))]
+        + ["--run-dir", str(run_dir), "--no-tensorboard"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline().startswith(b"accumrun ")
+    process.stdout.close()
+    with process.stderr:
+        stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 0, stderr
+    assert "BrokenPipe" not in stderr and "Broken pipe" not in stderr and "Traceback" not in stderr
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+    assert len(_logged_epochs(run_dir)) == 3 and (run_dir / "model.keras").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_ctrl_c_then_the_printed_command_completes_the_run(tmp_path: Path) -> None:
     """A user's Ctrl-C: the run stops at a batch boundary, says how to resume, and the resumed run logs each
     epoch once."""
