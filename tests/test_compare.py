@@ -69,8 +69,12 @@ def test_plot_command_on_two_run_directories(compared: tuple[Path, object], tmp_
 
 def test_plot_command_names_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
     result = invoke("plot", str(tmp_path), "--out", str(tmp_path / "p.png"))
-    assert result.returncode == 1
-    assert "metrics.jsonl" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2
+    assert f"Error: {tmp_path}: not a run folder (no run.json)" in result.stderr and "Traceback" not in result.stderr
+    # A run that logged no epoch yet is a run folder without metrics: a data error that names the file.
+    (tmp_path / "run.json").write_text('{"status": "failed", "started": ""}')
+    result = invoke("plot", str(tmp_path), "--out", str(tmp_path / "p.png"))
+    assert result.returncode == 1 and "metrics.jsonl" in result.stderr
     assert not (tmp_path / "p.png").exists()
 
 

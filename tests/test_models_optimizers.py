@@ -326,3 +326,28 @@ def test_schedule_missing_a_required_argument() -> None:
     text = message(name="sgd", learning_rate={"name": "cosine_decay", "initial_learning_rate": 0.1})
     assert text.startswith("optimizer.learning_rate: CosineDecay rejected the settings: ")
     assert "decay_steps" in text
+
+
+@pytest.mark.slow
+def test_mlp_without_hidden_layers_is_linear_regression(tmp_path: Path) -> None:
+    """``mlp`` with ``hidden: []`` is one Dense layer: full-batch gradient descent on it reaches the least-squares
+    solution."""
+    from accumrun import train
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 3)).astype(np.float32)
+    y = (x @ np.array([[1.5], [-2.0], [0.5]]) + 0.3 + 0.1 * rng.normal(size=(40, 1))).astype(np.float32)
+    np.savez(tmp_path / "data.npz", x=x, y=y)
+    config = {
+        "data": {"name": "npz", "path": str(tmp_path / "data.npz"), "validation_split": 0.0},
+        "model": {"name": "mlp", "hidden": []},
+        "loss": {"name": "mean_squared_error"},
+        "training": {"epochs": 300, "batch_size": "full", "subdivisions": 3},
+        "optimizer": {"name": "sgd", "learning_rate": 0.3},
+        "output": {"tensorboard": False},
+    }
+    result = train(config, tmp_path / "run", quiet=True)
+    assert [type(layer).__name__ for layer in result.model.layers][-2:] == ["Flatten", "Dense"]
+    kernel, bias = (v.numpy() for v in result.model.layers[-1].weights)
+    solution, *_ = np.linalg.lstsq(np.hstack([x, np.ones((40, 1))]), y, rcond=None)
+    np.testing.assert_allclose(np.append(kernel, bias), solution.ravel(), atol=1e-4)

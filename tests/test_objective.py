@@ -270,6 +270,25 @@ def test_an_input_smaller_than_the_application_takes_names_the_minimum(tmp_path:
         build_training(config)
 
 
+def test_imagenet_weights_without_a_network_is_one_line_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keras.src.utils import file_utils
+
+    def offline(fname: str, origin: str, **_: Any) -> str:
+        # What Keras' get_file raises when the download fails (keras/src/utils/file_utils.py).
+        raise Exception(f"URL fetch failure on {origin}: None -- [Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(file_utils, "get_file", offline)
+    config = load_config(application_config(tmp_path, weights="imagenet"))
+    with pytest.raises(ConfigError) as refused:
+        build_training(config)
+    assert refused.value.message == (
+        "model.weights: could not download the imagenet weights (no network?); use weights: null to train from "
+        "scratch, or the path of a weights file you have (got 'imagenet')"
+    )
+
+
 @pytest.mark.slow
 def test_a_pretrained_application_gets_its_own_preprocess_input(tmp_path: Path) -> None:
     # Weights from a file this test saves (never imagenet): MobileNetV2 expects 0..255 mapped to [-1, 1].

@@ -21,7 +21,7 @@ from accumrun.kinds import BatchNormMode, RunState
 from accumrun.models.builders import build_model
 from accumrun.rundir.metrics import EpochRow
 from accumrun.rundir.status import AutoNote, BatchNormNote, RunRecord
-from tests.helpers import tiny_config
+from tests.helpers import invoke, tiny_config
 
 DESIGN_KEYS = {
     "epoch",
@@ -100,6 +100,14 @@ def test_full_batch_makes_one_update_per_epoch(tmp_path: Path) -> None:
     result = train(config, tmp_path / "run", quiet=True)
     assert [row["optimizer_steps"] for row in result.metrics] == [1, 2, 3]
     assert result.metrics[0]["batch_size"] == 23 and result.metrics[0]["sub_batch_size"] == 8
+
+
+def test_the_startup_summary_says_how_many_samples_full_is(tmp_path: Path) -> None:
+    checked = invoke("check", str(tiny_config(tmp_path)), "--batch-size", "full")
+    assert checked.returncode == 0, checked.stderr
+    assert (
+        "batch full = all 23 training samples (3 held out for validation): batch 23 = 3 sub-batches" in checked.stdout
+    )
 
 
 def test_batch_larger_than_the_training_set_is_refused_before_writing(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -122,17 +123,31 @@ def application(config: ApplicationConfig, sample_shape: tuple[int, ...], output
     else:
         keywords["pooling"] = config.pooling
     try:
-        base = constructor(
-            input_shape=sample_shape,
-            include_top=config.include_top,
-            weights="imagenet" if config.weights == "imagenet" else None,
-            **keywords,
-        )
+        with warnings.catch_warnings():
+            # Keras warns that an input size it has no weights for gets its default size's (224x224) weights;
+            # the startup summary states the input shape, and the README says which weights load.
+            warnings.filterwarnings("ignore", message=".*input_shape. is undefined or non-square", category=UserWarning)
+            base = constructor(
+                input_shape=sample_shape,
+                include_top=config.include_top,
+                weights="imagenet" if config.weights == "imagenet" else None,
+                **keywords,
+            )
         if weights_file is not None:
             base.load_weights(weights_file)
     except (ValueError, OSError) as error:
         message = " ".join(str(error).split())
         raise ConfigError("model", f"{config.constructor} refused input shape {sample_shape}: {message}") from None
+    except Exception as error:
+        # Keras' get_file raises a bare Exception("URL fetch failure on ...") when it cannot download.
+        if config.weights != "imagenet" or "fetch failure" not in str(error):
+            raise
+        raise ConfigError(
+            "model.weights",
+            "could not download the imagenet weights (no network?); use weights: null to train from scratch, "
+            "or the path of a weights file you have",
+            config.weights,
+        ) from None
     if config.include_top:
         return base
     if config.freeze_base:

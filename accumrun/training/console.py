@@ -80,7 +80,12 @@ def _plan(setup: TrainingSetup) -> str:
             f"batch {setup.batch_size:,}; subdivisions: auto (the fewest that fit in memory, tried on the first batch)"
         )
     train_size, drop_remainder = setup.dataset.train_size, setup.config.training.drop_remainder
-    return describe_plan(train_size, setup.batch_size, setup.subdivisions, drop_remainder, setup.replicas)
+    plan = describe_plan(train_size, setup.batch_size, setup.subdivisions, drop_remainder, setup.replicas)
+    if setup.config.training.batch_size != "full":
+        return plan
+    held_out = setup.dataset.val_size
+    validation = f"{held_out:,} held out for validation" if held_out else "none held out for validation"
+    return f"batch full = all {train_size:,} training samples ({validation}): {plan}"
 
 
 def progress_bar(count: int, epoch: int, epochs: int, done: int = 0) -> progressbar.ProgressBar | None:
