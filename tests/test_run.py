@@ -205,3 +205,37 @@ def test_reading_a_run_folder_loads_no_tensorflow() -> None:
     )
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_logged_loss_includes_regularization_as_keras_logs_it(tmp_path: Path) -> None:
+    """A model with an L2 kernel regularizer: the logged loss is the objective minimized, what Keras' evaluate
+    reports for the same weights, not the data term alone; so is val_loss."""
+    import keras
+
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(30, 5)).astype(np.float32), rng.integers(0, 3, 30)
+    np.savez(tmp_path / "data.npz", x=x, y=y)
+    keras.utils.set_random_seed(1)
+    regularized = keras.layers.Dense(3, kernel_regularizer=keras.regularizers.L2(0.5))
+    model = keras.Sequential([keras.Input((5,)), regularized])
+    model.save(tmp_path / "user.keras")
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    config = {
+        "data": {"name": "npz", "path": str(tmp_path / "data.npz"), "validation_split": 0.2, "shuffle": False},
+        "model": {"name": "saved", "path": str(tmp_path / "user.keras")},
+        "training": {"epochs": 1, "batch_size": "full", "subdivisions": 3},
+        "optimizer": {"name": "sgd", "learning_rate": 0.1},
+        "output": {"tensorboard": False},
+    }
+    result = train(config, tmp_path / "run", quiet=True)
+    # One update: the epoch's loss is taken at the initial weights, val_loss at the updated ones.
+    train_x, train_y, val_x, val_y = x[:24], y[:24], x[24:], y[24:]
+    objective = model.evaluate(train_x, train_y, verbose=0, return_dict=True)["loss"]
+    data_term = float(
+        keras.losses.sparse_categorical_crossentropy(train_y, model(train_x), from_logits=True).numpy().mean()
+    )
+    row = result.metrics[0]
+    assert row["loss"] == pytest.approx(objective, abs=1e-5) and abs(objective - data_term) > 0.05
+    assert row["val_loss"] == pytest.approx(
+        result.model.evaluate(val_x, val_y, verbose=0, return_dict=True)["loss"], abs=1e-5
+    )

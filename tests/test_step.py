@@ -218,10 +218,13 @@ def test_streamed_sub_batches_equal_the_whole_batch(subdivisions: int, regulariz
     weights, optimizer, losses = train_streamed(subdivisions, batch_size=10, regularized=regularized)
     assert max_difference(reference, weights) < 1e-5
     assert int(optimizer.iterations.numpy()) == 6  # one update per batch, not per sub-batch
-    model = dense_model()
+    model = dense_model(regularized=regularized)
     x, y = make_data(23)
     first = sparse_categorical_crossentropy(tf.constant(y[:10]), model(tf.constant(x[:10]))).numpy().sum()
-    assert losses[0] == pytest.approx(float(first), rel=1e-5)
+    # The logged loss is the objective: each of the batch's 10 samples carries the regularization.
+    regularization = float(sum(model.losses)) if regularized else 0.0
+    assert regularization > 0 or not regularized
+    assert losses[0] == pytest.approx(float(first) + 10 * regularization, rel=1e-5)
 
 
 def test_a_streamed_batch_with_a_non_finite_sub_batch_is_skipped_and_its_metrics_put_back() -> None:

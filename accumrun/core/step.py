@@ -133,11 +133,11 @@ class _Accumulation:
             with self._batch_norm.tracing():
                 predictions = self._model(x_sub, training=True)
             sub_loss_sum = tf.reduce_sum(self._objective.per_sample_loss(y_sub, predictions))
-            batch_share = sub_loss_sum / n_float
             if self._model.losses:
-                # Regularization belongs to the batch once; each sub-batch carries its share of it.
-                share = tf.cast(tf.shape(x_sub)[0], tf.float32) / n_float
-                batch_share += tf.cast(tf.add_n(self._model.losses), tf.float32) * share
+                # Regularization belongs to the batch once; each sub-batch carries its share of it, and its rows'
+                # share of the logged loss, which is what is minimized (as Keras fit logs it).
+                sub_loss_sum += _regularization(self._model) * tf.cast(tf.shape(x_sub)[0], tf.float32)
+            batch_share = sub_loss_sum / n_float
             if self._scale_loss is not None:
                 batch_share = self._scale_loss(batch_share)
         sub_gradients = tape.gradient(batch_share, self._variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
@@ -164,13 +164,14 @@ def make_gradient_fn(
     """A function ``(x, y, total=None, first_row=0) -> (gradients, loss_sum)`` that accumulates over the
     sub-batches.
 
-    ``gradients`` is the gradient of the batch's mean loss (plus the model's regularization losses) with
-    respect to ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses. ``metrics``, when
-    given, are updated with every sub-batch's samples. ``total`` is the sample count that the losses are divided
-    by, ``x``'s own by default; a replica that holds one slice of a batch passes the whole batch's, so that the
-    replicas' gradients sum to the batch's (see :func:`make_train_step`); an empty slice then gives zero
-    gradients. ``first_row`` is where ``x`` starts in the batch, for a sub-batch streamed in a call of its own. It
-    is not compiled by itself: call it inside a ``tf.function`` (as the steps do) or eagerly in tests.
+    ``gradients`` is the gradient of the batch's mean loss (plus the model's regularization losses) with respect to
+    ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses, each with the regularization
+    added (so ``loss_sum / n`` is the objective minimized, as Keras ``fit`` logs its loss). ``metrics``, when given,
+    are updated with every sub-batch's samples. ``total`` is the sample count that the losses are divided by,
+    ``x``'s own by default; a replica that holds one slice of a batch passes the whole batch's, so that the
+    replicas' gradients sum to the batch's (see :func:`make_train_step`); an empty slice then gives zero gradients.
+    ``first_row`` is where ``x`` starts in the batch, for a sub-batch streamed in a call of its own. It is not
+    compiled by itself: call it inside a ``tf.function`` (as the steps do) or eagerly in tests.
 
     The batch is cut by :func:`accumrun.core.split.sub_batch_loops`: one loop per sub-batch size when the batch's
     size is known at tracing (full batches, and every batch of a step compiled whole by XLA), else one loop that
@@ -542,8 +543,8 @@ def _replicated_step(
 def make_eval_step(
     model: keras.Model, loss: Objective | LossFn, metrics: MetricSet | None = None
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """Compile ``evaluate(x, y) -> loss_sum`` in inference mode (BatchNorm uses its moving statistics); it adds
-    the samples to ``metrics``."""
+    """Compile ``evaluate(x, y) -> loss_sum`` in inference mode (BatchNorm uses its moving statistics), the
+    regularization counted with every sample as training counts it; it adds the samples to ``metrics``."""
     objective = loss if isinstance(loss, Objective) else Objective(loss)
 
     @tf.function(reduce_retracing=True)
@@ -551,6 +552,15 @@ def make_eval_step(
         predictions = model(x, training=False)
         if metrics is not None:
             metrics.update(y, predictions)
-        return tf.reduce_sum(objective.per_sample_loss(y, predictions))
+        loss_sum = tf.reduce_sum(objective.per_sample_loss(y, predictions))
+        if model.losses:
+            # As Keras' evaluate reports it: the regularization counts in the loss of every sample.
+            loss_sum += _regularization(model) * tf.cast(tf.shape(x)[0], tf.float32)
+        return loss_sum
 
     return eval_step
+
+
+def _regularization(model: keras.Model) -> tf.Tensor:
+    """The sum of ``model``'s regularization losses, as float32."""
+    return tf.cast(tf.add_n(model.losses), tf.float32)
