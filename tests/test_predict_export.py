@@ -113,10 +113,13 @@ def test_a_regression_table_predicts_its_values_from_the_feature_columns(tmp_pat
     x = rng.normal(size=(40, 3))
     target = x @ np.array([1.0, -2.0, 0.5]) + 0.1
     with (tmp_path / "table.csv").open("w") as file:
-        file.write("a,b,c,target\n" + "".join(f"{r[0]},{r[1]},{r[2]},{t}\n" for r, t in zip(x, target, strict=True)))
+        rows = zip(x, target, strict=True)
+        file.write(
+            "code,a,b,c,target\n" + "".join(f"{100 + i},{r[0]},{r[1]},{r[2]},{t}\n" for i, (r, t) in enumerate(rows))
+        )
     config = {
         "seed": 0,
-        "data": {"name": "csv", "path": str(tmp_path / "table.csv"), "label": "target"},
+        "data": {"name": "csv", "path": str(tmp_path / "table.csv"), "label": "target", "id": "code"},
         "model": {"name": "mlp", "hidden": [8]},
         "loss": {"name": "mean_squared_error"},
         "training": {"epochs": 2, "batch_size": 16, "subdivisions": 3},
@@ -125,10 +128,12 @@ def test_a_regression_table_predicts_its_values_from_the_feature_columns(tmp_pat
     train(config, tmp_path / "run", quiet=True)
     assert json.loads((tmp_path / "run" / "features.json").read_text()) == ["a", "b", "c"]
     # New rows: columns in another order, no target; the model takes them in the training order.
+    # The id column is no feature (a number though it is), and names each row in predict's input column.
     with (tmp_path / "new.csv").open("w") as file:
-        file.write("c,a,b\n" + "".join(f"{r[2]},{r[0]},{r[1]}\n" for r in x[:5]))
+        file.write("c,a,code,b\n" + "".join(f"{r[2]},{r[0]},{7 * i},{r[1]}\n" for i, r in enumerate(x[:5])))
     predictions = predict(tmp_path / "run", [tmp_path / "new.csv"])
     assert predictions.columns == ["input", "value_0"]
+    assert [row[0] for row in predictions.rows] == ["0", "7", "14", "21", "28"]
     expected = keras.models.load_model(tmp_path / "run" / "model.keras").predict(x[:5].astype(np.float32), verbose=0)
     assert [row[1] for row in predictions.rows] == pytest.approx(expected[:, 0].tolist(), abs=1e-5)
     with (tmp_path / "short.csv").open("w") as file:

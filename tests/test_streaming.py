@@ -365,6 +365,22 @@ def test_csv_reads_numeric_features_and_names_text_labels(tmp_path: Path) -> Non
     assert dataset.class_names[dataset.train.y[0]] == first[5]
 
 
+def test_several_csv_label_columns_are_multi_label_or_regression_targets(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("x1,cat,x2,dog,fish,size\n0.5,1,2,0,1,3.5\n1.5,0,1,1,0,2.25\n2.5,1,0,1,1,1.0\n")
+    tagged = load_dataset(data_config(name="csv", path=str(path), label=["cat", "dog", "fish"], validation_split=0), 0)
+    assert tagged.task == "multi_label" and tagged.labels == ["cat", "dog", "fish"]
+    np.testing.assert_array_equal(tagged.train.y, [[1, 0, 1], [0, 1, 0], [1, 1, 1]])
+    assert tagged.sample_shape == (3,)  # x1, x2 and size: every numeric column that is no label
+    measured = load_dataset(data_config(name="csv", path=str(path), label=["x2", "size"], validation_split=0), 0)
+    assert measured.task == "regression" and measured.labels is None and measured.target_shape == (2,)
+    np.testing.assert_allclose(measured.train.y[:, 1], [3.5, 2.25, 1.0])
+    with pytest.raises(DataError, match=r"data\.label: .* has no column 'bird'"):
+        load_dataset(data_config(name="csv", path=str(path), label=["cat", "bird"], validation_split=0), 0)
+    with pytest.raises(DataError, match=r"data\.id: .* has no column 'name'"):
+        load_dataset(data_config(name="csv", path=str(path), label="cat", id="name", validation_split=0), 0)
+
+
 def test_csv_faults_name_the_file_row_and_column(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("a,b,label\n1,2,0\n3,x,1\n")

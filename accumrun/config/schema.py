@@ -244,8 +244,18 @@ class CsvConfig(FileSourceConfig):
 
     needs = {"path": "the path of a .csv file", "label": "the name of the label column"}
     name: Literal["csv"]
-    label: str = Field(min_length=1)
-    """The label column."""
+    label: (
+        Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    )
+    """The label column, or several: 0/1 columns are the labels of a multi-label task (named by their columns),
+    other numbers the targets of a regression."""
+    id: str | None = None
+    """A column that names each row (not a feature); ``predict`` on a CSV writes it as the ``input`` column."""
+
+    @property
+    def label_columns(self) -> list[str]:
+        """``label`` as a list of columns."""
+        return [self.label] if isinstance(self.label, str) else list(self.label)
 
 
 class TfdsConfig(ImageSourceConfig):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from accumrun.data.splits import IMAGE_EXTENSIONS, ArraySplit, ImageFiles, Split
-from accumrun.data.tables import read_features
+from accumrun.data.tables import read_column, read_features
 from accumrun.errors import DataError
 
 
@@ -28,6 +28,8 @@ class InputKind:
     dtype: np.dtype
     images: bool = False
     features: list[str] | None = None
+    id_column: str | None = None
+    """The CSV column that names each row (``data.id``), when the run has one."""
 
     def describe(self) -> str:
         if self.images:
@@ -47,7 +49,8 @@ class InputGroup:
 
 def read_inputs(paths: Sequence[str], kind: InputKind) -> list[InputGroup]:
     """The samples of ``paths``, in order: consecutive image files make one group, each folder, ``.npz`` or CSV
-    another. Rows of an ``.npz`` or CSV are named by their index, prefixed by the file when several are given.
+    another. Rows of an ``.npz`` or CSV are named by their index (a CSV's by its ``id_column`` where it has one),
+    prefixed by the file when several are given.
 
     Raises:
         DataError: a path is missing or of a kind the run does not take, an array or table has the wrong shape
@@ -76,7 +79,8 @@ def read_inputs(paths: Sequence[str], kind: InputKind) -> list[InputGroup]:
         elif path.suffix.lower() == ".npz":
             groups.append(_rows(given, _npz(path, kind), prefix))
         elif path.suffix.lower() == ".csv" and kind.features is not None:
-            groups.append(_rows(given, read_features(path, kind.features), prefix))
+            ids = read_column(path, kind.id_column) if kind.id_column is not None else None
+            groups.append(_rows(given, read_features(path, kind.features), prefix, ids))
         else:
             raise DataError(given, f"is not an input this run takes ({kind.describe()})")
     if images:
@@ -95,8 +99,10 @@ def _image_group(paths: list[str], kind: InputKind) -> InputGroup:
     return InputGroup(paths, files)
 
 
-def _rows(given: str, x: np.ndarray, prefix: bool) -> InputGroup:
-    names = [f"{given}:{i}" if prefix else str(i) for i in range(len(x))]
+def _rows(given: str, x: np.ndarray, prefix: bool, ids: list[str] | None = None) -> InputGroup:
+    """The rows of ``x``, named by ``ids`` (a CSV's ``data.id`` column) or by their index."""
+    row_names = ids if ids is not None else [str(i) for i in range(len(x))]
+    names = [f"{given}:{name}" if prefix else name for name in row_names]
     return InputGroup(names, ArraySplit(x, np.zeros(len(x), np.int32)))
 
 

@@ -1,9 +1,10 @@
-"""``data.name: csv``: a table with a header row; ``data.label`` names the target column.
+"""``data.name: csv``: a table with a header row; ``data.label`` names the target column, or several.
 
-The other columns are the features, as float32, held in memory. A column with no number in it (an id, a name)
-is not a feature and is left out; a column of numbers with a cell that is not one is an error that names the
-file, the row and the column. The label column may hold numbers (class indices or regression values) or class
-names, which are then numbered in sorted order.
+The other columns are the features, as float32, held in memory. A column with no number in it (a name) and the
+``data.id`` column are not features and are left out; a column of numbers with a cell that is not one is an error
+that names the file, the row and the column. One label column may hold numbers (class indices or regression
+values) or class names, which are then numbered in sorted order. Several label columns hold numbers: all 0 or 1,
+they are a multi-label task's labels, named by their columns; else the targets of a regression.
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
     Raises:
         DataError: a file is missing or empty, lacks the label column, or has a non-numeric feature cell.
     """
-    train = read_table(Path(config.path), "data.path", config.label)
+    train = read_table(Path(config.path), "data.path", config.label_columns, id_column=config.id)
     test = None
     if config.validation_path:
-        test = read_table(Path(config.validation_path), "data.validation_path", config.label, train.features)
+        test = read_table(
+            Path(config.validation_path), "data.validation_path", config.label_columns, train.features, config.id
+        )
     names = train.class_names
     if test is not None and (names is None) != (test.class_names is None):
         raise DataError("data.validation_path", f"has {_kind(test)} labels where data.path has {_kind(train)} ones")
-    if names is not None and test is not None and test.class_names is not None:
+    if names is not None and test is not None and test.class_names is not None and len(config.label_columns) == 1:
         unknown = sorted(set(test.class_names) - set(names))
         if unknown:
             raise DataError("data.validation_path", f"has labels that data.path does not: {unknown}")
@@ -40,48 +43,90 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
 
 
 class Table:
-    """One CSV file read: its feature columns, features and labels, and class names when labels are text."""
+    """One CSV file read: its feature columns, features and targets, and the class names when the labels are text
+    (or the label columns' names, for several 0/1 columns)."""
 
-    def __init__(self, features: list[str], x: np.ndarray, labels: list[str]) -> None:
+    def __init__(
+        self, features: list[str], x: np.ndarray, y: np.ndarray, class_names: list[str] | None, texts: list[str]
+    ) -> None:
         self.features = features
         self.x = x
-        self._labels = labels
-        numeric = _numbers(labels)
+        self.y = y
+        self.class_names = class_names
+        self._texts = texts  # a text label column's cells, to number again by another file's classes
+
+    @classmethod
+    def of_column(cls, features: list[str], x: np.ndarray, cells: list[str]) -> Table:
+        """A table with one label column: numbers as they are, or class names numbered in sorted order."""
+        numeric = _numbers(cells)
         if numeric is not None:
-            self.class_names: list[str] | None = None
-            self.y = numeric
-        else:
-            self.class_names = sorted(set(labels))
-            self.y = self._numbered(self.class_names)
+            return cls(features, x, numeric, None, [])
+        names = sorted(set(cells))
+        return cls(features, x, _numbered(cells, names), names, cells)
+
+    @classmethod
+    def of_columns(cls, path: Path, features: list[str], x: np.ndarray, columns: dict[str, list[str]]) -> Table:
+        """A table with several label columns, one output each: multi-label when all are 0 or 1.
+
+        Raises:
+            DataError: a label cell that is not a number.
+        """
+        y = np.empty((len(x), len(columns)), dtype=np.float32)
+        for j, (name, cells) in enumerate(columns.items()):
+            numbers = _numbers(cells)
+            if numbers is None:
+                raise DataError("data.label", f"{path}, column '{name}': several label columns must hold numbers")
+            y[:, j] = numbers
+        if np.isin(y, (0.0, 1.0)).all():
+            return cls(features, x, y.astype(np.int32), list(columns), [])
+        return cls(features, x, y, None, [])
 
     def renumbered(self, names: list[str]) -> Table:
         """The same table with its text labels numbered as in ``names`` (the training file's classes)."""
         self.class_names = names
-        self.y = self._numbered(names)
+        self.y = _numbered(self._texts, names)
         return self
-
-    def _numbered(self, names: list[str]) -> np.ndarray:
-        index = {name: i for i, name in enumerate(names)}
-        return np.array([index[label] for label in self._labels], dtype=np.int32)
 
     @property
     def split(self) -> ArraySplit:
         return ArraySplit(self.x, self.y)
 
 
-def read_table(path: Path, key: str, label: str, features: list[str] | None = None) -> Table:
-    """Read ``path``; with ``features``, the file must have those feature columns (a validation file)."""
+def _numbered(cells: list[str], names: list[str]) -> np.ndarray:
+    index = {name: i for i, name in enumerate(names)}
+    return np.array([index[cell] for cell in cells], dtype=np.int32)
+
+
+def read_table(
+    path: Path, key: str, labels: list[str], features: list[str] | None = None, id_column: str | None = None
+) -> Table:
+    """Read ``path`` with its ``labels`` columns (and ``id_column``, which is no feature); with ``features``, the
+    file must have those feature columns (a validation file)."""
     header, lines, columns = _read_columns(path, key)
-    if label not in header:
-        raise DataError("data.label", f"{path} has no column '{label}'; its columns are {header}", label)
+    unknown = [name for name in labels if name not in header]
+    if unknown:
+        shown = unknown[0] if len(unknown) == 1 else unknown
+        raise DataError("data.label", f"{path} has no column {shown!r}; its columns are {header}", shown)
+    if id_column is not None and id_column not in header:
+        raise DataError("data.id", f"{path} has no column {id_column!r}; its columns are {header}", id_column)
     if features is None:
-        features = [name for name in header if name != label and any(_is_number(cell) for cell in columns[name])]
+        others = [name for name in header if name not in labels and name != id_column]
+        features = [name for name in others if any(_is_number(cell) for cell in columns[name])]
         if not features:
-            raise DataError(key, f"{path} has no numeric feature column besides '{label}'")
+            raise DataError(key, f"{path} has no numeric feature column besides {', '.join(map(repr, labels))}")
     missing = [name for name in features if name not in columns]
     if missing:
         raise DataError(key, f"{path} lacks the feature columns {missing} that data.path has")
-    return Table(features, _numeric(path, key, columns, features, lines), columns[label])
+    x = _numeric(path, key, columns, features, lines)
+    if len(labels) == 1:
+        return Table.of_column(features, x, columns[labels[0]])
+    return Table.of_columns(path, features, x, {name: columns[name] for name in labels})
+
+
+def read_column(path: Path, name: str) -> list[str] | None:
+    """The cells of column ``name`` of the CSV at ``path``, or None when it has no such column."""
+    _, _, columns = _read_columns(path, str(path))
+    return columns.get(name)
 
 
 def read_features(path: Path, features: list[str]) -> np.ndarray:

@@ -71,7 +71,13 @@ class FinishedRun:
         data = self.config.data
         if recorded is not None or not isinstance(data, CsvConfig):
             return recorded
-        return read_table(Path(data.path), "data.path", data.label).features
+        return read_table(Path(data.path), "data.path", data.label_columns, id_column=data.id).features
+
+    @property
+    def id_column(self) -> str | None:
+        """The column that names a CSV run's rows (``data.id``), for predict's ``input`` column."""
+        data = self.config.data
+        return data.id if isinstance(data, CsvConfig) else None
 
     @property
     def sub_batch_size(self) -> int:

@@ -90,6 +90,7 @@ def predict_run(
         dtype=np.dtype(model.inputs[0].dtype),
         images=isinstance(run.config.data, ImageSourceConfig),
         features=run.features,
+        id_column=run.id_column,
     )
     groups = read_inputs(inputs, kind)
     to_probabilities = run.probabilities(model)
