@@ -23,7 +23,7 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
     """The table at ``data.path`` (and ``data.validation_path``, with the same columns).
 
     Raises:
-        DataError: a file is missing or empty, lacks the label column, or has a non-numeric feature cell.
+        DataError: a file is missing or empty, lacks a label or id column, or has a non-numeric feature cell.
     """
     train = read_table(Path(config.path), "data.path", config.label_columns, id_column=config.id)
     test = None

@@ -26,7 +26,8 @@ class FinishedRun:
     """A run folder whose ``run.json`` says completed.
 
     Raises:
-        ConfigError: the folder is not a finished run.
+        ArgumentError: the folder is missing or holds no ``run.json``.
+        ConfigError: its run did not complete.
     """
 
     def __init__(self, run_dir: Path) -> None:
