@@ -27,8 +27,15 @@ class Task(Kind):
     """What the targets are, and so the default loss, metrics and output activation."""
 
     CLASSIFICATION = "classification"
+    BINARY = "binary"
     REGRESSION = "regression"
     MULTI_LABEL = "multi_label"
+
+    @property
+    def class_labels(self) -> bool:
+        """Whether the targets are integer class indices: classification, and binary (two classes, 0 and 1, with
+        one output unit for the probability of class 1)."""
+        return self in (Task.CLASSIFICATION, Task.BINARY)
 
 
 class BatchNormMode(Kind):

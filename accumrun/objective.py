@@ -1,8 +1,9 @@
 """The loss and metrics from the config, fitted to the task and to what the model outputs.
 
-Unset, they follow the task: sparse categorical cross-entropy and accuracy for class labels, binary
-cross-entropy and binary accuracy for multi-label targets; regression needs a loss named, and is measured by the
-mean absolute error. ``from_logits`` follows the model: a softmax or sigmoid at its end means probabilities.
+Unset, they follow the task: sparse categorical cross-entropy and accuracy for class labels, binary cross-entropy
+and accuracy for a binary task (one output unit), binary cross-entropy and binary accuracy for multi-label
+targets; regression needs a loss named, and is measured by the mean absolute error. ``from_logits`` follows the
+model: a softmax or sigmoid at its end means probabilities.
 """
 
 from __future__ import annotations
@@ -26,9 +27,14 @@ from accumrun.kinds import Task
 from accumrun.lookup import check_keywords, classes_in, find, import_function, normalized
 from accumrun.models.outputs import check_output_shape, output_activation
 
-DEFAULT_LOSS = {Task.CLASSIFICATION: "sparse_categorical_crossentropy", Task.MULTI_LABEL: "binary_crossentropy"}
+DEFAULT_LOSS = {
+    Task.CLASSIFICATION: "sparse_categorical_crossentropy",
+    Task.BINARY: "binary_crossentropy",
+    Task.MULTI_LABEL: "binary_crossentropy",
+}
 DEFAULT_METRICS: dict[Task, list[MetricEntry]] = {
     Task.CLASSIFICATION: ["accuracy"],
+    Task.BINARY: ["accuracy"],
     Task.MULTI_LABEL: ["binary_accuracy"],
     Task.REGRESSION: ["mean_absolute_error"],
 }
@@ -113,7 +119,7 @@ def fit_objective(
     metrics = _metrics(entries, task, width)
     objective = Objective(
         loss=loss_fn,
-        class_labels=task is Task.CLASSIFICATION,
+        class_labels=task.class_labels,
         sparse_loss=sparse,
         outputs=width,
         to_probabilities=probability_function(task, width, from_logits, activation),
@@ -139,6 +145,7 @@ def _keras_loss(config: LossConfig, name: str, task: Task, activation: str | Non
         from_logits = config.from_logits if config.from_logits is not None else activation is None
         keywords["from_logits"] = from_logits
     sparse = loss_class.__name__.startswith("Sparse")
+    _refuse_per_class(loss_class, task, "loss.name", name)
     if sparse and task is not Task.CLASSIFICATION:
         raise ConfigError(
             "loss.name",
@@ -184,6 +191,7 @@ def _metrics(entries: list[MetricEntry], task: Task, width: int) -> list[Metric]
                 metrics_by_name, name, f"{path}.name" if isinstance(entry, MetricConfig) else path, "metric"
             )
         sparse = metric_class.__name__.startswith("Sparse")
+        _refuse_per_class(metric_class, task, path, name)
         if sparse and task is not Task.CLASSIFICATION:
             raise ConfigError(
                 path, f"{name} takes integer class labels; the targets are {task.value.replace('_', '-')}"
@@ -198,6 +206,14 @@ def _metrics(entries: list[MetricEntry], task: Task, width: int) -> list[Metric]
             raise ConfigError(path, f"{metric_class.__name__} rejected the settings: {error}") from None
         built.append(Metric(logged, make, sparse))
     return built
+
+
+def _refuse_per_class(cls: type, task: Task, path: str, name: str) -> None:
+    """A loss or metric over one output per class (categorical, top-k) would see a binary task's one unit as a
+    single certain class: refuse it, naming the binary one."""
+    if task is Task.BINARY and ("Categorical" in cls.__name__ or "TopK" in cls.__name__):
+        binary = "binary_crossentropy" if path == "loss.name" else "accuracy"
+        raise ConfigError(path, f"{name} needs one output per class; a binary task has one: use {binary}", name)
 
 
 def _with_alias(classes: dict[str, type], name: str, get: Callable[[str], Any]) -> type | None:

@@ -59,6 +59,7 @@ LOSSES = [
     pytest.param(
         "classification", {"name": "categorical_crossentropy", "label_smoothing": 0.1}, id="categorical_crossentropy"
     ),
+    pytest.param("binary", {"name": "binary_crossentropy", "label_smoothing": 0.1}, id="binary-task"),
     pytest.param("multi_label", {"name": "binary_crossentropy"}, id="binary_crossentropy"),
     pytest.param("regression", {"name": "mean_squared_error"}, id="mean_squared_error"),
     pytest.param("regression", {"name": "mae"}, id="mean_absolute_error"),
@@ -67,6 +68,7 @@ LOSSES = [
 ]
 METRICS = {
     "classification": ["accuracy", {"name": "top_k_categorical_accuracy", "k": 2}, "auc"],
+    "binary": ["accuracy", "auc", "precision"],
     "multi_label": ["binary_accuracy", "auc", "precision"],
     "regression": ["mean_absolute_error", "mse"],
 }
@@ -131,6 +133,7 @@ def test_from_logits_set_by_the_user_overrides_the_detection(tmp_path: Path) -> 
     ("task", "loss", "metrics"),
     [
         ("classification", "sparse_categorical_crossentropy", ["accuracy"]),
+        ("binary", "binary_crossentropy", ["accuracy"]),
         ("multi_label", "binary_crossentropy", ["binary_accuracy"]),
     ],
 )

@@ -99,7 +99,8 @@ class DataSection(_Section):
     validation_split: float | Literal["test"] = 0.1
     shuffle: bool = True
     task: Annotated[Literal["auto"] | Task, _words(Task, auto=True)] = "auto"
-    """What the targets are; ``auto`` reads them (see :func:`accumrun.data.dataset.infer_task`)."""
+    """What the targets are; ``auto`` reads them (see :func:`accumrun.data.dataset.infer_task`), and makes two
+    classes binary when the model has one output unit."""
     rescale: float | Literal["auto"] | bool = "auto"
     """A factor the raw samples are multiplied by on the device: ``auto`` is 1/255 for uint8 images (1/16 for the
     bundled digits' counts, none for floats), ``false`` none."""

@@ -2,10 +2,10 @@
 applied; :func:`epoch_order`, the per-epoch sample order, is :mod:`accumrun.data.splits`' own, read from here too.
 
 Samples keep a compact dtype: uint8 stays uint8, other numbers become float32 (files are read as they stream, as
-uint8 images). Targets become int32 class indices (classification), float32 0/1 rows (multi_label) or
-float32 values of at least one column (regression). Shuffling and splitting depend on ``seed`` (and the
-epoch) alone, never on the batch size or the subdivisions, so runs that differ only in those see the same data
-in the same order. No TensorFlow here (but where ``data.cache`` decodes): the file sources list and count their
+uint8 images). Targets become int32 class indices (classification; 0 or 1 for binary), float32 0/1 rows
+(multi_label) or float32 values of at least one column (regression). Shuffling and splitting depend on ``seed``
+(and the epoch) alone, never on the batch size or the subdivisions, so runs that differ only in those see the same
+data in the same order. No TensorFlow here (but where ``data.cache`` decodes): the file sources list and count their
 files without it.
 """
 
@@ -65,7 +65,10 @@ class Dataset:
 
     @property
     def outputs(self) -> int:
-        """How many outputs a model needs: one per class or label, one per target value."""
+        """How many outputs a model needs: one per class or label, one per target value; binary needs one, the
+        probability of class 1."""
+        if self.task is Task.BINARY:
+            return 1
         return self.classes if self.classes is not None else int(np.prod(self.target_shape))
 
     @property
@@ -90,8 +93,19 @@ class Dataset:
         held = isinstance(self.train, CachedImages) and self.train.pixels is not None
         return not (isinstance(self.train, ArraySplit) or held)
 
+    def settled_by_output(self, width: int | None) -> Dataset:
+        """``task: auto``'s last word, once the model is built: two classes and a model of one output unit (of
+        ``width``) pose a binary task; anything else stays as it was read."""
+        if self.task is Task.CLASSIFICATION and self.classes == 2 and width == 1:
+            return dataclasses.replace(self, task=Task.BINARY)
+        return self
+
     def describe_targets(self) -> str:
-        """``10 classes``, ``5 labels (multi-label)`` or ``regression targets of shape (3,)``."""
+        """``10 classes``, ``2 classes (binary: cat, dog)``, ``5 labels (multi-label)`` or ``regression targets of
+        shape (3,)``."""
+        if self.task is Task.BINARY:
+            negative, positive = self.labels or ["0", "1"]
+            return f"2 classes (binary: {negative}, {positive})"
         if self.task is Task.CLASSIFICATION:
             return f"{self.classes} classes"
         if self.task is Task.MULTI_LABEL:
@@ -113,10 +127,14 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """
     splits = SOURCES[config.name].load(config, seed)
     task = infer_task(np.asarray(splits.train.y)) if config.task == "auto" else config.task
-    if not isinstance(splits.train, ArraySplit) and task is not Task.CLASSIFICATION:
+    if not isinstance(splits.train, ArraySplit) and not task.class_labels:
         raise ConfigError(
-            "data.task", f"data.name: {config.name} gives class labels, so it poses classification", task.value
+            "data.task",
+            f"data.name: {config.name} gives class labels, so it poses classification (or binary)",
+            task.value,
         )
+    if task is Task.BINARY and splits.class_names is not None and len(splits.class_names) != 2:
+        raise DataError("data", f"binary needs two classes; the source has {len(splits.class_names)}", task.value)
     train = _checked("train", splits.train, task)
     val: Split | None = None
     validation_file = isinstance(config, FileSourceConfig) and bool(config.validation_path)
@@ -147,6 +165,8 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     elif task is Task.CLASSIFICATION:
         labels = train.y if val is None else np.concatenate([train.y, val.y])
         classes = max(int(labels.max()) + 1, 2)
+    elif task is Task.BINARY:
+        classes = 2
     elif task is Task.MULTI_LABEL:
         classes = int(train.y.shape[1])
     if isinstance(config, ImageSourceConfig) and config.cache is not CacheMode.NONE:
@@ -245,9 +265,21 @@ def _class_indices(split: str, y: np.ndarray) -> np.ndarray:
     return y.astype(np.int32)
 
 
+def _binary_labels(split: str, y: np.ndarray) -> np.ndarray:
+    y = _class_indices(split, y)
+    if y.max() > 1:
+        raise DataError(
+            f"data.y_{split}", "binary labels must be 0 or 1 (or set data.task: classification)", int(y.max())
+        )
+    return y
+
+
 def _multi_hot(split: str, y: np.ndarray) -> np.ndarray:
     if y.ndim != 2 or not _real(y):
-        raise DataError(f"data.y_{split}", "multi-label targets must be one row of 0/1 values per sample", y.shape)
+        hint = " (for one 0/1 label per sample use data.task: binary)" if y.ndim == 1 else ""
+        raise DataError(
+            f"data.y_{split}", f"multi-label targets must be one row of 0/1 values per sample{hint}", y.shape
+        )
     if not np.isin(y, (0, 1)).all():
         raise DataError(f"data.y_{split}", "multi-label targets must be 0 or 1", float(y[~np.isin(y, (0, 1))][0]))
     return y.astype(np.float32)
@@ -265,6 +297,7 @@ def _values(split: str, y: np.ndarray) -> np.ndarray:
 
 _TARGET_CHECKS: dict[Task, Callable[[str, np.ndarray], np.ndarray]] = {
     Task.CLASSIFICATION: _class_indices,
+    Task.BINARY: _binary_labels,
     Task.MULTI_LABEL: _multi_hot,
     Task.REGRESSION: _values,
 }

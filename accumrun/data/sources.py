@@ -146,15 +146,16 @@ def read_idx(path: Path) -> np.ndarray:
 def load_synthetic(config: SyntheticConfig, seed: int) -> Splits:
     """Learnable data of any task, made from the seed, for tests and benchmarks without files.
 
-    Classification: Gaussian blobs around one random prototype per class, learnable yet not separable by a
-    glance. Multi-label: ``classes`` labels per sample, each set where a random linear function of the sample
-    is positive. Regression: one value per sample, a smooth random function of it.
+    Classification: Gaussian blobs around one random prototype per class (two for binary), learnable yet not
+    separable by a glance. Multi-label: ``classes`` labels per sample, each set where a random linear function of
+    the sample is positive. Regression: one value per sample, a smooth random function of it.
     """
     rng = np.random.default_rng(seed)
     shape = tuple(config.shape)
-    if config.task in ("auto", Task.CLASSIFICATION):
-        prototypes = rng.normal(size=(config.classes, *shape)).astype(np.float32)
-        labels = rng.integers(config.classes, size=config.samples)
+    if config.task == "auto" or config.task.class_labels:
+        classes = 2 if config.task is Task.BINARY else config.classes
+        prototypes = rng.normal(size=(classes, *shape)).astype(np.float32)
+        labels = rng.integers(classes, size=config.samples)
         noise = rng.normal(scale=2.0, size=(config.samples, *shape)).astype(np.float32)
         return Splits(ArraySplit(prototypes[labels] + noise, labels))
     x = rng.normal(size=(config.samples, *shape)).astype(np.float32)

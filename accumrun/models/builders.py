@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,8 @@ def application(config: ApplicationConfig, sample_shape: tuple[int, ...], output
 
     Without ``include_top`` (the default) the base ends in ``pooling`` and gets a new head of ``outputs``
     logits; ``freeze_base`` then trains the head alone. With ``include_top`` the application keeps its own
-    classifier (sized to ``outputs`` unless ``classes`` is given), whose softmax the loss then detects.
+    classifier (sized to ``outputs`` unless ``classes`` is given; a sigmoid for one unit), whose softmax or
+    sigmoid the loss then detects.
 
     Raises:
         ConfigError: an unknown application, an input shape it rejects (its message names the minimum), weights
@@ -120,6 +122,9 @@ def application(config: ApplicationConfig, sample_shape: tuple[int, ...], output
         raise ConfigError("model.weights", "weights file not found", weights_file)
     if config.include_top:
         keywords.setdefault("classes", outputs)
+        if keywords["classes"] == 1 and "classifier_activation" in inspect.signature(constructor).parameters:
+            # A softmax over one unit is always 1: a binary task's one unit is the sigmoid's probability.
+            keywords.setdefault("classifier_activation", "sigmoid")
     else:
         keywords["pooling"] = config.pooling
     try:

@@ -43,7 +43,8 @@ def check_output_shape(
     """Refuse a model whose output cannot hold the targets; return the output's width.
 
     Class labels need one output per class (one sigmoid unit also serves two classes, with a loss that takes
-    0/1 targets); multi-label and regression targets of shape ``(k,)`` need an output of shape ``(k,)``.
+    0/1 targets); a binary task needs that one unit; multi-label and regression targets of shape ``(k,)`` need an
+    output of shape ``(k,)``.
 
     Raises:
         ConfigError: the output is not a single tensor of one axis per sample, or its width does not fit.
@@ -52,6 +53,14 @@ def check_output_shape(
     if isinstance(shape, list) or len(shape) < 2:
         raise ConfigError("model", f"accumrun trains models with one output tensor; this one has {shape}")
     output = tuple(shape[1:])
+    if task is Task.BINARY:
+        if output != (1,):
+            raise ConfigError(
+                "model",
+                f"a binary task needs one output unit (the probability of class 1); the model outputs {output} "
+                "(for one unit per class set data.task: classification)",
+            )
+        return 1
     if task is Task.CLASSIFICATION:
         width = output[-1]
         binary_unit = width == 1 and classes == 2 and not sparse_loss

@@ -1,6 +1,7 @@
 """``accumrun predict``: a finished run's model on new inputs, one row per input.
 
-Classification rows give the predicted class name and the top-k classes with their probabilities; multi-label
+Classification rows give the predicted class name and the top-k classes with their probabilities; binary rows
+give the predicted class, its probability, and class 1's probability as ``prob_<its name>``; multi-label
 rows give the classes at probability 0.5 or more, then every class's probability; regression rows give the
 values. The model is the saved one, so inputs are raw samples, as the run's source stores them; they are read
 in batches of the run's training sub-batch.
@@ -81,6 +82,8 @@ def predict_run(
     run = FinishedRun(run_dir)
     model = run.load_model(which)
     labels = run.labels
+    if run.task is Task.BINARY and top_k is not None:
+        raise ConfigError("top_k", "a binary run predicts one class and its probability", top_k)
     if run.task is Task.CLASSIFICATION and labels is not None:
         top_k = top_k if top_k is not None else min(5, len(labels))
         if not 1 <= top_k <= len(labels):
@@ -110,7 +113,9 @@ def predict_run(
     if run.task is Task.REGRESSION:
         columns = ["input", *(f"value_{i}" for i in range(values.shape[1]))]
         return Predictions(columns, [[name, *map(float, row)] for name, row in zip(names, values, strict=True)])
-    assert labels is not None  # classification and multi-label runs always write labels.json
+    assert labels is not None  # classification, binary and multi-label runs always write labels.json
+    if run.task is Task.BINARY:
+        return _binary_predictions(names, values[:, 0], labels)
     if run.task is Task.MULTI_LABEL:
         rows: list[list[Cell]] = [
             [name, ";".join(label for label, p in zip(labels, row, strict=True) if p >= 0.5), *map(float, row)]
@@ -121,6 +126,15 @@ def predict_run(
     return Predictions(
         _top_k_columns(top_k), [_top_k_row(name, row, labels, top_k) for name, row in zip(names, values, strict=True)]
     )
+
+
+def _binary_predictions(names: list[str], positive: np.ndarray, labels: list[str]) -> Predictions:
+    """Class 1 where its probability ``positive`` is above 0.5, as Keras' binary accuracy counts it."""
+    rows: list[list[Cell]] = []
+    for name, p in zip(names, positive.astype(float), strict=True):
+        predicted = int(p > 0.5)
+        rows.append([name, labels[predicted], p if predicted else 1.0 - p, p])
+    return Predictions(["input", "prediction", "probability", f"prob_{labels[1]}"], rows)
 
 
 def _top_k_columns(k: int) -> list[str]:

@@ -209,6 +209,8 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
     keras.utils.set_random_seed(config.seed)
     with strategy_scope(strategy):
         model = _build_model(config, dataset, augmentation, rescale, preprocess)
+        if config.data.task == "auto":
+            dataset = dataset.settled_by_output(model.output_shape[-1])
         # Two samples as the model takes them, to check that the loss gives one value per sample.
         first_two = dataset.train.subset(np.arange(min(2, dataset.train_size)))
         probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
