@@ -47,6 +47,14 @@ class BatchNormMode(Kind):
     FROZEN = "frozen"
 
 
+class RandomDraws(Kind):
+    """How the random layers (dropout, noise) draw inside the step: each sample's own draws, whatever the
+    subdivisions, or one draw per sub-batch (how accumrun drew before per-sample draws, which subdivisions change)."""
+
+    PER_SAMPLE = "per_sample"
+    PER_SUB_BATCH = "per_sub_batch"
+
+
 class Feed(Kind):
     """How batches reach the step: whole, or streamed one sub-batch at a time."""
 

@@ -26,7 +26,7 @@ from accumrun.config.schema import (
     readers_of,
 )
 from accumrun.errors import ConfigError, ConfigProblems, describe
-from accumrun.kinds import BatchNormMode
+from accumrun.kinds import BatchNormMode, RandomDraws
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -95,20 +95,23 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     if isinstance(saved.data, NpzConfig) and "rescale" not in (raw.get("data") or {}):
         # A run from before data.rescale, when npz samples reached the model as the file held them.
         saved = saved.model_copy(update={"data": saved.data.model_copy(update={"rescale": False})})
-    if "batch_norm" not in (raw.get("training") or {}):
-        # A run from before training.batch_norm, when BatchNorm behaved as sub_batch does.
-        saved = saved.model_copy(
-            update={"training": saved.training.model_copy(update={"batch_norm": BatchNormMode.SUB_BATCH})}
-        )
+    # A run from before a training mode key trained as its old behaviour, which it resumes with: BatchNorm as
+    # sub_batch does, and random layers drawing per sub-batch.
+    before_the_key = {"batch_norm": BatchNormMode.SUB_BATCH, "random_draws": RandomDraws.PER_SUB_BATCH}
+    old = {key: mode for key, mode in before_the_key.items() if key not in (raw.get("training") or {})}
+    saved = saved.model_copy(update={"training": saved.training.model_copy(update=old)})
     config = load_config(config_path or saved_path, overrides)
     config = _with_settled(config, saved)
     given = raw if config_path is None else _read_yaml(Path(config_path))
-    if "batch_norm" not in (given.get("training") or {}) and not any(
-        override.startswith("training.batch_norm=") for override in overrides
-    ):
-        # Unset, it is the run's: the mode it trained with.
-        training = config.training.model_copy(update={"batch_norm": saved.training.batch_norm})
-        config = config.model_copy(update={"training": training})
+    # Unset, a mode is the run's: the one it trained with.
+    unset = [
+        key
+        for key in before_the_key
+        if key not in (given.get("training") or {})
+        and not any(override.startswith(f"training.{key}=") for override in overrides)
+    ]
+    training = config.training.model_copy(update={key: getattr(saved.training, key) for key in unset})
+    config = config.model_copy(update={"training": training})
     changed = [
         f"{key} ({before!r} -> {after!r})"
         for key, (before, after) in _differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))

@@ -36,6 +36,7 @@ from accumrun.kinds import (
     Kind,
     OnNonFinite,
     Precision,
+    RandomDraws,
     Strategy,
     Task,
 )
@@ -521,6 +522,9 @@ class TrainingConfig(_Section):
     batch_norm: Annotated[BatchNormMode, _words(BatchNormMode)] = BatchNormMode.PER_BATCH
     """What BatchNorm layers normalize with and when their moving statistics move (see
     :mod:`accumrun.core.batch_norm`)."""
+    random_draws: Annotated[RandomDraws, _words(RandomDraws)] = RandomDraws.PER_SAMPLE
+    """How dropout and noise layers draw in training (see :mod:`accumrun.core.seeds`): ``per_sample`` makes
+    subdivided training equal plain training with them; ``per_sub_batch`` is how runs before it drew."""
     precise_bn_samples: int | None = Field(None, ge=1)
     """``batch_norm: precise``: the training samples (a seeded subset) that each epoch's population statistics
     are computed over; all of them by default."""

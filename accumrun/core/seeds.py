@@ -1,38 +1,126 @@
-"""Random draws inside the step (dropout masks, noise layers): each sub-batch of each replica draws its own.
+"""Random draws inside the step: per sample for the stochastic layers accumrun knows, per sub-batch for the rest.
 
-A Keras layer that draws (``Dropout``, ``GaussianNoise``, ...) reads a ``SeedGenerator``: a ``[seed, counter]``
-variable that it advances at every draw. Across replicas that variable starts equal, so every replica would draw
-the masks of the others. Before each sub-batch's forward pass the step therefore sets every generator's state to
-a function of the generator's initial seed, the update (the optimizer's step counter, restored on resume), the
-replica and the sub-batch (its first row in the replica's slice): draws repeat exactly for a seed, a resumed
-run draws what an uninterrupted one did, and replicas and sub-batches differ. The same sub-batch streamed in a
-call of its own draws the same masks as inside a whole batch.
+The layers of :data:`accumrun.core.draws.PER_SAMPLE_LAYERS` (``Dropout`` and its spatial kin, the Gaussian
+layers, ``AlphaDropout``; wherever they sit: inside ``MultiHeadAttention``, an application, a saved model) draw
+per sample. Inside the step, in training mode, a call draws each sample's mask or noise from the layer's initial
+seed, the call's place in the forward pass, the update (the optimizer's step counter, restored on resume) and the
+sample's row in the global batch, and from nothing else. So the subdivisions, the feed, the replicas and the
+number of workers never change what a sample sees, and a model without BatchNorm in training mode trains the same
+subdivided or not. Outside the step (inference, a user's own call) each layer is Keras' own.
+
+Any other layer that holds a ``SeedGenerator`` (a custom layer, an RNN cell's dropout) draws as Keras makes it,
+from a generator that is set before each sub-batch to a function of its initial seed, the update, the replica
+and the sub-batch's first row: its draws repeat for a seed and across a resume, and differ between replicas and
+sub-batches, but the subdivisions change them; :meth:`LayerDraws.describe` names those layers at startup.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
 import keras
 import tensorflow as tf
 
+from accumrun.core.draws import PER_SAMPLE_LAYERS, row_bits
+from accumrun.kinds import RandomDraws
 
-class SubBatchSeeds:
-    """The ``SeedGenerator`` of every layer of ``model``, with their initial seeds (read when this is made, before
-    a checkpoint is restored), and the optimizer step counter that numbers the updates."""
 
-    def __init__(self, model: keras.Model, updates: tf.Variable) -> None:
-        self._generators = [
-            generator
-            for layer in model._flatten_layers(include_self=True, recursive=True)
-            for generator in getattr(layer, "_seed_generators", [])
+class _PerSampleCall:
+    """A known layer's ``call``: per-sample draws while :class:`LayerDraws` has a sub-batch open on this thread
+    and the call trains, else the layer's own ``call``."""
+
+    def __init__(self, draws: LayerDraws, layer: keras.layers.Layer, original: Any) -> None:
+        self.draws, self.layer, self.original = draws, layer, original
+
+    def __call__(self, inputs: Any, training: Any = False, **kwargs: Any) -> Any:
+        rows = self.draws.open_rows()
+        if rows is None or training is not True or not _draws_at_all(self.layer):
+            return self.original(inputs, training=training, **kwargs)
+        key = self.draws.call_key(self.layer)
+        return PER_SAMPLE_LAYERS[type(self.layer)](self.layer, inputs, lambda shape: row_bits(key, rows, shape))
+
+
+def _draws_at_all(layer: keras.layers.Layer) -> bool:
+    return float(getattr(layer, "rate", getattr(layer, "stddev", 0.0))) > 0.0
+
+
+class LayerDraws:
+    """The random layers of ``model`` and how each draws inside the step (see the module's docstring), with
+    ``updates``, the optimizer's step counter that numbers the updates. Make it before a checkpoint is restored:
+    it reads the generators' initial seeds. ``mode`` ``per_sub_batch`` leaves every layer to per-sub-batch draws
+    (how accumrun drew before; runs started so resume so)."""
+
+    def __init__(self, model: keras.Model, updates: tf.Variable, mode: RandomDraws = RandomDraws.PER_SAMPLE) -> None:
+        self.mode = mode
+        layers = list(model._flatten_layers(include_self=True, recursive=True))
+        per_sample = mode is RandomDraws.PER_SAMPLE
+        known = [layer for layer in layers if per_sample and type(layer) in PER_SAMPLE_LAYERS]
+        self.per_sample_layers: list[keras.layers.Layer] = known
+        self.other_layers: list[keras.layers.Layer] = [
+            layer for layer in layers if getattr(layer, "_seed_generators", None) and not any(layer is k for k in known)
         ]
-        self._bases = [tf.constant(keras.ops.convert_to_numpy(g.state.value), tf.int64) for g in self._generators]
+        self._keys = {id(layer): _initial_seed(layer.seed_generator) for layer in known}
+        self._generators = [g for layer in self.other_layers for g in layer._seed_generators]
+        self._bases = [_initial_seed(g) for g in self._generators]
         self._updates = updates
+        self._open = threading.local()  # MirroredStrategy traces each replica's forward pass on a thread of its own
+        for layer in known:
+            original = layer.call.original if isinstance(layer.call, _PerSampleCall) else layer.call
+            layer.call = _PerSampleCall(self, layer, original)
 
     def __bool__(self) -> bool:
-        return bool(self._generators)
+        return bool(self.per_sample_layers or self.other_layers)
 
-    def reseed(self, first_row: tf.Tensor) -> None:
-        """Set every generator for the sub-batch at ``first_row`` of this replica's slice, in this update."""
+    @contextlib.contextmanager
+    def sub_batch(self, first_row: tf.Tensor, rows: tf.Tensor) -> Iterator[None]:
+        """Around a sub-batch's forward pass: its ``rows`` samples start at row ``first_row`` of the global
+        batch."""
+        self._reseed_others(first_row)
+        self._open.rows = tf.cast(first_row, tf.int64) + tf.range(tf.cast(rows, tf.int64))
+        self._open.calls = {}
+        try:
+            yield
+        finally:
+            self._open.rows = None
+
+    def open_rows(self) -> tf.Tensor | None:
+        """The open sub-batch's global rows on this thread, or None outside :meth:`sub_batch`."""
+        return getattr(self._open, "rows", None)
+
+    def call_key(self, layer: keras.layers.Layer) -> tf.Tensor:
+        """The key of ``layer``'s next call in the open forward pass: its initial seed, how many times it was called
+        before in this pass (a layer used twice draws twice), and the update."""
+        calls: dict[int, int] = self._open.calls
+        index = calls.get(id(layer), 0)
+        calls[id(layer)] = index + 1
+        key = tf.random.experimental.stateless_fold_in(self._keys[id(layer)], index)
+        return tf.random.experimental.stateless_fold_in(key, tf.cast(self._updates, tf.int64))
+
+    def describe(self) -> list[str]:
+        """The startup line: which layers draw per sample, and any whose draws depend on the subdivisions."""
+        lines = []
+        if self.per_sample_layers:
+            lines.append(
+                f"random layers draw per sample ({_names(self.per_sample_layers)}): subdivisions do not change them"
+            )
+        if self.other_layers and self.mode is RandomDraws.PER_SUB_BATCH:
+            lines.append(
+                f"random layers draw per sub-batch ({_names(self.other_layers)}; training.random_draws: "
+                "per_sub_batch): subdivisions change their draws"
+            )
+        elif self.other_layers:
+            lines.append(
+                f"{_names(self.other_layers)} draw{'s' if len(self.other_layers) == 1 else ''} randomness accumrun "
+                "does not know: drawn per sub-batch, so subdivisions change the run (exactness is not promised)"
+            )
+        return lines
+
+    def _reseed_others(self, first_row: tf.Tensor) -> None:
+        if not self._generators:
+            return
         replica = tf.distribute.get_replica_context()
         replica_id = replica.replica_id_in_sync_group if replica is not None else 0
         data = [
@@ -46,3 +134,12 @@ class SubBatchSeeds:
             for value in data:
                 state = tf.cast(tf.random.experimental.stateless_fold_in(state, value), tf.int64)
             generator.state.assign(tf.cast(state, generator.state.dtype))
+
+
+def _initial_seed(generator: keras.random.SeedGenerator) -> tf.Tensor:
+    return tf.constant(keras.ops.convert_to_numpy(generator.state.value), tf.int64)
+
+
+def _names(layers: list[keras.layers.Layer]) -> str:
+    shown = ", ".join(f"{layer.name} ({type(layer).__name__})" for layer in layers[:4])
+    return shown + (f" and {len(layers) - 4} more" if len(layers) > 4 else "")

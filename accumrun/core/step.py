@@ -51,8 +51,8 @@ import tensorflow as tf
 
 from accumrun.core.batch_norm import BatchNormStatistics, Moments
 from accumrun.core.losses import LossFn, MetricSet, Objective
-from accumrun.core.seeds import SubBatchSeeds
-from accumrun.core.split import SubBatchLoop, replica_rows, sub_batch_loops
+from accumrun.core.seeds import LayerDraws
+from accumrun.core.split import SubBatchLoop, part_bounds, replica_rows, sub_batch_loops
 from accumrun.kinds import BatchNormMode, Feed
 
 Chunk = tuple[tf.Tensor, tf.Tensor]
@@ -79,7 +79,7 @@ class _Accumulation:
         scale_loss: Callable[[tf.Tensor], tf.Tensor] | None,
         metrics: MetricSet | None,
         batch_norm: BatchNormStatistics,
-        seeds: SubBatchSeeds | None,
+        draws: LayerDraws | None,
     ) -> None:
         self._model = model
         self._objective = objective
@@ -87,7 +87,7 @@ class _Accumulation:
         self._scale_loss = scale_loss
         self._metrics = metrics
         self._batch_norm = batch_norm
-        self._seeds = seeds
+        self._draws = draws
         self._variables = model.trainable_variables
         # With XLA, each sub-batch of unknown shape is one cluster, compiled once per sub-batch shape.
         self._clustered = tf.function(self.add, jit_compile=True, reduce_retracing=True) if jit_compile else None
@@ -126,11 +126,11 @@ class _Accumulation:
         self, x_sub: tf.Tensor, y_sub: tf.Tensor, first_row: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]
     ) -> Totals:
         """One sub-batch forward and backward: ``gradients`` plus its share of the batch's, and its loss sum."""
-        if self._seeds:
-            self._seeds.reseed(first_row)
+        draws = self._draws.sub_batch(first_row, tf.shape(x_sub)[0]) if self._draws else contextlib.nullcontext()
         with tf.GradientTape() as tape:
-            # Runs while the step is traced: the BatchNorm layers are traced as the mode says.
-            with self._batch_norm.tracing():
+            # Runs while the step is traced: the BatchNorm layers are traced as the mode says, and the random ones
+            # draw for these rows of the batch.
+            with self._batch_norm.tracing(), draws:
                 predictions = self._model(x_sub, training=True)
             sub_loss_sum = tf.reduce_sum(self._objective.per_sample_loss(y_sub, predictions))
             if self._model.losses:
@@ -159,7 +159,7 @@ def make_gradient_fn(
     scale_loss: Callable[[tf.Tensor], tf.Tensor] | None = None,
     metrics: MetricSet | None = None,
     batch_norm: BatchNormStatistics | None = None,
-    seeds: SubBatchSeeds | None = None,
+    draws: LayerDraws | None = None,
 ) -> Callable[..., Totals]:
     """A function ``(x, y, total=None, first_row=0) -> (gradients, loss_sum)`` that accumulates over the
     sub-batches.
@@ -170,7 +170,7 @@ def make_gradient_fn(
     are updated with every sub-batch's samples. ``total`` is the sample count that the losses are divided by,
     ``x``'s own by default; a replica that holds one slice of a batch passes the whole batch's, so that the
     replicas' gradients sum to the batch's (see :func:`make_train_step`); an empty slice then gives zero gradients.
-    ``first_row`` is where ``x`` starts in the batch, for a sub-batch streamed in a call of its own. It is not
+    ``first_row`` is where ``x`` starts in the global batch (a streamed sub-batch, a replica's slice). It is not
     compiled by itself: call it inside a ``tf.function`` (as the steps do) or eagerly in tests.
 
     The batch is cut by :func:`accumrun.core.split.sub_batch_loops`: one loop per sub-batch size when the batch's
@@ -181,8 +181,8 @@ def make_gradient_fn(
     returned are then scaled by it too, and are accumulated in float32 whatever the compute dtype.
     ``batch_norm`` sets what the BatchNorm layers do in the forward passes, and records each sub-batch's moments
     for a per-batch update of their moving statistics (see :mod:`accumrun.core.batch_norm`); without it, Keras'
-    own behaviour holds (``sub_batch``). ``seeds`` gives each sub-batch's random layers (dropout) draws of their
-    own (see :mod:`accumrun.core.seeds`).
+    own behaviour holds (``sub_batch``). ``draws`` has the random layers (dropout) draw per sample, by their row in
+    the batch (see :mod:`accumrun.core.seeds`).
     """
     return _Accumulation(
         model,
@@ -192,7 +192,7 @@ def make_gradient_fn(
         scale_loss=scale_loss,
         metrics=metrics,
         batch_norm=batch_norm if batch_norm is not None else BatchNormStatistics(model, BatchNormMode.SUB_BATCH),
-        seeds=seeds,
+        draws=draws,
     )
 
 
@@ -458,7 +458,7 @@ def make_train_step(
     strategy: tf.distribute.Strategy | None = None,
     jit_compile: bool = False,
     batch_norm: BatchNormStatistics | None = None,
-    seeds: SubBatchSeeds | None = None,
+    draws: LayerDraws | None = None,
 ) -> TrainStep:
     """Compile the train step: accumulate over sub-batches, then update once.
 
@@ -474,9 +474,10 @@ def make_train_step(
     ``objective.new_metrics()``) are updated with every sub-batch's samples. ``batch_norm`` (created in the
     strategy's scope) sets the BatchNorm mode; with ``per_batch`` or ``precise`` the moving statistics move once
     per batch, from the batch's moments over every sub-batch and replica, or not at all when the batch is skipped.
-    Without it, Keras' own behaviour holds (``sub_batch``). ``seeds`` makes every sub-batch of every replica draw
-    its own dropout masks, as a function of the update. With a ``strategy`` (the model, optimizer and metrics
-    created in its scope), the global batch is dealt out to the replicas (see the module's docstring).
+    Without it, Keras' own behaviour holds (``sub_batch``). ``draws`` has the random layers draw each sample's
+    masks from the update and its row in the global batch, whatever the subdivisions, feed and replicas. With a
+    ``strategy`` (the model, optimizer and metrics created in its scope), the global batch is dealt out to the
+    replicas (see the module's docstring).
     ``jit_compile`` compiles with XLA (see :class:`WholeBatchStep` and :func:`make_gradient_fn`).
 
     Raises:
@@ -495,7 +496,7 @@ def make_train_step(
     sequence = BatchSequence(metric_state, batch_norm, _apply_or_skip(optimizer, variables, placement), placement)
     scale_loss = optimizer.scale_loss if loss_scaled else None
     gradient_fn = functools.partial(
-        make_gradient_fn, model, loss, scale_loss=scale_loss, metrics=metrics, batch_norm=batch_norm, seeds=seeds
+        make_gradient_fn, model, loss, scale_loss=scale_loss, metrics=metrics, batch_norm=batch_norm, draws=draws
     )
     if feed is Feed.SUB_BATCH:
         # A streamed sub-batch is a batch of one subdivision, its losses divided by the whole batch's count.
@@ -532,10 +533,12 @@ def _replicated_step(
     @tf.function(reduce_retracing=True, autograph=False)
     def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         def replica_slice(context: tf.distribute.experimental.ValueContext) -> tuple[tf.Tensor, ...]:
-            return replica_rows((x, y), context.replica_id_in_sync_group, replicas)
+            replica = context.replica_id_in_sync_group
+            first_row, _ = part_bounds(replica, tf.shape(x)[0], replicas)
+            return (*replica_rows((x, y), replica, replicas), first_row)
 
-        x_parts, y_parts = strategy.experimental_distribute_values_from_function(replica_slice)
-        return sequence.run(accumulate, x_parts, y_parts, tf.shape(x)[0])
+        x_parts, y_parts, first_rows = strategy.experimental_distribute_values_from_function(replica_slice)
+        return sequence.run(accumulate, x_parts, y_parts, tf.shape(x)[0], first_rows)
 
     return WholeBatchStep(train_step)
 

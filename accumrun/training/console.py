@@ -40,6 +40,7 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         *setup.objective.describe(),
         _plan(setup),
         *setup.batch_norm.describe(_smallest_sub_batch(setup)),
+        *setup.draws.describe(),
         f"optimizer {config.optimizer.name}, learning rate {rate}, {_count(config.training.epochs, 'epoch')}, "
         f"seed {config.seed}",
     ]

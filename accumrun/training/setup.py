@@ -19,7 +19,7 @@ import tensorflow as tf
 from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import MetricSet
-from accumrun.core.seeds import SubBatchSeeds
+from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import TrainStep, make_train_step
 from accumrun.data.augment import Augmentation
@@ -91,7 +91,7 @@ class TrainingSetup:
     train_metrics: MetricSet
     val_metrics: MetricSet
     batch_norm: BatchNormStatistics
-    seeds: SubBatchSeeds
+    draws: LayerDraws
 
     @property
     def replicas(self) -> int:
@@ -117,7 +117,7 @@ class TrainingSetup:
                 strategy=self.strategy,
                 jit_compile=self.config.training.jit_compile,
                 batch_norm=self.batch_norm,
-                seeds=self.seeds,
+                draws=self.draws,
             )
 
     def chunk_sizes(self, subdivisions: int) -> list[list[int]]:
@@ -240,7 +240,7 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
         val_metrics=val_metrics,
         batch_norm=BatchNormStatistics(model, config.training.batch_norm, strategy),
         # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
-        seeds=SubBatchSeeds(model, optimizer.iterations),
+        draws=LayerDraws(model, optimizer.iterations, config.training.random_draws),
     )
 
 
