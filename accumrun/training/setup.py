@@ -23,10 +23,10 @@ from accumrun.core.seeds import SubBatchSeeds
 from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import TrainStep, make_train_step
 from accumrun.data.augment import Augmentation
+from accumrun.data.class_weights import with_class_weights
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
-from accumrun.data.weights import with_class_weights
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Precision
 from accumrun.models.builders import build_model
