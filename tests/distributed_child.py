@@ -45,8 +45,9 @@ LOOP_OPS = {"While", "StatelessWhile"}
 BRANCH_OPS = {"If", "StatelessIf"}
 
 
-def config(optimizer: str, subdivisions: int, strategy: str) -> Config:
-    """A BatchNorm-free MLP on 19 training samples in batches of 9: 9, 9 and a last batch of 1.
+def config(optimizer: str, subdivisions: int, strategy: str, class_weight: str | None = None) -> Config:
+    """A BatchNorm-free MLP on 19 training samples in batches of 9: 9, 9 and a last batch of 1 (weighted by
+    ``class_weight`` when given).
 
     Two replicas split a batch of 9 unevenly (4 and 5 samples) and the last batch into 0 and 1.
     """
@@ -56,7 +57,7 @@ def config(optimizer: str, subdivisions: int, strategy: str) -> Config:
             "seed": 5,
             "data": {"name": "synthetic", "samples": 21, "shape": [6], "classes": 3, "validation_split": 0.1},
             "model": {"name": "mlp", "hidden": [16]},
-            "training": {"epochs": 2, "batch_size": 9, "subdivisions": subdivisions},
+            "training": {"epochs": 2, "batch_size": 9, "subdivisions": subdivisions, "class_weight": class_weight},
             "optimizer": OPTIMIZERS[optimizer],
             "output": {"tensorboard": False},
             "distribute": distribute,
@@ -64,10 +65,14 @@ def config(optimizer: str, subdivisions: int, strategy: str) -> Config:
     )
 
 
-def compare_weights(optimizer: str, subdivisions: int, folder: Path) -> dict[str, Any]:
+def compare_weights(
+    optimizer: str, subdivisions: int, folder: Path, class_weight: str | None = None
+) -> dict[str, Any]:
     """Train the same config on one device and on two replicas; compare the final weights."""
-    single = train(config(optimizer, subdivisions, "none"), folder / "single", quiet=True)
-    mirrored = train(config(optimizer, subdivisions, "mirrored"), folder / "mirrored", quiet=True, strategy=STRATEGY)
+    single = train(config(optimizer, subdivisions, "none", class_weight), folder / "single", quiet=True)
+    mirrored = train(
+        config(optimizer, subdivisions, "mirrored", class_weight), folder / "mirrored", quiet=True, strategy=STRATEGY
+    )
     initial = [v.numpy() for v in _fresh_model().trainable_variables]
     final = [v.numpy() for v in mirrored.model.trainable_variables]
     # Each replica holds its own copy of every variable; they must stay identical.
@@ -223,6 +228,8 @@ def main(out: Path) -> None:
             for subdivisions in (1, 3):
                 run_folder = Path(folder) / f"{optimizer}-{subdivisions}"
                 results["weights"][f"{optimizer}-{subdivisions}"] = compare_weights(optimizer, subdivisions, run_folder)
+        # Weighted targets are dealt out to the replicas with their weights.
+        results["weights"]["sgd-3-balanced"] = compare_weights("sgd", 3, Path(folder) / "balanced", "balanced")
         results["updates_per_call"] = compare_updates_per_call(Path(folder) / "calls")
     for subdivisions in (1, 4):
         results["reductions"][str(subdivisions)] = count_reductions(subdivisions)

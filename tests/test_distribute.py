@@ -61,6 +61,15 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_class_weighted_training_on_two_logical_cpus_equals_one_device(mirrored: dict[str, Any]) -> None:
+    # The weights travel with the targets into each replica's slice (4 + 5 samples, then 0 + 1).
+    result = mirrored["weights"]["sgd-3-balanced"]
+    assert result["max_difference"] < 1e-5 and result["max_replica_difference"] == 0
+    assert result["moved"] > 1e-2
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_several_updates_per_call_equal_one_per_call_on_replicas(mirrored: dict[str, Any]) -> None:
     # Batches of 9, 9 and 1: calls of two full batches, then the short one, every replica in step.
     assert mirrored["updates_per_call"]["max_difference"] <= 1e-6
