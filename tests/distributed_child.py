@@ -65,9 +65,7 @@ def config(optimizer: str, subdivisions: int, strategy: str, class_weight: str |
     )
 
 
-def compare_weights(
-    optimizer: str, subdivisions: int, folder: Path, class_weight: str | None = None
-) -> dict[str, Any]:
+def compare_weights(optimizer: str, subdivisions: int, folder: Path, class_weight: str | None = None) -> dict[str, Any]:
     """Train the same config on one device and on two replicas; compare the final weights."""
     single = train(config(optimizer, subdivisions, "none", class_weight), folder / "single", quiet=True)
     mirrored = train(
