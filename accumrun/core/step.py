@@ -550,8 +550,9 @@ def _replicated_step(
 def make_eval_step(
     model: keras.Model, loss: Objective | LossFn, metrics: MetricSet | None = None
 ) -> Callable[[tf.Tensor, Targets], tf.Tensor]:
-    """Compile ``evaluate(x, y) -> loss_sum`` in inference mode (BatchNorm uses its moving statistics), the
-    regularization counted with every sample as training counts it; it adds the samples to ``metrics``."""
+    """Compile ``evaluate(x, y) -> loss_sum`` in inference mode (BatchNorm uses its moving statistics), each
+    sample's loss times its weight when ``y`` carries weights, the regularization counted with every sample as
+    training counts it; it adds the samples to ``metrics``, unweighted."""
     objective = loss if isinstance(loss, Objective) else Objective(loss)
 
     @tf.function(reduce_retracing=True)
