@@ -21,7 +21,7 @@ from accumrun.core.step import make_train_step
 from accumrun.core.targets import Weighted
 from accumrun.data.class_weights import per_class, with_class_weights
 from accumrun.data.dataset import load_dataset
-from accumrun.data.examples import write_tfrecords
+from accumrun.data.examples import write_image_folder, write_tfrecords
 from accumrun.errors import DataError
 from accumrun.reports.evaluate import evaluate_run
 from accumrun.training.setup import build_training
@@ -168,11 +168,20 @@ def write_weighted_records(path: Path, count: int, bad: float | None = None) -> 
             writer.write(record.SerializeToString())
 
 
+def image_folder_config(tmp_path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """Class weights on images decoded once into a disk cache (the cached reader looks the weights up)."""
+    folder = write_image_folder(tmp_path / "images", count=23, size=8, seed=1)
+    data = {"name": "image_folder", "path": str(folder), "image_size": [8, 8], "validation_split": 0.0}
+    cached = {**data, "cache": "disk", "cache_dir": str(tmp_path / "cache")}
+    return {**with_training(config, class_weight={"bars": 4.0, "disc": 0.5}), "data": cached}
+
+
 SOURCES = {
     "npz": lambda tmp, config: with_data(config, weight="w"),
     "npz-streamed": lambda tmp, config: with_data(config, weight="w", feed="sub_batch"),
     "csv": csv_config,
     "tfrecord": tfrecord_config,
+    "image_folder-class_weight": image_folder_config,
 }
 
 
@@ -188,6 +197,11 @@ def test_weighted_subdivided_training_equals_plain_for_every_source_and_feed(tmp
     if source == "npz":  # the control: the same run unweighted ends elsewhere
         unweighted = train(with_data(config, weight=None), tmp_path / "unweighted", quiet=True)
         assert max_difference(final_weights(unweighted), final_weights(plain)) > 1e-3
+    if source == "image_folder-class_weight":  # the cached images' batches carry their classes' weights
+        _, targets = build_training(load_config(write_config(tmp_path / "c.yaml", **config))).first_batch()
+        names = [["bars", "columns", "disc"][i] for i in targets.targets.numpy()]
+        expected = [config["training"]["class_weight"].get(name, 1.0) for name in names]
+        np.testing.assert_array_equal(targets.weights.numpy(), expected)
 
 
 # --- class weights ----------------------------------------------------------------------------------------------
