@@ -30,7 +30,6 @@ import tensorflow as tf  # noqa: E402
 from accumrun import train  # noqa: E402
 from accumrun.core.batch_norm import BatchNormStatistics  # noqa: E402
 from accumrun.core.losses import sparse_categorical_crossentropy  # noqa: E402
-from accumrun.core.seeds import SubBatchSeeds  # noqa: E402
 from accumrun.core.step import make_train_step  # noqa: E402
 from accumrun.kinds import BatchNormMode  # noqa: E402
 from accumrun.models.builders import mlp  # noqa: E402
@@ -45,8 +44,9 @@ LOOP_OPS = {"While", "StatelessWhile"}
 BRANCH_OPS = {"If", "StatelessIf"}
 
 
-def config(optimizer: str, subdivisions: int, strategy: str) -> Config:
-    """A BatchNorm-free MLP on 19 training samples in batches of 9: 9, 9 and a last batch of 1.
+def config(optimizer: str, subdivisions: int, strategy: str, class_weight: str | None = None) -> Config:
+    """A BatchNorm-free MLP on 19 training samples in batches of 9: 9, 9 and a last batch of 1 (weighted by
+    ``class_weight`` when given).
 
     Two replicas split a batch of 9 unevenly (4 and 5 samples) and the last batch into 0 and 1.
     """
@@ -56,7 +56,7 @@ def config(optimizer: str, subdivisions: int, strategy: str) -> Config:
             "seed": 5,
             "data": {"name": "synthetic", "samples": 21, "shape": [6], "classes": 3, "validation_split": 0.1},
             "model": {"name": "mlp", "hidden": [16]},
-            "training": {"epochs": 2, "batch_size": 9, "subdivisions": subdivisions},
+            "training": {"epochs": 2, "batch_size": 9, "subdivisions": subdivisions, "class_weight": class_weight},
             "optimizer": OPTIMIZERS[optimizer],
             "output": {"tensorboard": False},
             "distribute": distribute,
@@ -64,10 +64,12 @@ def config(optimizer: str, subdivisions: int, strategy: str) -> Config:
     )
 
 
-def compare_weights(optimizer: str, subdivisions: int, folder: Path) -> dict[str, Any]:
+def compare_weights(optimizer: str, subdivisions: int, folder: Path, class_weight: str | None = None) -> dict[str, Any]:
     """Train the same config on one device and on two replicas; compare the final weights."""
-    single = train(config(optimizer, subdivisions, "none"), folder / "single", quiet=True)
-    mirrored = train(config(optimizer, subdivisions, "mirrored"), folder / "mirrored", quiet=True, strategy=STRATEGY)
+    single = train(config(optimizer, subdivisions, "none", class_weight), folder / "single", quiet=True)
+    mirrored = train(
+        config(optimizer, subdivisions, "mirrored", class_weight), folder / "mirrored", quiet=True, strategy=STRATEGY
+    )
     initial = [v.numpy() for v in _fresh_model().trainable_variables]
     final = [v.numpy() for v in mirrored.model.trainable_variables]
     # Each replica holds its own copy of every variable; they must stay identical.
@@ -183,47 +185,36 @@ def batch_norm_across_replicas(mode: BatchNormMode) -> dict[str, float]:
     }
 
 
-def dropout_across_replicas() -> dict[str, bool]:
-    """A dropout layer's masks on the two replicas, for the same update and sub-batch: with the step's reseeding,
-    and without it (the control)."""
-    with STRATEGY.scope():
-        inputs = keras.Input((200,))
-        model = keras.Model(inputs, keras.layers.Dropout(0.5)(inputs))
-        updates = tf.Variable(0, dtype=tf.int64)
-    seeds = SubBatchSeeds(model, updates)
-
-    def draw(reseed: bool) -> list[np.ndarray]:
-        @tf.function
-        def on_replicas() -> Any:
-            def replica() -> tf.Tensor:
-                if reseed:
-                    seeds.reseed(tf.constant(0))
-                return model(tf.ones((1, 200)), training=True)
-
-            return STRATEGY.run(replica)
-
-        return [t.numpy() for t in STRATEGY.experimental_local_results(on_replicas())]
-
-    plain = draw(False)  # first, while the replicas' generators are still equal
-    first, again = draw(True), draw(True)
-    return {
-        "replicas_differ": not np.array_equal(first[0], first[1]),
-        "repeat": all(np.array_equal(a, b) for a, b in zip(first, again, strict=True)),
-        "without_reseeding_equal": np.array_equal(plain[0], plain[1]),
-    }
+def dropout_on_replicas(folder: Path) -> dict[str, float]:
+    """An MLP with dropout 0.5: two replicas with 3 sub-batches each against one device without subdivisions,
+    with per-sample draws and, as the control, per-sub-batch ones."""
+    differences = {}
+    for draws in ("per_sample", "per_sub_batch"):
+        runs = []
+        for subdivisions, strategy in ((1, "none"), (3, "mirrored")):
+            settings = config("sgd", subdivisions, strategy)
+            model = settings.model.model_copy(update={"dropout": 0.5})
+            training = settings.training.model_copy(update={"random_draws": draws})
+            settings = settings.model_copy(update={"model": model, "training": training})
+            result = train(settings, folder / f"{draws}-{strategy}", quiet=True, strategy=STRATEGY)
+            runs.append([v.numpy() for v in result.model.variables])
+        differences[draws] = _max_difference(runs[0], runs[1])
+    return differences
 
 
 def main(out: Path) -> None:
     results: dict[str, Any] = {"weights": {}, "reductions": {}}
     modes = (BatchNormMode.PER_BATCH, BatchNormMode.SUB_BATCH)
     results["batch_norm"] = {mode: batch_norm_across_replicas(mode) for mode in modes}
-    results["dropout"] = dropout_across_replicas()
     with tempfile.TemporaryDirectory() as folder:
         for optimizer in OPTIMIZERS:
             for subdivisions in (1, 3):
                 run_folder = Path(folder) / f"{optimizer}-{subdivisions}"
                 results["weights"][f"{optimizer}-{subdivisions}"] = compare_weights(optimizer, subdivisions, run_folder)
+        # Weighted targets are dealt out to the replicas with their weights.
+        results["weights"]["sgd-3-balanced"] = compare_weights("sgd", 3, Path(folder) / "balanced", "balanced")
         results["updates_per_call"] = compare_updates_per_call(Path(folder) / "calls")
+        results["dropout"] = dropout_on_replicas(Path(folder) / "dropout")
     for subdivisions in (1, 4):
         results["reductions"][str(subdivisions)] = count_reductions(subdivisions)
     out.write_text(json.dumps(results, indent=2))

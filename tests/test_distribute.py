@@ -61,6 +61,15 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_class_weighted_training_on_two_logical_cpus_equals_one_device(mirrored: dict[str, Any]) -> None:
+    # The weights travel with the targets into each replica's slice (4 + 5 samples, then 0 + 1).
+    result = mirrored["weights"]["sgd-3-balanced"]
+    assert result["max_difference"] < 1e-5 and result["max_replica_difference"] == 0
+    assert result["moved"] > 1e-2
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_several_updates_per_call_equal_one_per_call_on_replicas(mirrored: dict[str, Any]) -> None:
     # Batches of 9, 9 and 1: calls of two full batches, then the short one, every replica in step.
     assert mirrored["updates_per_call"]["max_difference"] <= 1e-6
@@ -78,11 +87,11 @@ def test_per_batch_statistics_are_those_of_the_global_batch_on_every_replica(mir
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_each_replica_draws_its_own_dropout_masks_and_they_repeat(mirrored: dict[str, Any]) -> None:
-    dropout = mirrored["dropout"]
-    assert dropout["replicas_differ"] and dropout["repeat"]
-    # The control: left to Keras, the replicas' generators start equal and draw the same masks.
-    assert dropout["without_reseeding_equal"]
+def test_dropout_on_two_replicas_with_subdivisions_equals_one_device_without(mirrored: dict[str, Any]) -> None:
+    # Each sample draws its mask by its row in the global batch, whichever replica and sub-batch holds it.
+    assert mirrored["dropout"]["per_sample"] < 2e-5
+    # The control: drawn per sub-batch (and per replica), the masks and so the runs differ.
+    assert mirrored["dropout"]["per_sub_batch"] > 1e-2
 
 
 @pytest.mark.slow

@@ -150,7 +150,15 @@ class DigitsConfig(DataSection):
     name: Literal["digits"] = "digits"
 
 
-class NpzConfig(DataSection):
+class SampleWeights(_Section):
+    """``data.weight``, for the sources whose samples can carry a weight each."""
+
+    weight: str | None = Field(None, min_length=1)
+    """Where each sample's weight is: an npz array (``w``, or ``w_train`` and ``w_test`` beside ``x_train``), a
+    CSV column (then no feature), a TFRecord float feature. Each sample's loss is multiplied by it."""
+
+
+class NpzConfig(SampleWeights, DataSection):
     """``name: npz``: arrays ``x`` and ``y`` (or ``x_train``, ``y_train`` and optionally a test pair) in a file."""
 
     needs = {"path": "the path of an .npz file"}
@@ -230,7 +238,7 @@ class ImageFolderConfig(FileSourceConfig, ImageSourceConfig):
     name: Literal["image_folder"]
 
 
-class TfrecordConfig(FileSourceConfig, ImageSourceConfig):
+class TfrecordConfig(SampleWeights, FileSourceConfig, ImageSourceConfig):
     """``name: tfrecord``: ``tf.train.Example`` records of an encoded image and an int64 label."""
 
     needs = {**ImageSourceConfig.needs, "path": "a TFRecord file or a glob of them"}
@@ -241,7 +249,7 @@ class TfrecordConfig(FileSourceConfig, ImageSourceConfig):
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
 
 
-class CsvConfig(FileSourceConfig):
+class CsvConfig(SampleWeights, FileSourceConfig):
     """``name: csv``: a table with a header row; the other numeric columns are the features."""
 
     needs = {"path": "the path of a .csv file", "label": "the name of the label column"}
@@ -534,6 +542,28 @@ class TrainingConfig(_Section):
     validation, an epoch's end that a control decides at)."""
     validate_every: int = Field(1, ge=1)
     """Validate after every N-th epoch, and after the last."""
+    class_weight: dict[str, float] | Literal["balanced"] | None = None
+    """Class labels only: each class's name (as ``labels.json`` records it) and the weight its samples' losses
+    are multiplied by in training (unnamed classes 1.0), or ``balanced``: n_samples / (n_classes * count) over the
+    training split. Not applied to validation, as Keras' ``class_weight``."""
+
+    @field_validator("class_weight", mode="before")
+    @classmethod
+    def _class_weights(cls, value: Any) -> Any:
+        if value is None or value == "balanced":
+            return value
+        if not isinstance(value, dict) or not value:
+            raise ValueError("must be a mapping {class name: weight, ...} or 'balanced'")
+        weights = {}
+        for name, weight in value.items():
+            # YAML reads class indices as numbers; labels.json names them as text.
+            key = str(name) if isinstance(name, int) and not isinstance(name, bool) else name
+            if not isinstance(key, str):
+                raise ValueError(f"class names must be text or class indices, got {name!r}")
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight < float("inf"):
+                raise ValueError(f"class {key!r}: a weight must be a finite number >= 0, got {weight!r}")
+            weights[key] = float(weight)
+        return weights
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -705,6 +735,7 @@ def cross_field_problems(config: Config) -> list[str]:
     return [
         *_batch_problems(config.training),
         *_data_problems(config.data),
+        *_weight_problems(config),
         *_model_problems(config),
         *_distribute_problems(config),
     ]
@@ -735,6 +766,25 @@ def _data_problems(data: DataSection) -> list[str]:
             )
         ]
     return []
+
+
+def _weight_problems(config: Config) -> list[str]:
+    """Sample weights and class weights at once (Keras refuses both too), and a weight column that is already
+    the label or the id."""
+    weight = getattr(config.data, "weight", None)
+    problems = []
+    if weight is not None and config.training.class_weight is not None:
+        problems.append(
+            describe(
+                "training.class_weight",
+                "cannot be set with data.weight; multiply the class weights into the weight column or array",
+                config.training.class_weight,
+            )
+        )
+    data = config.data
+    if isinstance(data, CsvConfig) and weight is not None and weight in (*data.label_columns, data.id):
+        problems.append(describe("data.weight", "must be a column of its own, not the label or id column", weight))
+    return problems
 
 
 def _model_problems(config: Config) -> list[str]:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import keras
 import tensorflow as tf
 
+from accumrun.core.targets import Targets, unweighted, weights_of
+
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 """``loss_fn(targets, predictions) -> per-sample losses`` (shape ``[n]``)."""
 
@@ -67,18 +69,22 @@ class Objective:
     to_probabilities: Callable[[tf.Tensor], tf.Tensor] = tf.identity
     metrics: tuple[Metric, ...] = field(default_factory=tuple)
 
-    def loss_values(self, targets: tf.Tensor, predictions: tf.Tensor) -> tf.Tensor:
-        """What the loss returns for these targets (encoded as it needs them) and float32 predictions."""
+    def loss_values(self, targets: Targets, predictions: tf.Tensor) -> tf.Tensor:
+        """What the loss returns for these targets (encoded as it needs them; weights left aside) and float32
+        predictions."""
+        targets = unweighted(targets)
         if self.class_labels and not self.sparse_loss:
             targets = encode_class_labels(targets, self.outputs)
         return tf.cast(self.loss(targets, tf.cast(predictions, tf.float32)), tf.float32)
 
-    def per_sample_loss(self, targets: tf.Tensor, predictions: tf.Tensor) -> tf.Tensor:
-        """The loss of each sample, in float32 (mixed-precision outputs included)."""
+    def per_sample_loss(self, targets: Targets, predictions: tf.Tensor) -> tf.Tensor:
+        """The loss of each sample, in float32 (mixed-precision outputs included), times the sample's weight when
+        the targets carry weights (see :mod:`accumrun.core.targets`)."""
         values = self.loss_values(targets, predictions)
         if values.shape.rank is not None and values.shape.rank > 1:
             values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
-        return values
+        weights = weights_of(targets)
+        return values if weights is None else values * weights
 
     def new_metrics(self) -> MetricSet:
         """Fresh metric objects, for one kind of pass (training or validation); create them in the strategy's
@@ -98,10 +104,11 @@ class MetricSet:
         """The metrics' state, to checkpoint and to put back when a batch's update is skipped."""
         return [variable for _, metric in self._metrics for variable in metric.variables]
 
-    def update(self, targets: tf.Tensor, predictions: tf.Tensor) -> None:
-        """Add one (sub-)batch's samples."""
+    def update(self, targets: Targets, predictions: tf.Tensor) -> None:
+        """Add one (sub-)batch's samples, unweighted (as Keras' ``metrics=``, not its ``weighted_metrics=``)."""
         if not self._metrics:
             return
+        targets = unweighted(targets)
         objective = self._objective
         probabilities = objective.to_probabilities(tf.cast(predictions, tf.float32))
         encoded = encode_class_labels(targets, objective.outputs) if objective.class_labels else targets

@@ -124,8 +124,9 @@ def starts_by_size(batch: int, subdivisions: int) -> list[tuple[int, list[int]]]
     ]
 
 
-Cut = tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]
-"""``(x_sub, y_sub, first_row)``: a sub-batch's rows of the inputs and targets, and where it starts."""
+Cut = tuple["tf.Tensor", Any, "tf.Tensor"]
+"""``(x_sub, y_sub, first_row)``: a sub-batch's rows of the inputs and targets (a tensor, or targets weighted per
+sample, see :mod:`accumrun.core.targets`), and where it starts."""
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,9 @@ class SubBatchLoop:
     static: bool
 
 
-def sub_batch_loops(x: tf.Tensor, y: tf.Tensor, subdivisions: int) -> list[SubBatchLoop]:
-    """The loops that cut the batch ``(x, y)`` into its sub-batches, by the rule, on the device.
+def sub_batch_loops(x: tf.Tensor, y: Any, subdivisions: int) -> list[SubBatchLoop]:
+    """The loops that cut the batch ``(x, y)`` into its sub-batches, by the rule, on the device; ``y`` may be a
+    structure (targets and their weights), cut alike.
 
     When the batch's size is known at tracing, the sub-batches of each size run in a loop of their own, each
     slicing a fixed size at a list of starts, so that every slice has a static shape (TensorFlow then runs the
@@ -163,14 +165,16 @@ def sub_batch_loops(x: tf.Tensor, y: tf.Tensor, subdivisions: int) -> list[SubBa
 
     def take(i: tf.Tensor) -> Cut:
         start, end = part_bounds(i, n, s)
-        return x[start:end], y[start:end], start
+        return x[start:end], tf.nest.map_structure(lambda t: t[start:end], y), start
 
     return [SubBatchLoop(tf.range(s), take, static=False)]
 
 
-def _rows_at(x: tf.Tensor, y: tf.Tensor, size: int, start: tf.Tensor) -> Cut:
+def _rows_at(x: tf.Tensor, y: Any, size: int, start: tf.Tensor) -> Cut:
     """Rows ``[start, start + size)`` of ``x`` and ``y``, with the static size ``size``, and ``start``."""
-    return _rows(x, start, size), _rows(y, start, size), start
+    import tensorflow as tf
+
+    return _rows(x, start, size), tf.nest.map_structure(lambda t: _rows(t, start, size), y), start
 
 
 def _rows(t: tf.Tensor, start: tf.Tensor, size: int) -> tf.Tensor:
@@ -180,12 +184,13 @@ def _rows(t: tf.Tensor, start: tf.Tensor, size: int) -> tf.Tensor:
     return tf.slice(t, [start] + [0] * (rank - 1), [size] + [-1] * (rank - 1))
 
 
-def replica_rows(tensors: tuple[tf.Tensor, ...], replica: tf.Tensor, replicas: int) -> tuple[tf.Tensor, ...]:
-    """Replica ``replica``'s slice of each of ``tensors`` (which share their first dimension), by the rule."""
+def replica_rows(tensors: tuple[Any, ...], replica: tf.Tensor, replicas: int) -> tuple[Any, ...]:
+    """Replica ``replica``'s slice of each of ``tensors`` (which share their first dimension, and may be
+    structures: targets and their weights), by the rule."""
     import tensorflow as tf
 
-    start, end = part_bounds(replica, tf.shape(tensors[0])[0], replicas)
-    return tuple(t[start:end] for t in tensors)
+    start, end = part_bounds(replica, tf.shape(tf.nest.flatten(tensors)[0])[0], replicas)
+    return tuple(tf.nest.map_structure(lambda t: t[start:end], tensors))
 
 
 def piece_loop(x: tf.Tensor, piece: int) -> tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:

@@ -35,6 +35,11 @@ one compiled call, on one device or on the replicas of a strategy; :class:`Strea
 not fit on the device as its sub-batches, one compiled call each, into accumulators that persist between calls,
 and makes the update in one more call. :func:`make_train_step` builds either.
 
+Sample weights. Targets may carry one weight per sample (:class:`~accumrun.core.targets.Weighted`); each
+sample's loss is then multiplied by its weight before the sums above, so a batch's objective is
+``sum_i(w_i * l_i) / n`` (Keras' ``sum_over_batch_size``), and the split, the replicas' slices and the streamed
+sub-batches stay exact as they are. Metrics are unweighted.
+
 This module knows nothing of configs, files or the command line.
 """
 
@@ -53,10 +58,12 @@ from accumrun.core.batch_norm import BatchNormStatistics, Moments
 from accumrun.core.losses import LossFn, MetricSet, Objective
 from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import SubBatchLoop, part_bounds, replica_rows, sub_batch_loops
+from accumrun.core.targets import Targets
 from accumrun.kinds import BatchNormMode, Feed
 
-Chunk = tuple[tf.Tensor, tf.Tensor]
-"""``(x, y)``: a whole batch, or one of its sub-batches."""
+Chunk = tuple[tf.Tensor, Targets]
+"""``(x, y)``: a whole batch, or one of its sub-batches; ``y`` may carry per-sample weights
+(:mod:`accumrun.core.targets`), which every cut below slices with the targets."""
 
 Totals = tuple[list[tf.Tensor], tf.Tensor]
 """``(gradients, loss_sum)`` accumulated so far."""
@@ -92,7 +99,7 @@ class _Accumulation:
         # With XLA, each sub-batch of unknown shape is one cluster, compiled once per sub-batch shape.
         self._clustered = tf.function(self.add, jit_compile=True, reduce_retracing=True) if jit_compile else None
 
-    def __call__(self, x: tf.Tensor, y: tf.Tensor, total: tf.Tensor | None = None, first_row: Any = 0) -> Totals:
+    def __call__(self, x: tf.Tensor, y: Targets, total: tf.Tensor | None = None, first_row: Any = 0) -> Totals:
         totals: Totals = ([tf.zeros_like(v, dtype=tf.float32) for v in self._variables], tf.constant(0.0, tf.float32))
         n_float = tf.cast(tf.shape(x)[0] if total is None else total, tf.float32)
         for loop in sub_batch_loops(x, y, self._subdivisions):
@@ -123,7 +130,7 @@ class _Accumulation:
         return gradients, loss_sum
 
     def add(
-        self, x_sub: tf.Tensor, y_sub: tf.Tensor, first_row: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]
+        self, x_sub: tf.Tensor, y_sub: Targets, first_row: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]
     ) -> Totals:
         """One sub-batch forward and backward: ``gradients`` plus its share of the batch's, and its loss sum."""
         draws = self._draws.sub_batch(first_row, tf.shape(x_sub)[0]) if self._draws else contextlib.nullcontext()
@@ -374,11 +381,11 @@ class WholeBatchStep(TrainStep):
     each sub-batch is compiled on its own (see :func:`make_gradient_fn`).
     """
 
-    def __init__(self, compiled: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]) -> None:
+    def __init__(self, compiled: Callable[[tf.Tensor, Targets], tuple[tf.Tensor, tf.Tensor]]) -> None:
         self.compiled = compiled
         """The compiled step (a ``tf.function``)."""
 
-    def __call__(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def __call__(self, x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, tf.Tensor]:
         return self.compiled(x, y)
 
     def train_batch(self, chunks: Iterable[Chunk], samples: int) -> tuple[tf.Tensor, tf.Tensor]:
@@ -430,7 +437,7 @@ class StreamedStep(TrainStep):
             raise ValueError("a streamed batch needs at least one sub-batch")
         return self._end(metrics_before)
 
-    def _add_sub_batch(self, x: tf.Tensor, y: tf.Tensor, total: tf.Tensor, first_row: tf.Tensor) -> tf.Tensor:
+    def _add_sub_batch(self, x: tf.Tensor, y: Targets, total: tf.Tensor, first_row: tf.Tensor) -> tf.Tensor:
         gradients, loss_sum = self._sub_batch_gradients(x, y, total, first_row)
         for accumulator, gradient in zip(self._gradients, gradients, strict=True):
             accumulator.assign_add(gradient)
@@ -512,7 +519,7 @@ def _one_device_step(
 ) -> WholeBatchStep:
     """The whole-batch step on one device."""
 
-    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def train_step(x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, tf.Tensor]:
         return sequence.run(accumulate, x, y)
 
     # The step's loops are tf.while_loop and its branches tf.cond, written out: without autograph converting its
@@ -531,7 +538,7 @@ def _replicated_step(
     replicas = strategy.num_replicas_in_sync
 
     @tf.function(reduce_retracing=True, autograph=False)
-    def train_step(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def train_step(x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, tf.Tensor]:
         def replica_slice(context: tf.distribute.experimental.ValueContext) -> tuple[tf.Tensor, ...]:
             replica = context.replica_id_in_sync_group
             first_row, _ = part_bounds(replica, tf.shape(x)[0], replicas)
@@ -545,13 +552,14 @@ def _replicated_step(
 
 def make_eval_step(
     model: keras.Model, loss: Objective | LossFn, metrics: MetricSet | None = None
-) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """Compile ``evaluate(x, y) -> loss_sum`` in inference mode (BatchNorm uses its moving statistics), the
-    regularization counted with every sample as training counts it; it adds the samples to ``metrics``."""
+) -> Callable[[tf.Tensor, Targets], tf.Tensor]:
+    """Compile ``evaluate(x, y) -> loss_sum`` in inference mode (BatchNorm uses its moving statistics), each
+    sample's loss times its weight when ``y`` carries weights, the regularization counted with every sample as
+    training counts it; it adds the samples to ``metrics``, unweighted."""
     objective = loss if isinstance(loss, Objective) else Objective(loss)
 
     @tf.function(reduce_retracing=True)
-    def eval_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    def eval_step(x: tf.Tensor, y: Targets) -> tf.Tensor:
         predictions = model(x, training=False)
         if metrics is not None:
             metrics.update(y, predictions)

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from accumrun.core.losses import MetricSet
 from accumrun.core.step import WholeBatchStep
+from accumrun.core.targets import Targets
 
 
 class Updates(NamedTuple):
@@ -42,7 +43,8 @@ class Updates(NamedTuple):
 
 
 class UpdateLoop:
-    """Runs ``step`` on batches gathered from ``x`` and ``y`` (tensors on the device), several per call.
+    """Runs ``step`` on batches gathered from ``x`` and ``y`` (tensors on the device; ``y`` may carry per-sample
+    weights, gathered with it), several per call.
 
     ``metrics`` are the training metrics the step updates. ``stop_on_nonfinite`` ends a call at the first update
     that was not applied because its loss or gradient was NaN or Inf (a loss-scale overflow with a finite loss is
@@ -53,7 +55,7 @@ class UpdateLoop:
         self,
         step: WholeBatchStep,
         x: tf.Tensor,
-        y: tf.Tensor,
+        y: Targets,
         *,
         optimizer: keras.optimizers.Optimizer,
         metrics: MetricSet,
@@ -116,7 +118,8 @@ class UpdateLoop:
             reset_done = tf.cond(starts_epoch[k], reset, lambda: tf.constant(False))
             with tf.control_dependencies([reset_done]):
                 batch = tf.identity(rows[k])
-            loss_sum, applied = self._step(tf.gather(self._x, batch), tf.gather(self._y, batch))
+            targets = tf.nest.map_structure(lambda t: tf.gather(t, batch), self._y)
+            loss_sum, applied = self._step(tf.gather(self._x, batch), targets)
             with tf.control_dependencies([loss_sum, applied]):
                 metrics = tf.cond(
                     ends_epoch[k], self._metrics.result_tensor, lambda: tf.zeros([metric_count], tf.float32)

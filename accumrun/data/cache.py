@@ -55,7 +55,7 @@ def cached(split: Split, config: ImageSourceConfig) -> Split:
         for start, x in _decoded(split):
             pixels[start : start + len(x)] = x
         if isinstance(split, ImageFiles):
-            return ArraySplit(pixels, split.y)
+            return ArraySplit(pixels, split.y, split.w)
         return CachedImages(split, keys=split.records, pixels=pixels)
     keys = np.sort(identities(split))
     folder = _disk_folder(split, keys, config)

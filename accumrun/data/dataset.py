@@ -226,7 +226,7 @@ def _checked(name: str, split: Split, task: Task) -> Split:
         raise DataError(f"data.x_{name}", "samples contain NaN or Inf")
     if x.ndim == 3:
         x = x[..., np.newaxis]
-    return ArraySplit(x, y)
+    return ArraySplit(x, y, split.w)
 
 
 def _compact(x: np.ndarray) -> np.ndarray:

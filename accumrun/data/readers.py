@@ -1,7 +1,8 @@
 """Reading a split's samples with ``tf.data``, one epoch at a time, in an order fixed by the seed and the epoch.
 
 Every reader gives the same thing: a stream of ``(index, x, y)``, where ``index`` numbers the sample within its
-source (the draw of its augmentation depends on it) and ``x`` keeps the stored dtype (uint8 for images). Arrays
+source (the draw of its augmentation depends on it), ``x`` keeps the stored dtype (uint8 for images) and ``y`` is
+the target, with the sample's weight when the split has weights (:func:`accumrun.core.targets.as_targets`). Arrays
 and image files are visited in :func:`~accumrun.data.splits.epoch_order`, a seeded permutation per epoch.
 TFRecord files cannot be read out of order, so their order is a seeded permutation of the files, read one
 after another, through a seeded shuffle buffer of ``data.shuffle_buffer`` records. Either way, ``skip`` passes
@@ -19,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from accumrun.core.targets import Targets, as_targets, each
 from accumrun.data.splits import ArraySplit, CachedImages, ImageFiles, RecordFiles, Split, cached_file, epoch_order
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -90,12 +92,14 @@ class ArrayReader(Reader):
         self.size = split.size
         with tf.device("/CPU:0"):
             self.x = tf.constant(split.x)
-            self.y = tf.constant(split.y)
+            self.y = as_targets(split.y, split.w)
 
     def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
         order = epoch_order(self.size, seed, epoch, shuffle)[skip:]
         return tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).map(
-            lambda i: (i, tf.gather(self.x, i), tf.gather(self.y, i)), num_parallel_calls=AUTOTUNE, deterministic=True
+            lambda i: (i, tf.gather(self.x, i), each(lambda t: tf.gather(t, i), self.y)),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=True,
         )
 
 
@@ -108,8 +112,9 @@ class ImageReader(Reader):
 
     def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
         order = epoch_order(self.size, seed, epoch, shuffle)[skip:]
-        paths, labels = self.split.paths[order], self.split.y[order]
-        return tf.data.Dataset.from_tensor_slices((order.astype(np.int64), paths, labels))
+        split = self.split
+        targets = as_targets(split.y[order], None if split.w is None else split.w[order])
+        return tf.data.Dataset.from_tensor_slices((order.astype(np.int64), split.paths[order], targets))
 
     def decode(self, raw: tf.Tensor) -> tf.Tensor:
         """``raw`` is the file's path: reading and decoding are one step of the pipeline."""
@@ -132,6 +137,11 @@ class RecordReader(Reader):
         held = np.zeros(sum(split.counts), dtype=bool)
         held[split.records] = True
         self._held = tf.constant(held)
+        self._weights = None
+        if split.w is not None:  # by record number, as the stream numbers them
+            weights = np.zeros(len(held), np.float32)
+            weights[split.records] = split.w
+            self._weights = tf.constant(weights)
 
     def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
         def records(name: tf.Tensor, offset: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
@@ -174,10 +184,11 @@ class RecordReader(Reader):
             records = records.shuffle(split.shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
         return records
 
-    def _label_of(self, index: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def _label_of(self, index: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Targets]:
         # Every record's label was read at startup, so this cannot fail; the image is parsed with the decode.
         label = tf.io.parse_single_example(record, self._label)[self.split.label_key]
-        return index, record, tf.cast(label, tf.int32)
+        weight = None if self._weights is None else tf.gather(self._weights, index)
+        return index, record, as_targets(tf.cast(label, tf.int32), weight)
 
     def decode(self, raw: tf.Tensor) -> tf.Tensor:
         """``raw`` is the record: its image is parsed (a record without it fails here) and decoded."""
@@ -204,8 +215,12 @@ class CachedReader(Reader):
         where = source.records if isinstance(source, RecordFiles) else np.arange(source.size)
         rows, labels = np.zeros(slots, np.int64), np.zeros(slots, source.y.dtype)
         rows[where], labels[where] = split.rows, source.y
+        weights = None
+        if source.w is not None:
+            weights = np.zeros(slots, np.float32)
+            weights[where] = source.w
         with tf.device("/CPU:0"):
-            self._rows, self._labels = tf.constant(rows), tf.constant(labels)
+            self._rows, self._labels = tf.constant(rows), as_targets(labels, weights)
             if split.pixels is not None:
                 self._pixels = tf.constant(split.pixels)
             else:
@@ -221,15 +236,15 @@ class CachedReader(Reader):
         """The epoch's samples as ``(index, x, y)``, looked up and read in one parallel map: a cached sample costs
         little more than a ``tf.data`` element, so a second map would cost about as much as the read."""
 
-        def read(index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        def read(index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Targets]:
             index, row, label = self._looked_up(index)
             return index, self.decode(row), label
 
         indices = self._source.indices(epoch, seed, shuffle, skip)
         return indices.map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
 
-    def _looked_up(self, index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        return index, tf.gather(self._rows, index), tf.gather(self._labels, index)
+    def _looked_up(self, index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Targets]:
+        return index, tf.gather(self._rows, index), each(lambda t: tf.gather(t, index), self._labels)
 
     def decode(self, raw: tf.Tensor) -> tf.Tensor:
         """``raw`` is the sample's row in the cache."""

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
+from accumrun.core.targets import Targets, as_targets, each
 from accumrun.data.splits import ArraySplit, epoch_order
 
 DEVICE_LIMIT = 2**30
@@ -27,9 +28,13 @@ DEVICE_LIMIT = 2**30
 
 
 def _placement(split: ArraySplit, on_device: bool) -> str:
-    if on_device and tf.config.list_logical_devices("GPU") and split.x.nbytes + split.y.nbytes <= DEVICE_LIMIT:
+    if on_device and tf.config.list_logical_devices("GPU") and _bytes(split) <= DEVICE_LIMIT:
         return "/GPU:0"
     return "/CPU:0"
+
+
+def _bytes(split: ArraySplit) -> int:
+    return split.x.nbytes + split.y.nbytes + (split.w.nbytes if split.w is not None else 0)
 
 
 class ResidentArrays:
@@ -41,7 +46,7 @@ class ResidentArrays:
         self.device = _placement(split, on_device)
         with tf.device(self.device):
             self.x = tf.identity(tf.constant(split.x))
-            self.y = tf.identity(tf.constant(split.y))
+            self.y: Targets = each(tf.identity, as_targets(split.y, split.w))
         self._starts = starts
         self._seed, self._shuffle = seed, shuffle
         self._order: tuple[int, np.ndarray] | None = None
@@ -56,9 +61,15 @@ class ResidentArrays:
         """The rows of chunk ``chunk`` of ``epoch``."""
         return self.order(epoch)[self._starts[chunk] : self._starts[chunk + 1]]
 
-    def chunks(self, epoch: int, skip: int = 0) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
-        """The chunks of ``epoch`` after the first ``skip``, each gathered on the device."""
+    def chunks(self, epoch: int, skip: int = 0) -> Iterator[tuple[tf.Tensor, Targets]]:
+        """The chunks of ``epoch`` after the first ``skip``, each gathered on the device (targets with their
+        weights, when the split has weights)."""
         for chunk in range(skip, len(self._starts) - 1):
-            with tf.device(self.device):
-                rows = tf.constant(self.chunk_rows(epoch, chunk))
-                yield tf.gather(self.x, rows), tf.gather(self.y, rows)
+            yield self._gathered(self.chunk_rows(epoch, chunk))
+
+    def _gathered(self, rows: np.ndarray) -> tuple[tf.Tensor, Targets]:
+        # Not a device scope held open across a yield: a scope left by another generator in between (the
+        # validation feeder's, a new epoch's) would break the nesting of TensorFlow's device stack.
+        with tf.device(self.device):
+            indices = tf.constant(rows)
+            return tf.gather(self.x, indices), each(lambda t: tf.gather(t, indices), self.y)

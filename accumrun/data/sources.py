@@ -25,6 +25,7 @@ from accumrun.data.records import load_tfrecord
 from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.tables import load_csv
 from accumrun.data.tfds_source import load_tfds
+from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 from accumrun.kinds import Task
 
@@ -72,7 +73,8 @@ def load_digits(config: DigitsConfig, seed: int) -> Splits:
 
 
 def load_npz(config: NpzConfig, seed: int) -> Splits:
-    """Arrays ``x`` and ``y``, or ``x_train``, ``y_train`` (and optionally ``x_test``, ``y_test``)."""
+    """Arrays ``x`` and ``y``, or ``x_train``, ``y_train`` (and optionally ``x_test``, ``y_test``); with
+    ``data.weight: w``, the weights ``w``, or ``w_train`` (and ``w_test`` beside a test pair)."""
     path = Path(config.path)
     if not path.is_file():
         raise DataError("data.path", "npz file not found", config.path)
@@ -88,13 +90,25 @@ def load_npz(config: NpzConfig, seed: int) -> Splits:
         with loaded as arrays:
             keys = set(arrays.files)
             if {"x_train", "y_train"} <= keys:
-                test = ArraySplit(arrays["x_test"], arrays["y_test"]) if {"x_test", "y_test"} <= keys else None
-                return Splits(ArraySplit(arrays["x_train"], arrays["y_train"]), test)
+                train = _npz_split(arrays, config, "_train")
+                test = _npz_split(arrays, config, "_test") if {"x_test", "y_test"} <= keys else None
+                return Splits(train, test)
             if {"x", "y"} <= keys:
-                return Splits(ArraySplit(arrays["x"], arrays["y"]))
+                return Splits(_npz_split(arrays, config, ""))
     except (OSError, ValueError) as error:
         raise DataError("data.path", f"cannot read as .npz: {error}", config.path) from None
     raise DataError("data.path", f"needs arrays 'x' and 'y' (or 'x_train' and 'y_train'); it has {sorted(keys)}")
+
+
+def _npz_split(arrays: np.lib.npyio.NpzFile, config: NpzConfig, suffix: str) -> ArraySplit:
+    """The arrays ``x<suffix>`` and ``y<suffix>``, and the weights ``<data.weight><suffix>`` when it is set."""
+    x, y = arrays[f"x{suffix}"], arrays[f"y{suffix}"]
+    if config.weight is None:
+        return ArraySplit(x, y)
+    name = f"{config.weight}{suffix}"
+    if name not in arrays.files:
+        raise DataError("data.weight", f"{config.path} has no array {name!r}; it has {sorted(arrays.files)}")
+    return ArraySplit(x, y, checked_weights(arrays[name], f"{config.path}, array {name!r}", len(y)))
 
 
 def load_idx_folder(config: IdxConfig, seed: int) -> Splits:

@@ -5,6 +5,9 @@ Each kind knows its size, one sample's stored shape and dtype, and how to keep a
 validation hold-out). Reading them, through ``tf.data``, is :mod:`accumrun.data.readers`' job; this module
 imports no TensorFlow.
 
+Every kind may carry one weight per sample, ``w`` (``data.weight``, or ``training.class_weight`` for the training
+split), aligned with ``y``; readers hand the two to the step together (see :mod:`accumrun.core.targets`).
+
 Samples keep the dtype their source stores: uint8 images stay one byte per value on the host and cross to the
 device as such; the model's input layers cast and rescale them, one sub-batch at a time.
 """
@@ -21,10 +24,11 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 
 @dataclass(frozen=True)
 class ArraySplit:
-    """Samples and targets held in memory, in the samples' stored dtype."""
+    """Samples and targets held in memory, in the samples' stored dtype, and optionally a weight per sample."""
 
     x: np.ndarray
     y: np.ndarray
+    w: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -39,7 +43,7 @@ class ArraySplit:
         return self.x.dtype
 
     def subset(self, index: np.ndarray) -> ArraySplit:
-        return ArraySplit(self.x[index], self.y[index])
+        return ArraySplit(self.x[index], self.y[index], _rows(self.w, index))
 
 
 class _EncodedImages:
@@ -72,9 +76,10 @@ class ImageFiles(_EncodedImages):
     y: np.ndarray
     image_size: tuple[int, int]
     channels: int
+    w: np.ndarray | None = None
 
     def subset(self, index: np.ndarray) -> ImageFiles:
-        return replace(self, paths=self.paths[index], y=self.y[index])
+        return replace(self, paths=self.paths[index], y=self.y[index], w=_rows(self.w, index))
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,8 @@ class RecordFiles(_EncodedImages):
     image_size: tuple[int, int]
     channels: int
     shuffle_buffer: int
+    w: np.ndarray | None = None
+    """The records' weights (``data.weight``, read at startup with the labels, or class weights), or None."""
 
     @property
     def complete(self) -> bool:
@@ -103,7 +110,7 @@ class RecordFiles(_EncodedImages):
 
     def subset(self, index: np.ndarray) -> RecordFiles:
         chosen = np.sort(index)
-        return replace(self, records=self.records[chosen], y=self.y[chosen])
+        return replace(self, records=self.records[chosen], y=self.y[chosen], w=_rows(self.w, chosen))
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,10 @@ class CachedImages:
     @property
     def y(self) -> np.ndarray:
         return self.source.y
+
+    @property
+    def w(self) -> np.ndarray | None:
+        return self.source.w
 
     @property
     def size(self) -> int:
@@ -161,6 +172,17 @@ def cached_file(folder: str, row: int) -> str:
 
 Split = ArraySplit | ImageFiles | RecordFiles | CachedImages
 """One split of a dataset, as a source gives it (or ``data.cache`` keeps it)."""
+
+
+def _rows(w: np.ndarray | None, index: np.ndarray) -> np.ndarray | None:
+    return None if w is None else w[index]
+
+
+def with_weights(split: Split, w: np.ndarray) -> Split:
+    """``split`` with ``w`` as its samples' weights (one per sample, in its order)."""
+    if isinstance(split, CachedImages):
+        return replace(split, source=replace(split.source, w=w))
+    return replace(split, w=w)
 
 
 def epoch_order(size: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:

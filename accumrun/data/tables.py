@@ -1,7 +1,8 @@
 """``data.name: csv``: a table with a header row; ``data.label`` names the target column, or several.
 
 The other columns are the features, as float32, held in memory. A column with no number in it (a name) and the
-``data.id`` column are not features and are left out; a column of numbers with a cell that is not one is an error
+``data.id`` and ``data.weight`` columns are not features and are left out (the weight column holds each row's
+weight, a finite number >= 0); a column of numbers with a cell that is not one is an error
 that names the file, the row and the column. One label column may hold numbers (class indices or regression
 values) or class names, which are then numbered in sorted order. Several label columns hold numbers: all 0 or 1,
 they are a multi-label task's labels, named by their columns; else the targets of a regression.
@@ -16,6 +17,7 @@ import numpy as np
 
 from accumrun.config.schema import CsvConfig
 from accumrun.data.splits import ArraySplit, Splits
+from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 
 
@@ -25,11 +27,18 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
     Raises:
         DataError: a file is missing or empty, lacks a label or id column, or has a non-numeric feature cell.
     """
-    train = read_table(Path(config.path), "data.path", config.label_columns, id_column=config.id)
+    train = read_table(
+        Path(config.path), "data.path", config.label_columns, id_column=config.id, weight_column=config.weight
+    )
     test = None
     if config.validation_path:
         test = read_table(
-            Path(config.validation_path), "data.validation_path", config.label_columns, train.features, config.id
+            Path(config.validation_path),
+            "data.validation_path",
+            config.label_columns,
+            train.features,
+            config.id,
+            config.weight,
         )
     names = train.class_names
     if test is not None and (names is None) != (test.class_names is None):
@@ -54,6 +63,8 @@ class Table:
         self.y = y
         self.class_names = class_names
         self._texts = texts  # a text label column's cells, to number again by another file's classes
+        self.w: np.ndarray | None = None
+        """The rows' weights (``data.weight``), or None."""
 
     @classmethod
     def of_column(cls, features: list[str], x: np.ndarray, cells: list[str]) -> Table:
@@ -89,7 +100,7 @@ class Table:
 
     @property
     def split(self) -> ArraySplit:
-        return ArraySplit(self.x, self.y)
+        return ArraySplit(self.x, self.y, self.w)
 
 
 def _numbered(cells: list[str], names: list[str]) -> np.ndarray:
@@ -98,19 +109,25 @@ def _numbered(cells: list[str], names: list[str]) -> np.ndarray:
 
 
 def read_table(
-    path: Path, key: str, labels: list[str], features: list[str] | None = None, id_column: str | None = None
+    path: Path,
+    key: str,
+    labels: list[str],
+    features: list[str] | None = None,
+    id_column: str | None = None,
+    weight_column: str | None = None,
 ) -> Table:
-    """Read ``path`` with its ``labels`` columns (and ``id_column``, which is no feature); with ``features``, the
-    file must have those feature columns (a validation file)."""
+    """Read ``path`` with its ``labels`` columns (and ``id_column`` and ``weight_column``, which are no features);
+    with ``features``, the file must have those feature columns (a validation file)."""
     header, lines, columns = _read_columns(path, key)
     unknown = [name for name in labels if name not in header]
     if unknown:
         shown = unknown[0] if len(unknown) == 1 else unknown
         raise DataError("data.label", f"{path} has no column {shown!r}; its columns are {header}", shown)
-    if id_column is not None and id_column not in header:
-        raise DataError("data.id", f"{path} has no column {id_column!r}; its columns are {header}", id_column)
+    for column, config_key in ((id_column, "data.id"), (weight_column, "data.weight")):
+        if column is not None and column not in header:
+            raise DataError(config_key, f"{path} has no column {column!r}; its columns are {header}", column)
     if features is None:
-        others = [name for name in header if name not in labels and name != id_column]
+        others = [name for name in header if name not in labels and name not in (id_column, weight_column)]
         features = [name for name in others if any(_is_number(cell) for cell in columns[name])]
         if not features:
             raise DataError(key, f"{path} has no numeric feature column besides {', '.join(map(repr, labels))}")
@@ -119,8 +136,13 @@ def read_table(
         raise DataError(key, f"{path} lacks the feature columns {missing} that data.path has")
     x = _numeric(path, key, columns, features, lines)
     if len(labels) == 1:
-        return Table.of_column(features, x, columns[labels[0]])
-    return Table.of_columns(path, features, x, {name: columns[name] for name in labels})
+        table = Table.of_column(features, x, columns[labels[0]])
+    else:
+        table = Table.of_columns(path, features, x, {name: columns[name] for name in labels})
+    if weight_column is not None:
+        cells = _numeric(path, "data.weight", columns, [weight_column], lines)[:, 0]
+        table.w = checked_weights(cells, f"{path}, column {weight_column!r}", len(cells))
+    return table
 
 
 def read_column(path: Path, name: str) -> list[str] | None:

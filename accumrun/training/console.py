@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from accumrun.config.schema import Watched
 from accumrun.core.split import describe_plan, replica_sub_batch_sizes
+from accumrun.data.class_weights import per_class
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.setup import TrainingSetup
 
@@ -36,6 +37,7 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         f"data {dataset.name}: {dataset.train_size:,} training + {dataset.val_size:,} validation samples of shape "
         f"{shape}, {dataset.describe_targets()}",
         _input_line(setup),
+        *_weights_lines(setup),
         f"model {config.model.name}: {parameters:,} parameters{frozen}",
         *setup.objective.describe(),
         _plan(setup),
@@ -43,6 +45,20 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         *setup.draws.describe(),
         f"optimizer {config.optimizer.name}, learning rate {rate}, {_count(config.training.epochs, 'epoch')}, "
         f"seed {config.seed}",
+    ]
+
+
+def _weights_lines(setup: TrainingSetup) -> list[str]:
+    """What weights the loss: ``data.weight`` (training and validation) or the class weights (training only)."""
+    weight, class_weight = getattr(setup.config.data, "weight", None), setup.config.training.class_weight
+    if weight is not None:
+        return [f"sample weights from data.weight {weight!r} (training and validation loss; metrics unweighted)"]
+    if class_weight is None or setup.dataset.labels is None:
+        return []
+    pairs = list(zip(setup.dataset.labels, per_class(class_weight, setup.dataset), strict=True))
+    shown = ", ".join(f"{name} {value:.4g}" for name, value in pairs[:10]) + (", ..." if len(pairs) > 10 else "")
+    return [
+        f"class weights ({class_weight if isinstance(class_weight, str) else 'given'}; training loss only): {shown}"
     ]
 
 

@@ -23,6 +23,7 @@ from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import TrainStep, make_train_step
 from accumrun.data.augment import Augmentation
+from accumrun.data.class_weights import with_class_weights
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
@@ -190,10 +191,12 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
     replicated ones.
 
     Raises:
-        ConfigError: the model, loss, metrics, optimizer or sizes do not fit the config or the data.
+        ConfigError: the model, loss, metrics, optimizer, class weights or sizes do not fit the config or the
+            data.
         DataError: the data cannot be loaded or does not fit the model.
     """
-    dataset = load_dataset(config.data, config.seed)
+    # Class weights weight the training samples alone (validation, as Keras', is unweighted by class).
+    dataset = with_class_weights(load_dataset(config.data, config.seed), config.training.class_weight)
     batch_size = resolve_batch_size(config.training, dataset.train_size)
     feed, feed_reason = choose_feed(config.data.feed, dataset, batch_size, strategy is not None)
     subdivisions = config.training.fixed_subdivisions
