@@ -31,7 +31,7 @@ from accumrun import train  # noqa: E402
 from accumrun.core.batch_norm import BatchNormStatistics  # noqa: E402
 from accumrun.core.losses import sparse_categorical_crossentropy  # noqa: E402
 from accumrun.core.step import make_train_step  # noqa: E402
-from accumrun.kinds import BatchNormMode  # noqa: E402
+from accumrun.kinds import BatchNormMode, RandomDraws  # noqa: E402
 from accumrun.models.builders import mlp  # noqa: E402
 
 OPTIMIZERS = {
@@ -189,16 +189,17 @@ def dropout_on_replicas(folder: Path) -> dict[str, float]:
     """An MLP with dropout 0.5: two replicas with 3 sub-batches each against one device without subdivisions,
     with per-sample draws and, as the control, per-sub-batch ones."""
     differences = {}
-    for draws in ("per_sample", "per_sub_batch"):
+    for draws in RandomDraws:
         runs = []
         for subdivisions, strategy in ((1, "none"), (3, "mirrored")):
             settings = config("sgd", subdivisions, strategy)
             model = settings.model.model_copy(update={"dropout": 0.5})
             training = settings.training.model_copy(update={"random_draws": draws})
             settings = settings.model_copy(update={"model": model, "training": training})
-            result = train(settings, folder / f"{draws}-{strategy}", quiet=True, strategy=STRATEGY)
-            runs.append([v.numpy() for v in result.model.variables])
-        differences[draws] = _max_difference(runs[0], runs[1])
+            on = STRATEGY if strategy == "mirrored" else None
+            result = train(settings, folder / f"{draws}-{strategy}", quiet=True, strategy=on)
+            runs.append([v.numpy() for v in result.model.trainable_variables])
+        differences[draws.value] = _max_difference(runs[0], runs[1])
     return differences
 
 
