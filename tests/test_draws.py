@@ -158,3 +158,17 @@ def test_a_run_from_before_per_sample_draws_resumes_with_the_draws_it_began_with
     assert config.training.random_draws.value == "per_sub_batch"
     resumed = train(config, tmp_path / "run", quiet=True, resume=True)
     assert max_difference(resumed.model.get_weights(), whole.model.get_weights()) == 0.0
+
+
+def test_dropout_inside_a_saved_model_nested_in_another_draws_per_sample(tmp_path: Path) -> None:
+    keras.utils.set_random_seed(3)
+    inner = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16), keras.layers.Dropout(0.5)], name="inner")
+    inputs = keras.Input((6,))
+    keras.Model(inputs, keras.layers.Dense(3)(inner(inputs))).save(tmp_path / "nested.keras")
+    config = {**dropout_config(), "model": {"name": "saved", "path": str(tmp_path / "nested.keras")}}
+    plain = train(config, tmp_path / "plain", quiet=True)
+    subdivided = train({**config, "training": {**config["training"], "subdivisions": 3}}, tmp_path / "s3", quiet=True)
+    assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
+    assert [type(layer).__name__ for layer in build_training(load_config(config)).draws.per_sample_layers] == [
+        "Dropout"
+    ]
