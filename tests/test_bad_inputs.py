@@ -214,11 +214,11 @@ CASES = [
     row("learning-rate-negative", lambda t: tiny_config(t, optimizer={"learning_rate": -0.01}), 1,
         "optimizer.learning_rate: must be a positive number"),
     row("model-unknown", lambda t: config_with(t, model={"name": "resnet"}), 1,
-        "model.name: unknown model; use darknet_cnn, mlp, keras.applications.<Name>, saved or "
+        "model.name: unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, saved or "
         "'package.module:function' (got 'resnet')"),
     row("dataset-unknown", lambda t: config_with(t, data={"name": "imagenet"}), 1,
         "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist', 'synthetic', 'image_folder', "
-        "'tfrecord', 'csv' or 'tfds'"),
+        "'tfrecord', 'csv', 'tfds' or 'text_folder'"),
     row("digits-with-a-path", lambda t: config_with(t, data={"name": "digits", "path": str(t / "nowhere")}), 1,
         "data.path: is not used by data.name: digits"),
     row("set-unknown-key", tiny_config, 1, "training.subdivison: unknown key (did you mean 'subdivisions'?)",

@@ -349,7 +349,7 @@ def test_a_source_names_the_key_it_needs(tmp_path: Path, data: str, message: str
 def test_unknown_data_name_lists_the_sources(tmp_path: Path) -> None:
     assert message_of(write(tmp_path, "data:\n  name: imagenet\n  image_size: [8, 8]\n")) == (
         "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist', 'synthetic', 'image_folder', "
-        "'tfrecord', 'csv' or 'tfds' (got 'imagenet')"
+        "'tfrecord', 'csv', 'tfds' or 'text_folder' (got 'imagenet')"
     )
 
 
@@ -430,7 +430,7 @@ def test_darknet_needs_one_stride_per_filter(tmp_path: Path) -> None:
 def test_unknown_model_name(tmp_path: Path) -> None:
     assert (
         message_of(write(tmp_path, "model:\n  name: resnet\n"))
-        == "model.name: unknown model; use darknet_cnn, mlp, keras.applications.<Name>, saved or "
+        == "model.name: unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, saved or "
         "'package.module:function' (got 'resnet')"
     )
 

@@ -23,6 +23,7 @@ from pydantic import (
     TypeAdapter,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from accumrun.errors import describe
@@ -281,6 +282,29 @@ class TfdsConfig(ImageSourceConfig):
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
 
 
+class ByteTokenizerConfig(_Section):
+    """``tokenizer: {name: byte}``: each UTF-8 byte is a token (ids 1 to 256; 0 pads), no vocabulary to learn."""
+
+    name: Literal["byte"]
+
+
+class TextFolderConfig(FileSourceConfig):
+    """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class (the layout
+    ``keras.utils.text_dataset_from_directory`` reads), tokenized to ``sequence_length`` token ids."""
+
+    needs = {"path": "a folder with one subfolder of .txt files per class"}
+    tokenizer: ByteTokenizerConfig = Field(default_factory=lambda: ByteTokenizerConfig(name="byte"))
+    sequence_length: int = Field(256, ge=1)
+    """Tokens per sample: a longer text is cut, a shorter one padded with id 0 (masked in the model)."""
+
+    @model_validator(mode="after")
+    def _no_image_keys(self) -> TextFolderConfig:
+        for key in ("normalize", "augment"):
+            if getattr(self, key):
+                raise ValueError(f"{key} applies to images and arrays, not to text")
+        return self
+
+
 DATA_SECTIONS: dict[str, type[DataSection]] = {
     "digits": DigitsConfig,
     "npz": NpzConfig,
@@ -291,6 +315,7 @@ DATA_SECTIONS: dict[str, type[DataSection]] = {
     "tfrecord": TfrecordConfig,
     "csv": CsvConfig,
     "tfds": TfdsConfig,
+    "text_folder": TextFolderConfig,
 }
 """Every ``data.name`` and its section, in the order the docs list them."""
 
@@ -320,6 +345,7 @@ DataConfig = Annotated[
     | Annotated[TfrecordConfig, Tag("tfrecord")]
     | Annotated[CsvConfig, Tag("csv")]
     | Annotated[TfdsConfig, Tag("tfds")]
+    | Annotated[TextFolderConfig, Tag("text_folder")]
     | Annotated[_UnknownDataConfig, Tag("unknown")],
     Discriminator(_data_kind),
 ]
@@ -354,6 +380,23 @@ class MlpConfig(_Section):
     hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [256, 256])
     activation: str = "relu"
     dropout: float = Field(0.0, ge=0, lt=1)
+
+
+class TransformerConfig(_Section):
+    """``name: transformer``: a Transformer encoder over token ids (a text source's), pooled over the real tokens
+    into logits."""
+
+    name: Literal["transformer"]
+    layers: int = Field(2, ge=1)
+    heads: int = Field(2, ge=1)
+    width: int = Field(64, ge=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> TransformerConfig:
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} must be a multiple of heads ({self.heads})")
+        return self
 
 
 class CustomModelConfig(BaseModel):
@@ -404,13 +447,15 @@ class _UnknownModelConfig(BaseModel):
     @classmethod
     def _reject(cls, value: Any) -> Any:
         raise ValueError(
-            "unknown model; use darknet_cnn, mlp, keras.applications.<Name>, saved or 'package.module:function'"
+            "unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, saved or "
+            "'package.module:function'"
         )
 
 
 MODEL_SECTIONS: dict[str, type[BaseModel]] = {
     "darknet_cnn": DarknetCnnConfig,
     "mlp": MlpConfig,
+    "transformer": TransformerConfig,
     "application": ApplicationConfig,
     "saved": SavedModelConfig,
     "custom": CustomModelConfig,
@@ -420,7 +465,7 @@ MODEL_SECTIONS: dict[str, type[BaseModel]] = {
 
 def _model_kind(value: Any) -> str:
     name = value.get("name", "darknet_cnn") if isinstance(value, dict) else getattr(value, "name", None)
-    if name in ("darknet_cnn", "mlp", "saved"):
+    if name in ("darknet_cnn", "mlp", "saved", "transformer"):
         return str(name)
     if isinstance(name, str) and name.startswith(APPLICATION_PREFIX):
         return "application"
@@ -432,6 +477,7 @@ def _model_kind(value: Any) -> str:
 ModelConfig = Annotated[
     Annotated[DarknetCnnConfig, Tag("darknet_cnn")]
     | Annotated[MlpConfig, Tag("mlp")]
+    | Annotated[TransformerConfig, Tag("transformer")]
     | Annotated[ApplicationConfig, Tag("application")]
     | Annotated[SavedModelConfig, Tag("saved")]
     | Annotated[CustomModelConfig, Tag("custom")]

@@ -47,6 +47,8 @@ class Dataset:
     """Files the source passed over because they are not images."""
     features: list[str] | None = None
     """A table's feature columns, in the order the model takes them (``features.json``)."""
+    vocabulary_size: int | None = None
+    """For token ids (a text source): the tokenizer's number of ids, which an embedding needs."""
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -135,16 +137,17 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         )
     if task is Task.BINARY and splits.class_names is not None and len(splits.class_names) != 2:
         raise DataError("data", f"binary needs two classes; the source has {len(splits.class_names)}", task.value)
-    train = _checked("train", splits.train, task)
+    tokens = splits.vocabulary_size is not None
+    train = _checked("train", splits.train, task, tokens)
     val: Split | None = None
     validation_file = isinstance(config, FileSourceConfig) and bool(config.validation_path)
     held_out = "validation" if validation_file else "test"
     if validation_file and splits.test is not None:  # the loaders give data.validation_path as the test split
-        val = _checked(held_out, splits.test, task)
+        val = _checked(held_out, splits.test, task, tokens)
     elif config.validation_split == "test":
         if splits.test is None:
             raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
-        val = _checked(held_out, splits.test, task)
+        val = _checked(held_out, splits.test, task, tokens)
     elif config.validation_split > 0:
         # Files are listed class by class, so their tail would be the last class: they are always split seeded.
         seeded = config.shuffle or not isinstance(train, ArraySplit)
@@ -176,7 +179,18 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         train = cached(train, config)
         val = None if val is None else cached(val, config)
     scale = splits.scale if splits.scale is not None else _FULL_SCALE.get(train.dtype, 1.0)
-    return Dataset(config.name, train, val, task, classes, splits.class_names, scale, splits.skipped, splits.features)
+    return Dataset(
+        config.name,
+        train,
+        val,
+        task,
+        classes,
+        splits.class_names,
+        scale,
+        splits.skipped,
+        splits.features,
+        splits.vocabulary_size,
+    )
 
 
 def infer_task(y: np.ndarray) -> Task:
@@ -203,8 +217,9 @@ def _split_off_validation(split: Split, fraction: float, seed: int, shuffle: boo
     return split.subset(order[: size - count]), split.subset(order[size - count :])
 
 
-def _checked(name: str, split: Split, task: Task) -> Split:
-    """Validate one split's targets for the task; arrays also get compact samples (see :func:`_compact`)."""
+def _checked(name: str, split: Split, task: Task, tokens: bool = False) -> Split:
+    """Validate one split's targets for the task; arrays also get compact samples (see :func:`_compact`), but
+    ``tokens``, int32 token ids, which an embedding takes as they are."""
     if isinstance(split, CachedImages):  # kept after the checks (see load_dataset): its labels are checked
         return split
     if not isinstance(split, ArraySplit):
@@ -221,6 +236,8 @@ def _checked(name: str, split: Split, task: Task) -> Split:
     if len(y) == 0:
         raise DataError(f"data.x_{name}", "is empty")
     y = _TARGET_CHECKS[task](name, y)
+    if tokens:
+        return ArraySplit(x, y, split.w)
     x = _compact(x)
     if x.dtype == np.float32 and not np.all(np.isfinite(x)):
         raise DataError(f"data.x_{name}", "samples contain NaN or Inf")

@@ -92,3 +92,23 @@ def write_csv(path: Path, count: int = 600, features: int = 6, seed: int = 0) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+REVIEW_WORDS = {
+    "negative": ["bad", "dull", "awful", "tedious", "weak", "mauvais"],
+    "positive": ["good", "great", "lovely", "moving", "superb", "réussi"],
+}
+_FILLER = ["the", "film", "was", "and", "a", "plot", "acting", "quite", "very"]
+
+
+def write_text_folder(folder: Path, count: int = 600, seed: int = 0) -> Path:
+    """``count`` short reviews in ``negative/`` and ``positive/`` (one ``.txt`` each, UTF-8, a few with accented
+    words): 1 to 24 words, some of them the class's own, so the real lengths differ widely."""
+    rng = np.random.default_rng(seed)
+    for index in range(count):
+        label = ["negative", "positive"][index % 2]
+        words = rng.choice([*REVIEW_WORDS[label], *_FILLER], size=int(rng.integers(1, 25)))
+        path = folder / label / f"{index:05d}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(" ".join(words), encoding="utf-8")
+    return folder

@@ -24,6 +24,7 @@ from accumrun.data.images import load_image_folder
 from accumrun.data.records import load_tfrecord
 from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.tables import load_csv
+from accumrun.data.text import load_text_folder
 from accumrun.data.tfds_source import load_tfds
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
@@ -214,6 +215,7 @@ SOURCES: dict[str, Source[Any]] = {
     "tfrecord": Source(load_tfrecord),
     "csv": Source(load_csv),
     "tfds": Source(load_tfds),
+    "text_folder": Source(load_text_folder),
 }
 """Every dataset name the config accepts (the names of ``DATA_SECTIONS``, in its order)."""
 

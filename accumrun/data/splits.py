@@ -207,3 +207,5 @@ class Splits:
     None leaves it to the dtype: 1/255 for uint8, nothing for floats."""
     features: list[str] | None = None
     """A table's feature columns, in the order the model takes them."""
+    vocabulary_size: int | None = None
+    """For token ids (a text source): how many ids the tokenizer has, padding's 0 among them."""

@@ -15,14 +15,19 @@ from accumrun.config.schema import (
     DarknetCnnConfig,
     MlpConfig,
     SavedModelConfig,
+    TransformerConfig,
 )
 from accumrun.errors import ConfigError, DataError
 from accumrun.lookup import check_keywords, find, import_function, normalized
+from accumrun.models.transformer import transformer
 
 
-def build_model(config: Any, sample_shape: tuple[int, ...], outputs: int) -> keras.Model:
+def build_model(
+    config: Any, sample_shape: tuple[int, ...], outputs: int, vocabulary_size: int | None = None
+) -> keras.Model:
     """Build the configured model for samples of ``sample_shape`` and ``outputs`` outputs: one per class or
-    label, or one per target value. The built-ins and new heads output logits.
+    label, or one per target value; ``vocabulary_size`` is a text source's, for models of token ids. The built-ins
+    and new heads output logits.
 
     Raises:
         DataError: the samples do not fit the model (for example flat vectors into a CNN).
@@ -32,6 +37,16 @@ def build_model(config: Any, sample_shape: tuple[int, ...], outputs: int) -> ker
         return darknet_cnn(sample_shape, outputs, config.filters, config.strides, config.leaky_alpha)
     if isinstance(config, MlpConfig):
         return mlp(sample_shape, outputs, config.hidden, config.activation, config.dropout)
+    if isinstance(config, TransformerConfig):
+        return transformer(
+            sample_shape,
+            outputs,
+            vocabulary_size,
+            layers=config.layers,
+            heads=config.heads,
+            width=config.width,
+            dropout=config.dropout,
+        )
     if isinstance(config, ApplicationConfig):
         return application(config, sample_shape, outputs)
     if isinstance(config, SavedModelConfig):

@@ -268,7 +268,7 @@ def _build_model(
     # The policy is global in Keras; layers keep the one they were built with, so restore it at once.
     keras.mixed_precision.set_dtype_policy(config.training.precision.value)
     try:
-        model = build_model(config.model, input_shape, dataset.outputs)
+        model = build_model(config.model, input_shape, dataset.outputs, dataset.vocabulary_size)
         return with_input_preprocessing(model, input_shape, dataset.dtype, rescale, config.data.normalize, preprocess)
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)

@@ -1,0 +1,56 @@
+"""The built-in ``transformer``: a Transformer encoder over token ids, for text classification.
+
+Token id 0 is padding: it attends to nothing and nothing attends to it, and the pooled vector is the mean over the
+real tokens, so a sample's logits do not depend on how much padding it has, nor on the other samples of its
+(sub-)batch. Positions are learned. Only Keras layers and ops, so ``model.keras`` loads without accumrun.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from accumrun.errors import ConfigError
+
+
+def transformer(
+    sample_shape: tuple[int, ...],
+    outputs: int,
+    vocabulary_size: int | None,
+    *,
+    layers: int,
+    heads: int,
+    width: int,
+    dropout: float,
+) -> keras.Model:
+    """``layers`` pre-norm encoder blocks (self-attention of ``heads`` heads, then a feed-forward layer of 4x
+    ``width``), each followed by ``dropout``, over token ids of ``sample_shape`` = ``(sequence_length,)``; logits of
+    ``outputs`` from the mean of the real tokens.
+
+    Raises:
+        ConfigError: the samples are not token ids (``vocabulary_size`` is None: not a text source).
+    """
+    if vocabulary_size is None or len(sample_shape) != 1:
+        raise ConfigError("model.name", "transformer reads token ids: use a text source (data.name: text_folder)")
+    (length,) = sample_shape
+    ids = keras.Input(shape=(length,), dtype="int32", name="token_ids")
+    real = keras.ops.not_equal(ids, 0)
+    # Query i may attend to key j when both are real tokens.
+    attention_mask = keras.ops.logical_and(real[:, :, None], real[:, None, :])
+    positions = keras.ops.cumsum(keras.ops.ones_like(ids), axis=1) - 1
+    x = keras.layers.Embedding(vocabulary_size, width, name="token_embedding")(ids)
+    x = x + keras.layers.Embedding(length, width, name="position_embedding")(positions)
+    for index in range(layers):
+        h = keras.layers.LayerNormalization(name=f"attention_norm_{index}")(x)
+        h = keras.layers.MultiHeadAttention(heads, width // heads, dropout=dropout, name=f"attention_{index}")(
+            h, h, attention_mask=attention_mask
+        )
+        x = x + keras.layers.Dropout(dropout)(h)
+        h = keras.layers.LayerNormalization(name=f"feed_forward_norm_{index}")(x)
+        h = keras.layers.Dense(4 * width, activation="gelu", name=f"feed_forward_{index}")(h)
+        h = keras.layers.Dense(width, name=f"feed_forward_out_{index}")(h)
+        x = x + keras.layers.Dropout(dropout)(h)
+    x = keras.layers.LayerNormalization(name="final_norm")(x)
+    weights = keras.ops.cast(real, x.dtype)[:, :, None]
+    pooled = keras.ops.sum(x * weights, axis=1) / keras.ops.maximum(keras.ops.sum(weights, axis=1), 1.0)
+    logits = keras.layers.Dense(outputs, dtype="float32", name="head")(pooled)
+    return keras.Model(ids, logits, name="transformer")

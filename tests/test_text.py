@@ -1,0 +1,126 @@
+"""Text classification: a folder of ``.txt`` files per class, byte tokens, the built-in ``transformer``; subdivided
+equals plain, a resumed run equals the uninterrupted one, predict reads text files, and bad text is refused in
+one line."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+
+from accumrun import load_config, predict, train
+from accumrun.config.loading import load_resume_config
+from accumrun.data.examples import write_text_folder
+from accumrun.data.text import byte_tokens
+from accumrun.training.setup import build_training
+from tests.helpers import invoke, max_difference, write_config
+
+
+def text_config(tmp_path: Path, **training: Any) -> dict[str, Any]:
+    """24 reviews (21 for training) of 1 to 24 words cut to 40 bytes, in batches of 10 (10, 10 and a last 1),
+    SGD."""
+    return {
+        "seed": 2,
+        "data": {"name": "text_folder", "path": str(write_text_folder(tmp_path / "texts", 24)), "sequence_length": 40},
+        "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16, "dropout": 0.1},
+        "training": {"epochs": 2, "batch_size": 10, "subdivisions": 1, **training},
+        "optimizer": {"name": "sgd", "learning_rate": 0.3},
+        "output": {"tensorboard": False},
+    }
+
+
+def test_byte_tokens_are_utf8_bytes_plus_one_cut_or_padded_with_zero() -> None:
+    np.testing.assert_array_equal(byte_tokens("hé", 5), [ord("h") + 1, 0xC3 + 1, 0xA9 + 1, 0, 0])
+    np.testing.assert_array_equal(byte_tokens("abcdef", 3), [98, 99, 100])
+
+
+@pytest.mark.slow
+def test_text_classification_subdivided_equals_plain_and_resumes_exactly(tmp_path: Path) -> None:
+    config = text_config(tmp_path)
+    initial = build_training(load_config(config)).model.get_weights()
+    plain = train(config, tmp_path / "plain", quiet=True)
+    subdivided = train(text_config(tmp_path / "s", subdivisions=3), tmp_path / "subdivided", quiet=True)
+    assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
+    assert max_difference(plain.model.get_weights(), initial) > 1e-2  # it trained
+    assert json.loads((tmp_path / "plain" / "labels.json").read_text()) == ["negative", "positive"]
+
+    stopped = text_config(tmp_path / "r", subdivisions=3, epochs=1)
+    train(stopped, tmp_path / "resumed", quiet=True)
+    resumed = train(load_resume_config(tmp_path / "resumed", None, ["training.epochs=2"]), tmp_path / "resumed",
+                    quiet=True, resume=True)  # fmt: skip
+    assert max_difference(resumed.model.get_weights(), subdivided.model.get_weights()) == 0.0
+
+
+def test_predict_reads_text_files_as_training_read_them(tmp_path: Path) -> None:
+    config = text_config(tmp_path, epochs=1)
+    result = train(config, tmp_path / "run", quiet=True)
+    files = sorted((tmp_path / "texts" / "positive").glob("*.txt"))[:3]
+    predictions = predict(tmp_path / "run", [str(tmp_path / "texts" / "positive")])
+    assert [row["input"] for row in predictions.records()][:3] == [str(path) for path in files]
+    tokens = np.stack([byte_tokens(path.read_text(encoding="utf-8"), 40) for path in files])
+    expected = keras.ops.convert_to_numpy(keras.activations.softmax(result.model(tokens, training=False)))
+    got = [[row[f"top{i}_prob"] for i in (1, 2)] for row in predictions.records()[:3]]
+    np.testing.assert_allclose(np.sort(expected, axis=1)[:, ::-1], got, atol=1e-6)
+
+
+def bad_text(tmp: Path, fault: str) -> Path:
+    folder = write_text_folder(tmp / "texts", 4)
+    if fault == "not-utf8":
+        (folder / "positive" / "latin1.txt").write_bytes("café".encode("latin-1"))
+    elif fault == "empty-file":
+        (folder / "negative" / "blank.txt").write_text("")
+    elif fault == "class-without-text":
+        (folder / "other").mkdir()
+    elif fault == "empty-folder":
+        folder = tmp / "nothing"
+        folder.mkdir()
+    data = {"name": "text_folder", "path": str(folder), "sequence_length": 0 if fault == "length-0" else 16}
+    return write_config(tmp / "bad.yaml", data=data, model={"name": "transformer", "width": 8})
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("not-utf8", r"data\.path: .*latin1\.txt is not UTF-8 text \(byte 3\)"),
+        ("empty-file", r"data\.path: .*blank\.txt is empty"),
+        ("class-without-text", r"data\.path: class folder other/ holds no \.txt files"),
+        ("empty-folder", r"data\.path: holds no class subfolders; text classification needs one subfolder per class"),
+        ("length-0", r"data\.sequence_length: .*greater than or equal to 1"),
+    ],
+)
+def test_bad_text_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, message: str
+) -> None:
+    path = bad_text(tmp_path, fault)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("train", str(path))
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert re.search(message, line), line
+
+
+def test_a_transformer_on_samples_that_are_not_token_ids_says_what_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_config(tmp_path / "digits.yaml", data={"name": "digits"}, model={"name": "transformer"})
+    monkeypatch.chdir(tmp_path)
+    result = invoke("train", str(path))
+    assert result.returncode == 1
+    assert "model.name: transformer reads token ids: use a text source (data.name: text_folder)" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_text_example_trains_as_documented(tmp_path: Path) -> None:
+    made = invoke("make-example", "text", str(tmp_path / "reviews"), "--count", "100")
+    assert made.returncode == 0 and made.stdout.strip() == f"wrote 100 texts to {tmp_path / 'reviews'}"
+    config = Path(__file__).resolve().parent.parent / "configs" / "text_classification.yaml"
+    overrides = ["--set", f"data.path={tmp_path / 'reviews'}", "--set", "data.sequence_length=32"]
+    trained = invoke("train", str(config), "--run-dir", str(tmp_path / "run"), "--epochs", "1", *overrides)
+    assert trained.returncode == 0, trained.stderr
+    assert "data text_folder: 80 training + 20 validation samples of shape 32, 2 classes" in trained.stdout
+    assert json.loads((tmp_path / "run" / "labels.json").read_text()) == ["negative", "positive"]
