@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from accumrun.core.losses import MetricSet
 from accumrun.core.step import WholeBatchStep
-from accumrun.core.targets import Targets
+from accumrun.core.targets import Targets, each
 
 
 class Updates(NamedTuple):
@@ -118,7 +118,7 @@ class UpdateLoop:
             reset_done = tf.cond(starts_epoch[k], reset, lambda: tf.constant(False))
             with tf.control_dependencies([reset_done]):
                 batch = tf.identity(rows[k])
-            targets = tf.nest.map_structure(lambda t: tf.gather(t, batch), self._y)
+            targets = each(lambda t: tf.gather(t, batch), self._y)
             loss_sum, applied = self._step(tf.gather(self._x, batch), targets)
             with tf.control_dependencies([loss_sum, applied]):
                 metrics = tf.cond(
