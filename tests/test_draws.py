@@ -160,6 +160,7 @@ def test_a_run_from_before_per_sample_draws_resumes_with_the_draws_it_began_with
     assert max_difference(resumed.model.get_weights(), whole.model.get_weights()) == 0.0
 
 
+@pytest.mark.slow
 def test_dropout_inside_a_saved_model_nested_in_another_draws_per_sample(tmp_path: Path) -> None:
     keras.utils.set_random_seed(3)
     inner = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16), keras.layers.Dropout(0.5)], name="inner")

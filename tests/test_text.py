@@ -56,6 +56,7 @@ def test_text_classification_subdivided_equals_plain_and_resumes_exactly(tmp_pat
     assert max_difference(resumed.model.get_weights(), subdivided.model.get_weights()) == 0.0
 
 
+@pytest.mark.slow
 def test_predict_reads_text_files_as_training_read_them(tmp_path: Path) -> None:
     config = text_config(tmp_path, epochs=1)
     result = train(config, tmp_path / "run", quiet=True)
