@@ -16,7 +16,7 @@ import pytest
 from accumrun import load_config, predict, train
 from accumrun.config.loading import load_resume_config
 from accumrun.data.examples import write_text_folder
-from accumrun.data.text import byte_tokens
+from accumrun.data.tokenizers import ByteTokenizer
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, max_difference, write_config
 
@@ -32,11 +32,6 @@ def text_config(tmp_path: Path, **training: Any) -> dict[str, Any]:
         "optimizer": {"name": "sgd", "learning_rate": 0.3},
         "output": {"tensorboard": False},
     }
-
-
-def test_byte_tokens_are_utf8_bytes_plus_one_cut_or_padded_with_zero() -> None:
-    np.testing.assert_array_equal(byte_tokens("hé", 5), [ord("h") + 1, 0xC3 + 1, 0xA9 + 1, 0, 0])
-    np.testing.assert_array_equal(byte_tokens("abcdef", 3), [98, 99, 100])
 
 
 @pytest.mark.slow
@@ -63,7 +58,7 @@ def test_predict_reads_text_files_as_training_read_them(tmp_path: Path) -> None:
     files = sorted((tmp_path / "texts" / "positive").glob("*.txt"))[:3]
     predictions = predict(tmp_path / "run", [str(tmp_path / "texts" / "positive")])
     assert [row["input"] for row in predictions.records()][:3] == [str(path) for path in files]
-    tokens = np.stack([byte_tokens(path.read_text(encoding="utf-8"), 40) for path in files])
+    tokens = ByteTokenizer().encode([path.read_text(encoding="utf-8") for path in files], 40)
     expected = keras.ops.convert_to_numpy(keras.activations.softmax(result.model(tokens, training=False)))
     got = [[row[f"top{i}_prob"] for i in (1, 2)] for row in predictions.records()[:3]]
     np.testing.assert_allclose(np.sort(expected, axis=1)[:, ::-1], got, atol=1e-6)

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from accumrun.config.schema import (
+    KEY_UNION_SECTIONS,
     UNION_SECTIONS,
     UNION_TAGS,
     Config,
@@ -231,6 +232,10 @@ def _section_classes_along(loc: tuple[Any, ...]) -> list[type[BaseModel]]:
         tagged = UNION_SECTIONS.get(str(loc[0]), {})
         if i == 1 and part in tagged:
             classes.append(tagged[part])
+            continue
+        nested = KEY_UNION_SECTIONS.get(str(loc[i - 1]), {}) if i > 0 else {}
+        if part in nested:
+            classes.append(nested[part])
             continue
         field = classes[-1].model_fields.get(part) if isinstance(part, str) else None
         annotation = getattr(field, "annotation", None)

@@ -250,6 +250,58 @@ class TfrecordConfig(SampleWeights, FileSourceConfig, ImageSourceConfig):
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
 
 
+class ByteTokenizerConfig(_Section):
+    """``tokenizer: {name: byte}``: each UTF-8 byte is a token (ids 1 to 256; 0 pads), no vocabulary to learn."""
+
+    name: Literal["byte"]
+
+
+class CharacterTokenizerConfig(_Section):
+    """``tokenizer: {name: character}``: each Unicode code point ``c`` is a token, id ``c + 2`` when that is below
+    ``vocabulary_size``, else 1 (unknown); 0 pads. No vocabulary to learn: the default 258 ids cover Latin-1
+    (U+0000 to U+00FF); 65,538 would cover the Basic Multilingual Plane."""
+
+    name: Literal["character"]
+    vocabulary_size: int = Field(258, ge=3)
+    """Ids in all, padding's 0 and unknown's 1 among them."""
+
+
+TOKENIZERS: dict[str, type[_Section]] = {"byte": ByteTokenizerConfig, "character": CharacterTokenizerConfig}
+"""Every ``data.tokenizer.name`` and its section."""
+
+
+class _UnknownTokenizerConfig(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: Any
+
+    @field_validator("name")
+    @classmethod
+    def _reject(cls, value: Any) -> Any:
+        raise ValueError(f"input should be {_listed(list(TOKENIZERS))}")
+
+
+def _tokenizer_kind(value: Any) -> str:
+    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+    return name if isinstance(name, str) and name in TOKENIZERS else "unknown"
+
+
+TokenizerConfig = Annotated[
+    Annotated[ByteTokenizerConfig, Tag("byte")]
+    | Annotated[CharacterTokenizerConfig, Tag("character")]
+    | Annotated[_UnknownTokenizerConfig, Tag("unknown")],
+    Discriminator(_tokenizer_kind),
+]
+"""``data.tokenizer``: one section per tokenizer, chosen by ``name``."""
+
+DEFAULT_SEQUENCE_LENGTH = 256
+
+
+def _refuse_image_keys(section: DataSection) -> None:
+    for key in ("normalize", "augment"):
+        if getattr(section, key):
+            raise ValueError(f"{key} applies to images and arrays, not to text")
+
+
 class CsvConfig(SampleWeights, FileSourceConfig):
     """``name: csv``: a table with a header row; the other numeric columns are the features."""
 
@@ -262,6 +314,24 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     other numbers the targets of a regression."""
     id: str | None = None
     """A column that names each row (not a feature); ``predict`` on a CSV writes it as the ``input`` column."""
+    text: str | None = Field(None, min_length=1)
+    """A text column: set, each sample is its cell's ``sequence_length`` tokens, and no column is a feature."""
+    tokenizer: TokenizerConfig | None = None
+    """With ``text``: how its cells become token ids (default ``{name: byte}``)."""
+    sequence_length: int | None = Field(None, ge=1)
+    """With ``text``: tokens per sample (default 256), cut or padded with id 0."""
+
+    @model_validator(mode="after")
+    def _text_keys(self) -> CsvConfig:
+        if self.text is None:
+            if self.tokenizer is not None or self.sequence_length is not None:
+                raise ValueError("tokenizer and sequence_length apply to a text column: set data.text too")
+            return self
+        _refuse_image_keys(self)
+        # Filled in here, not as field defaults, so a table of numbers records no tokenizer in its config.yaml.
+        self.tokenizer = self.tokenizer or ByteTokenizerConfig(name="byte")
+        self.sequence_length = self.sequence_length or DEFAULT_SEQUENCE_LENGTH
+        return self
 
     @property
     def label_columns(self) -> list[str]:
@@ -282,27 +352,36 @@ class TfdsConfig(ImageSourceConfig):
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
 
 
-class ByteTokenizerConfig(_Section):
-    """``tokenizer: {name: byte}``: each UTF-8 byte is a token (ids 1 to 256; 0 pads), no vocabulary to learn."""
+class TextSourceConfig(FileSourceConfig):
+    """A source of UTF-8 text, each sample tokenized to ``sequence_length`` token ids."""
 
-    name: Literal["byte"]
+    tokenizer: TokenizerConfig = Field(default_factory=lambda: ByteTokenizerConfig(name="byte"))
+    sequence_length: int = Field(DEFAULT_SEQUENCE_LENGTH, ge=1)
+    """Tokens per sample: a longer text is cut, a shorter one padded with id 0 (masked in the model)."""
+
+    @model_validator(mode="after")
+    def _no_image_keys(self) -> TextSourceConfig:
+        _refuse_image_keys(self)
+        return self
 
 
-class TextFolderConfig(FileSourceConfig):
+class TextFolderConfig(TextSourceConfig):
     """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class (the layout
     ``keras.utils.text_dataset_from_directory`` reads), tokenized to ``sequence_length`` token ids."""
 
     needs = {"path": "a folder with one subfolder of .txt files per class"}
-    tokenizer: ByteTokenizerConfig = Field(default_factory=lambda: ByteTokenizerConfig(name="byte"))
-    sequence_length: int = Field(256, ge=1)
-    """Tokens per sample: a longer text is cut, a shorter one padded with id 0 (masked in the model)."""
+    name: Literal["text_folder"]
 
-    @model_validator(mode="after")
-    def _no_image_keys(self) -> TextFolderConfig:
-        for key in ("normalize", "augment"):
-            if getattr(self, key):
-                raise ValueError(f"{key} applies to images and arrays, not to text")
-        return self
+
+class JsonlConfig(TextSourceConfig):
+    """``name: jsonl``: one JSON object per line, its ``text`` key tokenized and its ``label`` key the target."""
+
+    needs = {"path": "the path of a .jsonl file", "label": "the key of each object's label"}
+    name: Literal["jsonl"]
+    text: str = Field("text", min_length=1)
+    """The key of each object's text."""
+    label: str = Field(min_length=1)
+    """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
 
 
 DATA_SECTIONS: dict[str, type[DataSection]] = {
@@ -316,6 +395,7 @@ DATA_SECTIONS: dict[str, type[DataSection]] = {
     "csv": CsvConfig,
     "tfds": TfdsConfig,
     "text_folder": TextFolderConfig,
+    "jsonl": JsonlConfig,
 }
 """Every ``data.name`` and its section, in the order the docs list them."""
 
@@ -346,6 +426,7 @@ DataConfig = Annotated[
     | Annotated[CsvConfig, Tag("csv")]
     | Annotated[TfdsConfig, Tag("tfds")]
     | Annotated[TextFolderConfig, Tag("text_folder")]
+    | Annotated[JsonlConfig, Tag("jsonl")]
     | Annotated[_UnknownDataConfig, Tag("unknown")],
     Discriminator(_data_kind),
 ]
@@ -522,7 +603,14 @@ UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
     "data": {**DATA_SECTIONS, "unknown": _UnknownDataConfig},
 }
 """The sections of each union by their tag, which pydantic adds to an error's location."""
-UNION_TAGS = {**{key: set(sections) for key, sections in UNION_SECTIONS.items()}, "learning_rate": {"rate", "schedule"}}
+KEY_UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
+    "tokenizer": {**TOKENIZERS, "unknown": _UnknownTokenizerConfig}
+}
+"""The sections of the unions nested inside a section, by their key (``data.tokenizer``), then by their tag."""
+UNION_TAGS = {
+    **{key: set(sections) for key, sections in (UNION_SECTIONS | KEY_UNION_SECTIONS).items()},
+    "learning_rate": {"rate", "schedule"},
+}
 
 
 class Watched(_Section):

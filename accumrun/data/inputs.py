@@ -16,19 +16,20 @@ import numpy as np
 
 from accumrun.data.splits import IMAGE_EXTENSIONS, ArraySplit, ImageFiles, Split
 from accumrun.data.tables import read_column, read_features
-from accumrun.data.text import byte_tokens, read_text
+from accumrun.data.text import read_text
+from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
 
 
 @dataclass(frozen=True)
 class InputKind:
     """What the model takes: one sample's shape and dtype, whether it reads image files (an image run) or text
-    files (a text run, tokenized to its ``sample_shape``), and the feature columns of a table (a CSV run)."""
+    files (a text run: its ``tokenizer``, to ``sample_shape``), and the feature columns of a table (a CSV run)."""
 
     sample_shape: tuple[int, ...]
     dtype: np.dtype
     images: bool = False
-    text: bool = False
+    tokenizer: Tokenizer | None = None
     features: list[str] | None = None
     id_column: str | None = None
     """The CSV column that names each row (``data.id``), when the run has one."""
@@ -36,7 +37,7 @@ class InputKind:
     def describe(self) -> str:
         if self.images:
             return "image files or folders of them, or an .npz with x"
-        if self.text:
+        if self.tokenizer is not None:
             return ".txt files or folders of them, or an .npz of token ids x"
         if self.features is not None:
             return "a CSV with the feature columns, or an .npz with x"
@@ -67,11 +68,11 @@ def read_inputs(paths: Sequence[str], kind: InputKind) -> list[InputGroup]:
         path = Path(given)
         if not path.exists():
             raise DataError(given, "no such file or folder")
-        if kind.text and (path.is_dir() or path.suffix.lower() == ".txt"):
+        if kind.tokenizer is not None and (path.is_dir() or path.suffix.lower() == ".txt"):
             files = [given] if path.is_file() else sorted(str(p) for p in path.rglob("*.txt") if p.is_file())
             if not files:
                 raise DataError(given, "holds no .txt files")
-            groups.append(_text_group(files, kind))
+            groups.append(_text_group(files, kind.tokenizer, kind.sample_shape))
             continue
         if path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS:
             _check_images(given, kind)
@@ -109,10 +110,10 @@ def _image_group(paths: list[str], kind: InputKind) -> InputGroup:
     return InputGroup(paths, files)
 
 
-def _text_group(paths: list[str], kind: InputKind) -> InputGroup:
+def _text_group(paths: list[str], tokenizer: Tokenizer, sample_shape: tuple[int, ...]) -> InputGroup:
     """Text files, each one sample, tokenized as the run's training texts were."""
-    (length,) = kind.sample_shape
-    tokens = np.stack([byte_tokens(read_text(Path(path), path), length) for path in paths])
+    (length,) = sample_shape
+    tokens = tokenizer.encode([read_text(Path(path), path) for path in paths], length)
     return InputGroup(paths, ArraySplit(tokens, np.zeros(len(paths), np.int32)))
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from accumrun.config.schema import DataSection, DigitsConfig, IdxConfig, NpzConfig, SyntheticConfig
 from accumrun.data.images import load_image_folder
+from accumrun.data.jsonl import load_jsonl
 from accumrun.data.records import load_tfrecord
 from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.tables import load_csv
@@ -216,6 +217,7 @@ SOURCES: dict[str, Source[Any]] = {
     "csv": Source(load_csv),
     "tfds": Source(load_tfds),
     "text_folder": Source(load_text_folder),
+    "jsonl": Source(load_jsonl),
 }
 """Every dataset name the config accepts (the names of ``DATA_SECTIONS``, in its order)."""
 

@@ -1,9 +1,10 @@
 """``data.name: csv``: a table with a header row; ``data.label`` names the target column, or several.
 
-The other columns are the features, as float32, held in memory. A column with no number in it (a name) and the
-``data.id`` and ``data.weight`` columns are not features and are left out (the weight column holds each row's
-weight, a finite number >= 0); a column of numbers with a cell that is not one is an error
-that names the file, the row and the column. One label column may hold numbers (class indices or regression
+With ``data.text``, each sample is that column's text as token ids (see :mod:`accumrun.data.text`), and no column
+is a feature. Else the other columns are the features, as float32, held in memory. A column with no number in it
+(a name) and the ``data.id`` and ``data.weight`` columns are not features and are left out (the weight column holds
+each row's weight, a finite number >= 0); a column of numbers with a cell that is not one is an error that names
+the file, the row and the column. One label column may hold numbers (class indices or regression
 values) or class names, which are then numbered in sorted order. Several label columns hold numbers: all 0 or 1,
 they are a multi-label task's labels, named by their columns; else the targets of a regression.
 """
@@ -12,43 +13,53 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from accumrun.config.schema import CsvConfig
 from accumrun.data.splits import ArraySplit, Splits
+from accumrun.data.text import TextColumn
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 
 
 def load_csv(config: CsvConfig, seed: int) -> Splits:
-    """The table at ``data.path`` (and ``data.validation_path``, with the same columns).
+    """The table at ``data.path`` (and ``data.validation_path``, with the same columns); with ``data.text``, each
+    sample is that column's cell as token ids.
 
     Raises:
-        DataError: a file is missing or empty, lacks a label or id column, or has a non-numeric feature cell.
+        DataError: a file is missing or empty, lacks a label, id, weight or text column, has a non-numeric
+            feature cell or an empty text cell.
     """
-    train = read_table(
-        Path(config.path), "data.path", config.label_columns, id_column=config.id, weight_column=config.weight
-    )
+    text = TextColumn.of(config)
+    labels, id_column, weight = config.label_columns, config.id, config.weight
+    train = read_table(Path(config.path), "data.path", labels, id_column=id_column, weight_column=weight, text=text)
     test = None
     if config.validation_path:
-        test = read_table(
-            Path(config.validation_path),
-            "data.validation_path",
-            config.label_columns,
-            train.features,
-            config.id,
-            config.weight,
-        )
+        path = Path(config.validation_path)
+        test = read_table(path, "data.validation_path", labels, train.features, id_column, weight, text)
+    if text is not None:
+        return labelled_splits(train, test, vocabulary_size=text.tokenizer.vocabulary_size)
+    return labelled_splits(train, test, features=train.features)
+
+
+def labelled_splits(train: Table, test: Table | None, **keys: Any) -> Splits:
+    """The splits of a training table and a validation table with the same kind of labels, text labels numbered
+    by the training table's classes; ``keys`` are the other fields of :class:`Splits`.
+
+    Raises:
+        DataError: the validation table's labels are of another kind, or name a class the training table lacks.
+    """
     names = train.class_names
     if test is not None and (names is None) != (test.class_names is None):
         raise DataError("data.validation_path", f"has {_kind(test)} labels where data.path has {_kind(train)} ones")
-    if names is not None and test is not None and test.class_names is not None and len(config.label_columns) == 1:
+    if names is not None and test is not None and test.class_names is not None and train.text_labels:
         unknown = sorted(set(test.class_names) - set(names))
         if unknown:
             raise DataError("data.validation_path", f"has labels that data.path does not: {unknown}")
         test = test.renumbered(names)
-    return Splits(train.split, test.split if test else None, class_names=names, features=train.features)
+    return Splits(train.split, test.split if test else None, class_names=names, **keys)
 
 
 class Table:
@@ -92,6 +103,11 @@ class Table:
             return cls(features, x, y.astype(np.int32), list(columns), [])
         return cls(features, x, y, None, [])
 
+    @property
+    def text_labels(self) -> bool:
+        """Whether the labels were class names in one column (numbered by :meth:`of_column`)."""
+        return bool(self._texts)
+
     def renumbered(self, names: list[str]) -> Table:
         """The same table with its text labels numbered as in ``names`` (the training file's classes)."""
         self.class_names = names
@@ -115,26 +131,30 @@ def read_table(
     features: list[str] | None = None,
     id_column: str | None = None,
     weight_column: str | None = None,
+    text: TextColumn | None = None,
 ) -> Table:
     """Read ``path`` with its ``labels`` columns (and ``id_column`` and ``weight_column``, which are no features);
-    with ``features``, the file must have those feature columns (a validation file)."""
+    with ``features``, the file must have those feature columns (a validation file); with ``text``, the samples
+    are that column's tokens and no column is a feature."""
     header, lines, columns = _read_columns(path, key)
     unknown = [name for name in labels if name not in header]
     if unknown:
         shown = unknown[0] if len(unknown) == 1 else unknown
         raise DataError("data.label", f"{path} has no column {shown!r}; its columns are {header}", shown)
-    for column, config_key in ((id_column, "data.id"), (weight_column, "data.weight")):
+    text_column = text.column if text is not None else None
+    for column, config_key in ((id_column, "data.id"), (weight_column, "data.weight"), (text_column, "data.text")):
         if column is not None and column not in header:
             raise DataError(config_key, f"{path} has no column {column!r}; its columns are {header}", column)
-    if features is None:
-        others = [name for name in header if name not in labels and name not in (id_column, weight_column)]
-        features = [name for name in others if any(_is_number(cell) for cell in columns[name])]
-        if not features:
-            raise DataError(key, f"{path} has no numeric feature column besides {', '.join(map(repr, labels))}")
-    missing = [name for name in features if name not in columns]
-    if missing:
-        raise DataError(key, f"{path} lacks the feature columns {missing} that data.path has")
-    x = _numeric(path, key, columns, features, lines)
+    if text is not None:
+        features = []
+        x = text.tokens(path, columns[text.column], lines)
+    else:
+        if features is None:
+            features = _feature_columns(path, key, header, columns, [*labels, id_column, weight_column])
+        missing = [name for name in features if name not in columns]
+        if missing:
+            raise DataError(key, f"{path} lacks the feature columns {missing} that data.path has")
+        x = _numeric(path, key, columns, features, lines)
     if len(labels) == 1:
         table = Table.of_column(features, x, columns[labels[0]])
     else:
@@ -143,6 +163,21 @@ def read_table(
         cells = _numeric(path, "data.weight", columns, [weight_column], lines)[:, 0]
         table.w = checked_weights(cells, f"{path}, column {weight_column!r}", len(cells))
     return table
+
+
+def _feature_columns(
+    path: Path, key: str, header: list[str], columns: dict[str, list[str]], others: list[str | None]
+) -> list[str]:
+    """The columns with a number in them, but ``others`` (the labels, the id and weight columns).
+
+    Raises:
+        DataError: there is none.
+    """
+    features = [name for name in header if name not in others and any(_is_number(cell) for cell in columns[name])]
+    if not features:
+        labels = [name for name in others if name is not None]
+        raise DataError(key, f"{path} has no numeric feature column besides {', '.join(map(repr, labels))}")
+    return features
 
 
 def read_column(path: Path, name: str) -> list[str] | None:

@@ -13,6 +13,7 @@ import tensorflow as tf
 from accumrun.config.loading import load_config
 from accumrun.config.schema import Config, CsvConfig
 from accumrun.data.tables import read_table
+from accumrun.data.tokenizers import Tokenizer, text_input
 from accumrun.errors import ConfigError
 from accumrun.kinds import ModelFile, RunState, Task
 from accumrun.models.outputs import output_activation
@@ -70,9 +71,14 @@ class FinishedRun:
         header); None for other sources."""
         recorded = self._json_list("features.json")
         data = self.config.data
-        if recorded is not None or not isinstance(data, CsvConfig):
+        if recorded is not None or not isinstance(data, CsvConfig) or data.text is not None:
             return recorded
         return read_table(Path(data.path), "data.path", data.label_columns, id_column=data.id).features
+
+    @property
+    def text_input(self) -> tuple[Tokenizer, int] | None:
+        """The tokenizer and sequence length of a run on text; None for other runs."""
+        return text_input(self.config.data)
 
     @property
     def id_column(self) -> str | None:

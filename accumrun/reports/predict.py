@@ -21,7 +21,7 @@ import numpy as np
 import progressbar
 import tensorflow as tf
 
-from accumrun.config.schema import ImageSourceConfig, TextFolderConfig
+from accumrun.config.schema import ImageSourceConfig
 from accumrun.core.split import batch_sizes
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputKind, read_inputs
@@ -92,7 +92,7 @@ def predict_run(
         sample_shape=tuple(model.input_shape[1:]),
         dtype=np.dtype(model.inputs[0].dtype),
         images=isinstance(run.config.data, ImageSourceConfig),
-        text=isinstance(run.config.data, TextFolderConfig),
+        tokenizer=text[0] if (text := run.text_input) is not None else None,
         features=run.features,
         id_column=run.id_column,
     )

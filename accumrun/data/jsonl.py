@@ -1,0 +1,93 @@
+"""``data.name: jsonl``: JSON Lines, one object per line, whose ``data.text`` key holds the text and whose
+``data.label`` key holds the label.
+
+Labels are read as a CSV's label column is: class names (numbered in sorted order), class indices, or other
+numbers (regression targets). Blank lines are skipped; every other line must be an object with both keys and a
+non-empty text, or the error names the file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from accumrun.config.schema import JsonlConfig
+from accumrun.data.splits import Splits
+from accumrun.data.tables import Table, labelled_splits
+from accumrun.data.tokenizers import Tokenizer, tokenizer_for
+from accumrun.errors import DataError
+
+
+def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
+    """The objects of ``data.path`` (and ``data.validation_path``), their texts tokenized.
+
+    Raises:
+        DataError: a file is missing, empty or not JSON Lines, or a line lacks a key or has a bad value.
+    """
+    tokenizer = tokenizer_for(config.tokenizer)
+    train = _read(Path(config.path), "data.path", config, tokenizer)
+    test = None
+    if config.validation_path:
+        test = _read(Path(config.validation_path), "data.validation_path", config, tokenizer)
+    return labelled_splits(train, test, vocabulary_size=tokenizer.vocabulary_size)
+
+
+def _read(path: Path, key: str, config: JsonlConfig, tokenizer: Tokenizer) -> Table:
+    if not path.is_file():
+        raise DataError(key, "JSON Lines file not found", str(path))
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataError(key, f"cannot read {path} as UTF-8 text: {error}") from None
+    texts: list[str] = []
+    labels: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        record = _object(path, key, number, line)
+        texts.append(_text(path, number, record, config.text))
+        labels.append(_label(path, number, record, config.label))
+    if not texts:
+        raise DataError(key, f"{path} is empty; it needs one JSON object per line")
+    return Table.of_column([], tokenizer.encode(texts, config.sequence_length), labels)
+
+
+def _object(path: Path, key: str, number: int, line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DataError(key, f"{path}, line {number}: not JSON ({error.msg}, column {error.colno})") from None
+    if not isinstance(record, dict):
+        raise DataError(key, f"{path}, line {number}: a JSON {type(record).__name__}, not an object")
+    return record
+
+
+def _text(path: Path, number: int, record: dict[str, Any], name: str) -> str:
+    if name not in record:
+        raise DataError("data.text", f"{path}, line {number}: no key {name!r}; it has {sorted(record)}")
+    text = record[name]
+    if not isinstance(text, str):
+        raise DataError("data.text", f"{path}, line {number}: {name!r} is not a string", _shown(text))
+    if not text:
+        raise DataError("data.text", f"{path}, line {number}: {name!r} is empty")
+    return text
+
+
+def _label(path: Path, number: int, record: dict[str, Any], name: str) -> str:
+    """The label as a CSV cell would hold it, for :meth:`Table.of_column` to read the same way."""
+    if name not in record:
+        raise DataError("data.label", f"{path}, line {number}: no key {name!r}; it has {sorted(record)}")
+    label = record[name]
+    if isinstance(label, bool):  # a bool is an int to Python; as a label it is class 0 or 1
+        return str(int(label))
+    if not isinstance(label, str | int | float):
+        what = f"{path}, line {number}: {name!r} must be a class name or a number"
+        raise DataError("data.label", what, _shown(label))
+    return str(label)
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as the file writes it, shortened to fit in one line."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."

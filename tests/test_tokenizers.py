@@ -1,0 +1,87 @@
+"""The tokenizers: their ids, the same on the host and in a TensorFlow graph, back to text, and their config."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer, Tokenizer
+from tests.helpers import invoke, write_config
+
+TRICKY = [
+    "",
+    "hé",
+    "naïve café, crème brûlée",
+    "emoji 😀👍🏽 and a flag 🇫🇷",
+    "e\u0301 combining, \u00a0nbsp, \u200bzero width",
+    "Ωμέγα ≈ √2 €",
+    "tab\tnew\nline\x00nul",
+    "a much longer text than any length the test cuts it to, " * 3,
+]
+TOKENIZERS: list[Tokenizer] = [ByteTokenizer(), CharacterTokenizer(258), CharacterTokenizer(70_000)]
+
+
+def test_byte_tokens_are_utf8_bytes_plus_one_cut_or_padded_with_zero() -> None:
+    tokenizer = ByteTokenizer()
+    np.testing.assert_array_equal(tokenizer.encode(["hé"], 5), [[ord("h") + 1, 0xC3 + 1, 0xA9 + 1, 0, 0]])
+    np.testing.assert_array_equal(tokenizer.encode(["abcdef", ""], 3), [[98, 99, 100], [0, 0, 0]])
+    assert tokenizer.vocabulary_size == 257
+
+
+def test_character_tokens_are_code_points_plus_two_or_unknown_above_the_vocabulary() -> None:
+    latin = CharacterTokenizer(258)
+    np.testing.assert_array_equal(latin.encode(["hé€😀"], 6), [[ord("h") + 2, 0xE9 + 2, 1, 1, 0, 0]])
+    wide = CharacterTokenizer(0x20AC + 3)  # just holds the euro sign
+    np.testing.assert_array_equal(wide.encode(["€😀", "\x00"], 2), [[0x20AC + 2, 1], [2, 0]])
+
+
+@pytest.mark.parametrize("tokenizer", TOKENIZERS, ids=lambda t: f"{type(t).__name__}-{t.vocabulary_size}")
+def test_the_graph_encodes_exactly_as_the_host(tokenizer: Tokenizer) -> None:
+    for length in (1, 7, 16, 300):
+        host = tokenizer.encode(TRICKY, length)
+        graph = tokenizer.encode_tensor(tf.constant(TRICKY), length)
+        assert graph.dtype == tf.int32 and host.dtype == np.int32
+        np.testing.assert_array_equal(graph.numpy(), host)
+        assert host.shape == (len(TRICKY), length)
+        assert host.max() < tokenizer.vocabulary_size
+    # Inside a compiled function, with an unknown batch size, as a serving signature runs it.
+    traced = tf.function(
+        lambda texts: tokenizer.encode_tensor(texts, 16), input_signature=[tf.TensorSpec([None], tf.string)]
+    )
+    np.testing.assert_array_equal(traced(tf.constant(TRICKY)).numpy(), tokenizer.encode(TRICKY, 16))
+
+
+def test_decode_gives_the_text_back_skipping_padding() -> None:
+    for tokenizer in (ByteTokenizer(), CharacterTokenizer(0x110000 + 2)):
+        for text in TRICKY:
+            ids = tokenizer.encode([text], 400)[0]
+            assert tokenizer.decode(ids) == text
+            assert tokenizer.decode(list(ids)) == text
+    assert CharacterTokenizer(258).decode([ord("a") + 2, 1, 0, ord("b") + 2, 0]) == "a\ufffdb"
+    assert ByteTokenizer().decode(ByteTokenizer().encode(["é"], 1)[0]) == "\ufffd"  # half a character, cut
+    with pytest.raises(ValueError, match="token id 257 is outside the vocabulary of 257 ids"):
+        ByteTokenizer().decode([1, 257])
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "message"),
+    [
+        ({"name": "word"}, r"^Error: data\.tokenizer\.name: input should be 'byte' or 'character' \(got 'word'\)$"),
+        ({"name": "character", "vocabulary_size": 2}, r"^Error: data\.tokenizer\.vocabulary_size: .*equal to 3"),
+        ({"name": "byte", "size": 3}, r"^Error: data\.tokenizer\.size: unknown key; known keys: name$"),
+    ],
+)
+def test_a_bad_tokenizer_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokenizer: dict[str, object], message: str
+) -> None:
+    data = {"name": "text_folder", "path": "texts", "tokenizer": tokenizer}
+    path = write_config(tmp_path / "bad.yaml", data=data, model={"name": "transformer", "width": 8})
+    monkeypatch.chdir(tmp_path)
+    result = invoke("check", str(path))
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert re.search(message, line), line
