@@ -87,7 +87,7 @@ def _label(path: Path, number: int, record: dict[str, Any], name: str) -> str:
     return str(label)
 
 
-def _shown(value: Any) -> str:
-    """A JSON value as the file writes it, shortened to fit in one line."""
+def _shown(value: Any) -> Any:
+    """A bad value for the message: itself, or the start of its JSON when that is long (a large object)."""
     text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return value if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,152 @@
+"""Text in tables: a CSV's ``data.text`` column and JSON Lines files, tokenized; text classification from them
+trains subdivided as plain, and bad rows are refused in one line that names the line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from accumrun import load_config, train
+from accumrun.config.schema import data_config
+from accumrun.data.dataset import load_dataset
+from accumrun.data.examples import write_text_folder
+from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
+from accumrun.training.setup import build_training
+from tests.helpers import invoke, max_difference, write_config
+
+
+def reviews(tmp_path: Path, count: int = 24) -> list[tuple[str, str]]:
+    """``count`` short reviews (1 to 24 words, a few accented) and their class, alternating."""
+    folder = write_text_folder(tmp_path / "made", count)
+    files = sorted(folder.rglob("*.txt"), key=lambda path: path.name)
+    return [(path.read_text(encoding="utf-8"), path.parent.name) for path in files]
+
+
+def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
+    """The reviews as a table: a numeric ``stars`` column (no feature when there is a text column), the text, the
+    class name."""
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["stars", "review", "sentiment"])
+        writer.writerows([[index % 5, text, label] for index, (text, label) in enumerate(rows)])
+    return path
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records), encoding="utf-8")
+    return path
+
+
+def table_config(data: dict[str, Any], **training: Any) -> dict[str, Any]:
+    """The text test's tiny transformer and batches of 10 (10, 10 and a last 1 of 21 training rows), SGD."""
+    return {
+        "seed": 2,
+        "data": {"sequence_length": 32, **data},
+        "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16, "dropout": 0.1},
+        "training": {"epochs": 2, "batch_size": 10, "subdivisions": 1, **training},
+        "optimizer": {"name": "sgd", "learning_rate": 0.3},
+        "output": {"tensorboard": False},
+    }
+
+
+def test_a_text_column_and_json_lines_are_their_texts_tokens(tmp_path: Path) -> None:
+    rows = reviews(tmp_path, 12)
+    texts = [text for text, _ in rows]
+    table = write_csv(tmp_path / "reviews.csv", rows)
+    config = data_config(name="csv", path=str(table), label="sentiment", text="review", validation_split=0.0)
+    dataset = load_dataset(config, seed=0)
+    np.testing.assert_array_equal(dataset.train.x, ByteTokenizer().encode(texts, 256))
+    np.testing.assert_array_equal(dataset.train.y, [["negative", "positive"].index(label) for _, label in rows])
+    assert (dataset.features, dataset.vocabulary_size, dataset.labels) == (None, 257, ["negative", "positive"])
+
+    lines = write_jsonl(
+        tmp_path / "reviews.jsonl", [{"body": text, "y": i % 3, "x": 1} for i, text in enumerate(texts)]
+    )
+    tokenizer = {"name": "character", "vocabulary_size": 300}
+    config = data_config(name="jsonl", path=str(lines), text="body", label="y", tokenizer=tokenizer,
+                         sequence_length=20, validation_split=0.0)  # fmt: skip
+    dataset = load_dataset(config, seed=0)
+    np.testing.assert_array_equal(dataset.train.x, CharacterTokenizer(300).encode(texts, 20))
+    np.testing.assert_array_equal(dataset.train.y, np.arange(12) % 3)
+    assert (dataset.vocabulary_size, dataset.labels) == (300, ["0", "1", "2"])
+
+
+@pytest.mark.slow
+def test_text_classification_from_csv_and_jsonl_subdivided_equals_plain(tmp_path: Path) -> None:
+    rows = reviews(tmp_path)
+    table = {"name": "csv", "path": str(write_csv(tmp_path / "reviews.csv", rows)), "label": "sentiment",
+             "text": "review"}  # fmt: skip
+    records = [{"text": text, "label": ["negative", "positive"].index(label)} for text, label in rows]
+    lines = {"name": "jsonl", "path": str(write_jsonl(tmp_path / "reviews.jsonl", records)), "label": "label"}
+    initial = build_training(load_config(table_config(table))).model.get_weights()
+    plain = train(table_config(table), tmp_path / "plain", quiet=True)
+    subdivided = train(table_config(table, subdivisions=3), tmp_path / "subdivided", quiet=True)
+    assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
+    assert max_difference(plain.model.get_weights(), initial) > 1e-2  # it trained
+    assert json.loads((tmp_path / "plain" / "labels.json").read_text()) == ["negative", "positive"]
+    assert not (tmp_path / "plain" / "features.json").exists()
+    # The same texts and classes, in the same order, from JSON Lines: the same training.
+    from_lines = train(table_config(lines, subdivisions=3), tmp_path / "lines", quiet=True)
+    assert max_difference(from_lines.model.get_weights(), subdivided.model.get_weights()) < 1e-6
+    assert json.loads((tmp_path / "lines" / "labels.json").read_text()) == ["0", "1"]
+
+
+def bad_table(tmp: Path, fault: str) -> Path:
+    good = [{"text": "a good film", "label": "positive"}, {"text": "a bad film", "label": "negative"}]
+    data: dict[str, Any] = {"name": "jsonl", "path": str(tmp / "t.jsonl"), "label": "label", "sequence_length": 8}
+    records: list[Any] = [*good, *good]
+    if fault == "no-text-key":
+        records[2] = {"review": "fine", "label": "positive"}
+    elif fault == "no-label-key":
+        records[3] = {"text": "fine"}
+    elif fault == "text-not-string":
+        records[0] = {"text": 5, "label": "positive"}
+    elif fault == "empty-text":
+        records[1] = {"text": "", "label": "negative"}
+    elif fault == "not-an-object":
+        records[1] = ["a good film", "positive"]
+    write_jsonl(tmp / "t.jsonl", records)
+    if fault == "not-json":
+        (tmp / "t.jsonl").write_text('{"text": "a", "label": "x"}\n{"text": "b", label}\n')
+    elif fault == "empty-file":
+        (tmp / "t.jsonl").write_text("\n\n")
+    elif fault.startswith("csv"):
+        (tmp / "t.csv").write_text("review,label\nfine,positive\n,negative\n")
+        data = {"name": "csv", "path": str(tmp / "t.csv"), "label": "label", "text": "review"}
+        if fault == "csv-no-text-column":
+            data["text"] = "body"
+        elif fault == "csv-tokenizer-without-text":
+            data = {**data, "text": None, "tokenizer": {"name": "byte"}}
+    return write_config(tmp / "bad.yaml", data=data, model={"name": "transformer", "width": 8})
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("no-text-key", r"data\.text: .*t\.jsonl, line 3: no key 'text'; it has \['label', 'review'\]"),
+        ("no-label-key", r"data\.label: .*t\.jsonl, line 4: no key 'label'; it has \['text'\]"),
+        ("text-not-string", r"data\.text: .*t\.jsonl, line 1: 'text' is not a string \(got 5\)"),
+        ("empty-text", r"data\.text: .*t\.jsonl, line 2: 'text' is empty"),
+        ("not-an-object", r"data\.path: .*t\.jsonl, line 2: a JSON list, not an object"),
+        ("not-json", r"data\.path: .*t\.jsonl, line 2: not JSON \(Expecting property name enclosed"),
+        ("empty-file", r"data\.path: .*t\.jsonl is empty; it needs one JSON object per line"),
+        ("csv-empty-text", r"data\.text: .*t\.csv, line 3: the text in column 'review' is empty"),
+        ("csv-no-text-column", r"data\.text: .*t\.csv has no column 'body'; its columns are \['review', 'label'\]"),
+        ("csv-tokenizer-without-text", r"data: tokenizer and sequence_length apply to a text column: set data\.text"),
+    ],
+)
+def test_a_bad_text_table_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, message: str
+) -> None:
+    path = bad_table(tmp_path, fault)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("train", str(path))
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert re.search(message, line), line
