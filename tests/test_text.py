@@ -12,8 +12,9 @@ from typing import Any
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from accumrun import load_config, predict, train
+from accumrun import export, load_config, predict, train
 from accumrun.config.loading import load_resume_config
 from accumrun.data.examples import write_text_folder
 from accumrun.data.tokenizers import ByteTokenizer
@@ -62,6 +63,30 @@ def test_predict_reads_text_files_as_training_read_them(tmp_path: Path) -> None:
     expected = keras.ops.convert_to_numpy(keras.activations.softmax(result.model(tokens, training=False)))
     got = [[row[f"top{i}_prob"] for i in (1, 2)] for row in predictions.records()[:3]]
     np.testing.assert_allclose(np.sort(expected, axis=1)[:, ::-1], got, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_export_takes_strings_and_serves_what_predict_gives(tmp_path: Path) -> None:
+    config = text_config(tmp_path, epochs=1)
+    config["data"]["tokenizer"] = {"name": "character", "vocabulary_size": 300}
+    train(config, tmp_path / "run", quiet=True)
+    texts = ["a great film", "réussi, très réussi", "dull 😀 emoji, unknown", "tedious " * 10, "x"]
+    exported = export(tmp_path / "run")
+    assert exported.describe().startswith(f"wrote {exported.path}: serving_default(texts string [None]) -> ")
+    serve = tf.saved_model.load(str(exported.path)).signatures["serving_default"]
+    served = {key: value.numpy() for key, value in serve(texts=tf.constant(texts)).items()}
+
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    for index, text in enumerate(texts):
+        (folder / f"{index}.txt").write_text(text, encoding="utf-8")
+    rows = predict(tmp_path / "run", [str(folder / f"{index}.txt") for index in range(len(texts))]).records()
+    labels = ["negative", "positive"]
+    predicted = np.array([[row[f"top{i}_prob"] for i in (1, 2)] for row in rows])
+    order = np.array([[labels.index(row[f"top{i}_class"]) for i in (1, 2)] for row in rows])
+    np.testing.assert_allclose(np.take_along_axis(served["probabilities"], order, axis=1), predicted, atol=1e-5)
+    assert [name.decode() for name in served["class_name"]] == [row["prediction"] for row in rows]
+    np.testing.assert_array_equal(served["class_index"], order[:, 0])
 
 
 def bad_text(tmp: Path, fault: str) -> Path:

@@ -1,10 +1,11 @@
 """``accumrun export``: a finished run's model as a TensorFlow SavedModel, for TF Serving or ``tf.saved_model.load``.
 
 Its ``serving_default`` signature takes raw samples (as the run's source stores them; the preprocessing is in the
-model) and returns ``probabilities``, and for classification also ``class_index`` and ``class_name``; for
-regression it returns ``values``. It is written with Keras' ``ExportArchive`` (what ``model.export`` uses) through
-:func:`~accumrun.rundir.atomic.write_atomically`, under a temporary name and renamed into place, so a failed
-export leaves nothing half-written.
+model), or for a run on text a batch of strings (``texts``, tokenized inside by the run's tokenizer as TensorFlow
+ops, so serving needs no accumrun), and returns ``probabilities``, and for classification also ``class_index``
+and ``class_name``; for regression it returns ``values``. It is written with Keras' ``ExportArchive`` (what
+``model.export`` uses) through :func:`~accumrun.rundir.atomic.write_atomically`, under a temporary name and
+renamed into place, so a failed export leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ class Exported:
 
     path: Path
     samples: tf.TensorSpec
+    """The signature's input: ``samples``, or ``texts`` (tf.string ``[None]``) for a run on text."""
     outputs: list[str]
 
     def describe(self) -> str:
         """``wrote runs/x/export/savedmodel: serving_default(samples uint8 [None, 8, 8, 1]) -> probabilities, ...``."""
         shape = ", ".join("None" if size is None else str(size) for size in self.samples.shape)
-        return f"wrote {self.path}: serving_default(samples {self.samples.dtype.name} [{shape}]) -> " + ", ".join(
-            self.outputs
-        )
+        signature = f"{self.samples.name} {self.samples.dtype.name} [{shape}]"
+        return f"wrote {self.path}: serving_default({signature}) -> " + ", ".join(self.outputs)
 
 
 def export_run(
@@ -69,8 +70,16 @@ def export_run(
 
     archive = keras.export.ExportArchive()
     archive.track(model)
-    spec = tf.TensorSpec((None, *model.input_shape[1:]), model.inputs[0].dtype, name="samples")
-    archive.add_endpoint("serving_default", serve, input_signature=[spec])
+    text = run.text_input
+    if text is None:
+        spec = tf.TensorSpec((None, *model.input_shape[1:]), model.inputs[0].dtype, name="samples")
+        archive.add_endpoint("serving_default", serve, input_signature=[spec])
+    else:
+        tokenizer, length = text
+        spec = tf.TensorSpec((None,), tf.string, name="texts")
+        archive.add_endpoint(
+            "serving_default", lambda texts: serve(tokenizer.encode_tensor(texts, length)), input_signature=[spec]
+        )
     if target.exists():  # --overwrite: the old export goes, the new one appears whole or not at all
         shutil.rmtree(target)
     write_atomically(target, lambda staging: archive.write_out(str(staging), verbose=False))
