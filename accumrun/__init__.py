@@ -125,16 +125,19 @@ def predict(
     top_k: int | None = None,
     model: ModelFile | str = ModelFile.FINAL,
     show_progress: bool = False,
+    lines: bool = False,
 ) -> Predictions:
     """Predict new inputs with a finished run's model: one row per sample.
 
     Args:
         run_dir: A finished run's directory.
-        inputs: Image files or folders of them (image runs), ``.npz`` files with ``x``, or CSV tables with the
-            run's feature columns (CSV runs); raw samples, as the run's source stores them.
+        inputs: Image files or folders of them (image runs), ``.npz`` files with ``x``, CSV tables with the
+            run's feature columns (CSV runs), or ``.txt`` files or folders of them (text runs); raw samples, as
+            the run's source stores them.
         top_k: Classes per row for classification; default ``min(5, classes)``.
         model: ``final`` or ``best``.
         show_progress: A progress bar on standard error (on a terminal, over more than one batch).
+        lines: Text runs: each line of a ``.txt`` file is one input, named ``PATH:LINE`` (blank lines skipped).
 
     Returns:
         The table: ``columns`` and ``rows``; ``records()`` as dicts, ``write(path)`` to CSV or JSON,
@@ -142,16 +145,15 @@ def predict(
         ``input, prediction, <one probability per class>`` (multi-label) or ``input, value_0, ...``.
 
     Raises:
-        ArgumentError: ``model`` is neither ``final`` nor ``best``.
+        ArgumentError: ``model`` is neither ``final`` nor ``best``, or ``lines`` for a run not on text.
         ConfigError: not a finished run, no such model, ``top_k`` out of range.
         DataError: an input is missing, unreadable, of the wrong kind, shape or columns.
     """
     from accumrun.reports.predict import predict_run
 
     paths = [str(path) for path in inputs]
-    return predict_run(
-        Path(run_dir), paths, top_k=top_k, which=_member(ModelFile, "model", model), show_progress=show_progress
-    )
+    which = _member(ModelFile, "model", model)
+    return predict_run(Path(run_dir), paths, top_k=top_k, which=which, show_progress=show_progress, lines=lines)
 
 
 def export(

@@ -518,14 +518,17 @@ def evaluate(run_dir: Path, split: str, data_path: str | None, model: str) -> No
 @click.argument("inputs", metavar="INPUT...", nargs=-1, required=True)
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write a .csv or .json file.")
 @click.option("--top-k", type=click.IntRange(min=1), help="Classes per row [default: up to 5].")
+@click.option("--lines", is_flag=True, help="Text runs: each line of a .txt file is one input.")
 @_MODEL_OPTION
-def predict(run_dir: Path, inputs: tuple[str, ...], output: Path | None, top_k: int | None, model: str) -> None:
-    """Label new inputs with a finished run's model: image files or folders, an .npz with x, or a CSV.
+def predict(
+    run_dir: Path, inputs: tuple[str, ...], output: Path | None, top_k: int | None, lines: bool, model: str
+) -> None:
+    """Label new inputs with a finished run's model: image files or folders, an .npz with x, a CSV, or .txt files.
 
     Prints a table, or writes one row per input to --output (CSV, or JSON for a .json name).
     """
     _start_tensorflow()
-    predictions = accumrun.predict(run_dir, inputs, top_k=top_k, model=model, show_progress=True)
+    predictions = accumrun.predict(run_dir, inputs, top_k=top_k, model=model, show_progress=True, lines=lines)
     if output is None:
         click.echo(predictions.table())
     else:

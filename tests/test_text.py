@@ -88,6 +88,15 @@ def test_the_export_takes_strings_and_serves_what_predict_gives(tmp_path: Path) 
     assert [name.decode() for name in served["class_name"]] == [row["prediction"] for row in rows]
     np.testing.assert_array_equal(served["class_index"], order[:, 0])
 
+    # The same texts as the lines of one file (CRLF, a blank line between): predict --lines reads each as an input.
+    (folder / "lines.txt").write_text("\r\n".join([*texts[:2], " ", *texts[2:]]) + "\n", encoding="utf-8")
+    printed = invoke("predict", str(tmp_path / "run"), str(folder / "lines.txt"), "--lines", "--top-k", "1")
+    assert printed.returncode == 0, printed.stderr
+    table = [line.split() for line in printed.stdout.splitlines()[1:]]
+    assert [row[0] for row in table] == [f"{folder / 'lines.txt'}:{n}" for n in (1, 2, 4, 5, 6)]
+    assert [row[1] for row in table] == [row["prediction"] for row in rows]
+    np.testing.assert_allclose([float(row[3]) for row in table], predicted[:, 0], atol=1e-4)  # printed to 4 places
+
 
 def bad_text(tmp: Path, fault: str) -> Path:
     folder = write_text_folder(tmp / "texts", 4)

@@ -52,10 +52,11 @@ class InputGroup:
     split: Split
 
 
-def read_inputs(paths: Sequence[str], kind: InputKind) -> list[InputGroup]:
+def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -> list[InputGroup]:
     """The samples of ``paths``, in order: consecutive image files make one group, each folder, ``.npz`` or CSV
     another. Rows of an ``.npz`` or CSV are named by their index (a CSV's by its ``id_column`` where it has one),
-    prefixed by the file when several are given.
+    prefixed by the file when several are given. A text file is one sample, or with ``lines`` each of its lines
+    that holds more than spaces, named ``PATH:LINE``.
 
     Raises:
         DataError: a path is missing or of a kind the run does not take, an array or table has the wrong shape
@@ -72,7 +73,7 @@ def read_inputs(paths: Sequence[str], kind: InputKind) -> list[InputGroup]:
             files = [given] if path.is_file() else sorted(str(p) for p in path.rglob("*.txt") if p.is_file())
             if not files:
                 raise DataError(given, "holds no .txt files")
-            groups.append(_text_group(files, kind.tokenizer, kind.sample_shape))
+            groups.append(_text_group(files, kind.tokenizer, kind.sample_shape, lines))
             continue
         if path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS:
             _check_images(given, kind)
@@ -110,11 +111,28 @@ def _image_group(paths: list[str], kind: InputKind) -> InputGroup:
     return InputGroup(paths, files)
 
 
-def _text_group(paths: list[str], tokenizer: Tokenizer, sample_shape: tuple[int, ...]) -> InputGroup:
-    """Text files, each one sample, tokenized as the run's training texts were."""
+def _text_group(paths: list[str], tokenizer: Tokenizer, sample_shape: tuple[int, ...], lines: bool) -> InputGroup:
+    """Text files, each one sample (or each line one, with ``lines``), tokenized as the run's training texts were.
+
+    Raises:
+        DataError: a file is not UTF-8 or is empty, or with ``lines`` holds no line of text.
+    """
     (length,) = sample_shape
-    tokens = tokenizer.encode([read_text(Path(path), path) for path in paths], length)
-    return InputGroup(paths, ArraySplit(tokens, np.zeros(len(paths), np.int32)))
+    names, texts = [], []
+    for path in paths:
+        text = read_text(Path(path), path)
+        if not lines:
+            names.append(path)
+            texts.append(text)
+            continue
+        # Lines end at "\n" alone (not at the other breaks str.splitlines knows), with a "\r" before it dropped.
+        numbered = [(f"{path}:{number}", line.removesuffix("\r")) for number, line in enumerate(text.split("\n"), 1)]
+        kept = [(name, line) for name, line in numbered if line.strip()]
+        if not kept:
+            raise DataError(path, "holds no line of text")
+        names += [name for name, _ in kept]
+        texts += [line for _, line in kept]
+    return InputGroup(names, ArraySplit(tokenizer.encode(texts, length), np.zeros(len(texts), np.int32)))
 
 
 def _rows(given: str, x: np.ndarray, prefix: bool, ids: list[str] | None = None) -> InputGroup:

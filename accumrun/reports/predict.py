@@ -25,7 +25,7 @@ from accumrun.config.schema import ImageSourceConfig
 from accumrun.core.split import batch_sizes
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputKind, read_inputs
-from accumrun.errors import ConfigError
+from accumrun.errors import ArgumentError, ConfigError
 from accumrun.kinds import ModelFile, Task
 from accumrun.reports.finished import FinishedRun
 from accumrun.rundir.atomic import write_text_atomically
@@ -71,15 +71,20 @@ def predict_run(
     top_k: int | None = None,
     which: ModelFile = ModelFile.FINAL,
     show_progress: bool = False,
+    lines: bool = False,
 ) -> Predictions:
-    """Predict every sample of ``inputs`` (image files, folders, ``.npz`` with ``x``, CSV tables) with the run's
-    model; ``top_k`` classes per row for classification (default: up to 5).
+    """Predict every sample of ``inputs`` (image files, folders, ``.npz`` with ``x``, CSV tables, text files) with
+    the run's model; ``top_k`` classes per row for classification (default: up to 5); with ``lines``, each line of
+    a text file is one sample.
 
     Raises:
+        ArgumentError: ``lines`` for a run that does not read text.
         ConfigError: ``run_dir`` is not a finished run, has no such model, or ``top_k`` exceeds the classes.
         DataError: an input is missing, of a kind the run does not take, or of the wrong shape or columns.
     """
     run = FinishedRun(run_dir)
+    if lines and run.text_input is None:
+        raise ArgumentError("lines", "reads lines of text files; this run's model does not take text")
     model = run.load_model(which)
     labels = run.labels
     if run.task is Task.BINARY and top_k is not None:
@@ -96,7 +101,7 @@ def predict_run(
         features=run.features,
         id_column=run.id_column,
     )
-    groups = read_inputs(inputs, kind)
+    groups = read_inputs(inputs, kind, lines=lines)
     to_probabilities = run.probabilities(model)
     forward = tf.function(lambda x: to_probabilities(tf.cast(model(x, training=False), tf.float32)))
     sizes = [batch_sizes(len(group.names), run.sub_batch_size) for group in groups]
