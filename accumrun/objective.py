@@ -73,21 +73,23 @@ class FittedObjective:
 
 
 class Scorer:
-    """The one validation pass: the mean per-sample loss and every metric of ``objective`` over a feeder's
-    samples, in inference mode. Training scores its validation data with it after each epoch, and ``evaluate``
+    """The one validation pass: the mean loss per sample (or real token) and every metric of ``objective`` over a
+    feeder's samples, in inference mode. Training scores its validation data with it after each epoch, and ``evaluate``
     a finished run's model, so both give the same figures."""
 
     def __init__(self, model: keras.Model, objective: Objective, metrics: MetricSet) -> None:
         self._metrics = metrics
         self._step = make_eval_step(model, objective, metrics)
 
-    def __call__(self, feeder: Feeder, samples: int) -> dict[str, float]:
-        """``loss`` and each metric under its logged name, over the ``samples`` samples of ``feeder``'s epoch."""
+    def __call__(self, feeder: Feeder) -> dict[str, float]:
+        """``loss`` and each metric under its logged name, over the samples of ``feeder``'s epoch."""
         self._metrics.reset()
-        loss_sum = 0.0
+        loss_sum = units = 0.0
         for x, y in feeder.epoch(0):
-            loss_sum += float(self._step(x, y))
-        return {"loss": loss_sum / samples, **self._metrics.results()}
+            batch_loss, batch_units = self._step(x, y)
+            loss_sum += float(batch_loss)
+            units += float(batch_units)
+        return {"loss": loss_sum / units, **self._metrics.results()}
 
 
 def fit_objective(
