@@ -288,21 +288,41 @@ class ByteTokenizerConfig(_Section):
     name: Literal["byte"]
 
 
-class TextFolderConfig(FileSourceConfig):
-    """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class (the layout
-    ``keras.utils.text_dataset_from_directory`` reads), tokenized to ``sequence_length`` token ids."""
+class TextSourceConfig(FileSourceConfig):
+    """What every text source reads: UTF-8 text, tokenized to ``sequence_length`` int32 token ids."""
 
-    needs = {"path": "a folder with one subfolder of .txt files per class"}
     tokenizer: ByteTokenizerConfig = Field(default_factory=lambda: ByteTokenizerConfig(name="byte"))
     sequence_length: int = Field(256, ge=1)
     """Tokens per sample: a longer text is cut, a shorter one padded with id 0 (masked in the model)."""
 
     @model_validator(mode="after")
-    def _no_image_keys(self) -> TextFolderConfig:
+    def _no_image_keys(self) -> TextSourceConfig:
         for key in ("normalize", "augment"):
             if getattr(self, key):
                 raise ValueError(f"{key} applies to images and arrays, not to text")
         return self
+
+
+class TextFolderConfig(TextSourceConfig):
+    """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class (the layout
+    ``keras.utils.text_dataset_from_directory`` reads), tokenized to ``sequence_length`` token ids."""
+
+    needs = {"path": "a folder with one subfolder of .txt files per class"}
+
+
+class TextCorpusConfig(TextSourceConfig):
+    """``name: text_corpus``: plain UTF-8 ``.txt`` files (a file, a folder of them, or a glob) for a language model,
+    each cut into windows of ``sequence_length`` input tokens, ``stride`` tokens apart; the targets are the same
+    tokens one position on."""
+
+    needs = {"path": "a .txt file, a folder of .txt files, or a glob of them"}
+    stride: int | None = Field(None, ge=1)
+    """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
+
+    @property
+    def window_stride(self) -> int:
+        """``stride``, or ``sequence_length`` when it is unset."""
+        return self.stride if self.stride is not None else self.sequence_length
 
 
 DATA_SECTIONS: dict[str, type[DataSection]] = {
@@ -316,6 +336,7 @@ DATA_SECTIONS: dict[str, type[DataSection]] = {
     "csv": CsvConfig,
     "tfds": TfdsConfig,
     "text_folder": TextFolderConfig,
+    "text_corpus": TextCorpusConfig,
 }
 """Every ``data.name`` and its section, in the order the docs list them."""
 
@@ -346,6 +367,7 @@ DataConfig = Annotated[
     | Annotated[CsvConfig, Tag("csv")]
     | Annotated[TfdsConfig, Tag("tfds")]
     | Annotated[TextFolderConfig, Tag("text_folder")]
+    | Annotated[TextCorpusConfig, Tag("text_corpus")]
     | Annotated[_UnknownDataConfig, Tag("unknown")],
     Discriminator(_data_kind),
 ]

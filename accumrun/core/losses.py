@@ -143,7 +143,12 @@ class MetricSet:
         targets = unweighted(targets)
         objective = self._objective
         probabilities = objective.to_probabilities(tf.cast(predictions, tf.float32))
-        encoded = encode_class_labels(targets, objective.outputs) if objective.class_labels else targets
+        # Encoded once, and only for a metric that needs it (a language model's one-hot targets would be large).
+        encoded = (
+            encode_class_labels(targets, objective.outputs)
+            if objective.class_labels and not all(spec.sparse for spec, _ in self._metrics)
+            else targets
+        )
         # Token-level: each real token counts once, padding not at all.
         mask = token_mask(targets) if objective.token_level else None
         for spec, metric in self._metrics:

@@ -1,19 +1,28 @@
-"""Text sources: ``text_folder`` (one subfolder of ``.txt`` files per class), tokenized to int32 token ids.
+"""Text sources, tokenized to int32 token ids: ``text_folder`` (one subfolder of ``.txt`` files per class) and
+``text_corpus`` (plain ``.txt`` files for a language model).
 
 Tokens are int32, ``sequence_length`` of them per sample: a longer text is cut there, a shorter one padded with
 id 0, which the models mask. The ``byte`` tokenizer needs no vocabulary: token ``b + 1`` is the UTF-8 byte ``b``,
 so there are :data:`BYTE_VOCABULARY` ids in all.
+
+A corpus is cut file by file into windows of ``sequence_length + 1`` tokens, ``stride`` apart: a window's first
+``sequence_length`` tokens are the sample, and its last ``sequence_length`` the targets, each the token that follows
+the sample's token at that position. A file's last window may be short; its padding (id 0) is no target, so windows
+of very different real lengths share a batch and the loss counts only real tokens. The windows are samples like any
+other: the validation split, the order of each epoch and resume follow the rules of (seed, epoch, sample).
 """
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 
 import numpy as np
 
-from accumrun.config.schema import TextFolderConfig
+from accumrun.config.schema import TextCorpusConfig, TextFolderConfig
 from accumrun.data.splits import ArraySplit, Splits
 from accumrun.errors import DataError
+from accumrun.kinds import Task
 
 BYTE_VOCABULARY = 257
 """The byte tokenizer's ids: 0 for padding, then one per byte value."""
@@ -40,12 +49,67 @@ def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
     return Splits(train, test, class_names=names, vocabulary_size=BYTE_VOCABULARY)
 
 
-def byte_tokens(text: str, length: int) -> np.ndarray:
-    """``text``'s UTF-8 bytes as token ids (byte + 1), cut or padded with 0 to ``length``."""
-    ids = np.zeros(length, np.int32)
-    encoded = np.frombuffer(text.encode("utf-8")[:length], np.uint8)
-    ids[: len(encoded)] = encoded.astype(np.int32) + 1
-    return ids
+def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
+    """The windows of the ``.txt`` files that ``data.path`` names (and ``data.validation_path``), in the files'
+    sorted order (see the module's docstring).
+
+    Raises:
+        DataError: no ``.txt`` file is found, a file is empty or not UTF-8, or no file has two tokens (the least
+            a window with a target needs).
+    """
+    train = _windows(config.path, "data.path", config.sequence_length, config.window_stride)
+    test = None
+    if config.validation_path:
+        test = _windows(config.validation_path, "data.validation_path", config.sequence_length, config.window_stride)
+    return Splits(train, test, vocabulary_size=BYTE_VOCABULARY, task=Task.CAUSAL_LM)
+
+
+def corpus_files(path: str, key: str) -> list[Path]:
+    """The ``.txt`` files ``path`` names, sorted: the file itself, those under a folder, or those a glob matches.
+
+    Raises:
+        DataError: under ``key``, nothing is found.
+    """
+    given = Path(path)
+    if given.is_file():
+        return [given]
+    if given.is_dir():
+        files = sorted(given.rglob("*.txt"))
+    else:
+        files = sorted(Path(match) for match in glob.glob(path, recursive=True) if Path(match).is_file())
+    if not files:
+        where = "folder holds no .txt files" if given.is_dir() else "no file found"
+        raise DataError(key, where, path)
+    return files
+
+
+def _windows(path: str, key: str, length: int, stride: int) -> ArraySplit:
+    x_rows, y_rows = [], []
+    for file in corpus_files(path, key):
+        ids = byte_tokens(read_text(file, key), None)
+        # Windows start every `stride` tokens until one reaches the file's last token.
+        for start in range(0, max(len(ids) - 1, 0), stride):
+            window = ids[start : start + length + 1]
+            x_rows.append(_padded(window[:-1], length))
+            y_rows.append(_padded(window[1:], length))
+            if start + length + 1 >= len(ids):
+                break
+    if not x_rows:
+        raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
+    return ArraySplit(np.stack(x_rows), np.stack(y_rows))
+
+
+def _padded(ids: np.ndarray, length: int) -> np.ndarray:
+    row = np.zeros(length, np.int32)
+    row[: len(ids)] = ids
+    return row
+
+
+def byte_tokens(text: str, length: int | None) -> np.ndarray:
+    """``text``'s UTF-8 bytes as token ids (byte + 1), cut or padded with 0 to ``length`` (all of them, for
+    None)."""
+    encoded = np.frombuffer(text.encode("utf-8")[:length], np.uint8).astype(np.int32) + 1
+    return encoded if length is None else _padded(encoded, length)
 
 
 def _read_folder(folder: Path, key: str, length: int) -> tuple[ArraySplit, list[str]]:

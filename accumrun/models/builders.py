@@ -23,11 +23,17 @@ from accumrun.models.transformer import transformer
 
 
 def build_model(
-    config: Any, sample_shape: tuple[int, ...], outputs: int, vocabulary_size: int | None = None
+    config: Any,
+    sample_shape: tuple[int, ...],
+    outputs: int,
+    vocabulary_size: int | None = None,
+    *,
+    per_position: bool = False,
 ) -> keras.Model:
     """Build the configured model for samples of ``sample_shape`` and ``outputs`` outputs: one per class or
-    label, or one per target value; ``vocabulary_size`` is a text source's, for models of token ids. The built-ins
-    and new heads output logits.
+    label, or one per target value; ``vocabulary_size`` is a text source's, for models of token ids, and
+    ``per_position`` asks for ``outputs`` at every position of a sequence (a language model, causally masked). The
+    built-ins and new heads output logits.
 
     Raises:
         DataError: the samples do not fit the model (for example flat vectors into a CNN).
@@ -46,6 +52,7 @@ def build_model(
             heads=config.heads,
             width=config.width,
             dropout=config.dropout,
+            causal=per_position,
         )
     if isinstance(config, ApplicationConfig):
         return application(config, sample_shape, outputs)

@@ -28,7 +28,7 @@ from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import ConfigError
-from accumrun.kinds import Feed, Precision
+from accumrun.kinds import Feed, Precision, Task
 from accumrun.models.builders import build_model
 from accumrun.models.preprocessing import (
     Preprocess,
@@ -268,7 +268,13 @@ def _build_model(
     # The policy is global in Keras; layers keep the one they were built with, so restore it at once.
     keras.mixed_precision.set_dtype_policy(config.training.precision.value)
     try:
-        model = build_model(config.model, input_shape, dataset.outputs, dataset.vocabulary_size)
+        model = build_model(
+            config.model,
+            input_shape,
+            dataset.outputs,
+            dataset.vocabulary_size,
+            per_position=dataset.task is Task.CAUSAL_LM,
+        )
         return with_input_preprocessing(model, input_shape, dataset.dtype, rescale, config.data.normalize, preprocess)
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)

@@ -1,0 +1,157 @@
+"""Language models (``text_corpus``, ``causal_lm``): the loss is the mean over the batch's real tokens, however the
+batch is cut. Windows of very different real lengths share each batch, so a recipe that averages each sub-batch's
+own token mean gets a different update; accumrun's equals the one-pass, hand-written reference."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from accumrun import load_config, train
+from accumrun.config.loading import load_resume_config
+from accumrun.core.split import part_bounds
+from accumrun.data.dataset import epoch_order
+from accumrun.data.examples import write_corpus, write_text_folder
+from accumrun.errors import Interrupted
+from accumrun.training.setup import build_training
+from tests.helpers import invoke, max_difference, signal_after_batch, write_config
+
+LEARNING_RATE = 0.5
+TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib"}
+
+
+def lm_config(tmp_path: Path, **training: Any) -> dict[str, Any]:
+    """A byte-level causal transformer on 5 files of 1 to 30 sentences, in windows of 24 tokens: each file's last
+    window is short, so the real lengths in a batch differ widely. Batches of 10, plain SGD."""
+    corpus = tmp_path / "corpus"
+    if not corpus.exists():
+        write_corpus(corpus, 5, seed=4)
+    return {
+        "seed": 1,
+        "data": {"name": "text_corpus", "path": str(corpus), "sequence_length": 24, "validation_split": 0.1},
+        "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16},
+        "training": {"epochs": 1, "batch_size": 10, "subdivisions": 1, **training},
+        "optimizer": {"name": "sgd", "learning_rate": LEARNING_RATE},
+        "output": {"tensorboard": False},
+    }
+
+
+def hand_trained(config: dict[str, Any], sub_batch_means: int | None = None) -> list[np.ndarray]:
+    """One epoch written out by hand: each batch's loss is the sum of its real tokens' cross-entropy divided by its
+    real-token count, and SGD steps once per batch. With ``sub_batch_means=S``, the common recipe instead: the mean
+    of the S sub-batches' own token means (the control)."""
+    setup = build_training(load_config(config))
+    model, train_split = setup.model, setup.dataset.train
+    batch_size = config["training"]["batch_size"]
+    order = epoch_order(train_split.size, config["seed"], 0, True)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        x, y = tf.constant(train_split.x[rows]), tf.constant(train_split.y[rows])
+        with tf.GradientTape() as tape:
+            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(y, model(x, training=True))
+            real = tf.cast(y != 0, tf.float32)
+            if sub_batch_means is None:
+                loss = tf.reduce_sum(losses * real) / tf.reduce_sum(real)
+            else:
+                parts = [part_bounds(i, len(rows), sub_batch_means) for i in range(sub_batch_means)]
+                means = [tf.reduce_sum(losses[a:b] * real[a:b]) / tf.reduce_sum(real[a:b]) for a, b in parts]
+                loss = tf.add_n(means) / len(means)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        for variable, gradient in zip(model.trainable_variables, gradients, strict=True):
+            variable.assign_sub(LEARNING_RATE * tf.convert_to_tensor(gradient))
+    return [v.numpy() for v in model.trainable_variables]
+
+
+def rows(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS} for line in lines]
+
+
+def test_the_loss_divides_by_the_batch_real_tokens_as_a_hand_written_step_does(tmp_path: Path) -> None:
+    config = lm_config(tmp_path)
+    setup = build_training(load_config(config))
+    lengths = (setup.dataset.train.y != 0).sum(axis=1)
+    assert lengths.min() < 12 and lengths.max() == 24  # short last windows beside full ones
+
+    plain = train(config, tmp_path / "plain", quiet=True)
+    weights = [v.numpy() for v in plain.model.trainable_variables]
+    assert max_difference(weights, hand_trained(config)) < 2e-5
+    # The control: averaging the sub-batches' own token means weights a short sub-batch's tokens up.
+    assert max_difference(weights, hand_trained(config, sub_batch_means=3)) > 1e-2
+
+    (row,) = rows(tmp_path / "plain")
+    # Perplexity is exp of the per-token loss (its metric reads probabilities: float rounding apart).
+    assert row["perplexity"] == pytest.approx(math.exp(row["loss"]), rel=1e-4)
+    assert row["val_perplexity"] == pytest.approx(math.exp(row["val_loss"]), rel=1e-4)
+    assert 0 < row["accuracy"] < 1
+    assert not (tmp_path / "plain" / "labels.json").exists()
+
+
+@pytest.mark.slow
+def test_subdivided_and_streamed_language_models_equal_plain(tmp_path: Path) -> None:
+    plain = train(lm_config(tmp_path), tmp_path / "plain", quiet=True)
+    (theirs,) = rows(tmp_path / "plain")
+    # Batches of 10 in 3 (3, 3, 4 windows), in 4, and 3 streamed one sub-batch per call.
+    for subdivisions, feed in ((3, "batch"), (4, "batch"), (3, "sub_batch")):
+        config = lm_config(tmp_path, subdivisions=subdivisions)
+        config["data"]["feed"] = feed
+        run_dir = tmp_path / f"{subdivisions}-{feed}"
+        subdivided = train(config, run_dir, quiet=True)
+        assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5, run_dir.name
+        (mine,) = rows(run_dir)
+        for key in ("loss", "accuracy", "perplexity", "val_loss", "val_accuracy"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-5), (run_dir.name, key)
+
+
+@pytest.mark.slow
+def test_a_language_model_stopped_mid_epoch_resumes_to_the_uninterrupted_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = lm_config(tmp_path, epochs=2, subdivisions=3)
+    reference = train(config, tmp_path / "reference", quiet=True)
+    signal_after_batch(monkeypatch, 3, [signal.SIGINT])
+    with pytest.raises(Interrupted):
+        train(config, tmp_path / "run", quiet=True)
+    monkeypatch.undo()
+    resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
+    assert max_difference(resumed.model.get_weights(), reference.model.get_weights()) == 0.0
+    # The per-token loss of the interrupted epoch counts the tokens of both processes' batches.
+    assert rows(tmp_path / "run") == rows(tmp_path / "reference")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("folder", r"data\.task: causal_lm predicts each next token of a text corpus; data\.name: text_folder holds"),
+        ("task", r"data\.task: data\.name: text_corpus poses causal_lm \(or set data\.task: auto\) \(got 'classif"),
+        ("empty", r"data\.path: folder holds no \.txt files"),
+        ("one-token", r"data\.path: holds no text of two tokens or more"),
+    ],
+)
+def test_bad_language_model_inputs_are_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str, message: str
+) -> None:
+    config = lm_config(tmp_path)
+    if change == "folder":
+        config["data"] = {"name": "text_folder", "path": str(write_text_folder(tmp_path / "t", 8)), "task": "causal_lm"}
+    elif change == "task":
+        config["data"]["task"] = "classification"
+    elif change == "empty":
+        (tmp_path / "empty").mkdir()
+        config["data"]["path"] = str(tmp_path / "empty")
+    else:
+        (tmp_path / "one.txt").write_text("a")
+        config["data"]["path"] = str(tmp_path / "one.txt")
+    monkeypatch.chdir(tmp_path)
+    result = invoke("train", str(write_config(tmp_path / "bad.yaml", **config)))
+    assert result.returncode == 1, result.stderr
+    assert re.search(message, result.stderr), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
