@@ -534,6 +534,29 @@ def predict(run_dir: Path, inputs: tuple[str, ...], output: Path | None, top_k: 
 
 @main.command()
 @click.argument("run_dir", type=_RUN_FOLDER)
+@click.option("--prompt", required=True, help="The text to continue.")
+@click.option("--max-tokens", type=click.IntRange(min=0), default=200, show_default=True, help="Tokens to write.")
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="0: the most likely token each time; above 0: drawn from the softmax of the logits divided by it.",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seeds the draws.")
+@_MODEL_OPTION
+def generate(run_dir: Path, prompt: str, max_tokens: int, temperature: float, seed: int, model: str) -> None:
+    """Continue --prompt with a finished language model's run (data.task: causal_lm); print the prompt and what
+    the model wrote after it."""
+    _start_tensorflow()
+    generated = accumrun.generate(
+        run_dir, prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, model=model
+    )
+    click.echo(generated.text)
+
+
+@main.command()
+@click.argument("run_dir", type=_RUN_FOLDER)
 @click.option("--format", "format_", type=click.Choice(["savedmodel"]), default="savedmodel", show_default=True)
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="[default: RUN_DIR/export/savedmodel]")
 @click.option("--overwrite", is_flag=True, help="Replace what is at the output.")

@@ -112,6 +112,12 @@ def byte_tokens(text: str, length: int | None) -> np.ndarray:
     return encoded if length is None else _padded(encoded, length)
 
 
+def byte_text(ids: np.ndarray) -> str:
+    """The text of byte token ids (padding left out); bytes that are not UTF-8 on their own become U+FFFD."""
+    kept = ids[ids != 0] - 1
+    return bytes(kept.astype(np.uint8).tolist()).decode("utf-8", errors="replace")
+
+
 def _read_folder(folder: Path, key: str, length: int) -> tuple[ArraySplit, list[str]]:
     if not folder.is_dir():
         raise DataError(key, "folder not found" if not folder.exists() else "is not a folder", str(folder))

@@ -80,6 +80,10 @@ def predict_run(
         DataError: an input is missing, of a kind the run does not take, or of the wrong shape or columns.
     """
     run = FinishedRun(run_dir)
+    if run.task is Task.CAUSAL_LM:
+        raise ConfigError(
+            "RUN_DIR", "is a language model (task causal_lm): continue text with accumrun generate", str(run_dir)
+        )
     model = run.load_model(which)
     labels = run.labels
     if run.task is Task.BINARY and top_k is not None:
