@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import accumrun
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.core.split import part_bounds
@@ -155,3 +156,44 @@ def test_bad_language_model_inputs_are_refused_in_one_line(
     assert result.returncode == 1, result.stderr
     assert re.search(message, result.stderr), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_char_lm_example_trains_generates_and_evaluates_as_documented(tmp_path: Path) -> None:
+    config = Path(__file__).resolve().parent.parent / "configs" / "char_lm.yaml"
+    run = tmp_path / "run"
+    shorter = ["--set", "data.stride=256", "--set", "data.sequence_length=32", "--set", "training.batch_size=64"]
+    trained = invoke("train", str(config), "--run-dir", str(run), "--epochs", "1", *shorter)
+    assert trained.returncode == 0, trained.stderr
+    assert "data text_corpus: 211 training + 23 validation samples of shape 32, next tokens of 257 ids" in (
+        trained.stdout
+    )
+
+    greedy = [invoke("generate", str(run), "--prompt", "MENENIUS:", "--max-tokens", "30") for _ in range(2)]
+    assert greedy[0].returncode == 0, greedy[0].stderr
+    assert greedy[0].stdout == greedy[1].stdout and greedy[0].stdout.startswith("MENENIUS:")
+    drawn = [
+        invoke("generate", str(run), "--prompt", "All:", "--temperature", "1", "--seed", seed).stdout
+        for seed in ("1", "1", "2")
+    ]
+    assert drawn[0] == drawn[1] != drawn[2]
+    # The prompt slides: more tokens than the window of 32 still continue from the last 32.
+    long = accumrun.generate(run, "First Citizen:\n" * 4, max_tokens=40)
+    assert long.tokens == 40 and long.text.startswith("First Citizen:\n" * 4)
+
+    # evaluate scores the validation windows as training's last row did.
+    last = rows(run)[-1]
+    scores = accumrun.evaluate(run)
+    assert scores["loss"] == pytest.approx(last["val_loss"], rel=1e-5)
+    assert scores["perplexity"] == pytest.approx(last["val_perplexity"], rel=1e-5)
+
+    refused = invoke("predict", str(run), str(config))
+    assert refused.returncode == 1
+    assert "RUN_DIR: is a language model (task causal_lm): continue text with accumrun generate" in refused.stderr
+
+
+def test_make_example_corpus_writes_text_files_of_very_different_lengths(tmp_path: Path) -> None:
+    made = invoke("make-example", "corpus", str(tmp_path / "corpus"), "--count", "20")
+    assert made.returncode == 0 and made.stdout.strip() == f"wrote 20 text files to {tmp_path / 'corpus'}"
+    sizes = [path.stat().st_size for path in (tmp_path / "corpus").glob("*.txt")]
+    assert len(sizes) == 20 and max(sizes) > 5 * min(sizes)
