@@ -19,6 +19,7 @@ import accumrun
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.core.split import part_bounds
+from accumrun.core.step import trim_padding
 from accumrun.data.dataset import epoch_order
 from accumrun.data.examples import write_corpus, write_text_folder
 from accumrun.errors import Interrupted
@@ -112,6 +113,31 @@ def test_subdivided_and_streamed_language_models_equal_plain(tmp_path: Path) -> 
             assert mine[key] == pytest.approx(theirs[key], rel=1e-5), (run_dir.name, key)
 
 
+def test_trim_padding_cuts_to_the_longest_real_sequence_rounded_up_to_the_bucket() -> None:
+    x = tf.constant([[5, 6, 7, 0, 0, 0, 0, 0], [8, 0, 0, 0, 0, 0, 0, 0]])
+    y = tf.constant([[6, 7, 9, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]])
+    for bucket, kept in ((1, 3), (2, 4), (4, 4), (16, 8)):
+        x_cut, y_cut = trim_padding(x, y, bucket, token_targets=True)
+        assert x_cut.shape == y_cut.shape == (2, kept), bucket
+        np.testing.assert_array_equal(x_cut, x[:, :kept])
+    # Class labels stay whole; an all-padding sub-batch keeps one position.
+    x_cut, labels = trim_padding(tf.zeros([2, 8], tf.int32), tf.constant([1, 0]), 4, token_targets=False)
+    assert x_cut.shape == (2, 1) and labels.shape == (2,)
+
+
+@pytest.mark.slow
+def test_padding_each_sub_batch_to_its_bucket_gives_the_weights_of_padding_to_the_full_length(tmp_path: Path) -> None:
+    plain = train(lm_config(tmp_path, subdivisions=3), tmp_path / "full", quiet=True)
+    for feed in ("batch", "sub_batch"):
+        config = lm_config(tmp_path, subdivisions=3)
+        config["data"].update(bucket=8, feed=feed)
+        bucketed = train(config, tmp_path / f"bucketed-{feed}", quiet=True)
+        assert bucketed.model.input_shape == (None, None)
+        assert max_difference(bucketed.model.get_weights(), plain.model.get_weights()) < 2e-5, feed
+        (mine,), (theirs,) = rows(tmp_path / f"bucketed-{feed}"), rows(tmp_path / "full")
+        assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-5)
+
+
 @pytest.mark.slow
 def test_a_language_model_stopped_mid_epoch_resumes_to_the_uninterrupted_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -135,6 +161,7 @@ def test_a_language_model_stopped_mid_epoch_resumes_to_the_uninterrupted_run(
         ("task", r"data\.task: data\.name: text_corpus poses causal_lm \(or set data\.task: auto\) \(got 'classif"),
         ("empty", r"data\.path: folder holds no \.txt files"),
         ("one-token", r"data\.path: holds no text of two tokens or more"),
+        ("bucket-xla", r"data\.bucket: cuts sub-batches to lengths known only on the device; XLA"),
     ],
 )
 def test_bad_language_model_inputs_are_refused_in_one_line(
@@ -145,6 +172,9 @@ def test_bad_language_model_inputs_are_refused_in_one_line(
         config["data"] = {"name": "text_folder", "path": str(write_text_folder(tmp_path / "t", 8)), "task": "causal_lm"}
     elif change == "task":
         config["data"]["task"] = "classification"
+    elif change == "bucket-xla":
+        config["data"]["bucket"] = 8
+        config["training"]["jit_compile"] = True
     elif change == "empty":
         (tmp_path / "empty").mkdir()
         config["data"]["path"] = str(tmp_path / "empty")

@@ -294,6 +294,10 @@ class TextSourceConfig(FileSourceConfig):
     tokenizer: ByteTokenizerConfig = Field(default_factory=lambda: ByteTokenizerConfig(name="byte"))
     sequence_length: int = Field(256, ge=1)
     """Tokens per sample: a longer text is cut, a shorter one padded with id 0 (masked in the model)."""
+    bucket: int | None = Field(None, ge=1)
+    """Pad each training sub-batch only to its longest text, rounded up to a multiple of this (at most
+    ``sequence_length``), so that short sub-batches cost less; unset, every sub-batch keeps ``sequence_length``.
+    The update is the same either way: padding is masked."""
 
     @model_validator(mode="after")
     def _no_image_keys(self) -> TextSourceConfig:

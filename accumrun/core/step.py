@@ -43,6 +43,11 @@ A streamed batch cannot count its tokens before its last sub-batch arrives: it d
 as its sub-batches come, counts their units, and rescales the gradients by samples / units once, before the update
 (a factor of exactly 1 for a sample-level objective).
 
+Bucketed padding. With ``bucket``, each sub-batch of token ids is cut, on the device, to its longest real sequence
+rounded up to a multiple of ``bucket`` (:func:`trim_padding`): the positions cut are padding in every row, which a
+model that masks padding never looks at, so the update is the same and a sub-batch of short texts costs less. The
+sub-batch's length is a tensor inside the loop, so the step still traces once.
+
 Sample weights. Targets may carry one weight per sample (:class:`~accumrun.core.targets.Weighted`); each
 sample's loss is then multiplied by its weight before the sums above, so a batch's objective is
 ``sum_i(w_i * l_i) / n`` (Keras' ``sum_over_batch_size``), and the split, the replicas' slices and the streamed
@@ -63,10 +68,10 @@ import keras
 import tensorflow as tf
 
 from accumrun.core.batch_norm import BatchNormStatistics, Moments
-from accumrun.core.losses import LossFn, MetricSet, Objective
+from accumrun.core.losses import PADDING_ID, LossFn, MetricSet, Objective
 from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import SubBatchLoop, part_bounds, replica_rows, sub_batch_loops
-from accumrun.core.targets import Targets
+from accumrun.core.targets import Targets, each
 from accumrun.kinds import BatchNormMode, Feed
 
 Chunk = tuple[tf.Tensor, Targets]
@@ -107,8 +112,10 @@ class Accumulation:
         metrics: MetricSet | None,
         batch_norm: BatchNormStatistics,
         draws: LayerDraws | None,
+        bucket: int | None = None,
     ) -> None:
         self._model = model
+        self._bucket = bucket
         self._objective = objective
         self._subdivisions = subdivisions
         self._scale_loss = scale_loss
@@ -157,6 +164,8 @@ class Accumulation:
         self, x_sub: tf.Tensor, y_sub: Targets, first_row: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]
     ) -> Totals:
         """One sub-batch forward and backward: ``gradients`` plus its share of the batch's, and its loss sum."""
+        if self._bucket is not None:
+            x_sub, y_sub = trim_padding(x_sub, y_sub, self._bucket, token_targets=self._objective.token_level)
         draws = self._draws.sub_batch(first_row, tf.shape(x_sub)[0]) if self._draws else contextlib.nullcontext()
         with tf.GradientTape() as tape:
             # Runs while the step is traced: the BatchNorm layers are traced as the mode says, and the random ones
@@ -191,6 +200,7 @@ def make_gradient_fn(
     metrics: MetricSet | None = None,
     batch_norm: BatchNormStatistics | None = None,
     draws: LayerDraws | None = None,
+    bucket: int | None = None,
 ) -> Accumulation:
     """A function ``(x, y, total=None, first_row=0) -> (gradients, loss_sum)`` that accumulates over the
     sub-batches, and whose ``units(y)`` counts a batch's units (samples, or real tokens).
@@ -214,7 +224,8 @@ def make_gradient_fn(
     ``batch_norm`` sets what the BatchNorm layers do in the forward passes, and records each sub-batch's moments
     for a per-batch update of their moving statistics (see :mod:`accumrun.core.batch_norm`); without it, Keras'
     own behaviour holds (``sub_batch``). ``draws`` has the random layers (dropout) draw per sample, by their row in
-    the batch (see :mod:`accumrun.core.seeds`).
+    the batch (see :mod:`accumrun.core.seeds`). ``bucket`` cuts each sub-batch of token ids to its longest real
+    sequence, rounded up to a multiple of it (see the module's docstring).
     """
     return Accumulation(
         model,
@@ -225,7 +236,22 @@ def make_gradient_fn(
         metrics=metrics,
         batch_norm=batch_norm if batch_norm is not None else BatchNormStatistics(model, BatchNormMode.SUB_BATCH),
         draws=draws,
+        bucket=bucket,
     )
+
+
+def trim_padding(x: tf.Tensor, y: Targets, bucket: int, *, token_targets: bool) -> tuple[tf.Tensor, Targets]:
+    """Token ids ``x`` (and, for ``token_targets``, the targets of each position) cut to the longest real sequence
+    (its last id that is not :data:`~accumrun.core.losses.PADDING_ID`) rounded up to a multiple of ``bucket``, at
+    most their length and at least one position."""
+    length = tf.shape(x)[1]
+    ends = tf.where(tf.not_equal(x, PADDING_ID), tf.range(1, length + 1)[tf.newaxis, :], 0)
+    longest = tf.reduce_max(ends)
+    kept = tf.clip_by_value((longest + bucket - 1) // bucket * bucket, 1, length)
+    if token_targets:
+        # Per-sample weights (one per row) are not cut.
+        y = each(lambda t: t[:, :kept] if t.shape.rank == 2 else t, y)
+    return x[:, :kept], y
 
 
 class _OneDevice:
@@ -497,6 +523,7 @@ def make_train_step(
     jit_compile: bool = False,
     batch_norm: BatchNormStatistics | None = None,
     draws: LayerDraws | None = None,
+    bucket: int | None = None,
 ) -> TrainStep:
     """Compile the train step: accumulate over sub-batches, then update once.
 
@@ -516,7 +543,9 @@ def make_train_step(
     masks from the update and its row in the global batch, whatever the subdivisions, feed and replicas. With a
     ``strategy`` (the model, optimizer and metrics created in its scope), the global batch is dealt out to the
     replicas (see the module's docstring).
-    ``jit_compile`` compiles with XLA (see :class:`WholeBatchStep` and :func:`make_gradient_fn`).
+    ``jit_compile`` compiles with XLA (see :class:`WholeBatchStep` and :func:`make_gradient_fn`). ``bucket`` pads
+    each sub-batch of token ids only to its longest sequence, rounded up to a multiple of it (the model must take any
+    length).
 
     Raises:
         ValueError: a ``strategy`` with streamed sub-batches or a loss-scale optimizer (a replicated step has neither)
@@ -534,7 +563,14 @@ def make_train_step(
     sequence = BatchSequence(metric_state, batch_norm, _apply_or_skip(optimizer, variables, placement), placement)
     scale_loss = optimizer.scale_loss if loss_scaled else None
     gradient_fn = functools.partial(
-        make_gradient_fn, model, loss, scale_loss=scale_loss, metrics=metrics, batch_norm=batch_norm, draws=draws
+        make_gradient_fn,
+        model,
+        loss,
+        scale_loss=scale_loss,
+        metrics=metrics,
+        batch_norm=batch_norm,
+        draws=draws,
+        bucket=bucket,
     )
     if feed is Feed.SUB_BATCH:
         # A streamed sub-batch is a batch of one subdivision, its losses divided by the whole batch's count.

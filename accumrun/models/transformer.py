@@ -24,11 +24,13 @@ def transformer(
     width: int,
     dropout: float,
     causal: bool = False,
+    any_length: bool = False,
 ) -> keras.Model:
     """``layers`` pre-norm blocks (self-attention of ``heads`` heads, then a feed-forward layer of 4x ``width``),
     each followed by ``dropout``, over token ids of ``sample_shape`` = ``(sequence_length,)``: logits of ``outputs``
     from the mean of the real tokens, or with ``causal`` logits of ``outputs`` (the vocabulary) at every position,
-    each position seeing only itself and the real tokens before it.
+    each position seeing only itself and the real tokens before it. With ``any_length`` the model takes sequences
+    of any length up to ``sequence_length`` (bucketed padding cuts sub-batches shorter).
 
     Raises:
         ConfigError: the samples are not token ids (``vocabulary_size`` is None: not a text source).
@@ -38,19 +40,17 @@ def transformer(
             "model.name", "transformer reads token ids: use a text source (data.name: text_folder or text_corpus)"
         )
     (length,) = sample_shape
-    ids = keras.Input(shape=(length,), dtype="int32", name="token_ids")
+    ids = keras.Input(shape=(None if any_length else length,), dtype="int32", name="token_ids")
     real = keras.ops.not_equal(ids, 0)
-    # Query i may attend to key j when both are real tokens (and, causal, j <= i).
+    # Query i may attend to key j when both are real tokens (and, causal, j <= i: the attention layer adds that).
     attention_mask = keras.ops.logical_and(real[:, :, None], real[:, None, :])
-    if causal:
-        attention_mask = keras.ops.logical_and(attention_mask, keras.ops.tril(keras.ops.ones((length, length), "bool")))
     positions = keras.ops.cumsum(keras.ops.ones_like(ids), axis=1) - 1
     x = keras.layers.Embedding(vocabulary_size, width, name="token_embedding")(ids)
     x = x + keras.layers.Embedding(length, width, name="position_embedding")(positions)
     for index in range(layers):
         h = keras.layers.LayerNormalization(name=f"attention_norm_{index}")(x)
         h = keras.layers.MultiHeadAttention(heads, width // heads, dropout=dropout, name=f"attention_{index}")(
-            h, h, attention_mask=attention_mask
+            h, h, attention_mask=attention_mask, use_causal_mask=causal
         )
         x = x + keras.layers.Dropout(dropout)(h)
         h = keras.layers.LayerNormalization(name=f"feed_forward_norm_{index}")(x)

@@ -21,7 +21,7 @@ import numpy as np
 import progressbar
 import tensorflow as tf
 
-from accumrun.config.schema import ImageSourceConfig, TextFolderConfig
+from accumrun.config.schema import ImageSourceConfig, TextSourceConfig
 from accumrun.core.split import batch_sizes
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputKind, read_inputs
@@ -92,11 +92,13 @@ def predict_run(
         top_k = top_k if top_k is not None else min(5, len(labels))
         if not 1 <= top_k <= len(labels):
             raise ConfigError("top_k", f"must be 1 to {len(labels)}, the run's classes", top_k)
+    data = run.config.data
     kind = InputKind(
-        sample_shape=tuple(model.input_shape[1:]),
+        # Tokenized to the training length (a model of bucketed padding takes any length).
+        sample_shape=(data.sequence_length,) if isinstance(data, TextSourceConfig) else tuple(model.input_shape[1:]),
         dtype=np.dtype(model.inputs[0].dtype),
-        images=isinstance(run.config.data, ImageSourceConfig),
-        text=isinstance(run.config.data, TextFolderConfig),
+        images=isinstance(data, ImageSourceConfig),
+        text=isinstance(data, TextSourceConfig),
         features=run.features,
         id_column=run.id_column,
     )
