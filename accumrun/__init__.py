@@ -7,6 +7,7 @@ The Python API. ``import accumrun`` stays light: TensorFlow is imported on the f
     >>> result.metrics[-1]["val_accuracy"]
     >>> accumrun.evaluate(result.run_dir)["accuracy"]
     >>> accumrun.predict(result.run_dir, ["new.npz"]).records()[0]["prediction"]
+    >>> accumrun.generate("runs/char_lm", "Alice was").text  # a language model's run
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ if TYPE_CHECKING:
     from accumrun.config.schema import Config
     from accumrun.reports.compare import Comparison
     from accumrun.reports.export import Exported
+    from accumrun.reports.generate import Generated
     from accumrun.reports.predict import Predictions
     from accumrun.training.runner import RunResult
 
 from accumrun._version import __version__
 from accumrun.kinds import Kind, ModelFile, Split
 
-__all__ = ["__version__", "compare", "evaluate", "export", "load_config", "predict", "train"]
+__all__ = ["__version__", "compare", "evaluate", "export", "generate", "load_config", "predict", "train"]
 
 K = TypeVar("K", bound=Kind)
 
@@ -154,6 +156,45 @@ def predict(
     paths = [str(path) for path in inputs]
     which = _member(ModelFile, "model", model)
     return predict_run(Path(run_dir), paths, top_k=top_k, which=which, show_progress=show_progress, lines=lines)
+
+
+def generate(
+    run_dir: str | Path,
+    prompt: str,
+    *,
+    max_tokens: int = 200,
+    temperature: float = 0.0,
+    seed: int = 0,
+    model: ModelFile | str = ModelFile.FINAL,
+) -> Generated:
+    """Continue ``prompt`` with a finished language model's run (``task: causal_lm``).
+
+    Args:
+        run_dir: A finished run's directory.
+        prompt: The text to continue, tokenized as the run's corpus was.
+        max_tokens: How many tokens to write.
+        temperature: 0 picks the most likely token (greedy); above 0, a draw from the softmax of the logits divided
+            by it.
+        seed: Seeds the draws, so that the same call gives the same text.
+        model: ``final`` or ``best``.
+
+    Returns:
+        ``prompt``, ``continuation``, ``text`` (both) and ``tokens`` (how many were written).
+
+    Raises:
+        ArgumentError: ``model`` is neither ``final`` nor ``best``.
+        ConfigError: not a finished run or not a language model, an empty prompt, a negative setting.
+    """
+    from accumrun.reports.generate import generate_text
+
+    return generate_text(
+        Path(run_dir),
+        prompt,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        seed=seed,
+        which=_member(ModelFile, "model", model),
+    )
 
 
 def export(

@@ -537,6 +537,29 @@ def predict(
 
 @main.command()
 @click.argument("run_dir", type=_RUN_FOLDER)
+@click.option("--prompt", required=True, help="The text to continue.")
+@click.option("--max-tokens", type=click.IntRange(min=0), default=200, show_default=True, help="Tokens to write.")
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="0: the most likely token each time; above 0: drawn from the softmax of the logits divided by it.",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seeds the draws.")
+@_MODEL_OPTION
+def generate(run_dir: Path, prompt: str, max_tokens: int, temperature: float, seed: int, model: str) -> None:
+    """Continue --prompt with a finished language model's run (data.task: causal_lm); print the prompt and what
+    the model wrote after it."""
+    _start_tensorflow()
+    generated = accumrun.generate(
+        run_dir, prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, model=model
+    )
+    click.echo(generated.text)
+
+
+@main.command()
+@click.argument("run_dir", type=_RUN_FOLDER)
 @click.option("--format", "format_", type=click.Choice(["savedmodel"]), default="savedmodel", show_default=True)
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="[default: RUN_DIR/export/savedmodel]")
 @click.option("--overwrite", is_flag=True, help="Replace what is at the output.")
@@ -577,23 +600,23 @@ def download(dataset: str, folder: str | None, base_url: str | None) -> None:
 
 
 @main.command("make-example")
-@click.argument("kind", type=click.Choice(["images", "tfrecord", "csv", "text"]))
+@click.argument("kind", type=click.Choice(["images", "tfrecord", "csv", "text", "corpus"]))
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option(
-    "--count", type=click.IntRange(min=6), default=600, show_default=True, help="Images, rows or texts to make."
+    "--count", type=click.IntRange(min=6), default=600, show_default=True, help="Images, rows, texts or files to make."
 )
 @click.option("--size", type=click.IntRange(min=4), default=32, show_default=True, help="Image side in pixels.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> None:
     """Make example data in TARGET: an image folder (images), TFRecord files named TARGET-0000i-of-00002
-    (tfrecord), a CSV table (csv), or a folder of short reviews, one .txt file each (text). Nothing is
-    downloaded."""
+    (tfrecord), a CSV table (csv), a folder of short reviews, one .txt file each (text), or a folder of .txt files of
+    simple sentences for a language model (corpus). Nothing is downloaded."""
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         from accumrun.errors import DataError
 
         raise DataError(str(target), "already exists; choose another target or remove it")
     _start_tensorflow()
-    from accumrun.data.examples import write_csv, write_image_folder, write_text_folder, write_tfrecords
+    from accumrun.data.examples import write_corpus, write_csv, write_image_folder, write_text_folder, write_tfrecords
 
     if kind == "images":
         write_image_folder(target, count, size, seed)
@@ -604,7 +627,9 @@ def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> N
         return
     elif kind == "text":
         write_text_folder(target, count, seed)
+    elif kind == "corpus":
+        write_corpus(target, count, seed)
     else:
         write_csv(target, count, seed=seed)
-    noun = {"csv": "rows", "text": "texts"}.get(kind, "images")
+    noun = {"csv": "rows", "text": "texts", "corpus": "text files"}.get(kind, "images")
     click.echo(f"wrote {count:,} {noun} to {target}")

@@ -30,12 +30,18 @@ class Task(Kind):
     BINARY = "binary"
     REGRESSION = "regression"
     MULTI_LABEL = "multi_label"
+    CAUSAL_LM = "causal_lm"
 
     @property
     def class_labels(self) -> bool:
-        """Whether the targets are integer class indices: classification, and binary (two classes, 0 and 1, with
-        one output unit for the probability of class 1)."""
-        return self in (Task.CLASSIFICATION, Task.BINARY)
+        """Whether the targets are integer class indices: classification, binary (two classes, 0 and 1, with
+        one output unit for the probability of class 1), and a language model's next tokens (one per position)."""
+        return self in (Task.CLASSIFICATION, Task.BINARY, Task.CAUSAL_LM)
+
+    @property
+    def token_level(self) -> bool:
+        """Whether the loss and metrics count real target tokens rather than samples (a language model's)."""
+        return self is Task.CAUSAL_LM
 
 
 class BatchNormMode(Kind):

@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 
 from accumrun.config.schema import Config, LossConfig, MetricConfig, MetricEntry
-from accumrun.core.losses import LossFn, Metric, MetricSet, Objective
+from accumrun.core.losses import LossFn, Metric, MetricSet, Objective, Perplexity
 from accumrun.core.step import make_eval_step
 from accumrun.data.dataset import Dataset
 from accumrun.data.feeder import Feeder
@@ -31,14 +31,20 @@ DEFAULT_LOSS = {
     Task.CLASSIFICATION: "sparse_categorical_crossentropy",
     Task.BINARY: "binary_crossentropy",
     Task.MULTI_LABEL: "binary_crossentropy",
+    Task.CAUSAL_LM: "sparse_categorical_crossentropy",
 }
 DEFAULT_METRICS: dict[Task, list[MetricEntry]] = {
     Task.CLASSIFICATION: ["accuracy"],
     Task.BINARY: ["accuracy"],
     Task.MULTI_LABEL: ["binary_accuracy"],
     Task.REGRESSION: ["mean_absolute_error"],
+    Task.CAUSAL_LM: ["accuracy", "perplexity"],
 }
 _ACCURACY = ("accuracy", "acc")
+# accumrun's own metrics, by normalized name, besides every keras.metrics class.
+_OWN_METRICS: dict[str, type] = {"perplexity": Perplexity}
+# The tasks whose targets are class indices with one output per class, as sparse losses and metrics take them.
+_SPARSE_TASKS = (Task.CLASSIFICATION, Task.CAUSAL_LM)
 # Base classes and wrappers that cannot be built from a name alone.
 _NOT_LOSSES = ("LossFunctionWrapper",)
 _NOT_METRICS = ("Mean", "Sum", "MeanMetricWrapper", "Reduce")
@@ -73,21 +79,23 @@ class FittedObjective:
 
 
 class Scorer:
-    """The one validation pass: the mean per-sample loss and every metric of ``objective`` over a feeder's
-    samples, in inference mode. Training scores its validation data with it after each epoch, and ``evaluate``
+    """The one validation pass: the mean loss per sample (or real token) and every metric of ``objective`` over a
+    feeder's samples, in inference mode. Training scores its validation data with it after each epoch, and ``evaluate``
     a finished run's model, so both give the same figures."""
 
     def __init__(self, model: keras.Model, objective: Objective, metrics: MetricSet) -> None:
         self._metrics = metrics
         self._step = make_eval_step(model, objective, metrics)
 
-    def __call__(self, feeder: Feeder, samples: int) -> dict[str, float]:
-        """``loss`` and each metric under its logged name, over the ``samples`` samples of ``feeder``'s epoch."""
+    def __call__(self, feeder: Feeder) -> dict[str, float]:
+        """``loss`` and each metric under its logged name, over the samples of ``feeder``'s epoch."""
         self._metrics.reset()
-        loss_sum = 0.0
+        loss_sum = units = 0.0
         for x, y in feeder.epoch(0):
-            loss_sum += float(self._step(x, y))
-        return {"loss": loss_sum / samples, **self._metrics.results()}
+            batch_loss, batch_units = self._step(x, y)
+            loss_sum += float(batch_loss)
+            units += float(batch_units)
+        return {"loss": loss_sum / units, **self._metrics.results()}
 
 
 def fit_objective(
@@ -124,6 +132,7 @@ def fit_objective(
         outputs=width,
         to_probabilities=probability_function(task, width, from_logits, activation),
         metrics=tuple(metrics),
+        token_level=task.token_level,
     )
     _check_per_sample(objective, model, sample, name)
     resolved = LossConfig.model_validate({**config.loss.keywords, "name": name, "from_logits": from_logits})
@@ -146,7 +155,7 @@ def _keras_loss(config: LossConfig, name: str, task: Task, activation: str | Non
         keywords["from_logits"] = from_logits
     sparse = loss_class.__name__.startswith("Sparse")
     _refuse_per_class(loss_class, task, "loss.name", name)
-    if sparse and task is not Task.CLASSIFICATION:
+    if sparse and task not in _SPARSE_TASKS:
         raise ConfigError(
             "loss.name",
             f"{name} takes integer class labels, but the targets are {task.value.replace('_', '-')} values; "
@@ -183,16 +192,20 @@ def _metrics(entries: list[MetricEntry], task: Task, width: int) -> list[Metric]
                 raise ConfigError(path, "accuracy needs class labels; for regression use mean_absolute_error", name)
             metric_class: type = (
                 keras.metrics.SparseCategoricalAccuracy
-                if task is Task.CLASSIFICATION and width > 1
+                if task in _SPARSE_TASKS and width > 1
                 else keras.metrics.BinaryAccuracy
             )
+        elif normalized(name) in _OWN_METRICS:
+            metric_class = _OWN_METRICS[normalized(name)]
+            if task not in _SPARSE_TASKS:
+                raise ConfigError(path, f"{name} needs class labels or next tokens, one output per class", name)
         else:
             metric_class = _with_alias(metrics_by_name, name, keras.metrics.get) or find(
                 metrics_by_name, name, f"{path}.name" if isinstance(entry, MetricConfig) else path, "metric"
             )
-        sparse = metric_class.__name__.startswith("Sparse")
+        sparse = metric_class.__name__.startswith("Sparse") or metric_class is Perplexity
         _refuse_per_class(metric_class, task, path, name)
-        if sparse and task is not Task.CLASSIFICATION:
+        if sparse and task not in _SPARSE_TASKS:
             raise ConfigError(
                 path, f"{name} takes integer class labels; the targets are {task.value.replace('_', '-')}"
             )

@@ -148,7 +148,7 @@ def _train_epoch(
 
     def epoch() -> None:
         for x, y in chunks:
-            loss, _ = step(x, y)
+            loss = step(x, y).loss_sum
         float(loss)  # wait for the last step
 
     return epoch

@@ -109,7 +109,7 @@ def _train_epoch(
 
     def epoch() -> None:
         for x, y in batches:
-            loss, _ = step(x, y)
+            loss = step(x, y).loss_sum
         float(loss)  # wait for the last step
 
     return epoch

@@ -56,7 +56,7 @@ def main() -> None:
     for epoch in range(args.epochs):
         started = time.perf_counter()
         for x_batch, y_batch in feeder.epoch(epoch):
-            loss, _ = step(x_batch, y_batch)
+            loss = step(x_batch, y_batch).loss_sum
         float(loss)  # wait for the last step
         seconds.append(time.perf_counter() - started)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -31,6 +31,7 @@ from accumrun import train  # noqa: E402
 from accumrun.core.batch_norm import BatchNormStatistics  # noqa: E402
 from accumrun.core.losses import sparse_categorical_crossentropy  # noqa: E402
 from accumrun.core.step import make_train_step  # noqa: E402
+from accumrun.data.examples import write_corpus  # noqa: E402
 from accumrun.kinds import BatchNormMode, RandomDraws  # noqa: E402
 from accumrun.models.builders import mlp  # noqa: E402
 
@@ -203,6 +204,30 @@ def dropout_on_replicas(folder: Path) -> dict[str, float]:
     return differences
 
 
+def language_model_on_replicas(folder: Path) -> dict[str, float]:
+    """A causal transformer on a corpus whose windows have very different real lengths: two replicas with 3
+    sub-batches each against one device without subdivisions. Each replica's slice holds its own count of real
+    tokens; both divide by the global batch's."""
+    corpus = write_corpus(folder / "corpus", 4, seed=4)
+    runs = []
+    for subdivisions, strategy in ((1, "none"), (3, "mirrored")):
+        settings = Config.model_validate(
+            {
+                "seed": 1,
+                "data": {"name": "text_corpus", "path": str(corpus), "sequence_length": 16, "validation_split": 0.0},
+                "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16},
+                "training": {"epochs": 1, "batch_size": 9, "subdivisions": subdivisions},
+                "optimizer": {"name": "sgd", "learning_rate": 0.5},
+                "output": {"tensorboard": False},
+                "distribute": {"strategy": strategy, "logical_cpus": REPLICAS} if strategy == "mirrored" else {},
+            }
+        )
+        on = STRATEGY if strategy == "mirrored" else None
+        result = train(settings, folder / strategy, quiet=True, strategy=on)
+        runs.append([v.numpy() for v in result.model.trainable_variables])
+    return {"max_difference": _max_difference(runs[0], runs[1])}
+
+
 def main(out: Path) -> None:
     results: dict[str, Any] = {"weights": {}, "reductions": {}}
     modes = (BatchNormMode.PER_BATCH, BatchNormMode.SUB_BATCH)
@@ -216,6 +241,7 @@ def main(out: Path) -> None:
         results["weights"]["sgd-3-balanced"] = compare_weights("sgd", 3, Path(folder) / "balanced", "balanced")
         results["updates_per_call"] = compare_updates_per_call(Path(folder) / "calls")
         results["dropout"] = dropout_on_replicas(Path(folder) / "dropout")
+        results["language_model"] = language_model_on_replicas(Path(folder) / "language_model")
     for subdivisions in (1, 4):
         results["reductions"][str(subdivisions)] = count_reductions(subdivisions)
     out.write_text(json.dumps(results, indent=2))

@@ -218,7 +218,7 @@ CASES = [
         "'package.module:function' (got 'resnet')"),
     row("dataset-unknown", lambda t: config_with(t, data={"name": "imagenet"}), 1,
         "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist', 'synthetic', 'image_folder', "
-        "'tfrecord', 'csv', 'tfds', 'text_folder' or 'jsonl'"),
+        "'tfrecord', 'csv', 'tfds', 'text_folder', 'text_corpus' or 'jsonl'"),
     row("digits-with-a-path", lambda t: config_with(t, data={"name": "digits", "path": str(t / "nowhere")}), 1,
         "data.path: is not used by data.name: digits"),
     row("set-unknown-key", tiny_config, 1, "training.subdivison: unknown key (did you mean 'subdivisions'?)",

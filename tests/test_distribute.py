@@ -96,6 +96,13 @@ def test_dropout_on_two_replicas_with_subdivisions_equals_one_device_without(mir
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_a_language_model_on_two_replicas_divides_by_the_global_batch_real_tokens(mirrored: dict[str, Any]) -> None:
+    # Each replica's windows hold their own number of real tokens; both divide by the whole batch's count.
+    assert mirrored["language_model"]["max_difference"] < 2e-5
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_one_gradient_all_reduce_per_batch_whatever_the_subdivisions(mirrored: dict[str, Any]) -> None:
     """The traced step holds the same reductions for 1 and 4 sub-batches, and none inside the sub-batch loop.
 

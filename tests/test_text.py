@@ -141,7 +141,9 @@ def test_a_transformer_on_samples_that_are_not_token_ids_says_what_it_reads(
     monkeypatch.chdir(tmp_path)
     result = invoke("train", str(path))
     assert result.returncode == 1
-    assert "model.name: transformer reads token ids: use a text source (data.name: text_folder)" in result.stderr
+    assert "model.name: transformer reads token ids: use a text source (data.name: text_folder or text_corpus)" in (
+        result.stderr
+    )
 
 
 @pytest.mark.slow

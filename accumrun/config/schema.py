@@ -358,6 +358,10 @@ class TextSourceConfig(FileSourceConfig):
     tokenizer: TokenizerConfig = Field(default_factory=lambda: ByteTokenizerConfig(name="byte"))
     sequence_length: int = Field(DEFAULT_SEQUENCE_LENGTH, ge=1)
     """Tokens per sample: a longer text is cut, a shorter one padded with id 0 (masked in the model)."""
+    bucket: int | None = Field(None, ge=1)
+    """Pad each training sub-batch only to its longest text, rounded up to a multiple of this (at most
+    ``sequence_length``), so that short sub-batches cost less; unset, every sub-batch keeps ``sequence_length``.
+    The update is the same either way: padding is masked."""
 
     @model_validator(mode="after")
     def _no_image_keys(self) -> TextSourceConfig:
@@ -384,6 +388,21 @@ class JsonlConfig(TextSourceConfig):
     """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
 
 
+class TextCorpusConfig(TextSourceConfig):
+    """``name: text_corpus``: plain UTF-8 ``.txt`` files (a file, a folder of them, or a glob) for a language model,
+    each cut into windows of ``sequence_length`` input tokens, ``stride`` tokens apart; the targets are the same
+    tokens one position on."""
+
+    needs = {"path": "a .txt file, a folder of .txt files, or a glob of them"}
+    stride: int | None = Field(None, ge=1)
+    """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
+
+    @property
+    def window_stride(self) -> int:
+        """``stride``, or ``sequence_length`` when it is unset."""
+        return self.stride if self.stride is not None else self.sequence_length
+
+
 DATA_SECTIONS: dict[str, type[DataSection]] = {
     "digits": DigitsConfig,
     "npz": NpzConfig,
@@ -395,6 +414,7 @@ DATA_SECTIONS: dict[str, type[DataSection]] = {
     "csv": CsvConfig,
     "tfds": TfdsConfig,
     "text_folder": TextFolderConfig,
+    "text_corpus": TextCorpusConfig,
     "jsonl": JsonlConfig,
 }
 """Every ``data.name`` and its section, in the order the docs list them."""
@@ -426,6 +446,7 @@ DataConfig = Annotated[
     | Annotated[CsvConfig, Tag("csv")]
     | Annotated[TfdsConfig, Tag("tfds")]
     | Annotated[TextFolderConfig, Tag("text_folder")]
+    | Annotated[TextCorpusConfig, Tag("text_corpus")]
     | Annotated[JsonlConfig, Tag("jsonl")]
     | Annotated[_UnknownDataConfig, Tag("unknown")],
     Discriminator(_data_kind),

@@ -1,8 +1,15 @@
-"""What the step minimises and measures: a per-sample loss, and metrics updated once per sample.
+"""What the step minimises and measures: a per-sample loss, and metrics updated once per sample (or token).
 
 Exactness needs one loss value per sample: the step weights each sub-batch by its sample count, so that uneven
 sub-batches sum to the whole batch's mean. Any ``keras.losses.Loss`` built with ``reduction=None`` gives that,
 and so does a custom function of ``(targets, predictions)`` that returns one value per sample.
+
+Token-level objectives (a language model's next-token loss) count **units**, the real tokens, instead of samples:
+a sample's loss is the sum over its real target tokens (those not :data:`PADDING_ID`), and it brings that many
+units (:meth:`Objective.units`). The step divides by the whole batch's units, so a batch's loss is the mean over
+its real tokens however they are spread over sub-batches, replicas or streamed pieces; every other objective brings
+one unit per sample, which is the sample-weighted rule above. Metrics of a token-level objective count real
+tokens too: padding is given a weight of 0.
 
 Class labels are kept as integer indices on the device. A loss or metric that wants targets shaped like the
 output (``categorical_crossentropy``, ``top_k_categorical_accuracy``, ``auc``, ...) gets them one-hot encoded
@@ -17,12 +24,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from accumrun.core.targets import Targets, unweighted, weights_of
 
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 """``loss_fn(targets, predictions) -> per-sample losses`` (shape ``[n]``)."""
+
+_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
+
+PADDING_ID = 0
+"""The token id that pads a sequence: a target token of this id is not a real token, and counts nowhere."""
 
 
 def sparse_categorical_crossentropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
@@ -36,6 +49,11 @@ def encode_class_labels(labels: tf.Tensor, width: int) -> tf.Tensor:
     if width == 1:
         return tf.cast(labels, tf.float32)[:, tf.newaxis]
     return tf.one_hot(labels, width, dtype=tf.float32)
+
+
+def token_mask(labels: tf.Tensor) -> tf.Tensor:
+    """1.0 where a target token is real, 0.0 where it pads (float32, shaped as ``labels``)."""
+    return tf.cast(tf.not_equal(labels, PADDING_ID), tf.float32)
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,8 @@ class Objective:
         outputs: the width of the model's output.
         to_probabilities: what turns the model's output into what the metrics see (identity, softmax, sigmoid).
         metrics: what is measured, in logging order.
+        token_level: whether the targets are token ids whose real tokens (not :data:`PADDING_ID`) are the units
+            that the loss and metrics count, rather than the samples.
     """
 
     loss: LossFn
@@ -68,6 +88,7 @@ class Objective:
     outputs: int = 0
     to_probabilities: Callable[[tf.Tensor], tf.Tensor] = tf.identity
     metrics: tuple[Metric, ...] = field(default_factory=tuple)
+    token_level: bool = False
 
     def loss_values(self, targets: Targets, predictions: tf.Tensor) -> tf.Tensor:
         """What the loss returns for these targets (encoded as it needs them; weights left aside) and float32
@@ -79,12 +100,23 @@ class Objective:
 
     def per_sample_loss(self, targets: Targets, predictions: tf.Tensor) -> tf.Tensor:
         """The loss of each sample, in float32 (mixed-precision outputs included), times the sample's weight when
-        the targets carry weights (see :mod:`accumrun.core.targets`)."""
+        the targets carry weights (see :mod:`accumrun.core.targets`). Token-level: the sum over the sample's real
+        tokens; else the mean over any axes past the batch's, as Keras reduces them."""
         values = self.loss_values(targets, predictions)
-        if values.shape.rank is not None and values.shape.rank > 1:
+        if self.token_level:
+            values = tf.reduce_sum(values * token_mask(unweighted(targets)), axis=1)
+        elif values.shape.rank is not None and values.shape.rank > 1:
             values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
         weights = weights_of(targets)
         return values if weights is None else values * weights
+
+    def units(self, targets: Targets) -> tf.Tensor:
+        """What each sample counts for in the batch's mean (float32 ``[n]``): its real tokens (token-level), else
+        1."""
+        labels = unweighted(targets)
+        if self.token_level:
+            return tf.reduce_sum(token_mask(labels), axis=1)
+        return tf.ones(tf.shape(labels)[:1], tf.float32)
 
     def new_metrics(self) -> MetricSet:
         """Fresh metric objects, for one kind of pass (training or validation); create them in the strategy's
@@ -111,9 +143,16 @@ class MetricSet:
         targets = unweighted(targets)
         objective = self._objective
         probabilities = objective.to_probabilities(tf.cast(predictions, tf.float32))
-        encoded = encode_class_labels(targets, objective.outputs) if objective.class_labels else targets
+        # Encoded once, and only for a metric that needs it (a language model's one-hot targets would be large).
+        encoded = (
+            encode_class_labels(targets, objective.outputs)
+            if objective.class_labels and not all(spec.sparse for spec, _ in self._metrics)
+            else targets
+        )
+        # Token-level: each real token counts once, padding not at all.
+        mask = token_mask(targets) if objective.token_level else None
         for spec, metric in self._metrics:
-            metric.update_state(targets if spec.sparse else encoded, probabilities)
+            metric.update_state(targets if spec.sparse else encoded, probabilities, sample_weight=mask)
 
     def reset(self) -> None:
         """Start a new epoch."""
@@ -135,3 +174,25 @@ class MetricSet:
     def results(self) -> dict[str, float]:
         """Each metric's value over the samples added since the last reset, by its logged name."""
         return {spec.name: float(keras.ops.convert_to_numpy(metric.result())) for spec, metric in self._metrics}
+
+
+class Perplexity(keras.metrics.Metric):
+    """``exp`` of the mean cross-entropy over the real tokens (or samples) seen since the last reset: each target's
+    negative log-probability, weighted by ``sample_weight`` (the token mask). It takes probabilities, as every
+    metric here does; a probability below float32's smallest normal number counts as that number."""
+
+    def __init__(self, name: str = "perplexity", **keywords: object) -> None:
+        super().__init__(name=name, **keywords)
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, y_true: tf.Tensor, y_pred: tf.Tensor, sample_weight: tf.Tensor | None = None) -> None:
+        labels = tf.cast(y_true, tf.int32)
+        chosen = tf.gather(tf.cast(y_pred, tf.float32), labels, batch_dims=labels.shape.rank)
+        negative_log = -tf.math.log(tf.maximum(chosen, _SMALLEST_NORMAL))
+        weights = tf.ones_like(negative_log) if sample_weight is None else tf.cast(sample_weight, tf.float32)
+        self.total.assign_add(tf.reduce_sum(negative_log * weights))
+        self.count.assign_add(tf.reduce_sum(weights))
+
+    def result(self) -> tf.Tensor:
+        return tf.exp(tf.math.divide_no_nan(self.total, self.count))

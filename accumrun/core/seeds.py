@@ -57,7 +57,12 @@ class LayerDraws:
         self.mode = mode
         layers = list(model._flatten_layers(include_self=True, recursive=True))
         per_sample = mode is RandomDraws.PER_SAMPLE
-        known = [layer for layer in layers if per_sample and type(layer) in PER_SAMPLE_LAYERS]
+        # A layer of rate 0 (Keras then makes no seed generator) draws nothing.
+        known = [
+            layer
+            for layer in layers
+            if per_sample and type(layer) in PER_SAMPLE_LAYERS and hasattr(layer, "seed_generator")
+        ]
         self.per_sample_layers: list[keras.layers.Layer] = known
         self.other_layers: list[keras.layers.Layer] = [
             layer for layer in layers if getattr(layer, "_seed_generators", None) and not any(layer is k for k in known)

@@ -35,6 +35,19 @@ one compiled call, on one device or on the replicas of a strategy; :class:`Strea
 not fit on the device as its sub-batches, one compiled call each, into accumulators that persist between calls,
 and makes the update in one more call. :func:`make_train_step` builds either.
 
+Units: samples or tokens. Everything above divides by the batch's **units**, which are its samples for every
+sample-level objective. A token-level objective (a language model's) counts the real target tokens instead
+(:meth:`~accumrun.core.losses.Objective.units`): each sub-batch's sum over its real tokens is divided by the real
+tokens of the whole batch (on every replica, of the global batch), so padding and the split never change the update.
+A streamed batch cannot count its tokens before its last sub-batch arrives: it divides by the batch's sample count
+as its sub-batches come, counts their units, and rescales the gradients by samples / units once, before the update
+(a factor of exactly 1 for a sample-level objective).
+
+Bucketed padding. With ``bucket``, each sub-batch of token ids is cut, on the device, to its longest real sequence
+rounded up to a multiple of ``bucket`` (:func:`trim_padding`): the positions cut are padding in every row, which a
+model that masks padding never looks at, so the update is the same and a sub-batch of short texts costs less. The
+sub-batch's length is a tensor inside the loop, so the step still traces once.
+
 Sample weights. Targets may carry one weight per sample (:class:`~accumrun.core.targets.Weighted`); each
 sample's loss is then multiplied by its weight before the sums above, so a batch's objective is
 ``sum_i(w_i * l_i) / n`` (Keras' ``sum_over_batch_size``), and the split, the replicas' slices and the streamed
@@ -55,10 +68,10 @@ import keras
 import tensorflow as tf
 
 from accumrun.core.batch_norm import BatchNormStatistics, Moments
-from accumrun.core.losses import LossFn, MetricSet, Objective
+from accumrun.core.losses import PADDING_ID, LossFn, MetricSet, Objective
 from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import SubBatchLoop, part_bounds, replica_rows, sub_batch_loops
-from accumrun.core.targets import Targets
+from accumrun.core.targets import Targets, each
 from accumrun.kinds import BatchNormMode, Feed
 
 Chunk = tuple[tf.Tensor, Targets]
@@ -68,12 +81,24 @@ Chunk = tuple[tf.Tensor, Targets]
 Totals = tuple[list[tf.Tensor], tf.Tensor]
 """``(gradients, loss_sum)`` accumulated so far."""
 
+
+class BatchResult(NamedTuple):
+    """What a train step returns for one batch."""
+
+    loss_sum: tf.Tensor
+    """The sum of the batch's per-sample (or per-token) losses, regularization included."""
+    units: tf.Tensor
+    """What the loss sum is divided by: the batch's samples, or its real tokens (token-level objectives)."""
+    applied: tf.Tensor
+    """Whether the update was applied (false: skipped, a NaN or Inf, or a loss-scale overflow)."""
+
+
 # How many sub-batches the loop may run at once (TensorFlow's default is 10). More is faster on tiny sub-batches
 # but holds that many sub-batches' activations; benchmarks/step_speed.py --parallel measures it.
 PARALLEL_SUB_BATCHES = 1
 
 
-class _Accumulation:
+class Accumulation:
     """The gradient function of :func:`make_gradient_fn`."""
 
     def __init__(
@@ -87,8 +112,10 @@ class _Accumulation:
         metrics: MetricSet | None,
         batch_norm: BatchNormStatistics,
         draws: LayerDraws | None,
+        bucket: int | None = None,
     ) -> None:
         self._model = model
+        self._bucket = bucket
         self._objective = objective
         self._subdivisions = subdivisions
         self._scale_loss = scale_loss
@@ -99,9 +126,13 @@ class _Accumulation:
         # With XLA, each sub-batch of unknown shape is one cluster, compiled once per sub-batch shape.
         self._clustered = tf.function(self.add, jit_compile=True, reduce_retracing=True) if jit_compile else None
 
+    def units(self, y: Targets) -> tf.Tensor:
+        """The units of the batch ``y`` holds (float32): its samples, or its real tokens."""
+        return tf.reduce_sum(self._objective.units(y))
+
     def __call__(self, x: tf.Tensor, y: Targets, total: tf.Tensor | None = None, first_row: Any = 0) -> Totals:
         totals: Totals = ([tf.zeros_like(v, dtype=tf.float32) for v in self._variables], tf.constant(0.0, tf.float32))
-        n_float = tf.cast(tf.shape(x)[0] if total is None else total, tf.float32)
+        n_float = tf.cast(self.units(y) if total is None else total, tf.float32)
         for loop in sub_batch_loops(x, y, self._subdivisions):
             add = self._clustered if self._clustered is not None and not loop.static else self.add
             totals = self._sum(loop, add, n_float, totals, first_row)
@@ -133,6 +164,8 @@ class _Accumulation:
         self, x_sub: tf.Tensor, y_sub: Targets, first_row: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]
     ) -> Totals:
         """One sub-batch forward and backward: ``gradients`` plus its share of the batch's, and its loss sum."""
+        if self._bucket is not None:
+            x_sub, y_sub = trim_padding(x_sub, y_sub, self._bucket, token_targets=self._objective.token_level)
         draws = self._draws.sub_batch(first_row, tf.shape(x_sub)[0]) if self._draws else contextlib.nullcontext()
         with tf.GradientTape() as tape:
             # Runs while the step is traced: the BatchNorm layers are traced as the mode says, and the random ones
@@ -141,9 +174,9 @@ class _Accumulation:
                 predictions = self._model(x_sub, training=True)
             sub_loss_sum = tf.reduce_sum(self._objective.per_sample_loss(y_sub, predictions))
             if self._model.losses:
-                # Regularization belongs to the batch once; each sub-batch carries its share of it, and its rows'
-                # share of the logged loss, which is what is minimized (as Keras fit logs it).
-                sub_loss_sum += _regularization(self._model) * tf.cast(tf.shape(x_sub)[0], tf.float32)
+                # Regularization belongs to the batch once; each sub-batch carries its units' share of it, and of
+                # the logged loss, which is what is minimized (as Keras fit logs it).
+                sub_loss_sum += _regularization(self._model) * self.units(y_sub)
             batch_share = sub_loss_sum / n_float
             if self._scale_loss is not None:
                 batch_share = self._scale_loss(batch_share)
@@ -167,16 +200,18 @@ def make_gradient_fn(
     metrics: MetricSet | None = None,
     batch_norm: BatchNormStatistics | None = None,
     draws: LayerDraws | None = None,
-) -> Callable[..., Totals]:
+    bucket: int | None = None,
+) -> Accumulation:
     """A function ``(x, y, total=None, first_row=0) -> (gradients, loss_sum)`` that accumulates over the
-    sub-batches.
+    sub-batches, and whose ``units(y)`` counts a batch's units (samples, or real tokens).
 
-    ``gradients`` is the gradient of the batch's mean loss (plus the model's regularization losses) with respect to
-    ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses, each with the regularization
-    added (so ``loss_sum / n`` is the objective minimized, as Keras ``fit`` logs its loss). ``metrics``, when given,
-    are updated with every sub-batch's samples. ``total`` is the sample count that the losses are divided by,
-    ``x``'s own by default; a replica that holds one slice of a batch passes the whole batch's, so that the
-    replicas' gradients sum to the batch's (see :func:`make_train_step`); an empty slice then gives zero gradients.
+    ``gradients`` is the gradient of the batch's mean loss per unit (plus the model's regularization losses) with
+    respect to ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses, each unit with the
+    regularization added (so ``loss_sum / units`` is the objective minimized, as Keras ``fit`` logs its loss).
+    ``metrics``, when given, are updated with every sub-batch's samples. ``total`` is the unit count that the
+    losses are divided by, ``y``'s own by default; a replica that holds one slice of a batch passes the whole
+    batch's, so that the replicas' gradients sum to the batch's (see :func:`make_train_step`); an empty slice then
+    gives zero gradients.
     ``first_row`` is where ``x`` starts in the global batch (a streamed sub-batch, a replica's slice). It is not
     compiled by itself: call it inside a ``tf.function`` (as the steps do) or eagerly in tests.
 
@@ -189,9 +224,10 @@ def make_gradient_fn(
     ``batch_norm`` sets what the BatchNorm layers do in the forward passes, and records each sub-batch's moments
     for a per-batch update of their moving statistics (see :mod:`accumrun.core.batch_norm`); without it, Keras'
     own behaviour holds (``sub_batch``). ``draws`` has the random layers (dropout) draw per sample, by their row in
-    the batch (see :mod:`accumrun.core.seeds`).
+    the batch (see :mod:`accumrun.core.seeds`). ``bucket`` cuts each sub-batch of token ids to its longest real
+    sequence, rounded up to a multiple of it (see the module's docstring).
     """
-    return _Accumulation(
+    return Accumulation(
         model,
         loss if isinstance(loss, Objective) else Objective(loss),
         subdivisions,
@@ -200,7 +236,22 @@ def make_gradient_fn(
         metrics=metrics,
         batch_norm=batch_norm if batch_norm is not None else BatchNormStatistics(model, BatchNormMode.SUB_BATCH),
         draws=draws,
+        bucket=bucket,
     )
+
+
+def trim_padding(x: tf.Tensor, y: Targets, bucket: int, *, token_targets: bool) -> tuple[tf.Tensor, Targets]:
+    """Token ids ``x`` (and, for ``token_targets``, the targets of each position) cut to the longest real sequence
+    (its last id that is not :data:`~accumrun.core.losses.PADDING_ID`) rounded up to a multiple of ``bucket``, at
+    most their length and at least one position."""
+    length = tf.shape(x)[1]
+    ends = tf.where(tf.not_equal(x, PADDING_ID), tf.range(1, length + 1)[tf.newaxis, :], 0)
+    longest = tf.reduce_max(ends)
+    kept = tf.clip_by_value((longest + bucket - 1) // bucket * bucket, 1, length)
+    if token_targets:
+        # Per-sample weights (one per row) are not cut.
+        y = each(lambda t: t[:, :kept] if t.shape.rank == 2 else t, y)
+    return x[:, :kept], y
 
 
 class _OneDevice:
@@ -366,29 +417,28 @@ class TrainStep(ABC):
     """A compiled train step, as the epoch loop calls it: one batch in, one update."""
 
     @abstractmethod
-    def train_batch(self, chunks: Iterable[Chunk], samples: int) -> tuple[tf.Tensor, tf.Tensor]:
+    def train_batch(self, chunks: Iterable[Chunk], samples: int) -> BatchResult:
         """Train the batch of ``samples`` samples that ``chunks`` holds (the whole batch as one chunk, or its
-        sub-batches in order, as the step takes them) and make its one update; return ``(loss_sum, applied)``:
-        ``applied`` is false when the update was skipped (a NaN or Inf, or a loss-scale overflow)."""
+        sub-batches in order, as the step takes them) and make its one update."""
 
 
 class WholeBatchStep(TrainStep):
-    """One batch, one compiled call: ``step(x, y) -> (loss_sum, applied)``, on one device or on the replicas of a
-    strategy; the batch is cut into its sub-batches on the device.
+    """One batch, one compiled call: ``step(x, y) -> BatchResult``, on one device or on the replicas of a strategy;
+    the batch is cut into its sub-batches on the device.
 
     The call traces at most twice per run: once for full batches and once, with a generalized shape, for a short
     last batch. Compiled with XLA (``jit_compile``), it traces once per batch shape instead, and under a strategy
     each sub-batch is compiled on its own (see :func:`make_gradient_fn`).
     """
 
-    def __init__(self, compiled: Callable[[tf.Tensor, Targets], tuple[tf.Tensor, tf.Tensor]]) -> None:
+    def __init__(self, compiled: Callable[[tf.Tensor, Targets], BatchResult]) -> None:
         self.compiled = compiled
         """The compiled step (a ``tf.function``)."""
 
-    def __call__(self, x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, tf.Tensor]:
-        return self.compiled(x, y)
+    def __call__(self, x: tf.Tensor, y: Targets) -> BatchResult:
+        return BatchResult(*self.compiled(x, y))
 
-    def train_batch(self, chunks: Iterable[Chunk], samples: int) -> tuple[tf.Tensor, tf.Tensor]:
+    def train_batch(self, chunks: Iterable[Chunk], samples: int) -> BatchResult:
         """Train the batch that ``chunks`` holds as its one chunk (it has all ``samples`` samples)."""
         ((x, y),) = chunks
         return self(x, y)
@@ -397,14 +447,15 @@ class WholeBatchStep(TrainStep):
 class StreamedStep(TrainStep):
     """A batch that does not fit on the device at once, as its sub-batches: one compiled call each adds a
     sub-batch to accumulators that persist between calls (variables), and one more makes the batch's update and
-    clears them. Each sub-batch's loss sum is divided by the whole batch's sample count, so the update is the one
+    clears them. Each sub-batch's loss sum is divided by the whole batch's sample count, and the gradients by
+    units / samples before the update (see the module's docstring), so the update is the one
     :class:`WholeBatchStep` makes on the batch, to float rounding. Runs on one device; with ``jit_compile`` each
     sub-batch's call is compiled with XLA, once per sub-batch shape."""
 
     def __init__(
         self,
         sequence: BatchSequence,
-        sub_batch_gradients: Callable[..., Totals],
+        sub_batch_gradients: Accumulation,
         variables: list[tf.Variable],
         *,
         jit_compile: bool,
@@ -414,12 +465,13 @@ class StreamedStep(TrainStep):
         with tf.init_scope():
             self._gradients = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False) for v in variables]
             self._loss_sum = tf.Variable(0.0, trainable=False)
+            self._units = tf.Variable(0.0, trainable=False)
         self._add = tf.function(
             self._add_sub_batch, jit_compile=jit_compile or None, reduce_retracing=True, autograph=False
         )
         self._end = tf.function(self._end_batch, autograph=False)
 
-    def train_batch(self, chunks: Iterable[Chunk], samples: int) -> tuple[tf.Tensor, tf.Tensor]:
+    def train_batch(self, chunks: Iterable[Chunk], samples: int) -> BatchResult:
         """Add the sub-batches ``chunks`` of a batch of ``samples`` samples, in order, then update once.
 
         Raises:
@@ -427,7 +479,7 @@ class StreamedStep(TrainStep):
         """
         self._sequence.start()
         metrics_before = self._sequence.open()
-        total = tf.constant(samples, tf.int32)
+        total = tf.constant(samples, tf.float32)
         rows = 0
         for x, y in chunks:
             # The sub-batch's first row in the batch, for its random draws.
@@ -435,23 +487,28 @@ class StreamedStep(TrainStep):
             rows += int(x.shape[0])
         if not rows:
             raise ValueError("a streamed batch needs at least one sub-batch")
-        return self._end(metrics_before)
+        return BatchResult(*self._end(metrics_before, total))
 
     def _add_sub_batch(self, x: tf.Tensor, y: Targets, total: tf.Tensor, first_row: tf.Tensor) -> tf.Tensor:
         gradients, loss_sum = self._sub_batch_gradients(x, y, total, first_row)
         for accumulator, gradient in zip(self._gradients, gradients, strict=True):
             accumulator.assign_add(gradient)
         self._loss_sum.assign_add(loss_sum)
+        self._units.assign_add(self._sub_batch_gradients.units(y))
         return loss_sum
 
-    def _end_batch(self, metrics_before: list[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
-        gradients = [tf.identity(g) for g in self._gradients]
+    def _end_batch(self, metrics_before: list[tf.Tensor], samples: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        units = tf.identity(self._units)
+        # The sub-batches were divided by the batch's samples; the batch's mean is over its units.
+        to_units = samples / units
+        gradients = [g * to_units for g in self._gradients]
         accumulated = self._sequence.close(metrics_before, gradients, tf.identity(self._loss_sum))
-        result = self._sequence.finish(accumulated)
+        loss_sum, applied = self._sequence.finish(accumulated)
         for accumulator in self._gradients:
             accumulator.assign(tf.zeros_like(accumulator))
         self._loss_sum.assign(0.0)
-        return result
+        self._units.assign(0.0)
+        return loss_sum, units, applied
 
 
 def make_train_step(
@@ -466,6 +523,7 @@ def make_train_step(
     jit_compile: bool = False,
     batch_norm: BatchNormStatistics | None = None,
     draws: LayerDraws | None = None,
+    bucket: int | None = None,
 ) -> TrainStep:
     """Compile the train step: accumulate over sub-batches, then update once.
 
@@ -485,7 +543,9 @@ def make_train_step(
     masks from the update and its row in the global batch, whatever the subdivisions, feed and replicas. With a
     ``strategy`` (the model, optimizer and metrics created in its scope), the global batch is dealt out to the
     replicas (see the module's docstring).
-    ``jit_compile`` compiles with XLA (see :class:`WholeBatchStep` and :func:`make_gradient_fn`).
+    ``jit_compile`` compiles with XLA (see :class:`WholeBatchStep` and :func:`make_gradient_fn`). ``bucket`` pads
+    each sub-batch of token ids only to its longest sequence, rounded up to a multiple of it (the model must take any
+    length).
 
     Raises:
         ValueError: a ``strategy`` with streamed sub-batches or a loss-scale optimizer (a replicated step has neither)
@@ -503,7 +563,14 @@ def make_train_step(
     sequence = BatchSequence(metric_state, batch_norm, _apply_or_skip(optimizer, variables, placement), placement)
     scale_loss = optimizer.scale_loss if loss_scaled else None
     gradient_fn = functools.partial(
-        make_gradient_fn, model, loss, scale_loss=scale_loss, metrics=metrics, batch_norm=batch_norm, draws=draws
+        make_gradient_fn,
+        model,
+        loss,
+        scale_loss=scale_loss,
+        metrics=metrics,
+        batch_norm=batch_norm,
+        draws=draws,
+        bucket=bucket,
     )
     if feed is Feed.SUB_BATCH:
         # A streamed sub-batch is a batch of one subdivision, its losses divided by the whole batch's count.
@@ -514,13 +581,13 @@ def make_train_step(
     return _one_device_step(sequence, accumulate, jit_compile=jit_compile)
 
 
-def _one_device_step(
-    sequence: BatchSequence, accumulate: Callable[..., Totals], *, jit_compile: bool
-) -> WholeBatchStep:
+def _one_device_step(sequence: BatchSequence, accumulate: Accumulation, *, jit_compile: bool) -> WholeBatchStep:
     """The whole-batch step on one device."""
 
-    def train_step(x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, tf.Tensor]:
-        return sequence.run(accumulate, x, y)
+    def train_step(x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, ...]:
+        units = accumulate.units(y)
+        loss_sum, applied = sequence.run(accumulate, x, y, units)
+        return loss_sum, units, applied
 
     # The step's loops are tf.while_loop and its branches tf.cond, written out: without autograph converting its
     # functions (some forty), the first call traces in half the time. XLA needs static shapes, so a jit-compiled
@@ -531,43 +598,46 @@ def _one_device_step(
 
 
 def _replicated_step(
-    strategy: tf.distribute.Strategy, sequence: BatchSequence, accumulate: Callable[..., Totals]
+    strategy: tf.distribute.Strategy, sequence: BatchSequence, accumulate: Accumulation
 ) -> WholeBatchStep:
     """The whole-batch step over the replicas of ``strategy``: each takes its slice of the global batch, and
-    divides by the global batch's sample count."""
+    divides by the global batch's units."""
     replicas = strategy.num_replicas_in_sync
 
     @tf.function(reduce_retracing=True, autograph=False)
-    def train_step(x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, tf.Tensor]:
+    def train_step(x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, ...]:
         def replica_slice(context: tf.distribute.experimental.ValueContext) -> tuple[tf.Tensor, ...]:
             replica = context.replica_id_in_sync_group
             first_row, _ = part_bounds(replica, tf.shape(x)[0], replicas)
             return (*replica_rows((x, y), replica, replicas), first_row)
 
         x_parts, y_parts, first_rows = strategy.experimental_distribute_values_from_function(replica_slice)
-        return sequence.run(accumulate, x_parts, y_parts, tf.shape(x)[0], first_rows)
+        units = accumulate.units(y)
+        loss_sum, applied = sequence.run(accumulate, x_parts, y_parts, units, first_rows)
+        return loss_sum, units, applied
 
     return WholeBatchStep(train_step)
 
 
 def make_eval_step(
     model: keras.Model, loss: Objective | LossFn, metrics: MetricSet | None = None
-) -> Callable[[tf.Tensor, Targets], tf.Tensor]:
-    """Compile ``evaluate(x, y) -> loss_sum`` in inference mode (BatchNorm uses its moving statistics), each
-    sample's loss times its weight when ``y`` carries weights, the regularization counted with every sample as
-    training counts it; it adds the samples to ``metrics``, unweighted."""
+) -> Callable[[tf.Tensor, Targets], tuple[tf.Tensor, tf.Tensor]]:
+    """Compile ``evaluate(x, y) -> (loss_sum, units)`` in inference mode (BatchNorm uses its moving statistics),
+    each sample's loss times its weight when ``y`` carries weights, the regularization counted with every unit
+    (sample or real token) as training counts it; it adds the samples to ``metrics``, unweighted."""
     objective = loss if isinstance(loss, Objective) else Objective(loss)
 
     @tf.function(reduce_retracing=True)
-    def eval_step(x: tf.Tensor, y: Targets) -> tf.Tensor:
+    def eval_step(x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, tf.Tensor]:
         predictions = model(x, training=False)
         if metrics is not None:
             metrics.update(y, predictions)
         loss_sum = tf.reduce_sum(objective.per_sample_loss(y, predictions))
+        units = tf.reduce_sum(objective.units(y))
         if model.losses:
             # As Keras' evaluate reports it: the regularization counts in the loss of every sample.
-            loss_sum += _regularization(model) * tf.cast(tf.shape(x)[0], tf.float32)
-        return loss_sum
+            loss_sum += _regularization(model) * units
+        return loss_sum, units
 
     return eval_step
 

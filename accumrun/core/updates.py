@@ -32,6 +32,8 @@ class Updates(NamedTuple):
 
     loss_sums: np.ndarray
     """Each update's batch loss sum."""
+    units: np.ndarray
+    """What each loss sum is a sum over: the batch's samples, or its real tokens."""
     applied: np.ndarray
     """Whether each update was applied (false: skipped, a NaN or Inf, or a loss-scale overflow)."""
     learning_rates: np.ndarray
@@ -96,13 +98,12 @@ class UpdateLoop:
         """How many times the calls were traced so far (a traced call's time is not the work's)."""
         return sum(call.experimental_get_tracing_count() for call in self._calls.values())
 
-    def _run(
-        self, rows: tf.Tensor, starts_epoch: tf.Tensor, ends_epoch: tf.Tensor
-    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    def _run(self, rows: tf.Tensor, starts_epoch: tf.Tensor, ends_epoch: tf.Tensor) -> tuple[tf.Tensor, ...]:
         count = tf.shape(rows)[0]
         metric_count = len(self._metrics.names)
         # Sized as they fill: a call that stops early returns only the updates it ran.
         outputs = (
+            tf.TensorArray(tf.float32, size=0, dynamic_size=True),
             tf.TensorArray(tf.float32, size=0, dynamic_size=True),
             tf.TensorArray(tf.bool, size=0, dynamic_size=True),
             tf.TensorArray(tf.float32, size=0, dynamic_size=True),
@@ -119,14 +120,14 @@ class UpdateLoop:
             with tf.control_dependencies([reset_done]):
                 batch = tf.identity(rows[k])
             targets = each(lambda t: tf.gather(t, batch), self._y)
-            loss_sum, applied = self._step(tf.gather(self._x, batch), targets)
+            loss_sum, units, applied = self._step(tf.gather(self._x, batch), targets)
             with tf.control_dependencies([loss_sum, applied]):
                 metrics = tf.cond(
                     ends_epoch[k], self._metrics.result_tensor, lambda: tf.zeros([metric_count], tf.float32)
                 )
                 rate = tf.cast(self._optimizer.learning_rate, tf.float32)
                 steps = tf.cast(self._optimizer.iterations, tf.int64)
-            values = (loss_sum, applied, rate, steps, metrics)
+            values = (loss_sum, units, applied, rate, steps, metrics)
             arrays = tuple(array.write(k, value) for array, value in zip(arrays, values, strict=True))
             stop = (
                 tf.logical_and(tf.logical_not(applied), self._diverged(loss_sum))
@@ -142,8 +143,7 @@ class UpdateLoop:
             (tf.constant(0), tf.constant(False), outputs),
             parallel_iterations=1,
         )
-        loss_sums, applied, rates, steps, metrics = (array.stack() for array in arrays)
-        return loss_sums, applied, rates, steps, metrics
+        return tuple(array.stack() for array in arrays)
 
     def _diverged(self, loss_sum: tf.Tensor) -> tf.Tensor:
         """Whether an update that was not applied stops training: always, but for a loss-scale optimizer's

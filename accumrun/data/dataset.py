@@ -19,7 +19,7 @@ import numpy as np
 
 from accumrun.config.schema import DataSection, FileSourceConfig, ImageSourceConfig
 from accumrun.data.sources import SOURCES
-from accumrun.data.splits import ArraySplit, CachedImages, Split
+from accumrun.data.splits import ArraySplit, CachedImages, Split, Splits
 from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
@@ -37,7 +37,8 @@ class Dataset:
     val: Split | None
     task: Task
     classes: int | None
-    """The number of classes (classification) or labels (multi_label); None for regression."""
+    """The number of classes (classification), labels (multi_label) or token ids (causal_lm: the next token is
+    one of them); None for regression."""
     class_names: list[str] | None = None
     """The classes' names in output order, where the source names them."""
     scale: float = 1.0
@@ -76,8 +77,8 @@ class Dataset:
     @property
     def labels(self) -> list[str] | None:
         """The names of the outputs for classification and multi-label, as ``labels.json`` records them: the
-        source's class names, or the class indices as text; None for regression."""
-        if self.classes is None:
+        source's class names, or the class indices as text; None for regression and a language model."""
+        if self.classes is None or self.task is Task.CAUSAL_LM:
             return None
         return self.class_names if self.class_names is not None else [str(i) for i in range(self.classes)]
 
@@ -112,6 +113,8 @@ class Dataset:
             return f"{self.classes} classes"
         if self.task is Task.MULTI_LABEL:
             return f"{self.classes} labels (multi-label)"
+        if self.task is Task.CAUSAL_LM:
+            return f"next tokens of {self.classes} ids"
         return f"regression targets of shape {self.target_shape}"
 
 
@@ -128,7 +131,7 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
             labels cannot pose.
     """
     splits = SOURCES[config.name].load(config, seed)
-    task = infer_task(np.asarray(splits.train.y)) if config.task == "auto" else config.task
+    task = _task(config, splits)
     if not isinstance(splits.train, ArraySplit) and not task.class_labels:
         raise ConfigError(
             "data.task",
@@ -172,6 +175,8 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         classes = 2
     elif task is Task.MULTI_LABEL:
         classes = int(train.y.shape[1])
+    elif task is Task.CAUSAL_LM:
+        classes = splits.vocabulary_size
     if isinstance(config, ImageSourceConfig) and config.cache is not CacheMode.NONE:
         # Imported here: it decodes with TensorFlow, which listing and checking the files does not need.
         from accumrun.data.cache import cached
@@ -191,6 +196,30 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         splits.features,
         splits.vocabulary_size,
     )
+
+
+def _task(config: DataSection, splits: Splits) -> Task:
+    """The task ``data.task`` names, or for ``auto`` the one the source poses or its targets read as.
+
+    Raises:
+        ConfigError: a task that the source cannot pose: a corpus is for ``causal_lm``, and ``causal_lm`` needs one.
+    """
+    if config.task == "auto":
+        return splits.task if splits.task is not None else infer_task(np.asarray(splits.train.y))
+    if splits.task is not None and config.task is not splits.task:
+        raise ConfigError(
+            "data.task",
+            f"data.name: {config.name} poses {splits.task.value} (or set data.task: auto)",
+            config.task.value,
+        )
+    if config.task is Task.CAUSAL_LM and splits.task is not Task.CAUSAL_LM:
+        raise ConfigError(
+            "data.task",
+            f"causal_lm predicts each next token of a text corpus; data.name: {config.name} holds labelled samples "
+            "(use data.name: text_corpus)",
+            config.task.value,
+        )
+    return config.task
 
 
 def infer_task(y: np.ndarray) -> Task:
@@ -291,6 +320,12 @@ def _binary_labels(split: str, y: np.ndarray) -> np.ndarray:
     return y
 
 
+def _next_tokens(split: str, y: np.ndarray) -> np.ndarray:
+    if y.ndim != 2 or not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
+        raise DataError(f"data.y_{split}", "next-token targets must be one row of token ids >= 0 per sample", y.shape)
+    return y.astype(np.int32)
+
+
 def _multi_hot(split: str, y: np.ndarray) -> np.ndarray:
     if y.ndim != 2 or not _real(y):
         hint = " (for one 0/1 label per sample use data.task: binary)" if y.ndim == 1 else ""
@@ -317,6 +352,7 @@ _TARGET_CHECKS: dict[Task, Callable[[str, np.ndarray], np.ndarray]] = {
     Task.BINARY: _binary_labels,
     Task.MULTI_LABEL: _multi_hot,
     Task.REGRESSION: _values,
+    Task.CAUSAL_LM: _next_tokens,
 }
 
 

@@ -112,3 +112,25 @@ def write_text_folder(folder: Path, count: int = 600, seed: int = 0) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(" ".join(words), encoding="utf-8")
     return folder
+
+
+_SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "a small bird", "the teacher", "our neighbour"]
+_VERBS = ["sees", "finds", "likes", "paints", "follows", "carries", "watches"]
+_OBJECTS = ["the red ball", "a green hat", "the river", "an apple", "the little boat", "a letter", "the moon"]
+_PLACES = ["in the garden", "at night", "by the sea", "after school", "in the rain", "near the bridge"]
+
+
+def write_corpus(folder: Path, count: int = 600, seed: int = 0) -> Path:
+    """``count`` ``.txt`` files of simple English sentences for a language model: 1 to 30 sentences each, so the
+    files' lengths (and the last window of each) differ widely."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        sentences = []
+        for _ in range(int(rng.integers(1, 31))):
+            parts = [rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS)]
+            if rng.random() < 0.5:
+                parts.append(rng.choice(_PLACES))
+            sentences.append(" ".join(str(part) for part in parts).capitalize() + ".")
+        (folder / f"{index:05d}.txt").write_text(" ".join(sentences) + "\n", encoding="utf-8")
+    return folder

@@ -25,7 +25,7 @@ from accumrun.data.jsonl import load_jsonl
 from accumrun.data.records import load_tfrecord
 from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.tables import load_csv
-from accumrun.data.text import load_text_folder
+from accumrun.data.text import load_text_corpus, load_text_folder
 from accumrun.data.tfds_source import load_tfds
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
@@ -217,6 +217,7 @@ SOURCES: dict[str, Source[Any]] = {
     "csv": Source(load_csv),
     "tfds": Source(load_tfds),
     "text_folder": Source(load_text_folder),
+    "text_corpus": Source(load_text_corpus),
     "jsonl": Source(load_jsonl),
 }
 """Every dataset name the config accepts (the names of ``DATA_SECTIONS``, in its order)."""

@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from accumrun.kinds import Task
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 """The files an image folder reads, as ``keras.utils.image_dataset_from_directory`` does."""
 
@@ -209,3 +211,6 @@ class Splits:
     """A table's feature columns, in the order the model takes them."""
     vocabulary_size: int | None = None
     """For token ids (a text source): how many ids the tokenizer has, padding's 0 among them."""
+    task: Task | None = None
+    """The one task the source poses, where it poses only one (a text corpus: ``causal_lm``); None: read from the
+    targets."""

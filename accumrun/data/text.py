@@ -1,22 +1,31 @@
-"""Text sources: ``text_folder`` (one subfolder of ``.txt`` files per class), and the text column of a table (a
-CSV's ``data.text``, a JSON Lines file's key), tokenized to int32 token ids.
+"""Text sources, tokenized to int32 token ids: ``text_folder`` (one subfolder of ``.txt`` files per class),
+``text_corpus`` (plain ``.txt`` files for a language model), and the text column of a table (a CSV's
+``data.text``; JSON Lines in :mod:`accumrun.data.jsonl`).
 
 Tokens are int32, ``sequence_length`` of them per sample: a longer text is cut there, a shorter one padded with
 id 0, which the models mask. ``data.tokenizer`` picks the tokenizer (:mod:`accumrun.data.tokenizers`).
+
+A corpus is cut file by file into windows of ``sequence_length + 1`` tokens, ``stride`` apart: a window's first
+``sequence_length`` tokens are the sample, and its last ``sequence_length`` the targets, each the token that follows
+the sample's token at that position. A file's last window may be short; its padding (id 0) is no target, so windows
+of very different real lengths share a batch and the loss counts only real tokens. The windows are samples like any
+other: the validation split, the order of each epoch and resume follow the rules of (seed, epoch, sample).
 """
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from accumrun.config.schema import CsvConfig, TextFolderConfig
+from accumrun.config.schema import CsvConfig, TextCorpusConfig, TextFolderConfig
 from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.tokenizers import Tokenizer, text_input, tokenizer_for
 from accumrun.errors import DataError
+from accumrun.kinds import Task
 
 
 def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
@@ -69,6 +78,64 @@ class TextColumn:
             if not cell:
                 raise DataError("data.text", f"{path}, line {line}: the text in column {self.column!r} is empty")
         return self.tokenizer.encode(cells, self.length)
+
+
+def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
+    """The windows of the ``.txt`` files that ``data.path`` names (and ``data.validation_path``), in the files'
+    sorted order (see the module's docstring).
+
+    Raises:
+        DataError: no ``.txt`` file is found, a file is empty or not UTF-8, or no file has two tokens (the least
+            a window with a target needs).
+    """
+    tokenizer = tokenizer_for(config.tokenizer)
+    length, stride = config.sequence_length, config.window_stride
+    train = _windows(config.path, "data.path", tokenizer, length, stride)
+    test = None
+    if config.validation_path:
+        test = _windows(config.validation_path, "data.validation_path", tokenizer, length, stride)
+    return Splits(train, test, vocabulary_size=tokenizer.vocabulary_size, task=Task.CAUSAL_LM)
+
+
+def corpus_files(path: str, key: str) -> list[Path]:
+    """The ``.txt`` files ``path`` names, sorted: the file itself, those under a folder, or those a glob matches.
+
+    Raises:
+        DataError: under ``key``, nothing is found.
+    """
+    given = Path(path)
+    if given.is_file():
+        return [given]
+    if given.is_dir():
+        files = sorted(given.rglob("*.txt"))
+    else:
+        files = sorted(Path(match) for match in glob.glob(path, recursive=True) if Path(match).is_file())
+    if not files:
+        where = "folder holds no .txt files" if given.is_dir() else "no file found"
+        raise DataError(key, where, path)
+    return files
+
+
+def _windows(path: str, key: str, tokenizer: Tokenizer, length: int, stride: int) -> ArraySplit:
+    x_rows, y_rows = [], []
+    for file in corpus_files(path, key):
+        ids = tokenizer.ids(read_text(file, key))
+        # Windows start every `stride` tokens until one reaches the file's last token.
+        for start in range(0, max(len(ids) - 1, 0), stride):
+            window = ids[start : start + length + 1]
+            x_rows.append(_padded(window[:-1], length))
+            y_rows.append(_padded(window[1:], length))
+            if start + length + 1 >= len(ids):
+                break
+    if not x_rows:
+        raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
+    return ArraySplit(np.stack(x_rows), np.stack(y_rows))
+
+
+def _padded(ids: np.ndarray, length: int) -> np.ndarray:
+    row = np.zeros(length, np.int32)
+    row[: len(ids)] = ids
+    return row
 
 
 def _read_folder(folder: Path, key: str, tokenizer: Tokenizer, length: int) -> tuple[ArraySplit, list[str]]:

@@ -42,7 +42,7 @@ class Tokenizer(ABC):
 
     def encode(self, texts: Iterable[str], length: int) -> np.ndarray:
         """``texts`` as an int32 array ``[len(texts), length]``, each row cut or padded with 0."""
-        rows = [self._ids(text)[:length] for text in texts]
+        rows = [self.ids(text)[:length] for text in texts]
         ids = np.zeros((len(rows), length), np.int32)
         for row, tokens in zip(ids, rows, strict=True):
             row[: len(tokens)] = tokens
@@ -61,8 +61,8 @@ class Tokenizer(ABC):
         """
 
     @abstractmethod
-    def _ids(self, text: str) -> np.ndarray:
-        """All of ``text``'s token ids, uncut, as int32."""
+    def ids(self, text: str) -> np.ndarray:
+        """All of ``text``'s token ids, uncut and unpadded, as int32 (a corpus, a prompt)."""
 
     def _checked(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """``ids`` without padding, refused when one is outside the vocabulary."""
@@ -78,7 +78,7 @@ class ByteTokenizer(Tokenizer):
 
     vocabulary_size = 257
 
-    def _ids(self, text: str) -> np.ndarray:
+    def ids(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32) + 1
 
     def encode_tensor(self, texts: tf.Tensor, length: int) -> tf.Tensor:
@@ -104,7 +104,7 @@ class CharacterTokenizer(Tokenizer):
     def __init__(self, vocabulary_size: int) -> None:
         self.vocabulary_size = vocabulary_size
 
-    def _ids(self, text: str) -> np.ndarray:
+    def ids(self, text: str) -> np.ndarray:
         # UTF-32 holds one code point per 4 bytes, so this reads them all at once.
         points = np.frombuffer(text.encode("utf-32-le"), np.uint32).astype(np.int64) + self._OFFSET
         return np.where(points < self.vocabulary_size, points, self.UNKNOWN).astype(np.int32)

@@ -43,8 +43,8 @@ def check_output_shape(
     """Refuse a model whose output cannot hold the targets; return the output's width.
 
     Class labels need one output per class (one sigmoid unit also serves two classes, with a loss that takes
-    0/1 targets); a binary task needs that one unit; multi-label and regression targets of shape ``(k,)`` need an
-    output of shape ``(k,)``.
+    0/1 targets); a binary task needs that one unit; a language model one output per token id at every position;
+    multi-label and regression targets of shape ``(k,)`` need an output of shape ``(k,)``.
 
     Raises:
         ConfigError: the output is not a single tensor of one axis per sample, or its width does not fit.
@@ -61,6 +61,15 @@ def check_output_shape(
                 "(for one unit per class set data.task: classification)",
             )
         return 1
+    if task is Task.CAUSAL_LM:
+        # A model of any sequence length (bucketed padding) has no fixed length to compare.
+        if output not in ((*target_shape, classes), (None, classes)):
+            raise ConfigError(
+                "model",
+                f"a language model needs an output of shape {(*target_shape, classes)}: the logits of each of the "
+                f"{classes} token ids at every position; the model outputs {output}",
+            )
+        return int(output[-1])
     if task is Task.CLASSIFICATION:
         width = output[-1]
         binary_unit = width == 1 and classes == 2 and not sparse_loss

@@ -86,9 +86,10 @@ def _normalization(normalize: NormalizeConfig, channels: int) -> keras.layers.La
 def at_stored_size(model: keras.Model, stored_shape: tuple[int, ...], dtype: np.dtype) -> keras.Model:
     """``model`` behind an input of the samples' stored shape, cropped at the centre to the size it trained at:
     what ``model.keras`` holds when augmentation changed the size, so that it takes images at ``image_size``,
-    as validation did. ``model`` itself when the sizes agree."""
+    as validation did. ``model`` itself when the sizes agree, or when it takes any size (token ids of any
+    length)."""
     trained = tuple(model.input_shape[1:])
-    if trained == tuple(stored_shape):
+    if trained == tuple(stored_shape) or None in trained:
         return model
     inputs = keras.Input(shape=stored_shape, dtype=np.dtype(dtype).name, name="image")
     cropped = keras.layers.CenterCrop(trained[0], trained[1], name="centre_crop")(inputs)

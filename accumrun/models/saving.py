@@ -10,6 +10,9 @@ with no accumrun code, so the compiled loss and metrics are Keras' own classes. 
 - The targets are what the user passes: class indices, or one-hot rows when the run's loss takes them that
   way (``categorical_crossentropy`` on a multi-class output).
 
+A language model's loss is the mean over real tokens: Keras' sparse cross-entropy gets ``ignore_class=0``, the
+padding id, which gives that mean. Its metrics are left out (Keras would count the padding).
+
 A metric that cannot be computed from what Keras sees is left out, and named, so that nobody mistakes a
 different number for the run's; ``accumrun evaluate`` always gives every metric.
 """
@@ -24,7 +27,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from accumrun.core.losses import Objective
+from accumrun.core.losses import PADDING_ID, Objective
 from accumrun.rundir.atomic import write_atomically
 
 _ORDER_ONLY = (
@@ -61,7 +64,14 @@ def compile_spec(objective: Objective) -> CompileSpec:
     step_loss = objective.loss
     if not isinstance(step_loss, keras.losses.Loss):
         return CompileSpec(loss=None)
-    loss = type(step_loss).from_config({**step_loss.get_config(), "reduction": "sum_over_batch_size"})
+    settings = {**step_loss.get_config(), "reduction": "sum_over_batch_size"}
+    if objective.token_level:
+        if "ignore_class" not in settings:
+            return CompileSpec(loss=None)
+        settings["ignore_class"] = PADDING_ID
+    loss = type(step_loss).from_config(settings)
+    if objective.token_level:
+        return CompileSpec(loss, left_out={spec.name: "Keras would count the padding" for spec in objective.metrics})
     one_hot = objective.class_labels and not objective.sparse_loss and objective.outputs > 1
     metrics: list[keras.metrics.Metric] = []
     left_out: dict[str, str] = {}

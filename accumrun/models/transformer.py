@@ -1,8 +1,10 @@
-"""The built-in ``transformer``: a Transformer encoder over token ids, for text classification.
+"""The built-in ``transformer`` over token ids: an encoder for text classification, or with causal masking a
+decoder for a language model.
 
-Token id 0 is padding: it attends to nothing and nothing attends to it, and the pooled vector is the mean over the
-real tokens, so a sample's logits do not depend on how much padding it has, nor on the other samples of its
-(sub-)batch. Positions are learned. Only Keras layers and ops, so ``model.keras`` loads without accumrun.
+Token id 0 is padding: nothing attends to it, and for a classifier the pooled vector is the mean over the real
+tokens, so a sample's logits do not depend on how much padding it has, nor on the other samples of its
+(sub-)batch. A language model's position ``i`` attends to the real tokens ``0..i`` alone and gives the logits of
+the token after it. Positions are learned. Only Keras layers and ops, so ``model.keras`` loads without accumrun.
 """
 
 from __future__ import annotations
@@ -21,20 +23,26 @@ def transformer(
     heads: int,
     width: int,
     dropout: float,
+    causal: bool = False,
+    any_length: bool = False,
 ) -> keras.Model:
-    """``layers`` pre-norm encoder blocks (self-attention of ``heads`` heads, then a feed-forward layer of 4x
-    ``width``), each followed by ``dropout``, over token ids of ``sample_shape`` = ``(sequence_length,)``; logits of
-    ``outputs`` from the mean of the real tokens.
+    """``layers`` pre-norm blocks (self-attention of ``heads`` heads, then a feed-forward layer of 4x ``width``),
+    each followed by ``dropout``, over token ids of ``sample_shape`` = ``(sequence_length,)``: logits of ``outputs``
+    from the mean of the real tokens, or with ``causal`` logits of ``outputs`` (the vocabulary) at every position,
+    each position seeing only itself and the real tokens before it. With ``any_length`` the model takes sequences
+    of any length up to ``sequence_length`` (bucketed padding cuts sub-batches shorter).
 
     Raises:
         ConfigError: the samples are not token ids (``vocabulary_size`` is None: not a text source).
     """
     if vocabulary_size is None or len(sample_shape) != 1:
-        raise ConfigError("model.name", "transformer reads token ids: use a text source (data.name: text_folder)")
+        raise ConfigError(
+            "model.name", "transformer reads token ids: use a text source (data.name: text_folder or text_corpus)"
+        )
     (length,) = sample_shape
-    ids = keras.Input(shape=(length,), dtype="int32", name="token_ids")
+    ids = keras.Input(shape=(None if any_length else length,), dtype="int32", name="token_ids")
     real = keras.ops.not_equal(ids, 0)
-    # Query i may attend to key j when both are real tokens.
+    # Query i may attend to key j when both are real tokens (and, causal, j <= i: the attention layer adds that).
     attention_mask = keras.ops.logical_and(real[:, :, None], real[:, None, :])
     positions = keras.ops.cumsum(keras.ops.ones_like(ids), axis=1) - 1
     x = keras.layers.Embedding(vocabulary_size, width, name="token_embedding")(ids)
@@ -42,7 +50,7 @@ def transformer(
     for index in range(layers):
         h = keras.layers.LayerNormalization(name=f"attention_norm_{index}")(x)
         h = keras.layers.MultiHeadAttention(heads, width // heads, dropout=dropout, name=f"attention_{index}")(
-            h, h, attention_mask=attention_mask
+            h, h, attention_mask=attention_mask, use_causal_mask=causal
         )
         x = x + keras.layers.Dropout(dropout)(h)
         h = keras.layers.LayerNormalization(name=f"feed_forward_norm_{index}")(x)
@@ -50,6 +58,9 @@ def transformer(
         h = keras.layers.Dense(width, name=f"feed_forward_out_{index}")(h)
         x = x + keras.layers.Dropout(dropout)(h)
     x = keras.layers.LayerNormalization(name="final_norm")(x)
+    if causal:
+        logits = keras.layers.Dense(outputs, dtype="float32", name="head")(x)
+        return keras.Model(ids, logits, name="transformer_lm")
     weights = keras.ops.cast(real, x.dtype)[:, :, None]
     pooled = keras.ops.sum(x * weights, axis=1) / keras.ops.maximum(keras.ops.sum(weights, axis=1), 1.0)
     logits = keras.layers.Dense(outputs, dtype="float32", name="head")(pooled)

@@ -84,7 +84,7 @@ def evaluate_run(
     objective = fit_objective(config, dataset, model, first).objective
     scorer = Scorer(model, objective, objective.new_metrics())
     feeder = Feeder(samples, batch_sizes(samples.size, run.sub_batch_size), seed=0, shuffle=False)
-    scores = scorer(feeder, samples.size)
+    scores = scorer(feeder)
     loss = scores.pop("loss")
     result = EvalResult(loss, scores, samples.size, model_path.name, name)
     stem = f"eval-{name}" if which is ModelFile.FINAL else f"eval-best-{name}"

@@ -83,7 +83,12 @@ def predict_run(
         DataError: an input is missing, of a kind the run does not take, or of the wrong shape or columns.
     """
     run = FinishedRun(run_dir)
-    if lines and run.text_input is None:
+    if run.task is Task.CAUSAL_LM:
+        raise ConfigError(
+            "RUN_DIR", "is a language model (task causal_lm): continue text with accumrun generate", str(run_dir)
+        )
+    text = run.text_input
+    if lines and text is None:
         raise ArgumentError("lines", "reads lines of text files; this run's model does not take text")
     model = run.load_model(which)
     labels = run.labels
@@ -94,10 +99,11 @@ def predict_run(
         if not 1 <= top_k <= len(labels):
             raise ConfigError("top_k", f"must be 1 to {len(labels)}, the run's classes", top_k)
     kind = InputKind(
-        sample_shape=tuple(model.input_shape[1:]),
+        # Tokenized to the training length (a model of bucketed padding takes any length).
+        sample_shape=(text[1],) if text is not None else tuple(model.input_shape[1:]),
         dtype=np.dtype(model.inputs[0].dtype),
         images=isinstance(run.config.data, ImageSourceConfig),
-        tokenizer=text[0] if (text := run.text_input) is not None else None,
+        tokenizer=text[0] if text is not None else None,
         features=run.features,
         id_column=run.id_column,
     )

@@ -110,14 +110,15 @@ class FedBatches(Batches):
         if batch == 0:
             self._metrics.reset()
         chunks = self._chunks(epoch, batch)
-        loss_sum, applied = self._step.train_batch(itertools.islice(chunks, len(self.plan[batch])), self.sizes[batch])
+        result = self._step.train_batch(itertools.islice(chunks, len(self.plan[batch])), self.sizes[batch])
         self._open = (epoch, batch + 1, chunks)
         ends = batch == len(self.plan) - 1
         optimizer = self._optimizer
         metrics = list(self._metrics.results().values()) if ends else [0.0] * len(self._metrics.names)
         return Updates(
-            loss_sums=np.array([float(loss_sum)], np.float32),
-            applied=np.array([bool(applied)]),
+            loss_sums=np.array([float(result.loss_sum)], np.float32),
+            units=np.array([float(result.units)], np.float32),
+            applied=np.array([bool(result.applied)]),
             # Not float(): a Keras variable over a tf.distribute (mirrored) variable does not convert that way.
             learning_rates=np.array([keras.ops.convert_to_numpy(optimizer.learning_rate)], np.float32),
             optimizer_steps=np.array([int(optimizer.iterations.numpy())], np.int64),

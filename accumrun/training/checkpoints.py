@@ -33,12 +33,14 @@ class Position:
     The end of an epoch is the start of the next one: ``Position(epoch=e + 1)``. ``train_seconds`` and
     ``timed_samples`` time the epoch's batches that this process trained: a checkpoint keeps them, but a resumed
     process starts them again, so a resumed epoch reports its own speed, not one spread over two processes.
+    ``units`` is what ``loss_sum`` is a sum over: the samples, or the real tokens of a token-level loss.
     """
 
     epoch: int = 0
     batch: int = 0
     loss_sum: float = 0.0
     samples: int = 0
+    units: float = 0.0
     skipped_batches: int = 0
     loss_scale_skips: int = 0
     train_seconds: float = 0.0
@@ -66,7 +68,10 @@ class Position:
         """The position a checkpoint holds, its timing started again; keys that older versions stored and this one
         does not are dropped."""
         known = {field.name for field in fields(cls)} - {"train_seconds", "timed_samples"}
-        return cls(**{key: value for key, value in json.loads(text).items() if key in known})
+        stored = {key: value for key, value in json.loads(text).items() if key in known}
+        # Checkpoints from before token-level losses counted samples, one unit each.
+        stored.setdefault("units", float(stored.get("samples", 0)))
+        return cls(**stored)
 
 
 State = dict[str, list[Any]]

@@ -39,12 +39,12 @@ def epoch_row(
     learning_rate: float,
 ) -> EpochRow:
     """The row of the epoch that ``position`` has just finished: the epoch (1-based), the mean loss over its
-    samples, the metrics and validation ``figures``, its wall time and throughput (in this process, for an epoch
-    that a resume finished), the sizes, the optimizer's state, and the peak memory so far."""
+    samples (or real tokens), the metrics and validation ``figures``, its wall time and throughput (in this
+    process, for an epoch that a resume finished), the sizes, the optimizer's state, and the peak memory so far."""
     rss, device = peak_memory_mib()
     return EpochRow(
         epoch=position.epoch + 1,
-        loss=position.loss_sum / position.samples if position.samples else math.nan,
+        loss=position.loss_sum / position.units if position.units else math.nan,
         figures=figures,
         seconds=seconds,
         samples_per_second=position.timed_samples / max(position.train_seconds, 1e-9),

@@ -134,7 +134,9 @@ class Trainer:
         """Count the call's ``updates`` into ``position`` (the call's ``seconds`` shared among them) and end the
         epochs that ended in it; return the position after them, and why training stops there, if it does."""
         stopped = None
-        for k, (loss_sum, applied) in enumerate(zip(updates.loss_sums, updates.applied, strict=True)):
+        for k, (loss_sum, units, applied) in enumerate(
+            zip(updates.loss_sums, updates.units, updates.applied, strict=True)
+        ):
             samples = self.batches.sizes[position.batch]
             position.batch += 1
             position.train_seconds += seconds / len(updates.applied)
@@ -142,9 +144,10 @@ class Trainer:
                 self._non_finite(position, float(loss_sum))
             else:
                 position.loss_sum += float(loss_sum)
+                position.units += float(units)
                 position.samples += samples
                 position.timed_samples += samples
-                self.log.update(float(loss_sum) / samples, int(updates.optimizer_steps[k]))
+                self.log.update(float(loss_sum) / float(units), int(updates.optimizer_steps[k]))
             self._show(position)
             if position.batch == len(self.batches.sizes):
                 # Only the call's last epoch may validate, apply the controls, or stop (see the cadence).
@@ -163,7 +166,7 @@ class Trainer:
             self._bars[position.epoch] = progress_bar(count, position.epoch, self.cadence.epochs, position.batch - 1)
         bar = self._bars[position.epoch]
         if bar is not None:
-            bar.update(position.batch, loss=position.loss_sum / max(position.samples, 1))
+            bar.update(position.batch, loss=position.loss_sum / max(position.units, 1.0))
         if position.batch == count:
             self._finish_bar()
 

@@ -244,7 +244,7 @@ def _validation(setup: TrainingSetup, batch_size: int) -> Callable[[], dict[str,
     feeder = setup.val_feeder(batch_size)
 
     def validate() -> dict[str, float]:
-        return {f"val_{name}": value for name, value in scorer(feeder, size).items()}
+        return {f"val_{name}": value for name, value in scorer(feeder).items()}
 
     return validate
 

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
+from accumrun.config.schema import ApplicationConfig, Config, TextSourceConfig, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import MetricSet
 from accumrun.core.seeds import LayerDraws
@@ -28,7 +28,7 @@ from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import ConfigError
-from accumrun.kinds import Feed, Precision
+from accumrun.kinds import Feed, Precision, Task
 from accumrun.models.builders import build_model
 from accumrun.models.preprocessing import (
     Preprocess,
@@ -95,6 +95,11 @@ class TrainingSetup:
     draws: LayerDraws
 
     @property
+    def bucket(self) -> int | None:
+        """``data.bucket`` of a text source (bucketed padding), else None."""
+        return _bucket(self.config)
+
+    @property
     def replicas(self) -> int:
         """How many replicas share each batch (1 without a strategy)."""
         return self.strategy.num_replicas_in_sync if self.strategy is not None else 1
@@ -119,6 +124,7 @@ class TrainingSetup:
                 jit_compile=self.config.training.jit_compile,
                 batch_norm=self.batch_norm,
                 draws=self.draws,
+                bucket=self.bucket,
             )
 
     def chunk_sizes(self, subdivisions: int) -> list[list[int]]:
@@ -212,6 +218,7 @@ def build_training(config: Config, strategy: tf.distribute.Strategy | None = Non
     keras.utils.set_random_seed(config.seed)
     with strategy_scope(strategy):
         model = _build_model(config, dataset, augmentation, rescale, preprocess)
+        _check_bucket(config, model)
         if config.data.task == "auto":
             dataset = dataset.settled_by_output(model.output_shape[-1])
         # Two samples as the model takes them, to check that the loss gives one value per sample.
@@ -268,10 +275,46 @@ def _build_model(
     # The policy is global in Keras; layers keep the one they were built with, so restore it at once.
     keras.mixed_precision.set_dtype_policy(config.training.precision.value)
     try:
-        model = build_model(config.model, input_shape, dataset.outputs, dataset.vocabulary_size)
+        model = build_model(
+            config.model,
+            input_shape,
+            dataset.outputs,
+            dataset.vocabulary_size,
+            per_position=dataset.task is Task.CAUSAL_LM,
+            any_length=_bucket(config) is not None,
+        )
         return with_input_preprocessing(model, input_shape, dataset.dtype, rescale, config.data.normalize, preprocess)
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)
+
+
+def _bucket(config: Config) -> int | None:
+    return config.data.bucket if isinstance(config.data, TextSourceConfig) else None
+
+
+def _check_bucket(config: Config, model: keras.Model) -> None:
+    """Bucketed padding needs a model that takes token ids of any length, and shapes that XLA need not know.
+
+    Raises:
+        ConfigError: the model takes a fixed length, or ``training.jit_compile`` is on.
+    """
+    bucket = _bucket(config)
+    if bucket is None:
+        return
+    if config.training.jit_compile:
+        raise ConfigError(
+            "data.bucket",
+            "cuts sub-batches to lengths known only on the device; XLA (training.jit_compile) needs them at "
+            "tracing: set one or the other",
+            bucket,
+        )
+    if model.input_shape[1] is not None:
+        raise ConfigError(
+            "data.bucket",
+            f"the model takes exactly {model.input_shape[1]} tokens; bucketed padding needs one that takes any "
+            "length (the built-in transformer does)",
+            bucket,
+        )
 
 
 def _rescaling(config: Config, dataset: Dataset) -> tuple[float, Preprocess | None]:

@@ -1,0 +1,229 @@
+"""Language models (``text_corpus``, ``causal_lm``): the loss is the mean over the batch's real tokens, however the
+batch is cut. Windows of very different real lengths share each batch, so a recipe that averages each sub-batch's
+own token mean gets a different update; accumrun's equals the one-pass, hand-written reference."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import accumrun
+from accumrun import load_config, train
+from accumrun.config.loading import load_resume_config
+from accumrun.core.split import part_bounds
+from accumrun.core.step import trim_padding
+from accumrun.data.dataset import epoch_order
+from accumrun.data.examples import write_corpus, write_text_folder
+from accumrun.errors import Interrupted
+from accumrun.training.setup import build_training
+from tests.helpers import invoke, max_difference, signal_after_batch, write_config
+
+LEARNING_RATE = 0.5
+TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib"}
+
+
+def lm_config(tmp_path: Path, **training: Any) -> dict[str, Any]:
+    """A byte-level causal transformer on 5 files of 1 to 30 sentences, in windows of 24 tokens: each file's last
+    window is short, so the real lengths in a batch differ widely. Batches of 10, plain SGD."""
+    corpus = tmp_path / "corpus"
+    if not corpus.exists():
+        write_corpus(corpus, 5, seed=4)
+    return {
+        "seed": 1,
+        "data": {"name": "text_corpus", "path": str(corpus), "sequence_length": 24, "validation_split": 0.1},
+        "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16},
+        "training": {"epochs": 1, "batch_size": 10, "subdivisions": 1, **training},
+        "optimizer": {"name": "sgd", "learning_rate": LEARNING_RATE},
+        "output": {"tensorboard": False},
+    }
+
+
+def hand_trained(config: dict[str, Any], sub_batch_means: int | None = None) -> list[np.ndarray]:
+    """One epoch written out by hand: each batch's loss is the sum of its real tokens' cross-entropy divided by its
+    real-token count, and SGD steps once per batch. With ``sub_batch_means=S``, the common recipe instead: the mean
+    of the S sub-batches' own token means (the control)."""
+    setup = build_training(load_config(config))
+    model, train_split = setup.model, setup.dataset.train
+    batch_size = config["training"]["batch_size"]
+    order = epoch_order(train_split.size, config["seed"], 0, True)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        x, y = tf.constant(train_split.x[rows]), tf.constant(train_split.y[rows])
+        with tf.GradientTape() as tape:
+            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(y, model(x, training=True))
+            real = tf.cast(y != 0, tf.float32)
+            if sub_batch_means is None:
+                loss = tf.reduce_sum(losses * real) / tf.reduce_sum(real)
+            else:
+                parts = [part_bounds(i, len(rows), sub_batch_means) for i in range(sub_batch_means)]
+                means = [tf.reduce_sum(losses[a:b] * real[a:b]) / tf.reduce_sum(real[a:b]) for a, b in parts]
+                loss = tf.add_n(means) / len(means)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        for variable, gradient in zip(model.trainable_variables, gradients, strict=True):
+            variable.assign_sub(LEARNING_RATE * tf.convert_to_tensor(gradient))
+    return [v.numpy() for v in model.trainable_variables]
+
+
+def rows(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS} for line in lines]
+
+
+def test_the_loss_divides_by_the_batch_real_tokens_as_a_hand_written_step_does(tmp_path: Path) -> None:
+    config = lm_config(tmp_path)
+    setup = build_training(load_config(config))
+    lengths = (setup.dataset.train.y != 0).sum(axis=1)
+    assert lengths.min() < 12 and lengths.max() == 24  # short last windows beside full ones
+
+    plain = train(config, tmp_path / "plain", quiet=True)
+    weights = [v.numpy() for v in plain.model.trainable_variables]
+    assert max_difference(weights, hand_trained(config)) < 2e-5
+    # The control: averaging the sub-batches' own token means weights a short sub-batch's tokens up.
+    assert max_difference(weights, hand_trained(config, sub_batch_means=3)) > 1e-2
+
+    (row,) = rows(tmp_path / "plain")
+    # Perplexity is exp of the per-token loss (its metric reads probabilities: float rounding apart).
+    assert row["perplexity"] == pytest.approx(math.exp(row["loss"]), rel=1e-4)
+    assert row["val_perplexity"] == pytest.approx(math.exp(row["val_loss"]), rel=1e-4)
+    assert 0 < row["accuracy"] < 1
+    assert not (tmp_path / "plain" / "labels.json").exists()
+
+
+@pytest.mark.slow
+def test_subdivided_and_streamed_language_models_equal_plain(tmp_path: Path) -> None:
+    plain = train(lm_config(tmp_path), tmp_path / "plain", quiet=True)
+    (theirs,) = rows(tmp_path / "plain")
+    # Batches of 10 in 3 (3, 3, 4 windows), in 4, and 3 streamed one sub-batch per call.
+    for subdivisions, feed in ((3, "batch"), (4, "batch"), (3, "sub_batch")):
+        config = lm_config(tmp_path, subdivisions=subdivisions)
+        config["data"]["feed"] = feed
+        run_dir = tmp_path / f"{subdivisions}-{feed}"
+        subdivided = train(config, run_dir, quiet=True)
+        assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5, run_dir.name
+        (mine,) = rows(run_dir)
+        for key in ("loss", "accuracy", "perplexity", "val_loss", "val_accuracy"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-5), (run_dir.name, key)
+
+
+def test_trim_padding_cuts_to_the_longest_real_sequence_rounded_up_to_the_bucket() -> None:
+    x = tf.constant([[5, 6, 7, 0, 0, 0, 0, 0], [8, 0, 0, 0, 0, 0, 0, 0]])
+    y = tf.constant([[6, 7, 9, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]])
+    for bucket, kept in ((1, 3), (2, 4), (4, 4), (16, 8)):
+        x_cut, y_cut = trim_padding(x, y, bucket, token_targets=True)
+        assert x_cut.shape == y_cut.shape == (2, kept), bucket
+        np.testing.assert_array_equal(x_cut, x[:, :kept])
+    # Class labels stay whole; an all-padding sub-batch keeps one position.
+    x_cut, labels = trim_padding(tf.zeros([2, 8], tf.int32), tf.constant([1, 0]), 4, token_targets=False)
+    assert x_cut.shape == (2, 1) and labels.shape == (2,)
+
+
+@pytest.mark.slow
+def test_padding_each_sub_batch_to_its_bucket_gives_the_weights_of_padding_to_the_full_length(tmp_path: Path) -> None:
+    plain = train(lm_config(tmp_path, subdivisions=3), tmp_path / "full", quiet=True)
+    for feed in ("batch", "sub_batch"):
+        config = lm_config(tmp_path, subdivisions=3)
+        config["data"].update(bucket=8, feed=feed)
+        bucketed = train(config, tmp_path / f"bucketed-{feed}", quiet=True)
+        assert bucketed.model.input_shape == (None, None)
+        assert max_difference(bucketed.model.get_weights(), plain.model.get_weights()) < 2e-5, feed
+        (mine,), (theirs,) = rows(tmp_path / f"bucketed-{feed}"), rows(tmp_path / "full")
+        assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_a_language_model_stopped_mid_epoch_resumes_to_the_uninterrupted_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = lm_config(tmp_path, epochs=2, subdivisions=3)
+    reference = train(config, tmp_path / "reference", quiet=True)
+    signal_after_batch(monkeypatch, 3, [signal.SIGINT])
+    with pytest.raises(Interrupted):
+        train(config, tmp_path / "run", quiet=True)
+    monkeypatch.undo()
+    resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
+    assert max_difference(resumed.model.get_weights(), reference.model.get_weights()) == 0.0
+    # The per-token loss of the interrupted epoch counts the tokens of both processes' batches.
+    assert rows(tmp_path / "run") == rows(tmp_path / "reference")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("folder", r"data\.task: causal_lm predicts each next token of a text corpus; data\.name: text_folder holds"),
+        ("task", r"data\.task: data\.name: text_corpus poses causal_lm \(or set data\.task: auto\) \(got 'classif"),
+        ("empty", r"data\.path: folder holds no \.txt files"),
+        ("one-token", r"data\.path: holds no text of two tokens or more"),
+        ("bucket-xla", r"data\.bucket: cuts sub-batches to lengths known only on the device; XLA"),
+    ],
+)
+def test_bad_language_model_inputs_are_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str, message: str
+) -> None:
+    config = lm_config(tmp_path)
+    if change == "folder":
+        config["data"] = {"name": "text_folder", "path": str(write_text_folder(tmp_path / "t", 8)), "task": "causal_lm"}
+    elif change == "task":
+        config["data"]["task"] = "classification"
+    elif change == "bucket-xla":
+        config["data"]["bucket"] = 8
+        config["training"]["jit_compile"] = True
+    elif change == "empty":
+        (tmp_path / "empty").mkdir()
+        config["data"]["path"] = str(tmp_path / "empty")
+    else:
+        (tmp_path / "one.txt").write_text("a")
+        config["data"]["path"] = str(tmp_path / "one.txt")
+    monkeypatch.chdir(tmp_path)
+    result = invoke("train", str(write_config(tmp_path / "bad.yaml", **config)))
+    assert result.returncode == 1, result.stderr
+    assert re.search(message, result.stderr), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_char_lm_example_trains_generates_and_evaluates_as_documented(tmp_path: Path) -> None:
+    config = Path(__file__).resolve().parent.parent / "configs" / "char_lm.yaml"
+    run = tmp_path / "run"
+    shorter = ["--set", "data.stride=256", "--set", "data.sequence_length=32", "--set", "training.batch_size=64"]
+    trained = invoke("train", str(config), "--run-dir", str(run), "--epochs", "1", *shorter)
+    assert trained.returncode == 0, trained.stderr
+    assert "data text_corpus: 211 training + 23 validation samples of shape 32, next tokens of 257 ids" in (
+        trained.stdout
+    )
+
+    greedy = [invoke("generate", str(run), "--prompt", "MENENIUS:", "--max-tokens", "30") for _ in range(2)]
+    assert greedy[0].returncode == 0, greedy[0].stderr
+    assert greedy[0].stdout == greedy[1].stdout and greedy[0].stdout.startswith("MENENIUS:")
+    drawn = [
+        invoke("generate", str(run), "--prompt", "All:", "--temperature", "1", "--seed", seed).stdout
+        for seed in ("1", "1", "2")
+    ]
+    assert drawn[0] == drawn[1] != drawn[2]
+    # The prompt slides: more tokens than the window of 32 still continue from the last 32.
+    long = accumrun.generate(run, "First Citizen:\n" * 4, max_tokens=40)
+    assert long.tokens == 40 and long.text.startswith("First Citizen:\n" * 4)
+
+    # evaluate scores the validation windows as training's last row did.
+    last = rows(run)[-1]
+    scores = accumrun.evaluate(run)
+    assert scores["loss"] == pytest.approx(last["val_loss"], rel=1e-5)
+    assert scores["perplexity"] == pytest.approx(last["val_perplexity"], rel=1e-5)
+
+    refused = invoke("predict", str(run), str(config))
+    assert refused.returncode == 1
+    assert "RUN_DIR: is a language model (task causal_lm): continue text with accumrun generate" in refused.stderr
+
+
+def test_make_example_corpus_writes_text_files_of_very_different_lengths(tmp_path: Path) -> None:
+    made = invoke("make-example", "corpus", str(tmp_path / "corpus"), "--count", "20")
+    assert made.returncode == 0 and made.stdout.strip() == f"wrote 20 text files to {tmp_path / 'corpus'}"
+    sizes = [path.stat().st_size for path in (tmp_path / "corpus").glob("*.txt")]
+    assert len(sizes) == 20 and max(sizes) > 5 * min(sizes)
