@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from accumrun.config.schema import data_config
+from accumrun.data.dataset import load_dataset
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer, Tokenizer
+from accumrun.kinds import Task
 from tests.helpers import invoke, write_config
 
 TRICKY = [
@@ -65,6 +68,20 @@ def test_decode_gives_the_text_back_skipping_padding() -> None:
     assert ByteTokenizer().decode(ByteTokenizer().encode(["é"], 1)[0]) == "\ufffd"  # half a character, cut
     with pytest.raises(ValueError, match="token id 257 is outside the vocabulary of 257 ids"):
         ByteTokenizer().decode([1, 257])
+
+
+def test_a_corpus_is_cut_into_windows_of_its_tokenizers_ids(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("héllo wörld", encoding="utf-8")
+    tokenizer = {"name": "character", "vocabulary_size": 240}  # ö (U+00F6) is unknown, é (U+00E9) is not
+    config = data_config(name="text_corpus", path=str(tmp_path / "a.txt"), tokenizer=tokenizer, sequence_length=4,
+                         validation_split=0.0)  # fmt: skip
+    dataset = load_dataset(config, seed=0)
+    ids = CharacterTokenizer(240).ids("héllo wörld")
+    assert list(ids[[1, 7]]) == [0xE9 + 2, 1]
+    # Windows of 5 tokens, 4 apart: inputs are their first 4, targets their last 4; the last window is short.
+    np.testing.assert_array_equal(dataset.train.x, [ids[0:4], ids[4:8], [*ids[8:10], 0, 0]])
+    np.testing.assert_array_equal(dataset.train.y, [ids[1:5], ids[5:9], [*ids[9:11], 0, 0]])
+    assert (dataset.task, dataset.vocabulary_size) == (Task.CAUSAL_LM, 240)
 
 
 @pytest.mark.parametrize(
