@@ -405,7 +405,7 @@ def test_closed_sets_parse_into_their_enums_and_are_written_as_words(tmp_path: P
     ("key", "words"),
     [
         ("training.batch_norm", "'per_batch', 'sub_batch', 'precise' or 'frozen'"),
-        ("data.task", "'auto', 'classification', 'binary', 'regression' or 'multi_label'"),
+        ("data.task", "'auto', 'classification', 'binary', 'regression', 'multi_label' or 'causal_lm'"),
         ("data.feed", "'auto', 'batch' or 'sub_batch'"),
         ("training.precision", "'float32', 'mixed_float16' or 'mixed_bfloat16'"),
         ("distribute.cluster", "'auto', 'tf_config' or 'slurm'"),

@@ -534,6 +534,37 @@ class ApplicationConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+KERAS_HUB_PREFIX = "keras_hub.models."
+
+
+class KerasHubConfig(BaseModel):
+    """``name: keras_hub.models.<Name>Backbone``: a KerasHub backbone over token ids, with a head for the task;
+    ``preset`` loads one from a local folder, else every other key is passed to the constructor (randomly
+    initialized; ``vocabulary_size`` and ``max_sequence_length`` default to the tokenizer's and
+    ``data.sequence_length``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: str = Field(pattern=r"^keras_hub\.models\.[A-Za-z_]\w*$")
+    preset: str | None = None
+    """A folder that ``save_to_preset`` wrote (nothing is downloaded)."""
+
+    @property
+    def constructor(self) -> str:
+        """The class name in ``keras_hub.models``, such as ``GPT2Backbone``."""
+        return self.name.removeprefix(KERAS_HUB_PREFIX)
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        """The constructor's keyword arguments."""
+        return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _preset_or_keys(self) -> KerasHubConfig:
+        if self.preset is not None and self.model_extra:
+            raise ValueError(f"a preset is loaded as saved: drop {', '.join(sorted(self.model_extra))}")
+        return self
+
+
 class SavedModelConfig(_Section):
     """``name: saved``: a model a user saved with Keras (``.keras`` or ``.h5``), trained as it is."""
 
@@ -549,8 +580,8 @@ class _UnknownModelConfig(BaseModel):
     @classmethod
     def _reject(cls, value: Any) -> Any:
         raise ValueError(
-            "unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, saved or "
-            "'package.module:function'"
+            "unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, "
+            "keras_hub.models.<Name>Backbone, saved or 'package.module:function'"
         )
 
 
@@ -559,6 +590,7 @@ MODEL_SECTIONS: dict[str, type[BaseModel]] = {
     "mlp": MlpConfig,
     "transformer": TransformerConfig,
     "application": ApplicationConfig,
+    "keras_hub": KerasHubConfig,
     "saved": SavedModelConfig,
     "custom": CustomModelConfig,
     "unknown": _UnknownModelConfig,
@@ -571,6 +603,8 @@ def _model_kind(value: Any) -> str:
         return str(name)
     if isinstance(name, str) and name.startswith(APPLICATION_PREFIX):
         return "application"
+    if isinstance(name, str) and name.startswith(KERAS_HUB_PREFIX):
+        return "keras_hub"
     if isinstance(name, str) and ":" in name:
         return "custom"
     return "unknown"
@@ -581,6 +615,7 @@ ModelConfig = Annotated[
     | Annotated[MlpConfig, Tag("mlp")]
     | Annotated[TransformerConfig, Tag("transformer")]
     | Annotated[ApplicationConfig, Tag("application")]
+    | Annotated[KerasHubConfig, Tag("keras_hub")]
     | Annotated[SavedModelConfig, Tag("saved")]
     | Annotated[CustomModelConfig, Tag("custom")]
     | Annotated[_UnknownModelConfig, Tag("unknown")],

@@ -180,12 +180,15 @@ class Accumulation:
             batch_share = sub_loss_sum / n_float
             if self._scale_loss is not None:
                 batch_share = self._scale_loss(batch_share)
-        sub_gradients = tape.gradient(batch_share, self._variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        # A variable the loss does not reach (an unused pooler) gets None: its accumulator stays as it is. (TF's
+        # UnconnectedGradients.ZERO fails on Keras variables, whose dtype is a string.)
+        sub_gradients = tape.gradient(batch_share, self._variables)
         if self._metrics is not None:
             self._metrics.update(y_sub, predictions)
         self._batch_norm.record(tf.shape(x_sub)[0])
         gradients = [
-            g + tf.cast(tf.convert_to_tensor(d), tf.float32) for g, d in zip(gradients, sub_gradients, strict=True)
+            g if d is None else g + tf.cast(tf.convert_to_tensor(d), tf.float32)
+            for g, d in zip(gradients, sub_gradients, strict=True)
         ]
         return gradients, sub_loss_sum
 

@@ -13,12 +13,14 @@ from accumrun.config.schema import (
     ApplicationConfig,
     CustomModelConfig,
     DarknetCnnConfig,
+    KerasHubConfig,
     MlpConfig,
     SavedModelConfig,
     TransformerConfig,
 )
 from accumrun.errors import ConfigError, DataError
 from accumrun.lookup import check_keywords, find, import_function, normalized
+from accumrun.models.hub import keras_hub_model
 from accumrun.models.transformer import transformer
 
 
@@ -59,6 +61,10 @@ def build_model(
         )
     if isinstance(config, ApplicationConfig):
         return application(config, sample_shape, outputs)
+    if isinstance(config, KerasHubConfig):
+        return keras_hub_model(
+            config, sample_shape, outputs, vocabulary_size, per_position=per_position, any_length=any_length
+        )
     if isinstance(config, SavedModelConfig):
         return saved_model(config, sample_shape)
     if isinstance(config, CustomModelConfig):

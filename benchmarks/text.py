@@ -1,0 +1,216 @@
+"""A causal language model under accumulation against Keras ``fit``, each variant in a process of its own.
+
+The built-in causal ``transformer`` on windows of ``make-example corpus`` text (files of 1 to 30 sentences, so
+many windows are short and padded), batch B in S sub-batches, Adam. The variants:
+
+- ``accumrun``: accumrun's step (token-exact accumulation), each batch padded to ``sequence_length``;
+- ``accumrun_bucket``: the same with ``data.bucket`` (each sub-batch padded to its longest window, rounded up);
+- ``fit_B``: Keras ``fit`` at batch B, the loss per real token (``ignore_class=0``), all of B's activations at once;
+- ``fit_B/S``: ``fit`` at batch B/S, the memory accumrun keeps to (S times as many updates);
+- ``keras_accum``: ``fit`` at B/S with Keras 3's ``gradient_accumulation_steps=S`` (one update per S steps).
+
+A child trains ``epochs`` epochs and reports the median samples/s of all but the first (which traces) and its peak
+RSS (``ru_maxrss``). Run from the repository root; it writes ``docs/benchmarks-text.md`` and the figures beside it:
+
+    python benchmarks/text.py [--layers L --width W --heads H --sequence-length N --batch B --subdivisions S
+                               --files F --epochs E --bucket K] [--output PATH]
+
+The issue's workload is ``--layers 3 --width 512 --heads 8 --sequence-length 256 --batch 64 --subdivisions 8``
+(about 10M parameters); the defaults are a smaller one that fits this 2-core machine's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from run import machine, publish_report  # benchmarks/run.py, beside this script
+
+VARIANTS = ("accumrun", "accumrun_bucket", "fit_B", "fit_B/S", "keras_accum")
+SPEED_TARGET, MEMORY_TARGET, BUCKET_TARGET = 1.0, 1.1, 1.3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--subdivisions", type=int, default=8)
+    parser.add_argument("--files", type=int, default=120, help="corpus files of 1 to 30 sentences")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--bucket", type=int, default=32)
+    parser.add_argument("--output", type=Path, default=Path("docs/benchmarks-text.md"))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
+    info = machine()
+    started = time.perf_counter()
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        corpus = Path(folder) / "corpus"
+        subprocess.run(
+            [sys.executable, "-m", "accumrun", "make-example", "corpus", str(corpus), "--count", str(args.files)],
+            check=True,
+            capture_output=True,
+        )
+        for variant in VARIANTS:
+            result = Path(folder) / "result.json"
+            command = [sys.executable, __file__, "--child", variant, "--corpus", str(corpus), "--result", str(result)]
+            options = ("layers", "width", "heads", "sequence_length", "batch", "subdivisions", "epochs", "bucket")
+            for name in options:
+                command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+            subprocess.run(command, check=True, capture_output=True)
+            results[variant] = json.loads(result.read_text())
+            print(variant, results[variant], file=sys.stderr)
+    _report(args, info, results, time.perf_counter() - started)
+
+
+def _child(args: argparse.Namespace) -> None:
+    """Train one variant; write its samples/s per epoch and peak RSS to ``args.result``."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from accumrun.config.schema import data_config
+    from accumrun.core.losses import Objective, sparse_categorical_crossentropy
+    from accumrun.core.split import batch_sizes
+    from accumrun.core.step import make_train_step
+    from accumrun.data.dataset import load_dataset
+    from accumrun.models.transformer import transformer
+
+    length, batch, subdivisions = args.sequence_length, args.batch, args.subdivisions
+    config = data_config(name="text_corpus", path=str(args.corpus), sequence_length=length, validation_split=0.0)
+    split = load_dataset(config, 0).train
+    x, y = split.x, split.y
+    bucketed = args.child == "accumrun_bucket"
+    keras.utils.set_random_seed(0)
+    model = transformer(
+        (length,),
+        257,
+        257,
+        layers=args.layers,
+        heads=args.heads,
+        width=args.width,
+        dropout=0.0,
+        causal=True,
+        any_length=bucketed,
+    )
+    seconds: list[float] = []
+    if args.child.startswith("accumrun"):
+        optimizer = keras.optimizers.Adam(1e-3)
+        objective = Objective(sparse_categorical_crossentropy, token_level=True)
+        step = make_train_step(model, objective, optimizer, subdivisions, bucket=args.bucket if bucketed else None)
+        sizes = batch_sizes(len(x), batch)
+        for epoch in range(args.epochs):
+            order = np.random.default_rng([0, epoch]).permutation(len(x))
+            begun = time.perf_counter()
+            start = 0
+            for size in sizes:
+                rows = order[start : start + size]
+                start += size
+                loss = step(tf.constant(x[rows]), tf.constant(y[rows])).loss_sum
+            float(loss)  # wait for the last step
+            seconds.append(time.perf_counter() - begun)
+    else:
+        accumulate = {"gradient_accumulation_steps": subdivisions} if args.child == "keras_accum" else {}
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3, **accumulate),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
+        )
+        timer = _epoch_timer(keras)
+        batch_size = batch if args.child == "fit_B" else max(1, batch // subdivisions)
+        model.fit(x, y, batch_size=batch_size, epochs=args.epochs, shuffle=True, verbose=0, callbacks=[timer])
+        seconds = timer.seconds
+    rates = [len(x) / s for s in seconds]
+    args.result.write_text(
+        json.dumps(
+            {
+                "samples": len(x),
+                "parameters": model.count_params(),
+                "real_tokens": int((y != 0).sum()),
+                "epoch_samples_per_second": rates,
+                "samples_per_second": statistics.median(rates[1:]),
+                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
+
+
+def _epoch_timer(keras: Any) -> Any:
+    """A Keras callback that keeps the wall time of every epoch of ``fit`` (``keras`` is imported by the child
+    alone, so the parent stays small)."""
+
+    class EpochTimer(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seconds: list[float] = []
+            self._begun = 0.0
+
+        def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self._begun = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self.seconds.append(time.perf_counter() - self._begun)
+
+    return EpochTimer()
+
+
+def _report(args: argparse.Namespace, info: dict[str, Any], results: dict[str, dict[str, Any]], total: float) -> None:
+    fit = results["fit_B"]
+    first = results["accumrun"]
+    speed = first["samples_per_second"] / fit["samples_per_second"]
+    memory = first["peak_rss_mib"] / results["fit_B/S"]["peak_rss_mib"]
+    bucket = results["accumrun_bucket"]["samples_per_second"] / first["samples_per_second"]
+    real = first["real_tokens"] / (first["samples"] * args.sequence_length)
+    body = [
+        f"Causal transformer ({args.layers} layers, width {args.width}, {args.heads} heads; "
+        f"{first['parameters']:,} parameters), byte tokens, windows of {args.sequence_length} from "
+        f"`make-example corpus --count {args.files}`: {first['samples']:,} windows, {real:.0%} of their positions "
+        f"real tokens. Batch {args.batch} in {args.subdivisions} sub-batches, Adam; {args.epochs} epochs per variant, "
+        f"each in its own process; samples/s is the median over the epochs after the first. {total:.0f} s in all.",
+        "",
+        "| variant | samples/s | ÷ fit at B | peak RSS MiB | ÷ fit at B/S |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        *(
+            f"| {name} | {r['samples_per_second']:,.0f} | {r['samples_per_second'] / fit['samples_per_second']:.2f}x | "
+            f"{r['peak_rss_mib']:,.0f} | {r['peak_rss_mib'] / results['fit_B/S']['peak_rss_mib']:.2f}x |"
+            for name, r in results.items()
+        ),
+        "",
+        "| target | measured | result |",
+        "| --- | --- | --- |",
+        f"| accumrun samples/s >= 1.0x `fit` at B | {speed:.2f}x | {_met(speed >= SPEED_TARGET)} |",
+        f"| accumrun peak RSS <= 1.1x `fit` at B/S | {memory:.2f}x | {_met(memory <= MEMORY_TARGET)} |",
+        f"| bucketed padding (bucket {args.bucket}) >= 1.3x padding to the full length | {bucket:.2f}x | "
+        f"{_met(bucket >= BUCKET_TARGET)} |",
+    ]
+    publish_report(
+        args.output,
+        title="Benchmark: a causal language model under accumulation",
+        command=" ".join(["python", "benchmarks/text.py", *sys.argv[1:]]),
+        info=info,
+        figures={"results": results, "speed": speed, "memory": memory, "bucket": bucket},
+        body=body,
+    )
+
+
+def _met(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+if __name__ == "__main__":
+    main()
