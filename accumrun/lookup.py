@@ -100,3 +100,20 @@ def import_function(reference: str, path: str) -> Callable[..., Any]:
     if not callable(function):
         raise ConfigError(path, f"module '{module_name}' has no function '{function_name}'", reference)
     return function
+
+
+TEXT_EXTRA = "pip install 'accumrun[text]'"
+"""How to install what a KerasHub model or tokenizer needs."""
+
+
+def import_keras_hub(key: str) -> Any:
+    """The ``keras_hub`` package.
+
+    Raises:
+        ConfigError: under ``key``, it is not installed; the message names the extra.
+    """
+    try:
+        import keras_hub
+    except ImportError:
+        raise ConfigError(key, f"needs KerasHub, which is not installed: {TEXT_EXTRA}") from None
+    return keras_hub

@@ -9,11 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from accumrun.config.schema import data_config
+from accumrun import train
+from accumrun.config.schema import PresetTokenizerConfig, WordPieceTokenizerConfig, data_config
 from accumrun.data.dataset import load_dataset
-from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer, Tokenizer
+from accumrun.data.examples import REVIEW_WORDS, write_text_folder
+from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer, Tokenizer, tokenizer_for
+from accumrun.errors import ConfigError
 from accumrun.kinds import Task
-from tests.helpers import invoke, write_config
+from tests.helpers import invoke, max_difference, write_config
 
 TRICKY = [
     "",
@@ -87,7 +90,19 @@ def test_a_corpus_is_cut_into_windows_of_its_tokenizers_ids(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("tokenizer", "message"),
     [
-        ({"name": "word"}, r"^Error: data\.tokenizer\.name: input should be 'byte' or 'character' \(got 'word'\)$"),
+        (
+            {"name": "word"},
+            r"^Error: data\.tokenizer\.name: input should be 'byte', 'character', 'word_piece' or 'preset' "
+            r"\(got 'word'\)$",
+        ),
+        (
+            {"name": "word_piece", "vocabulary": "missing.txt"},
+            r"^Error: data\.tokenizer\.vocabulary: vocabulary file not found \(got 'missing\.txt'\)$",
+        ),
+        (
+            {"name": "preset", "path": "."},
+            r"^Error: data\.tokenizer\.path: holds no KerasHub tokenizer \(tokenizer\.json\)",
+        ),
         ({"name": "character", "vocabulary_size": 2}, r"^Error: data\.tokenizer\.vocabulary_size: .*equal to 3"),
         ({"name": "byte", "size": 3}, r"^Error: data\.tokenizer\.size: unknown key; known keys: name$"),
     ],
@@ -102,3 +117,57 @@ def test_a_bad_tokenizer_is_refused_in_one_line(
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
     assert re.search(message, line), line
+
+
+VOCABULARY = ["[PAD]", "[UNK]", "the", "film", "was", "good", "bad", "a", "##s", "very", ".", ","]
+
+
+def test_word_piece_from_a_file_and_from_a_preset_folder_encode_alike_on_host_and_graph(tmp_path: Path) -> None:
+    import keras_hub
+
+    (tmp_path / "vocabulary.txt").write_text("\n".join(VOCABULARY) + "\n")
+    from_file = tokenizer_for(WordPieceTokenizerConfig(name="word_piece", vocabulary=str(tmp_path / "vocabulary.txt")))
+    # A preset folder as KerasHub writes one: the backbone's config.json beside the tokenizer's files.
+    keras_hub.tokenizers.WordPieceTokenizer(vocabulary=VOCABULARY, lowercase=True).save_to_preset(
+        str(tmp_path / "preset")
+    )
+    backbone = keras_hub.models.BertBackbone(len(VOCABULARY), 1, 2, 8, 16, max_sequence_length=8)
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    from_preset = tokenizer_for(PresetTokenizerConfig(name="preset", path=str(tmp_path / "preset")))
+    texts = ["The films were very good.", "a bad film, zebra", "", *TRICKY]
+    expected = from_file.encode(texts, 6)
+    np.testing.assert_array_equal(expected[0], [2, 3, 8, 1, 9, 5])  # "were" is unknown
+    for tokenizer in (from_file, from_preset):
+        assert tokenizer.vocabulary_size == len(VOCABULARY)
+        np.testing.assert_array_equal(tokenizer.encode(texts, 6), expected)
+        np.testing.assert_array_equal(tokenizer.encode_tensor(tf.constant(texts), 6).numpy(), expected)
+    assert from_file.decode(from_file.ids("the film was good.")) == "the film was good ."
+
+    # A vocabulary whose id 0 is a real token cannot pad.
+    (tmp_path / "unpadded.txt").write_text("\n".join(VOCABULARY[1:]) + "\n")
+    with pytest.raises(ConfigError, match=r"its id 0 is '\[UNK\]', a real token; accumrun pads with id 0"):
+        tokenizer_for(WordPieceTokenizerConfig(name="word_piece", vocabulary=str(tmp_path / "unpadded.txt")))
+
+
+@pytest.mark.slow
+def test_text_classification_with_word_piece_subdivided_equals_plain(tmp_path: Path) -> None:
+    words = list(dict.fromkeys([*VOCABULARY, *REVIEW_WORDS["negative"], *REVIEW_WORDS["positive"]]))
+    (tmp_path / "vocabulary.txt").write_text("\n".join(words))
+    config = {
+        "seed": 2,
+        "data": {
+            "name": "text_folder",
+            "path": str(write_text_folder(tmp_path / "texts", 24)),
+            "tokenizer": {"name": "word_piece", "vocabulary": str(tmp_path / "vocabulary.txt")},
+            "sequence_length": 12,
+        },
+        "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16},
+        "training": {"epochs": 1, "batch_size": 10, "subdivisions": 1},
+        "optimizer": {"name": "sgd", "learning_rate": 0.3},
+        "output": {"tensorboard": False},
+    }
+    plain = train(config, tmp_path / "plain", quiet=True)
+    config["training"]["subdivisions"] = 3
+    subdivided = train(config, tmp_path / "subdivided", quiet=True)
+    assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
+    assert plain.model.get_layer("token_embedding").input_dim == len(words)

@@ -266,7 +266,29 @@ class CharacterTokenizerConfig(_Section):
     """Ids in all, padding's 0 and unknown's 1 among them."""
 
 
-TOKENIZERS: dict[str, type[_Section]] = {"byte": ByteTokenizerConfig, "character": CharacterTokenizerConfig}
+class WordPieceTokenizerConfig(_Section):
+    """``tokenizer: {name: word_piece, vocabulary: FILE}``: KerasHub's WordPiece over a vocabulary file, one token
+    per line, its first line the padding token (id 0, as ``[PAD]`` is in BERT's)."""
+
+    name: Literal["word_piece"]
+    vocabulary: str = Field(min_length=1)
+    lowercase: bool = True
+
+
+class PresetTokenizerConfig(_Section):
+    """``tokenizer: {name: preset, path: FOLDER}``: the tokenizer of a KerasHub preset saved in a local folder (its
+    ``tokenizer.json`` and assets); its id 0 must be its padding token."""
+
+    name: Literal["preset"]
+    path: str = Field(min_length=1)
+
+
+TOKENIZERS: dict[str, type[_Section]] = {
+    "byte": ByteTokenizerConfig,
+    "character": CharacterTokenizerConfig,
+    "word_piece": WordPieceTokenizerConfig,
+    "preset": PresetTokenizerConfig,
+}
 """Every ``data.tokenizer.name`` and its section."""
 
 
@@ -288,6 +310,8 @@ def _tokenizer_kind(value: Any) -> str:
 TokenizerConfig = Annotated[
     Annotated[ByteTokenizerConfig, Tag("byte")]
     | Annotated[CharacterTokenizerConfig, Tag("character")]
+    | Annotated[WordPieceTokenizerConfig, Tag("word_piece")]
+    | Annotated[PresetTokenizerConfig, Tag("preset")]
     | Annotated[_UnknownTokenizerConfig, Tag("unknown")],
     Discriminator(_tokenizer_kind),
 ]

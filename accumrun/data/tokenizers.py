@@ -3,11 +3,14 @@
 Every tokenizer pads with id 0, which the models mask, and cuts a text longer than the length. The host
 :meth:`Tokenizer.encode` makes the training samples and predict's inputs; :meth:`Tokenizer.encode_tensor` is the
 same function as TensorFlow ops (``tf.strings``), so an exported SavedModel takes strings and needs no accumrun;
-:meth:`Tokenizer.decode` turns ids back into text (for ``generate``). None of them has a vocabulary to learn:
+:meth:`Tokenizer.decode` turns ids back into text (for ``generate``). None of them learns a vocabulary:
 
 - ``byte``: token ``b + 1`` for each UTF-8 byte ``b`` (257 ids);
-- ``character``: token ``c + 2`` for each Unicode code point ``c`` below ``vocabulary_size - 2``, else 1, unknown.
+- ``character``: token ``c + 2`` for each Unicode code point ``c`` below ``vocabulary_size - 2``, else 1, unknown;
+- ``word_piece``: KerasHub's WordPiece over a vocabulary file whose first token pads;
+- ``preset``: the tokenizer of a KerasHub preset folder, whose id 0 pads.
 
+The last two need KerasHub (the ``text`` extra) and are TensorFlow ops themselves.
 TensorFlow is imported inside :meth:`Tokenizer.encode_tensor` alone, so the sources that tokenize stay free of it.
 """
 
@@ -15,7 +18,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,9 +28,13 @@ from accumrun.config.schema import (
     CharacterTokenizerConfig,
     CsvConfig,
     DataSection,
+    PresetTokenizerConfig,
     TextSourceConfig,
     TokenizerConfig,
+    WordPieceTokenizerConfig,
 )
+from accumrun.errors import ConfigError
+from accumrun.lookup import import_keras_hub
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -124,12 +132,72 @@ class CharacterTokenizer(Tokenizer):
         return "".join("\ufffd" if i == self.UNKNOWN else chr(i - self._OFFSET) for i in self._checked(ids))
 
 
+class KerasHubTokenizer(Tokenizer):
+    """A KerasHub tokenizer (WordPiece over a vocabulary file, or a preset's), whose id 0 pads. It is TensorFlow
+    ops already (tensorflow-text), so the host and the graph encode alike."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self.vocabulary_size = int(tokenizer.vocabulary_size())
+
+    def ids(self, text: str) -> np.ndarray:
+        return np.asarray(self._tokenizer(text), np.int32).reshape(-1)
+
+    def encode_tensor(self, texts: tf.Tensor, length: int) -> tf.Tensor:
+        import tensorflow as tf
+
+        ids = self._tokenizer(texts)
+        if not isinstance(ids, tf.RaggedTensor):  # called eagerly, KerasHub returns lists
+            ids = tf.ragged.constant(ids, dtype=tf.int32, ragged_rank=1)
+        return tf.cast(ids[:, :length], tf.int32).to_tensor(default_value=PADDING, shape=[None, length])
+
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+        text = self._tokenizer.detokenize(self._checked(ids).astype(np.int32))
+        return str(np.asarray(text).item().decode("utf-8") if hasattr(text, "numpy") else text)
+
+
 def tokenizer_for(config: TokenizerConfig) -> Tokenizer:
-    """The tokenizer that ``data.tokenizer`` names."""
+    """The tokenizer that ``data.tokenizer`` names.
+
+    Raises:
+        ConfigError: a vocabulary file or preset folder that is missing, holds no tokenizer, or whose id 0 is a
+            real token; KerasHub is not installed (the message names the extra).
+    """
     if isinstance(config, CharacterTokenizerConfig):
         return CharacterTokenizer(config.vocabulary_size)
+    if isinstance(config, WordPieceTokenizerConfig):
+        return _keras_hub_tokenizer(config, Path(config.vocabulary), "data.tokenizer.vocabulary")
+    if isinstance(config, PresetTokenizerConfig):
+        return _keras_hub_tokenizer(config, Path(config.path), "data.tokenizer.path")
     assert isinstance(config, ByteTokenizerConfig)  # the schema refuses any other name
     return ByteTokenizer()
+
+
+def _keras_hub_tokenizer(config: WordPieceTokenizerConfig | PresetTokenizerConfig, path: Path, key: str) -> Tokenizer:
+    keras_hub = import_keras_hub(key)
+    if isinstance(config, WordPieceTokenizerConfig):
+        if not path.is_file():
+            raise ConfigError(key, "vocabulary file not found", str(path))
+        try:
+            tokenizer = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=str(path), lowercase=config.lowercase)
+        except (RuntimeError, ValueError) as error:  # tensorflow-text refuses a repeated token, say
+            raise ConfigError(key, f"{path} cannot be read: {' '.join(str(error).split())}") from None
+    else:
+        if not (path / "tokenizer.json").is_file():
+            where = "folder not found" if not path.is_dir() else "holds no KerasHub tokenizer (tokenizer.json)"
+            raise ConfigError(key, where, str(path))
+        try:
+            tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(path))
+        except (ValueError, OSError, TypeError) as error:
+            raise ConfigError(key, f"cannot be loaded: {' '.join(str(error).split())}") from None
+    first = tokenizer.id_to_token(PADDING)
+    if first not in ("[PAD]", "<pad>", "<PAD>", getattr(tokenizer, "pad_token", None)):
+        raise ConfigError(
+            key,
+            f"its id 0 is {first!r}, a real token; accumrun pads with id 0: put the padding token ([PAD]) first",
+            str(path),
+        )
+    return KerasHubTokenizer(tokenizer)
 
 
 def text_input(config: DataSection) -> tuple[Tokenizer, int] | None:

@@ -19,24 +19,9 @@ import keras
 
 from accumrun.config.schema import KerasHubConfig
 from accumrun.errors import ConfigError
-from accumrun.lookup import check_keywords, find, normalized
+from accumrun.lookup import check_keywords, find, import_keras_hub, normalized
 
-TEXT_EXTRA = "pip install 'accumrun[text]'"
-"""How to install what a KerasHub model or tokenizer needs."""
 _FED = {"token_ids", "padding_mask", "segment_ids"}
-
-
-def import_keras_hub(key: str) -> Any:
-    """The ``keras_hub`` package.
-
-    Raises:
-        ConfigError: under ``key``, it is not installed; the message names the extra.
-    """
-    try:
-        import keras_hub
-    except ImportError:
-        raise ConfigError(key, f"needs KerasHub, which is not installed: {TEXT_EXTRA}") from None
-    return keras_hub
 
 
 def keras_hub_model(
