@@ -214,8 +214,8 @@ CASES = [
     row("learning-rate-negative", lambda t: tiny_config(t, optimizer={"learning_rate": -0.01}), 1,
         "optimizer.learning_rate: must be a positive number"),
     row("model-unknown", lambda t: config_with(t, model={"name": "resnet"}), 1,
-        "model.name: unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, saved or "
-        "'package.module:function' (got 'resnet')"),
+        "model.name: unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, "
+        "keras_hub.models.<Name>Backbone, saved or 'package.module:function' (got 'resnet')"),
     row("dataset-unknown", lambda t: config_with(t, data={"name": "imagenet"}), 1,
         "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist', 'synthetic', 'image_folder', "
         "'tfrecord', 'csv', 'tfds', 'text_folder', 'text_corpus' or 'jsonl'"),

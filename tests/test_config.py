@@ -430,8 +430,8 @@ def test_darknet_needs_one_stride_per_filter(tmp_path: Path) -> None:
 def test_unknown_model_name(tmp_path: Path) -> None:
     assert (
         message_of(write(tmp_path, "model:\n  name: resnet\n"))
-        == "model.name: unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, saved or "
-        "'package.module:function' (got 'resnet')"
+        == "model.name: unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, "
+        "keras_hub.models.<Name>Backbone, saved or 'package.module:function' (got 'resnet')"
     )
 
 
