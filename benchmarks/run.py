@@ -399,7 +399,9 @@ def render_markdown(
         "Streaming data from files (memory as a folder grows, uint8 against float32, speed against data in memory)",
         "has its own: `benchmarks/streaming.py` writes `benchmarks-streaming.md`; so does the cost of each",
         "`training.batch_norm` mode: `benchmarks/batch_norm.py` writes `benchmarks-batch-norm.md`; and the cost of",
-        "per-sample dropout draws: `benchmarks/dropout.py` writes `benchmarks-dropout.md`.",
+        "per-sample dropout draws: `benchmarks/dropout.py` writes `benchmarks-dropout.md`; and a causal language",
+        "model against `fit` and Keras' accumulation, and bucketed padding: `benchmarks/text.py` writes",
+        "`benchmarks-text.md`.",
         "",
         f"- machine: {info['cpu']}, {info['cores']} cores (`os.cpu_count()`); load average "
         f"{info['load_average_at_start']} at the start, {info['load_average_at_end']} at the end",
