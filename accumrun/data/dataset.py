@@ -165,18 +165,7 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         raise DataError(
             "data", f"{held_out} targets have shape {val.y.shape[1:]}, training targets {train.y.shape[1:]}"
         )
-    classes: int | None = None
-    if splits.class_names is not None:
-        classes = len(splits.class_names)
-    elif task is Task.CLASSIFICATION:
-        labels = train.y if val is None else np.concatenate([train.y, val.y])
-        classes = max(int(labels.max()) + 1, 2)
-    elif task is Task.BINARY:
-        classes = 2
-    elif task is Task.MULTI_LABEL:
-        classes = int(train.y.shape[1])
-    elif task is Task.CAUSAL_LM:
-        classes = splits.vocabulary_size
+    classes = _classes(splits, task, train, val)
     if isinstance(config, ImageSourceConfig) and config.cache is not CacheMode.NONE:
         # Imported here: it decodes with TensorFlow, which listing and checking the files does not need.
         from accumrun.data.cache import cached
@@ -196,6 +185,23 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         splits.features,
         splits.vocabulary_size,
     )
+
+
+def _classes(splits: Splits, task: Task, train: Split, val: Split | None) -> int | None:
+    """How many outputs the targets name: the source's classes, the highest class index seen plus one, the labels
+    of a multi-label row, or the tokenizer's ids for a language model; None for regression."""
+    if splits.class_names is not None:
+        return len(splits.class_names)
+    if task is Task.CLASSIFICATION:
+        labels = train.y if val is None else np.concatenate([train.y, val.y])
+        return max(int(labels.max()) + 1, 2)
+    if task is Task.BINARY:
+        return 2
+    if task is Task.MULTI_LABEL:
+        return int(train.y.shape[1])
+    if task is Task.CAUSAL_LM:
+        return splits.vocabulary_size
+    return None
 
 
 def _task(config: DataSection, splits: Splits) -> Task:

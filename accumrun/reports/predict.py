@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import keras
 import numpy as np
 import progressbar
 import tensorflow as tf
@@ -98,16 +99,7 @@ def predict_run(
         top_k = top_k if top_k is not None else min(5, len(labels))
         if not 1 <= top_k <= len(labels):
             raise ConfigError("top_k", f"must be 1 to {len(labels)}, the run's classes", top_k)
-    kind = InputKind(
-        # Tokenized to the training length (a model of bucketed padding takes any length).
-        sample_shape=(text[1],) if text is not None else tuple(model.input_shape[1:]),
-        dtype=np.dtype(model.inputs[0].dtype),
-        images=isinstance(run.config.data, ImageSourceConfig),
-        tokenizer=text[0] if text is not None else None,
-        features=run.features,
-        id_column=run.id_column,
-    )
-    groups = read_inputs(inputs, kind, lines=lines)
+    groups = read_inputs(inputs, _input_kind(run, model), lines=lines)
     to_probabilities = run.probabilities(model)
     forward = tf.function(lambda x: to_probabilities(tf.cast(model(x, training=False), tf.float32)))
     sizes = [batch_sizes(len(group.names), run.sub_batch_size) for group in groups]
@@ -147,6 +139,20 @@ def _binary_predictions(names: list[str], positive: np.ndarray, labels: list[str
         predicted = int(p > 0.5)
         rows.append([name, labels[predicted], p if predicted else 1.0 - p, p])
     return Predictions(["input", "prediction", "probability", f"prob_{labels[1]}"], rows)
+
+
+def _input_kind(run: FinishedRun, model: keras.Model) -> InputKind:
+    """What the run's model takes, as ``predict`` reads its inputs."""
+    text = run.text_input
+    return InputKind(
+        # Tokenized to the training length (a model of bucketed padding takes any length).
+        sample_shape=(text[1],) if text is not None else tuple(model.input_shape[1:]),
+        dtype=np.dtype(model.inputs[0].dtype),
+        images=isinstance(run.config.data, ImageSourceConfig),
+        tokenizer=text[0] if text is not None else None,
+        features=run.features,
+        id_column=run.id_column,
+    )
 
 
 def _top_k_columns(k: int) -> list[str]:
