@@ -14,14 +14,14 @@ import tensorflow as tf
 from accumrun import evaluate, export, load_config, predict, train
 from accumrun.config.schema import PresetTokenizerConfig, WordPieceTokenizerConfig, data_config
 from accumrun.data.dataset import load_dataset
-from accumrun.data.examples import REVIEW_WORDS, write_text_folder
+from accumrun.data.examples import write_text_folder
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer, Tokenizer, tokenizer_for
 from accumrun.data.vocabulary import settle_vocabulary, training_texts
 from accumrun.errors import ConfigError
 from accumrun.kinds import Task
 from accumrun.training.console import describe_setup
 from accumrun.training.setup import build_training
-from tests.helpers import invoke, max_difference, write_config
+from tests.helpers import invoke, write_config
 
 TRICKY = [
     "",
@@ -165,29 +165,6 @@ def test_word_piece_from_a_file_and_from_a_preset_folder_encode_alike_on_host_an
     (tmp_path / "unpadded.txt").write_text("\n".join(VOCABULARY[1:]) + "\n")
     with pytest.raises(ConfigError, match=r"its id 0 is '\[UNK\]', a real token; accumrun pads with id 0"):
         tokenizer_for(WordPieceTokenizerConfig(name="word_piece", vocabulary=str(tmp_path / "unpadded.txt")))
-
-
-@pytest.mark.slow
-def test_text_classification_trains_on_word_piece_tokens(tmp_path: Path) -> None:
-    words = list(dict.fromkeys([*VOCABULARY, *REVIEW_WORDS["negative"], *REVIEW_WORDS["positive"]]))
-    (tmp_path / "vocabulary.txt").write_text("\n".join(words))
-    config = {
-        "seed": 2,
-        "data": {
-            "name": "text_folder",
-            "path": str(write_text_folder(tmp_path / "texts", 24)),
-            "tokenizer": {"name": "word_piece", "vocabulary": str(tmp_path / "vocabulary.txt")},
-            "sequence_length": 12,
-        },
-        "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16},
-        "training": {"epochs": 1, "batch_size": 10, "subdivisions": 3},
-        "optimizer": {"name": "sgd", "learning_rate": 0.3},
-        "output": {"tensorboard": False},
-    }
-    initial = build_training(load_config(config)).model.get_weights()
-    result = train(config, tmp_path / "run", quiet=True)
-    assert result.model.get_layer("token_embedding").input_dim == len(words)
-    assert max_difference(result.model.get_weights(), initial) > 1e-2
 
 
 NAMES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett", "kilo", "lima"]
