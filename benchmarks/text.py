@@ -91,16 +91,17 @@ def main() -> None:
 
 
 def _mixed_corpus(corpus: Path, folder: Path, files: int, length: int) -> Path:
-    """``files`` files cut from the text of ``corpus``, one after another, each 4 to ``length + 1`` bytes long
-    (drawn uniformly, from a fixed seed): one window each, of 3 to ``length`` real tokens."""
+    """``files`` files cut from the text of ``corpus``, one after another (from its start again when it runs out),
+    each 4 to ``length + 1`` bytes long (drawn uniformly, from a fixed seed): one window each, of 3 to ``length``
+    real tokens."""
     text = " ".join(path.read_text(encoding="utf-8").strip() for path in sorted(corpus.glob("*.txt")))
     draw = random.Random(0)
     folder.mkdir()
     start = 0
     for index in range(files):
         size = draw.randint(4, length + 1)
-        if start + size > len(text):
-            raise SystemExit(f"--files {corpus.name} holds too little text for --mixed-files {files}")
+        if start + size > len(text):  # from the start again: the windows' lengths are what matters here
+            start = 0
         (folder / f"{index:05d}.txt").write_text(text[start : start + size], encoding="utf-8")
         start += size
     return folder
