@@ -19,7 +19,8 @@ real lengths spread from 3 tokens to the full length. On it:
   did before it grouped), to show what the grouping adds.
 
 The accumrun variants are fed by accumrun's own feeder, in the seed's order, as a run is. A child trains ``epochs``
-epochs and reports the median samples/s of all but the first (which traces), its peak RSS (``ru_maxrss``) and, for
+epochs and reports the median samples/s of all but the first (which traces), the same per CPU second of the process
+(which other processes on a shared machine do not stretch), its peak RSS (``ru_maxrss``) and, for
 bucketed padding, the share of the full-length positions its sub-batches run. Run from the repository root; it
 writes ``docs/benchmarks-text.md`` and the figures beside it:
 
@@ -149,6 +150,7 @@ def _child(args: argparse.Namespace) -> None:
         any_length=bucketed,
     )
     seconds: list[float] = []
+    cpu_seconds: list[float] = []
     positions = 1.0
     if args.child.startswith("accumrun"):
         optimizer = keras.optimizers.Adam(1e-3)
@@ -158,11 +160,12 @@ def _child(args: argparse.Namespace) -> None:
         # The order of a run with seed 0: a permutation per epoch, each batch grouped by length with bucket.
         feeder = Feeder(split, sizes, seed=0, shuffle=True, group_by_length=sizes if grouped else None)
         for epoch in range(args.epochs):
-            begun = time.perf_counter()
+            begun, cpu_begun = time.perf_counter(), time.process_time()
             for x_batch, y_batch in feeder.epoch(epoch):
                 loss = step(x_batch, y_batch).loss_sum
             float(loss)  # wait for the last step
             seconds.append(time.perf_counter() - begun)
+            cpu_seconds.append(time.process_time() - cpu_begun)
         if bucketed:
             assert feeder.resident is not None
             real = np.count_nonzero(x, axis=1)
@@ -183,8 +186,9 @@ def _child(args: argparse.Namespace) -> None:
         timer = _epoch_timer(keras)
         batch_size = batch if args.child == "fit_B" else max(1, batch // subdivisions)
         model.fit(x, y, batch_size=batch_size, epochs=args.epochs, shuffle=True, verbose=0, callbacks=[timer])
-        seconds = timer.seconds
+        seconds, cpu_seconds = timer.seconds, timer.cpu_seconds
     rates = [len(x) / s for s in seconds]
+    cpu_rates = [len(x) / s for s in cpu_seconds]
     args.result.write_text(
         json.dumps(
             {
@@ -193,6 +197,7 @@ def _child(args: argparse.Namespace) -> None:
                 "real_tokens": int((y != 0).sum()),
                 "epoch_samples_per_second": rates,
                 "samples_per_second": statistics.median(rates[1:]),
+                "samples_per_cpu_second": statistics.median(cpu_rates[1:]),
                 "positions_run": positions,
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }
@@ -208,13 +213,15 @@ def _epoch_timer(keras: Any) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.seconds: list[float] = []
-            self._begun = 0.0
+            self.cpu_seconds: list[float] = []
+            self._begun = self._cpu_begun = 0.0
 
         def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-            self._begun = time.perf_counter()
+            self._begun, self._cpu_begun = time.perf_counter(), time.process_time()
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             self.seconds.append(time.perf_counter() - self._begun)
+            self.cpu_seconds.append(time.process_time() - self._cpu_begun)
 
     return EpochTimer()
 
@@ -234,6 +241,8 @@ def _report(
     speed_padded = padded["samples_per_second"]
     bucket = mixed["accumrun_bucket"]["samples_per_second"] / speed_padded
     ungrouped = mixed["accumrun_bucket_ungrouped"]["samples_per_second"] / speed_padded
+    cpu_padded = padded["samples_per_cpu_second"]
+    bucket_cpu = mixed["accumrun_bucket"]["samples_per_cpu_second"] / cpu_padded
     body = [
         f"Causal transformer ({args.layers} layers, width {args.width}, {args.heads} heads; "
         f"{first['parameters']:,} parameters), byte tokens, windows of {args.sequence_length} from "
@@ -254,12 +263,14 @@ def _report(
         f"{args.sequence_length + 1} bytes, {padded['samples']:,} windows of 3 to {args.sequence_length} real tokens, "
         f"{_real(padded, args):.0%} of their positions real. `bucket: {args.bucket}`; the same model, batch and "
         "sub-batches. *positions run*: the sub-batches' lengths after the cut, times their windows, over the "
-        "full length's (epoch 1).",
+        "full length's (epoch 1). *samples per CPU second*: over the process's CPU time (all its threads) rather "
+        "than the wall's, which other processes on a shared machine do not stretch.",
         "",
-        "| variant | samples/s | ÷ accumrun | positions run | peak RSS MiB |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| variant | samples/s | ÷ accumrun | samples per CPU second | ÷ accumrun | positions run | peak RSS MiB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         *(
             f"| {name} | {r['samples_per_second']:,.0f} | {r['samples_per_second'] / speed_padded:.2f}x | "
+            f"{r['samples_per_cpu_second']:,.0f} | {r['samples_per_cpu_second'] / cpu_padded:.2f}x | "
             f"{r['positions_run']:.0%} | {r['peak_rss_mib']:,.0f} |"
             for name, r in mixed.items()
         ),
@@ -283,6 +294,7 @@ def _report(
             "memory": memory,
             "bucket": bucket,
             "bucket_ungrouped": ungrouped,
+            "bucket_cpu": bucket_cpu,
         },
         body=body,
     )
