@@ -211,15 +211,22 @@ def dropout_on_replicas(folder: Path) -> dict[str, float]:
 
 def language_model_on_replicas(folder: Path) -> dict[str, float]:
     """A causal transformer on a corpus whose windows have very different real lengths: two replicas with 3
-    sub-batches each against one device without subdivisions. Each replica's slice holds its own count of real
-    tokens; both divide by the global batch's."""
+    sub-batches each against one device without subdivisions, and the same with bucketed padding (each batch grouped
+    by length, and each replica's sub-batches cut to multiples of 4 tokens). Each replica's slice holds its own
+    count of real tokens; both divide by the global batch's."""
     corpus = write_corpus(folder / "corpus", 4, seed=4)
     runs = []
-    for subdivisions, strategy in ((1, "none"), (3, "mirrored")):
+    for subdivisions, strategy, bucket in ((1, "none", None), (3, "mirrored", None), (3, "mirrored", 4)):
         settings = Config.model_validate(
             {
                 "seed": 1,
-                "data": {"name": "text_corpus", "path": str(corpus), "sequence_length": 16, "validation_split": 0.0},
+                "data": {
+                    "name": "text_corpus",
+                    "path": str(corpus),
+                    "sequence_length": 16,
+                    "validation_split": 0.0,
+                    "bucket": bucket,
+                },
                 "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16},
                 "training": {"epochs": 1, "batch_size": 9, "subdivisions": subdivisions},
                 "optimizer": {"name": "sgd", "learning_rate": 0.5},
@@ -228,9 +235,9 @@ def language_model_on_replicas(folder: Path) -> dict[str, float]:
             }
         )
         on = STRATEGY if strategy == "mirrored" else None
-        result = train(settings, folder / strategy, quiet=True, strategy=on)
+        result = train(settings, folder / f"{strategy}-{bucket}", quiet=True, strategy=on)
         runs.append([v.numpy() for v in result.model.trainable_variables])
-    return {"max_difference": _max_difference(runs[0], runs[1])}
+    return {"max_difference": _max_difference(runs[0], runs[1]), "bucketed": _max_difference(runs[0], runs[2])}
 
 
 def main(out: Path) -> None:

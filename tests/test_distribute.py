@@ -96,8 +96,10 @@ def test_dropout_on_two_replicas_with_subdivisions_equals_one_device_without(mir
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_language_model_on_two_replicas_divides_by_the_global_batch_real_tokens(mirrored: dict[str, Any]) -> None:
-    # Each replica's windows hold their own number of real tokens; both divide by the whole batch's count.
+    # Each replica's windows hold their own number of real tokens; both divide by the whole batch's count, with
+    # bucketed padding too (each batch grouped by length, then dealt out to the replicas).
     assert mirrored["language_model"]["max_difference"] < 2e-5
+    assert mirrored["language_model"]["bucketed"] < 2e-5
 
 
 @pytest.mark.slow

@@ -18,10 +18,12 @@ import tensorflow as tf
 import accumrun
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
-from accumrun.core.split import part_bounds
+from accumrun.core.split import batch_sizes, part_bounds, sub_batch_sizes
 from accumrun.core.step import trim_padding
 from accumrun.data.dataset import epoch_order
 from accumrun.data.examples import write_corpus, write_text_folder
+from accumrun.data.feeder import Feeder
+from accumrun.data.splits import ArraySplit
 from accumrun.errors import Interrupted
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, max_difference, signal_after_batch, write_config
@@ -101,8 +103,8 @@ def test_the_loss_divides_by_the_batch_real_tokens_as_a_hand_written_step_does(t
 def test_subdivided_streamed_and_bucketed_language_models_equal_plain(tmp_path: Path) -> None:
     plain = train(lm_config(tmp_path), tmp_path / "plain", quiet=True)
     (theirs,) = rows(tmp_path / "plain")
-    # Batches of 10 in 3 (3, 3, 4 windows) and in 4 streamed one sub-batch per call; then each sub-batch padded
-    # only to its longest window rounded up to 8 tokens (of 24), whole and streamed.
+    # Batches of 10 in 3 (3, 3, 4 windows) and in 4 streamed one sub-batch per call; then each batch grouped by
+    # length and each sub-batch padded only to its longest window rounded up to 8 tokens (of 24), whole and streamed.
     for subdivisions, feed, bucket in (
         (3, "batch", None),
         (4, "sub_batch", None),
@@ -132,11 +134,46 @@ def test_trim_padding_cuts_to_the_longest_real_sequence_rounded_up_to_the_bucket
     assert x_cut.shape == (2, 1) and labels.shape == (2,)
 
 
+def test_bucketed_batches_hold_the_same_samples_ordered_by_length(tmp_path: Path) -> None:
+    # 23 samples, labelled by their index, whose real lengths (1 to 6 tokens of 6) repeat: batches of 10, 10, 3.
+    lengths = np.array([6, 1, 3, 6, 2, 2, 5, 1, 4, 3, 6, 2, 1, 5, 3, 4, 6, 2, 2, 1, 3, 5, 4])
+    tokens = np.where(np.arange(6) < lengths[:, None], 7, 0).astype(np.int32)
+    split = ArraySplit(tokens, np.arange(23, dtype=np.int32))
+    sizes = batch_sizes(23, 10)
+    streamed = [size for batch in sizes for size in sub_batch_sizes(batch, 3)]
+    plain = Feeder(split, sizes, seed=3, shuffle=True)
+    grouped = Feeder(split, sizes, seed=3, shuffle=True, group_by_length=sizes)
+    for epoch in (0, 1):
+        theirs = [list(y.numpy()) for _, y in plain.epoch(epoch)]
+        mine = [list(y.numpy()) for _, y in grouped.epoch(epoch)]
+        # The same samples in each batch, by length, ties in the epoch's order (Python's sort is stable too).
+        assert mine == [sorted(batch, key=lambda index: lengths[index]) for batch in theirs], epoch
+        assert mine != theirs
+        # Streamed sub-batches cut the grouped batches; a resumed epoch skips whole batches of them.
+        chunks = [list(y.numpy()) for _, y in Feeder(split, streamed, seed=3, shuffle=True,
+                                                     group_by_length=sizes).epoch(epoch)]  # fmt: skip
+        assert [sum(chunks[3 * b : 3 * b + 3], []) for b in range(3)] == mine
+        assert [list(y.numpy()) for _, y in grouped.epoch(epoch, skip=1)] == mine[1:]
+    # A run with bucket feeds its batches so, whole or in sub-batches (the step gets what the feeder serves).
+    config = lm_config(tmp_path, subdivisions=3)
+    config["data"]["bucket"] = 8
+    setup = build_training(load_config(config))
+    real = np.count_nonzero(setup.dataset.train.x, axis=1)
+    feeder = setup.train_feeder([size for chunks in setup.chunk_sizes(3) for size in chunks])
+    assert feeder.resident is not None
+    batches = [real[feeder.resident.chunk_rows(1, batch)] for batch in range(len(setup.epoch_batch_sizes))]
+    assert all(np.all(np.diff(batch) >= 0) for batch in batches)
+    assert sum(len(set(batch)) > 1 for batch in batches) >= 2  # batches that mix lengths
+    x, _ = setup.first_batch()
+    assert np.all(np.diff(np.count_nonzero(x.numpy(), axis=1)) >= 0)
+
+
 @pytest.mark.slow
 def test_a_language_model_stopped_mid_epoch_resumes_to_the_uninterrupted_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = lm_config(tmp_path, epochs=2, subdivisions=3)
+    config["data"]["bucket"] = 8  # each batch grouped by length: the resumed epoch's batches are grouped alike
     reference = train(config, tmp_path / "reference", quiet=True)
     signal_after_batch(monkeypatch, 3, [signal.SIGINT])
     with pytest.raises(Interrupted):

@@ -125,7 +125,25 @@ def bad_table(tmp: Path, fault: str) -> Path:
             data["text"] = "body"
         elif fault == "csv-tokenizer-without-text":
             data = {**data, "text": None, "tokenizer": {"name": "byte"}}
+        elif fault == "csv-bucket-without-text":
+            data = {**data, "text": None, "bucket": 8}
     return write_config(tmp / "bad.yaml", data=data, model={"name": "transformer", "width": 8})
+
+
+@pytest.mark.slow
+def test_bucketed_text_classification_from_csv_equals_plain(tmp_path: Path) -> None:
+    table = {"name": "csv", "path": str(write_csv(tmp_path / "reviews.csv", reviews(tmp_path))), "label": "sentiment",
+             "text": "review"}  # fmt: skip
+    # Without dropout (whose masks are drawn by a sample's row, which grouping by length moves), each batch
+    # grouped by length and its 3 sub-batches cut to multiples of 8 tokens give the plain update.
+    runs = []
+    for data, subdivisions in ((table, 1), ({**table, "bucket": 8}, 3)):
+        config = table_config(data, epochs=1, subdivisions=subdivisions)
+        config["model"]["dropout"] = 0.0
+        runs.append(train(config, tmp_path / str(subdivisions), quiet=True))
+    plain, bucketed = (run.model.get_weights() for run in runs)
+    assert runs[1].model.input_shape == (None, None)
+    assert max_difference(bucketed, plain) < 2e-5
 
 
 @pytest.mark.parametrize(
@@ -141,6 +159,10 @@ def bad_table(tmp: Path, fault: str) -> Path:
         ("csv-empty-text", r"data\.text: .*t\.csv, line 3: the text in column 'review' is empty"),
         ("csv-no-text-column", r"data\.text: .*t\.csv has no column 'body'; its columns are \['review', 'label'\]"),
         ("csv-tokenizer-without-text", r"data: tokenizer and sequence_length apply to a text column: set data\.text"),
+        (
+            "csv-bucket-without-text",
+            r"data\.bucket: pads token ids: it applies to a text column; set data\.text too \(got 8\)",
+        ),
     ],
 )
 def test_a_bad_text_table_is_refused_in_one_line(

@@ -380,6 +380,16 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     """With ``text``: how its cells become token ids (default ``{name: byte}``)."""
     sequence_length: int | None = Field(None, ge=1)
     """With ``text``: tokens per sample (default 256), cut or padded with id 0."""
+    bucket: int | None = Field(None, ge=1)
+    """With ``text``: bucketed padding, as for the text sources (:attr:`TextSourceConfig.bucket`)."""
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket_needs_text(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # ``text`` is validated before ``bucket`` (declared first); when it failed, its own error says so.
+        if value is not None and "text" in info.data and info.data["text"] is None:
+            raise ValueError("pads token ids: it applies to a text column; set data.text too")
+        return value
 
     @model_validator(mode="after")
     def _text_keys(self) -> CsvConfig:
@@ -421,7 +431,11 @@ class TextSourceConfig(FileSourceConfig):
     bucket: int | None = Field(None, ge=1)
     """Pad each training sub-batch only to its longest text, rounded up to a multiple of this (at most
     ``sequence_length``), so that short sub-batches cost less; unset, every sub-batch keeps ``sequence_length``.
-    The update is the same either way: padding is masked."""
+    With it, the samples within each batch are also ordered by their real length (a stable sort) before the batch
+    is cut, so that each sub-batch holds texts of similar length (:mod:`accumrun.data.grouping`). Each batch holds
+    the same samples either way, and padding is masked, so the update is the same. Dropout draws by a sample's row
+    in the batch (:mod:`accumrun.core.draws`), so its masks differ with ``bucket`` and without; with ``bucket``,
+    subdivided and plain training still draw alike."""
 
     @model_validator(mode="after")
     def _no_image_keys(self) -> TextSourceConfig:

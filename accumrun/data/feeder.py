@@ -6,7 +6,8 @@ the same every epoch; the feeder fills them in the epoch's order (see :mod:`accu
 per sample when training asks for it, prefetched, in the stored dtype. Each chunk goes to the device whole, in
 one transfer, when the step is called with it. Arrays without augmentation are held as one tensor instead (see
 :mod:`accumrun.data.resident`), on the device for training and validation: a chunk is a gather there, and no
-``tf.data`` pipeline is built.
+``tf.data`` pipeline is built. Token ids for bucketed padding come with each batch's samples ordered by length
+(:mod:`accumrun.data.grouping`), in that order.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from accumrun.data.augment import Augmentation
+from accumrun.data.grouping import LengthGroups
 from accumrun.data.readers import AUTOTUNE, Reader, reader_for
 from accumrun.data.resident import ResidentArrays
 from accumrun.data.splits import ArraySplit, Split
@@ -28,7 +30,9 @@ class Feeder:
 
     With ``augmentation``, every sample is drawn for ``(seed, epoch, index)``; ``training`` false applies its
     layers in inference mode (centre crops), for validation. ``on_device`` holds arrays on the device for the
-    feeder's life (a run's training and validation data), not in host memory.
+    feeder's life (a run's training and validation data), not in host memory. ``group_by_length``, the sizes of an
+    epoch's batches, orders each batch's samples by their real length (token ids held as arrays, for bucketed
+    padding: see :mod:`accumrun.data.grouping`); the chunks then cut the grouped batches.
     """
 
     def __init__(
@@ -41,6 +45,7 @@ class Feeder:
         augmentation: Augmentation | None = None,
         training: bool = True,
         on_device: bool = False,
+        group_by_length: list[int] | None = None,
     ) -> None:
         self.count = len(chunk_sizes)
         """The number of chunks in an epoch."""
@@ -48,12 +53,16 @@ class Feeder:
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)]).astype(np.int64)
         self._seed, self._shuffle = seed, shuffle
         self._augmentation, self._training = augmentation, training
-        self.resident = (
-            ResidentArrays(split, self._starts, seed=seed, shuffle=shuffle, on_device=on_device)
-            if isinstance(split, ArraySplit) and not augmentation
-            else None
-        )
+        self.resident: ResidentArrays | None = None
         """The arrays on the device, when the split is held there; else None (it is read through ``tf.data``)."""
+        if isinstance(split, ArraySplit) and not augmentation:
+            groups = LengthGroups.of(split.x, group_by_length) if group_by_length is not None else None
+            self.resident = ResidentArrays(
+                split, self._starts, seed=seed, shuffle=shuffle, on_device=on_device, groups=groups
+            )
+        elif group_by_length is not None:
+            # Token ids always are such arrays; the readers of files and of augmented arrays keep the epoch's order.
+            raise ValueError("length grouping needs token ids held as arrays, without augmentation")
         self._split = split
         self._reader: Reader | None = None
 

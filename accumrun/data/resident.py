@@ -4,7 +4,8 @@ A split that is arrays in memory, without augmentation, is made a tensor once: o
 validation, which cross to it once per run instead of once per batch, in host memory for the one-off passes
 (evaluate, predict, BatchNorm's population statistics). An epoch's batches are then
 gathers by the epoch's order (:func:`~accumrun.data.splits.epoch_order`, the same function of the seed and the
-epoch as every other reader's), either one chunk at a time (:meth:`ResidentArrays.chunks`) or as the row
+epoch as every other reader's; for bucketed padding, each batch's samples then ordered by length, see
+:mod:`accumrun.data.grouping`), either one chunk at a time (:meth:`ResidentArrays.chunks`) or as the row
 indices of several batches that one compiled call gathers itself (:meth:`ResidentArrays.rows`). Nothing builds a
 ``tf.data`` iterator per epoch.
 
@@ -21,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from accumrun.core.targets import Targets, as_targets, each
+from accumrun.data.grouping import LengthGroups
 from accumrun.data.splits import ArraySplit, epoch_order
 
 DEVICE_LIMIT = 2**30
@@ -39,9 +41,19 @@ def _bytes(split: ArraySplit) -> int:
 
 class ResidentArrays:
     """A split's arrays as tensors, on the device when ``on_device`` (and they fit), served in chunks that start at
-    ``starts`` (an epoch's chunk boundaries, ``len(chunks) + 1`` of them) in the order of ``seed`` and each epoch."""
+    ``starts`` (an epoch's chunk boundaries, ``len(chunks) + 1`` of them) in the order of ``seed`` and each epoch,
+    each batch's samples ordered by their length when ``groups`` is given (see :mod:`accumrun.data.grouping`)."""
 
-    def __init__(self, split: ArraySplit, starts: np.ndarray, *, seed: int, shuffle: bool, on_device: bool) -> None:
+    def __init__(
+        self,
+        split: ArraySplit,
+        starts: np.ndarray,
+        *,
+        seed: int,
+        shuffle: bool,
+        on_device: bool,
+        groups: LengthGroups | None = None,
+    ) -> None:
         self.size = split.size
         self.device = _placement(split, on_device)
         with tf.device(self.device):
@@ -49,12 +61,17 @@ class ResidentArrays:
             self.y: Targets = each(tf.identity, as_targets(split.y, split.w))
         self._starts = starts
         self._seed, self._shuffle = seed, shuffle
+        self._groups = groups
         self._order: tuple[int, np.ndarray] | None = None
 
     def order(self, epoch: int) -> np.ndarray:
-        """The epoch's order of the samples (the last epoch's is kept: consecutive calls ask for it again)."""
+        """The epoch's order of the samples, each batch's grouped by length when asked (the last epoch's is kept:
+        consecutive calls ask for it again)."""
         if self._order is None or self._order[0] != epoch:
-            self._order = (epoch, epoch_order(self.size, self._seed, epoch, self._shuffle).astype(np.int32))
+            order = epoch_order(self.size, self._seed, epoch, self._shuffle)
+            if self._groups is not None:
+                order = self._groups(order)
+            self._order = (epoch, order.astype(np.int32))
         return self._order[1]
 
     def chunk_rows(self, epoch: int, chunk: int) -> np.ndarray:

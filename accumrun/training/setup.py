@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.config.schema import ApplicationConfig, Config, TextSourceConfig, TrainingConfig
+from accumrun.config.schema import ApplicationConfig, Config, CsvConfig, TextSourceConfig, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import MetricSet
 from accumrun.core.seeds import LayerDraws
@@ -98,7 +98,7 @@ class TrainingSetup:
 
     @property
     def bucket(self) -> int | None:
-        """``data.bucket`` of a text source (bucketed padding), else None."""
+        """``data.bucket`` of a source of token ids (bucketed padding), else None."""
         return _bucket(self.config)
 
     @property
@@ -129,15 +129,20 @@ class TrainingSetup:
                 bucket=self.bucket,
             )
 
+    @property
+    def epoch_batch_sizes(self) -> list[int]:
+        """The sample count of each batch of an epoch."""
+        return batch_sizes(self.dataset.train_size, self.batch_size, self.config.training.drop_remainder)
+
     def chunk_sizes(self, subdivisions: int) -> list[list[int]]:
         """Each batch of an epoch as the chunks the feeder serves it in: the whole batch, or its sub-batches."""
-        batches = batch_sizes(self.dataset.train_size, self.batch_size, self.config.training.drop_remainder)
         if self.feed is Feed.BATCH:
-            return [[size] for size in batches]
-        return [sub_batch_sizes(size, subdivisions) for size in batches]
+            return [[size] for size in self.epoch_batch_sizes]
+        return [sub_batch_sizes(size, subdivisions) for size in self.epoch_batch_sizes]
 
     def train_feeder(self, chunk_sizes: list[int]) -> Feeder:
-        """The training samples in chunks of ``chunk_sizes``, augmented, in the seed's order."""
+        """The training samples in chunks of ``chunk_sizes``, augmented, in the seed's order; with bucketed
+        padding, each batch's samples ordered by their real length (see :mod:`accumrun.data.grouping`)."""
         data = self.config.data
         return Feeder(
             self.dataset.train,
@@ -146,6 +151,7 @@ class TrainingSetup:
             shuffle=data.shuffle,
             augmentation=self.augmentation,
             on_device=True,
+            group_by_length=self.epoch_batch_sizes if self.bucket is not None else None,
         )
 
     def val_feeder(self, batch_size: int) -> Feeder:
@@ -296,7 +302,8 @@ def _build_model(
 
 
 def _bucket(config: Config) -> int | None:
-    return config.data.bucket if isinstance(config.data, TextSourceConfig) else None
+    """``data.bucket`` of a source of token ids (a text source, or a csv with a text column), else None."""
+    return config.data.bucket if isinstance(config.data, TextSourceConfig | CsvConfig) else None
 
 
 def _check_bucket(config: Config, model: keras.Model) -> None:
