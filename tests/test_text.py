@@ -21,9 +21,10 @@ from accumrun.config.schema import data_config
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
-from accumrun.data.splits import TextFiles
+from accumrun.data.splits import ArraySplit, TextFiles
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
 from accumrun.errors import DataError, Interrupted
+from accumrun.kinds import CacheMode
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, max_difference, signal_after_batch, write_config
 
@@ -58,6 +59,11 @@ def test_a_text_folder_streams_the_ids_its_tokenizer_gives_on_the_host(tmp_path:
         (x, y), *_ = Feeder(split, [split.size], seed=0, shuffle=False).epoch(0)
         np.testing.assert_array_equal(x.numpy(), host.encode(texts, 24))
         np.testing.assert_array_equal(y.numpy(), [0] * 3 + [1] * 6)
+        # cache: memory tokenizes them at load, with the same reader: arrays of the same ids, held in memory.
+        held = load_dataset(config.model_copy(update={"cache": CacheMode.MEMORY}), seed=0)
+        assert isinstance(held.train, ArraySplit) and not held.streamed
+        np.testing.assert_array_equal(held.train.x, x.numpy())
+        np.testing.assert_array_equal(held.train.y, y.numpy())
 
     # A file that goes missing after the listing is found when training reaches it, and named.
     split = load_dataset(config, seed=0).train
@@ -156,6 +162,8 @@ def bad_text(tmp: Path, fault: str) -> Path:
         folder = tmp / "nothing"
         folder.mkdir()
     data = {"name": "text_folder", "path": str(folder), "sequence_length": 0 if fault == "length-0" else 16}
+    if fault == "cache-disk":
+        data["cache"] = "disk"
     return write_config(tmp / "bad.yaml", data=data, model={"name": "transformer", "width": 8})
 
 
@@ -167,6 +175,7 @@ def bad_text(tmp: Path, fault: str) -> Path:
         ("class-without-text", r"data\.path: class folder other/ holds no \.txt files"),
         ("empty-folder", r"data\.path: holds no class subfolders; text classification needs one subfolder per class"),
         ("length-0", r"data\.sequence_length: .*greater than or equal to 1"),
+        ("cache-disk", r"data\.cache: text_folder keeps token ids in memory or streams its files: none or memory"),
     ],
 )
 def test_bad_text_is_refused_in_one_line(
