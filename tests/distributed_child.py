@@ -3,7 +3,8 @@
 The CPU can only be split before TensorFlow creates its devices, which the test process has long done, so
 ``python -m tests.distributed_child OUT.json`` (from the repository root) does the measuring and writes the
 numbers to OUT.json: for each optimizer and subdivision count, how far the mirrored run's final weights are from
-the single-device run's; and, for several subdivision counts, the cross-replica reductions in the step's graph.
+the single-device run's without subdivisions; and, for several subdivision counts, the cross-replica reductions in
+the step's graph.
 """
 
 from __future__ import annotations
@@ -65,36 +66,40 @@ def config(optimizer: str, subdivisions: int, strategy: str, class_weight: str |
     )
 
 
-def compare_weights(optimizer: str, subdivisions: int, folder: Path, class_weight: str | None = None) -> dict[str, Any]:
-    """Train the same config on one device and on two replicas; compare the final weights."""
-    single = train(config(optimizer, subdivisions, "none", class_weight), folder / "single", quiet=True)
-    mirrored = train(
-        config(optimizer, subdivisions, "mirrored", class_weight), folder / "mirrored", quiet=True, strategy=STRATEGY
-    )
+def compare_weights(
+    optimizer: str, subdivisions: tuple[int, ...], folder: Path, class_weight: str | None = None
+) -> tuple[dict[int, dict[str, Any]], dict[int, list[np.ndarray]]]:
+    """Train the config on one device without subdivisions, then on two replicas with each of ``subdivisions``;
+    compare each mirrored run's final weights with the one device's. Also returns the mirrored runs' weights."""
+    single = train(config(optimizer, 1, "none", class_weight), folder / "single", quiet=True)
     initial = [v.numpy() for v in _fresh_model().trainable_variables]
-    final = [v.numpy() for v in mirrored.model.trainable_variables]
-    # Each replica holds its own copy of every variable; they must stay identical.
-    copies = [STRATEGY.experimental_local_results(v.value) for v in mirrored.model.variables]
-    last_row = json.loads((folder / "mirrored" / "metrics.jsonl").read_text().splitlines()[-1])
-    return {
-        "max_difference": _max_difference([v.numpy() for v in single.model.variables], mirrored.model.variables),
-        "max_replica_difference": max(_max_difference([c[0]], [c[1]]) for c in copies),
-        "moved": _max_difference(initial, final),
-        "replicas": last_row["replicas"],
-        "optimizer_steps": last_row["optimizer_steps"],
-    }
+    results, weights = {}, {}
+    for count in subdivisions:
+        run = folder / f"mirrored-{count}"
+        mirrored = train(config(optimizer, count, "mirrored", class_weight), run, quiet=True, strategy=STRATEGY)
+        final = [v.numpy() for v in mirrored.model.trainable_variables]
+        # Each replica holds its own copy of every variable; they must stay identical.
+        copies = [STRATEGY.experimental_local_results(v.value) for v in mirrored.model.variables]
+        last_row = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+        results[count] = {
+            "max_difference": _max_difference([v.numpy() for v in single.model.variables], mirrored.model.variables),
+            "max_replica_difference": max(_max_difference([c[0]], [c[1]]) for c in copies),
+            "moved": _max_difference(initial, final),
+            "replicas": last_row["replicas"],
+            "optimizer_steps": last_row["optimizer_steps"],
+        }
+        weights[count] = [v.numpy() for v in mirrored.model.variables]
+    return results, weights
 
 
-def compare_updates_per_call(folder: Path) -> dict[str, Any]:
-    """Train mirrored with one update per call and with several; compare the final weights."""
-    runs = {}
-    for updates_per_call in (1, 4):
-        settings = config("adam", 3, "mirrored")
-        training = settings.training.model_copy(update={"updates_per_call": updates_per_call})
-        settings = settings.model_copy(update={"training": training})
-        result = train(settings, folder / str(updates_per_call), quiet=True, strategy=STRATEGY)
-        runs[updates_per_call] = [v.numpy() for v in result.model.variables]
-    return {"max_difference": _max_difference(runs[1], runs[4])}
+def compare_updates_per_call(folder: Path, one_per_call: list[np.ndarray]) -> dict[str, Any]:
+    """Train adam with 3 sub-batches mirrored with 4 updates per call; compare the final weights with
+    ``one_per_call``, the same run's with one."""
+    settings = config("adam", 3, "mirrored")
+    training = settings.training.model_copy(update={"updates_per_call": 4})
+    settings = settings.model_copy(update={"training": training})
+    result = train(settings, folder, quiet=True, strategy=STRATEGY)
+    return {"max_difference": _max_difference(one_per_call, [v.numpy() for v in result.model.variables])}
 
 
 def _fresh_model() -> keras.Model:
@@ -233,13 +238,15 @@ def main(out: Path) -> None:
     modes = (BatchNormMode.PER_BATCH, BatchNormMode.SUB_BATCH)
     results["batch_norm"] = {mode: batch_norm_across_replicas(mode) for mode in modes}
     with tempfile.TemporaryDirectory() as folder:
-        for optimizer in OPTIMIZERS:
-            for subdivisions in (1, 3):
-                run_folder = Path(folder) / f"{optimizer}-{subdivisions}"
-                results["weights"][f"{optimizer}-{subdivisions}"] = compare_weights(optimizer, subdivisions, run_folder)
+        # S=1 mirrored checks the replicas alone; S=3 both together (adam too: its moments see the summed gradient).
+        for optimizer, counts in (("sgd", (1, 3)), ("adam", (3,))):
+            compared, weights = compare_weights(optimizer, counts, Path(folder) / optimizer)
+            for count, result in compared.items():
+                results["weights"][f"{optimizer}-{count}"] = result
         # Weighted targets are dealt out to the replicas with their weights.
-        results["weights"]["sgd-3-balanced"] = compare_weights("sgd", 3, Path(folder) / "balanced", "balanced")
-        results["updates_per_call"] = compare_updates_per_call(Path(folder) / "calls")
+        balanced, _ = compare_weights("sgd", (3,), Path(folder) / "balanced", "balanced")
+        results["weights"]["sgd-3-balanced"] = balanced[3]
+        results["updates_per_call"] = compare_updates_per_call(Path(folder) / "calls", weights[3])
         results["dropout"] = dropout_on_replicas(Path(folder) / "dropout")
         results["language_model"] = language_model_on_replicas(Path(folder) / "language_model")
     for subdivisions in (1, 4):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import re
 from pathlib import Path
 
@@ -9,15 +11,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from accumrun import load_config, train
+from accumrun import evaluate, export, load_config, predict, train
 from accumrun.config.schema import PresetTokenizerConfig, WordPieceTokenizerConfig, data_config
 from accumrun.data.dataset import load_dataset
-from accumrun.data.examples import REVIEW_WORDS, write_text_folder
+from accumrun.data.examples import write_text_folder
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer, Tokenizer, tokenizer_for
+from accumrun.data.vocabulary import settle_vocabulary, training_texts
 from accumrun.errors import ConfigError
 from accumrun.kinds import Task
+from accumrun.training.console import describe_setup
 from accumrun.training.setup import build_training
-from tests.helpers import invoke, max_difference, write_config
+from tests.helpers import invoke, write_config
 
 TRICKY = [
     "",
@@ -106,6 +110,19 @@ def test_a_corpus_is_cut_into_windows_of_its_tokenizers_ids(tmp_path: Path) -> N
         ),
         ({"name": "character", "vocabulary_size": 2}, r"^Error: data\.tokenizer\.vocabulary_size: .*equal to 3"),
         ({"name": "byte", "size": 3}, r"^Error: data\.tokenizer\.size: unknown key; known keys: name$"),
+        (
+            {"name": "word_piece"},
+            r"^Error: data\.tokenizer: set one of vocabulary \(a file\) and vocabulary_size \(learned from the "
+            r"training texts\) \(got \{'name': 'word_piece'\}\)$",
+        ),
+        (
+            {"name": "word_piece", "vocabulary": "v.txt", "vocabulary_size": 500},
+            r"^Error: data\.tokenizer: set one of vocabulary .*, not both \(got ",
+        ),
+        (
+            {"name": "word_piece", "vocabulary_size": 99},
+            r"^Error: data\.tokenizer\.vocabulary_size: input should be greater than or equal to 100 \(got 99\)$",
+        ),
     ],
 )
 def test_a_bad_tokenizer_is_refused_in_one_line(
@@ -150,24 +167,145 @@ def test_word_piece_from_a_file_and_from_a_preset_folder_encode_alike_on_host_an
         tokenizer_for(WordPieceTokenizerConfig(name="word_piece", vocabulary=str(tmp_path / "unpadded.txt")))
 
 
+NAMES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett", "kilo", "lima"]
+
+
+def write_named_texts(tmp_path: Path, source: str) -> tuple[dict[str, object], list[str]]:
+    """Twelve texts, each with a word of its own (said often enough for the learner to keep it whole), as a text
+    folder, a CSV or JSON Lines; the data section and the texts in the source's sample order."""
+    texts = [f"review {i} of the film " + " ".join([name] * 12) for i, name in enumerate(NAMES)]
+    labels = ["negative", "positive"] * 6
+    path = tmp_path / "data"
+    if source == "text_folder":
+        for i, (text, label) in enumerate(zip(texts, labels, strict=True)):
+            (path / label).mkdir(parents=True, exist_ok=True)
+            (path / label / f"{i:02d}.txt").write_text(text, encoding="utf-8")
+        ordered = [
+            text for label in ("negative", "positive") for text, own in zip(texts, labels, strict=True) if own == label
+        ]
+        return {"name": "text_folder", "path": str(path)}, ordered
+    if source == "csv":
+        with (path := path.with_suffix(".csv")).open("w", newline="") as file:
+            csv.writer(file).writerows([["text", "label"], *zip(texts, labels, strict=True)])
+        return {"name": "csv", "path": str(path), "text": "text", "label": "label"}, texts
+    path = path.with_suffix(".jsonl")
+    path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in zip(texts, labels, strict=True)))
+    return {"name": "jsonl", "path": str(path), "label": "label"}, texts
+
+
+@pytest.mark.parametrize("source", ["text_folder", "csv", "jsonl"])
+def test_a_vocabulary_is_learned_from_the_training_texts_alone_and_the_same_each_time(
+    tmp_path: Path, source: str
+) -> None:
+    section, ordered = write_named_texts(tmp_path, source)
+    tokenizer = {"name": "word_piece", "vocabulary_size": 1000}
+    data = data_config(**section, tokenizer=tokenizer, validation_split=0.25, sequence_length=20)
+    # The hold-out, written out: the tail of the seed's permutation of the samples is validation.
+    kept = np.random.default_rng(7).permutation(12)[:9]
+    assert training_texts(data, seed=7) == [ordered[i] for i in kept]
+
+    settled = settle_vocabulary(data, 7, None)
+    tokens = settled.tokenizer.tokens
+    assert tokens is not None and tokens[:2] == ("[PAD]", "[UNK]") and len(tokens) < 1000
+    assert settle_vocabulary(data, 7, None).tokenizer.tokens == tokens  # learning again learns the same
+    trained = {name for i, name in enumerate(NAMES) if any(name in ordered[j] for j in kept)}
+    assert len(trained) == 9 and trained <= set(tokens)  # each training text's own word, whole
+    assert not (set(NAMES) - trained) & set(tokens)  # the validation texts' words: never
+    # The samples are the learned tokenizer's ids of the same texts, in the same order.
+    dataset = load_dataset(settled, seed=7)
+    np.testing.assert_array_equal(dataset.train.x, tokenizer_for(settled.tokenizer).encode(training_texts(data, 7), 20))
+    assert dataset.vocabulary_size == len(tokens)
+
+
+def test_a_corpus_learns_from_all_its_files(tmp_path: Path) -> None:
+    texts = ["the cat sees the moon. " * 12, "a dog finds the river. " * 10, "my sister paints a boat. " * 11]
+    for index, text in enumerate(texts):
+        (tmp_path / f"{index}.txt").write_text(text, encoding="utf-8")
+    tokenizer = {"name": "word_piece", "vocabulary_size": 100}
+    data = data_config(name="text_corpus", path=str(tmp_path), tokenizer=tokenizer, sequence_length=8)
+    assert training_texts(data, seed=0) == texts  # windows are cut from tokens: the files are learned whole
+    settled = settle_vocabulary(data, 0, None)
+    assert settled.tokenizer.tokens is not None and {"cat", "river", "boat"} <= set(settled.tokenizer.tokens)
+    dataset = load_dataset(settled, seed=0)
+    assert dataset.val is not None  # validation_split 0.1 of the windows
+    ids = tokenizer_for(settled.tokenizer).ids(texts[0])
+    # The first file's first window is a sample (its text repeats, so its later windows may be the same ids).
+    assert any(list(row) == list(ids[:8]) for row in np.concatenate([dataset.train.x, dataset.val.x]))
+    assert dataset.vocabulary_size == len(settled.tokenizer.tokens) and "[UNK]" not in tokenizer_for(
+        settled.tokenizer
+    ).decode(ids)
+
+
 @pytest.mark.slow
-def test_text_classification_trains_on_word_piece_tokens(tmp_path: Path) -> None:
-    words = list(dict.fromkeys([*VOCABULARY, *REVIEW_WORDS["negative"], *REVIEW_WORDS["positive"]]))
-    (tmp_path / "vocabulary.txt").write_text("\n".join(words))
+def test_a_run_saves_its_vocabulary_and_every_later_reader_uses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tensorflow_text  # noqa: F401  (the export's WordPiece ops)
+
+    folder = write_text_folder(tmp_path / "texts", 40)
     config = {
-        "seed": 2,
+        "seed": 1,
         "data": {
             "name": "text_folder",
-            "path": str(write_text_folder(tmp_path / "texts", 24)),
-            "tokenizer": {"name": "word_piece", "vocabulary": str(tmp_path / "vocabulary.txt")},
-            "sequence_length": 12,
+            "path": str(folder),
+            "tokenizer": {"name": "word_piece", "vocabulary_size": 100},
+            "sequence_length": 16,
+            "validation_split": 0.25,
         },
         "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16},
         "training": {"epochs": 1, "batch_size": 10, "subdivisions": 3},
         "optimizer": {"name": "sgd", "learning_rate": 0.3},
         "output": {"tensorboard": False},
     }
-    initial = build_training(load_config(config)).model.get_weights()
-    result = train(config, tmp_path / "run", quiet=True)
-    assert result.model.get_layer("token_embedding").input_dim == len(words)
-    assert max_difference(result.model.get_weights(), initial) > 1e-2
+    run = tmp_path / "run"
+    result = train(config, run, quiet=True)
+    learned = settle_vocabulary(load_config(config).data, 1, None).tokenizer.tokens
+    assert learned is not None and learned[0] == "[PAD]"
+    saved = (run / "tokenizer" / "vocabulary.txt").read_text(encoding="utf-8")
+    assert saved == "".join(f"{token}\n" for token in learned)
+    assert result.model.get_layer("token_embedding").input_dim == len(learned)
+    assert "vocabulary_size: 100" in (run / "config.yaml").read_text()
+    # evaluate splits and tokenizes as training did: the last row's validation loss.
+    row = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert abs(evaluate(run)["loss"] - row["val_loss"]) < 1e-5
+
+    # predict and the exported SavedModel (strings in, the saved vocabulary inside) give the same probabilities.
+    texts = ["a great film", "dull and tedious, quite awful", "réussi", "zebra"]
+    for index, text in enumerate(texts):
+        (tmp_path / f"{index}.txt").write_text(text, encoding="utf-8")
+    rows = predict(run, [str(tmp_path / f"{index}.txt") for index in range(len(texts))]).records()
+    labels = ["negative", "positive"]
+    predicted = np.array([[row[f"top{i}_prob"] for i in (1, 2)] for row in rows])
+    order = np.array([[labels.index(row[f"top{i}_class"]) for i in (1, 2)] for row in rows])
+    serve = tf.saved_model.load(str(export(run).path)).signatures["serving_default"]
+    served = serve(texts=tf.constant(texts))["probabilities"].numpy()
+    np.testing.assert_allclose(np.take_along_axis(served, order, axis=1), predicted, atol=1e-5)
+
+    # New texts in the same files: learning now would learn other words, but a resumed run reads its own.
+    rng = np.random.default_rng(0)
+    for path in folder.rglob("*.txt"):
+        path.write_text(" ".join(rng.choice(["zebra", "quokka", "narwhal", "axolotl"], size=8)), encoding="utf-8")
+    relearned = settle_vocabulary(load_config(config).data, 1, None).tokenizer.tokens
+    assert relearned is not None and "quokka" in relearned and "quokka" not in learned
+    more = {**config, "training": {**config["training"], "epochs": 2}}
+    resumed = build_training(load_config(more), resumed=run)
+    expected = tokenizer_for(
+        WordPieceTokenizerConfig(name="word_piece", vocabulary=str(run / "tokenizer" / "vocabulary.txt"))
+    )
+    np.testing.assert_array_equal(
+        resumed.dataset.train.x, expected.encode(training_texts(load_config(more).data, 1), 16)
+    )
+    line = f"tokenizer word_piece: {len(learned)} ids learned from the training texts (at most 100), kept in the run's "
+    assert line + "tokenizer/vocabulary.txt" in describe_setup(resumed)
+    train(more, run, quiet=True, resume=True)
+    assert (run / "tokenizer" / "vocabulary.txt").read_text(encoding="utf-8") == saved
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+
+    # A run folder that lost its vocabulary is refused in one line.
+    (run / "tokenizer" / "vocabulary.txt").unlink()
+    monkeypatch.chdir(tmp_path)
+    refused = invoke("predict", str(run), str(tmp_path / "0.txt"))
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"Error: RUN_DIR: has no tokenizer/vocabulary.txt, the vocabulary that its data.tokenizer learned (got '{run}')"
+    )

@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     TypeAdapter,
     ValidationInfo,
@@ -266,13 +267,48 @@ class CharacterTokenizerConfig(_Section):
     """Ids in all, padding's 0 and unknown's 1 among them."""
 
 
+MIN_LEARNED_VOCABULARY = 100
+"""The least ``vocabulary_size`` a learned WordPiece vocabulary may have: the learner keeps the single characters
+first (with and without ``##``), and below about this many ids it cuts them, and text becomes unknown tokens."""
+
+
 class WordPieceTokenizerConfig(_Section):
     """``tokenizer: {name: word_piece, vocabulary: FILE}``: KerasHub's WordPiece over a vocabulary file, one token
-    per line, its first line the padding token (id 0, as ``[PAD]`` is in BERT's)."""
+    per line, its first line the padding token (id 0, as ``[PAD]`` is in BERT's); or ``{name: word_piece,
+    vocabulary_size: N}``: a vocabulary of at most N tokens learned from the training split's texts (``[PAD]``
+    first, then ``[UNK]``) and saved in the run folder (:mod:`accumrun.data.vocabulary`)."""
 
     name: Literal["word_piece"]
-    vocabulary: str = Field(min_length=1)
+    vocabulary: str | None = Field(None, min_length=1)
+    vocabulary_size: int | None = Field(None, ge=MIN_LEARNED_VOCABULARY)
     lowercase: bool = True
+    _tokens: tuple[str, ...] | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _one_vocabulary(self) -> WordPieceTokenizerConfig:
+        if (self.vocabulary is None) == (self.vocabulary_size is None):
+            raise ValueError(
+                "set one of vocabulary (a file) and vocabulary_size (learned from the training texts)"
+                + (", not both" if self.vocabulary is not None else "")
+            )
+        return self
+
+    @property
+    def learned(self) -> bool:
+        """Whether the vocabulary is learned from the training texts (``vocabulary_size``), not read from a file."""
+        return self.vocabulary_size is not None
+
+    @property
+    def tokens(self) -> tuple[str, ...] | None:
+        """A learned vocabulary's tokens, once :func:`accumrun.data.vocabulary.settle_vocabulary` has learned or
+        read them (never from YAML: ``config.yaml`` records ``vocabulary_size``); None before, and for a file."""
+        return self._tokens
+
+    def with_tokens(self, tokens: tuple[str, ...]) -> WordPieceTokenizerConfig:
+        """This section with its learned vocabulary's ``tokens`` settled."""
+        settled = self.model_copy()
+        settled._tokens = tokens
+        return settled
 
 
 class PresetTokenizerConfig(_Section):

@@ -19,7 +19,7 @@ import numpy as np
 
 from accumrun.config.schema import DataSection, FileSourceConfig, ImageSourceConfig, TextFolderConfig
 from accumrun.data.sources import SOURCES
-from accumrun.data.splits import ArraySplit, CachedImages, Split, Splits
+from accumrun.data.splits import ArraySplit, CachedImages, Split, Splits, hold_out
 from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
@@ -122,7 +122,8 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """Load the configured dataset, settle its task and split off the validation data.
 
     With ``data.cache``, each image split comes back with its decoded images kept, each text split as its token
-    ids (see :mod:`accumrun.data.cache`).
+    ids (see :mod:`accumrun.data.cache`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled
+    first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
 
     Raises:
         DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or
@@ -243,13 +244,8 @@ def infer_task(y: np.ndarray) -> Task:
 
 
 def _split_off_validation(split: Split, fraction: float, seed: int, shuffle: bool) -> tuple[Split, Split]:
-    size = split.size
-    count = round(size * fraction)
-    if count == 0:
-        raise DataError("data.validation_split", f"leaves no validation sample out of {size}", fraction)
-    # Without shuffling, hold out the tail, as Keras' validation_split does.
-    order = np.random.default_rng(seed).permutation(size) if shuffle else np.arange(size)
-    return split.subset(order[: size - count]), split.subset(order[size - count :])
+    kept, held = hold_out(split.size, fraction, seed, shuffle)
+    return split.subset(kept), split.subset(held)
 
 
 def _checked(name: str, split: Split, task: Task, tokens: bool = False) -> Split:

@@ -34,6 +34,16 @@ def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
 
 
 def _read(path: Path, key: str, config: JsonlConfig, tokenizer: Tokenizer) -> Table:
+    texts, labels = read_records(path, key, config)
+    return Table.of_column([], tokenizer.encode(texts, config.sequence_length), labels)
+
+
+def read_records(path: Path, key: str, config: JsonlConfig) -> tuple[list[str], list[str]]:
+    """Each object's text and its label (as a CSV cell would hold it), in the file's order.
+
+    Raises:
+        DataError: the file is missing, empty or not JSON Lines, or a line lacks a key or has a bad value.
+    """
     if not path.is_file():
         raise DataError(key, "JSON Lines file not found", str(path))
     try:
@@ -50,7 +60,7 @@ def _read(path: Path, key: str, config: JsonlConfig, tokenizer: Tokenizer) -> Ta
         labels.append(_label(path, number, record, config.label))
     if not texts:
         raise DataError(key, f"{path} is empty; it needs one JSON object per line")
-    return Table.of_column([], tokenizer.encode(texts, config.sequence_length), labels)
+    return texts, labels
 
 
 def _object(path: Path, key: str, number: int, line: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from accumrun.data.tokenizers import Tokenizer
+from accumrun.errors import DataError
 from accumrun.kinds import Task
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
@@ -214,6 +215,22 @@ def with_weights(split: Split, w: np.ndarray) -> Split:
     if isinstance(split, CachedImages):
         return replace(split, source=replace(split.source, w=w))
     return replace(split, w=w)
+
+
+def hold_out(size: int, fraction: float, seed: int, shuffle: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The indices of the samples that ``validation_split: fraction`` keeps for training and of those it holds out
+    for validation: a seeded permutation's tail (without ``shuffle``, the samples' own tail, as Keras'
+    ``validation_split`` takes). The one rule for the hold-out, which a learned vocabulary reads too, so it learns
+    from exactly the training samples.
+
+    Raises:
+        DataError: the fraction holds out no sample.
+    """
+    count = round(size * fraction)
+    if count == 0:
+        raise DataError("data.validation_split", f"leaves no validation sample out of {size}", fraction)
+    order = np.random.default_rng(seed).permutation(size) if shuffle else np.arange(size)
+    return order[: size - count], order[size - count :]
 
 
 def epoch_order(size: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:

@@ -19,7 +19,7 @@ import numpy as np
 
 from accumrun.config.schema import CsvConfig
 from accumrun.data.splits import ArraySplit, Splits
-from accumrun.data.text import TextColumn
+from accumrun.data.text import TextColumn, checked_cells
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 
@@ -178,6 +178,18 @@ def _feature_columns(
         labels = [name for name in others if name is not None]
         raise DataError(key, f"{path} has no numeric feature column besides {', '.join(map(repr, labels))}")
     return features
+
+
+def read_texts(path: Path, key: str, column: str) -> list[str]:
+    """The texts of the CSV's text column ``column`` (``data.text``), in row order.
+
+    Raises:
+        DataError: the file is missing or malformed, lacks the column, or has an empty text cell.
+    """
+    header, lines, columns = _read_columns(path, key)
+    if column not in header:
+        raise DataError("data.text", f"{path} has no column {column!r}; its columns are {header}", column)
+    return list(checked_cells(path, column, columns[column], lines))
 
 
 def read_column(path: Path, name: str) -> list[str] | None:

@@ -78,10 +78,19 @@ class TextColumn:
         Raises:
             DataError: under ``data.text``, a cell is empty (named by the file and its line number).
         """
-        for cell, line in zip(cells, lines, strict=True):
-            if not cell:
-                raise DataError("data.text", f"{path}, line {line}: the text in column {self.column!r} is empty")
-        return self.tokenizer.encode(cells, self.length)
+        return self.tokenizer.encode(checked_cells(path, self.column, cells, lines), self.length)
+
+
+def checked_cells(path: Path, column: str, cells: Sequence[str], lines: Sequence[int]) -> Sequence[str]:
+    """A text column's ``cells``, each a sample's text.
+
+    Raises:
+        DataError: under ``data.text``, a cell is empty (named by the file and its line number).
+    """
+    for cell, line in zip(cells, lines, strict=True):
+        if not cell:
+            raise DataError("data.text", f"{path}, line {line}: the text in column {column!r} is empty")
+    return cells
 
 
 def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
@@ -120,10 +129,19 @@ def corpus_files(path: str, key: str) -> list[Path]:
     return files
 
 
+def corpus_texts(path: str, key: str) -> list[str]:
+    """The texts of the ``.txt`` files ``path`` names, in :func:`corpus_files`' order.
+
+    Raises:
+        DataError: under ``key``, nothing is found, or a file is empty or not UTF-8.
+    """
+    return [read_text(file, key) for file in corpus_files(path, key)]
+
+
 def _windows(path: str, key: str, tokenizer: Tokenizer, length: int, stride: int) -> ArraySplit:
     x_rows, y_rows = [], []
-    for file in corpus_files(path, key):
-        ids = tokenizer.ids(read_text(file, key))
+    for text in corpus_texts(path, key):
+        ids = tokenizer.ids(text)
         # Windows start every `stride` tokens until one reaches the file's last token.
         for start in range(0, max(len(ids) - 1, 0), stride):
             window = ids[start : start + length + 1]
@@ -143,6 +161,29 @@ def _padded(ids: np.ndarray, length: int) -> np.ndarray:
 
 
 def _list_folder(folder: Path, key: str, tokenizer: Tokenizer, length: int) -> tuple[TextFiles, list[str]]:
+    paths, labels, classes = folder_files(folder, key)
+    return TextFiles(np.array(paths), np.array(labels, np.int32), tokenizer, length), classes
+
+
+def folder_texts(folder: Path, key: str) -> tuple[list[str], list[int], list[str]]:
+    """A text folder's texts and their class indices, by class, then by path (the samples' order), and the class
+    names.
+
+    Raises:
+        DataError: see :func:`folder_files`.
+    """
+    paths, labels, classes = folder_files(folder, key)
+    return [read_text(Path(path), key) for path in paths], labels, classes
+
+
+def folder_files(folder: Path, key: str) -> tuple[list[str], list[int], list[str]]:
+    """A text folder's files and their class indices, by class, then by path (the samples' order), and the class
+    names. Each file is read once, to refuse a bad one before the run starts, and let go: no text is kept.
+
+    Raises:
+        DataError: under ``key``, the folder is missing, has fewer than two classes, a class without text files,
+            or a file that is empty or not UTF-8.
+    """
     if not folder.is_dir():
         raise DataError(key, "folder not found" if not folder.exists() else "is not a folder", str(folder))
     classes = sorted(entry.name for entry in folder.iterdir() if entry.is_dir() and not entry.name.startswith("."))
@@ -155,11 +196,10 @@ def _list_folder(folder: Path, key: str, tokenizer: Tokenizer, length: int) -> t
         if not files:
             raise DataError(key, f"class folder {name}/ holds no .txt files", str(folder))
         for path in files:
-            # Read once here, to refuse a bad file before the run starts, and let go: training reads it again.
             read_text(path, key)
             paths.append(str(path))
             labels.append(label)
-    return TextFiles(np.array(paths), np.array(labels, np.int32), tokenizer, length), classes
+    return paths, labels, classes
 
 
 def read_text(path: Path, key: str) -> str:

@@ -3,11 +3,12 @@
 Every tokenizer pads with id 0, which the models mask, and cuts a text longer than the length. The host
 :meth:`Tokenizer.encode` makes the training samples and predict's inputs; :meth:`Tokenizer.encode_tensor` is the
 same function as TensorFlow ops (``tf.strings``), so an exported SavedModel takes strings and needs no accumrun;
-:meth:`Tokenizer.decode` turns ids back into text (for ``generate``). None of them learns a vocabulary:
+:meth:`Tokenizer.decode` turns ids back into text (for ``generate``):
 
 - ``byte``: token ``b + 1`` for each UTF-8 byte ``b`` (257 ids);
 - ``character``: token ``c + 2`` for each Unicode code point ``c`` below ``vocabulary_size - 2``, else 1, unknown;
-- ``word_piece``: KerasHub's WordPiece over a vocabulary file whose first token pads;
+- ``word_piece``: KerasHub's WordPiece over a vocabulary file whose first token pads, or over a vocabulary learned
+  from the training texts (:mod:`accumrun.data.vocabulary` learns it, or reads it from the run folder, first);
 - ``preset``: the tokenizer of a KerasHub preset folder, whose id 0 pads.
 
 The last two need KerasHub (the ``text`` extra) and are TensorFlow ops themselves.
@@ -166,6 +167,13 @@ def tokenizer_for(config: TokenizerConfig) -> Tokenizer:
     if isinstance(config, CharacterTokenizerConfig):
         return CharacterTokenizer(config.vocabulary_size)
     if isinstance(config, WordPieceTokenizerConfig):
+        if config.learned:
+            # accumrun.data.vocabulary settles the tokens before any data is read: a tokenizer never learns on its own,
+            # from texts that could be validation texts or no longer the run's.
+            if config.tokens is None:
+                raise ValueError("a learned vocabulary is read only after accumrun.data.vocabulary settles it")
+            return _keras_hub_tokenizer(config, list(config.tokens), "data.tokenizer.vocabulary_size")
+        assert config.vocabulary is not None  # the schema takes one of the two
         return _keras_hub_tokenizer(config, Path(config.vocabulary), "data.tokenizer.vocabulary")
     if isinstance(config, PresetTokenizerConfig):
         return _keras_hub_tokenizer(config, Path(config.path), "data.tokenizer.path")
@@ -173,21 +181,28 @@ def tokenizer_for(config: TokenizerConfig) -> Tokenizer:
     return ByteTokenizer()
 
 
-def _keras_hub_tokenizer(config: WordPieceTokenizerConfig | PresetTokenizerConfig, path: Path, key: str) -> Tokenizer:
+def _keras_hub_tokenizer(
+    config: WordPieceTokenizerConfig | PresetTokenizerConfig, source: Path | list[str], key: str
+) -> Tokenizer:
+    """KerasHub's tokenizer over a vocabulary file, a learned vocabulary's tokens (``source`` a list), or a preset
+    folder."""
     keras_hub = import_keras_hub(key)
     if isinstance(config, WordPieceTokenizerConfig):
-        if not path.is_file():
-            raise ConfigError(key, "vocabulary file not found", str(path))
+        if isinstance(source, Path) and not source.is_file():
+            raise ConfigError(key, "vocabulary file not found", str(source))
+        vocabulary = str(source) if isinstance(source, Path) else source
         try:
-            tokenizer = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=str(path), lowercase=config.lowercase)
+            tokenizer = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocabulary, lowercase=config.lowercase)
         except (RuntimeError, ValueError) as error:  # tensorflow-text refuses a repeated token, say
-            raise ConfigError(key, f"{path} cannot be read: {' '.join(str(error).split())}") from None
+            where = source if isinstance(source, Path) else "the learned vocabulary"
+            raise ConfigError(key, f"{where} cannot be read: {' '.join(str(error).split())}") from None
     else:
-        if not (path / "tokenizer.json").is_file():
-            where = "folder not found" if not path.is_dir() else "holds no KerasHub tokenizer (tokenizer.json)"
-            raise ConfigError(key, where, str(path))
+        assert isinstance(source, Path)  # a preset is a folder
+        if not (source / "tokenizer.json").is_file():
+            where = "folder not found" if not source.is_dir() else "holds no KerasHub tokenizer (tokenizer.json)"
+            raise ConfigError(key, where, str(source))
         try:
-            tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(path))
+            tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(source))
         except (ValueError, OSError, TypeError) as error:
             raise ConfigError(key, f"cannot be loaded: {' '.join(str(error).split())}") from None
     first = tokenizer.id_to_token(PADDING)
@@ -195,7 +210,7 @@ def _keras_hub_tokenizer(config: WordPieceTokenizerConfig | PresetTokenizerConfi
         raise ConfigError(
             key,
             f"its id 0 is {first!r}, a real token; accumrun pads with id 0: put the padding token ([PAD]) first",
-            str(path),
+            str(source) if isinstance(source, Path) else first,
         )
     return KerasHubTokenizer(tokenizer)
 

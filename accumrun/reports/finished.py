@@ -14,6 +14,7 @@ from accumrun.config.loading import load_config
 from accumrun.config.schema import Config, CsvConfig
 from accumrun.data.tables import read_table
 from accumrun.data.tokenizers import Tokenizer, text_input
+from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
 from accumrun.kinds import ModelFile, RunState, Task
 from accumrun.models.outputs import output_activation
@@ -24,11 +25,12 @@ from accumrun.rundir.status import read_status
 
 
 class FinishedRun:
-    """A run folder whose ``run.json`` says completed.
+    """A run folder whose ``run.json`` says completed; its ``config`` carries a learned vocabulary's tokens, read
+    from the folder, for every tokenizer and dataset built from it.
 
     Raises:
         ArgumentError: the folder is missing or holds no ``run.json``.
-        ConfigError: its run did not complete.
+        ConfigError: its run did not complete, or it learned a vocabulary that its folder no longer holds.
     """
 
     def __init__(self, run_dir: Path) -> None:
@@ -37,7 +39,9 @@ class FinishedRun:
             state = status.value if status is not None else "nothing readable"
             raise ConfigError(str(run_dir), f"not a finished run (its run.json says {state})")
         self.run_dir = run_dir
-        self.config: Config = load_config(run_dir / "config.yaml")
+        config = load_config(run_dir / "config.yaml")
+        # A learned vocabulary is the run's saved one, whatever the data has become since.
+        self.config: Config = config.model_copy(update={"data": settle_vocabulary(config.data, config.seed, run_dir)})
 
     @property
     def task(self) -> Task:

@@ -48,7 +48,7 @@ def generate_text(
 
     Raises:
         ConfigError: ``run_dir`` is not a finished run, not a language model, or has no such model; the prompt is
-            empty; ``max_tokens`` or ``temperature`` is negative.
+            empty or holds no token; ``max_tokens`` or ``temperature`` is negative.
     """
     run = FinishedRun(run_dir)
     if run.task is not Task.CAUSAL_LM:
@@ -75,6 +75,8 @@ def generate_text(
     logits_of = tf.function(lambda ids: model(ids, training=False), reduce_retracing=True)
     rng = np.random.default_rng(seed)
     tokens = [int(token) for token in tokenizer.ids(prompt)]
+    if not tokens:  # whitespace alone under word_piece: no position to read the next token's logits from
+        raise ConfigError("prompt", "holds no token under the run's tokenizer", prompt)
     written: list[int] = []
     for _ in range(max_tokens):
         window = tokens[-length:]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from accumrun.errors import ArgumentError, ConfigError
 from accumrun.kinds import RunState
-from accumrun.rundir.atomic import write_text_atomically
+from accumrun.rundir.atomic import write_atomically, write_text_atomically
 from accumrun.rundir.status import read_status
 
 # Everything a run writes; --overwrite removes these and nothing else.
@@ -29,7 +29,10 @@ RUN_FILES = (
     "checkpoints",
     "tensorboard",
     "export",
+    "tokenizer",
 )
+VOCABULARY_FILE = Path("tokenizer") / "vocabulary.txt"
+"""A learned WordPiece vocabulary, in the run folder: one token per line, in id order."""
 # What accumrun evaluate adds to a finished run: eval-val.json, eval-best-test.json, ...
 _EVAL_FILE = re.compile(r"eval-(best-)?[a-z]+\.json")
 
@@ -110,3 +113,18 @@ def write_labels(run_dir: Path, names: list[str]) -> None:
 def write_features(run_dir: Path, names: list[str]) -> None:
     """``features.json``: a table's feature columns in the order the model takes them, for predictions."""
     write_text_atomically(run_dir / "features.json", json.dumps(names, indent=1) + "\n")
+
+
+def write_vocabulary(run_dir: Path, tokens: tuple[str, ...]) -> None:
+    """``tokenizer/vocabulary.txt``: a learned vocabulary, one token per line (id order), for every later reader."""
+    text = "".join(f"{token}\n" for token in tokens)
+    write_atomically(run_dir / VOCABULARY_FILE, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+def read_vocabulary(run_dir: Path) -> tuple[str, ...] | None:
+    """The tokens of the run's ``tokenizer/vocabulary.txt``, or None when it has none."""
+    path = run_dir / VOCABULARY_FILE
+    if not path.is_file():
+        return None
+    # Split at newlines alone: str.splitlines would also split at a token such as U+2028.
+    return tuple(path.read_text(encoding="utf-8").split("\n")[:-1])

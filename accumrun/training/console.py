@@ -12,6 +12,8 @@ import tensorflow as tf
 from accumrun.config.schema import Watched
 from accumrun.core.split import describe_plan, replica_sub_batch_sizes
 from accumrun.data.class_weights import per_class
+from accumrun.data.vocabulary import learned_tokenizer
+from accumrun.rundir.layout import VOCABULARY_FILE
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.setup import TrainingSetup
 
@@ -37,6 +39,7 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         f"data {dataset.name}: {dataset.train_size:,} training + {dataset.val_size:,} validation samples of shape "
         f"{shape}, {dataset.describe_targets()}",
         _input_line(setup),
+        *_vocabulary_lines(setup),
         *_weights_lines(setup),
         f"model {config.model.name}: {parameters:,} parameters{frozen}",
         *setup.objective.describe(),
@@ -45,6 +48,17 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         *setup.draws.describe(),
         f"optimizer {config.optimizer.name}, learning rate {rate}, {_count(config.training.epochs, 'epoch')}, "
         f"seed {config.seed}",
+    ]
+
+
+def _vocabulary_lines(setup: TrainingSetup) -> list[str]:
+    """A learned vocabulary's size, against the most it may have, and where the run keeps it."""
+    learned = learned_tokenizer(setup.config.data)
+    if learned is None or learned.tokens is None:
+        return []
+    return [
+        f"tokenizer word_piece: {len(learned.tokens):,} ids learned from the training texts (at most "
+        f"{learned.vocabulary_size:,}), kept in the run's {VOCABULARY_FILE.as_posix()}"
     ]
 
 

@@ -83,7 +83,7 @@ def train_run(
         WorkerLost: a worker of a multi-worker run stopped answering; the last checkpoint is intact.
     """
     echo = _silent if quiet else _print
-    settled = settle_subdivisions(build_training(config, strategy), echo)
+    settled = settle_subdivisions(build_training(config, strategy, resumed=run_dir if resume else None), echo)
     if is_chief(strategy):
         return _train(
             settled, run_dir, echo=echo, show_progress=not quiet, run_home=run_dir, resume=resume, overwrite=overwrite

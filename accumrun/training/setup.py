@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -27,6 +28,7 @@ from accumrun.data.class_weights import with_class_weights
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
+from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Precision, Task
 from accumrun.models.builders import build_model
@@ -189,18 +191,23 @@ class TrainingSetup:
         return _first(self.train_feeder([self.batch_size]))
 
 
-def build_training(config: Config, strategy: tf.distribute.Strategy | None = None) -> TrainingSetup:
+def build_training(
+    config: Config, strategy: tf.distribute.Strategy | None = None, *, resumed: Path | None = None
+) -> TrainingSetup:
     """Load the data, build the model (under ``training.precision``), its loss and metrics, and the optimizer,
     from the seed; settle every ``auto`` of the config but ``subdivisions``.
 
     With a ``strategy``, the variables are made in its scope, to live on every replica, and the steps are
-    replicated ones.
+    replicated ones. A learned vocabulary (``data.tokenizer.vocabulary_size``) is learned from the training texts,
+    or for a ``resumed`` run read from its folder (see :mod:`accumrun.data.vocabulary`); the resolved config
+    carries its tokens, for the run to save.
 
     Raises:
         ConfigError: the model, loss, metrics, optimizer, class weights or sizes do not fit the config or the
             data.
         DataError: the data cannot be loaded or does not fit the model.
     """
+    config = config.model_copy(update={"data": settle_vocabulary(config.data, config.seed, resumed)})
     # Class weights weight the training samples alone (validation, as Keras', is unweighted by class).
     dataset = with_class_weights(load_dataset(config.data, config.seed), config.training.class_weight)
     batch_size = resolve_batch_size(config.training, dataset.train_size)

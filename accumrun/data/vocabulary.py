@@ -1,0 +1,118 @@
+"""A learned WordPiece vocabulary (``data.tokenizer: {name: word_piece, vocabulary_size: N}``): learned from the
+training split's texts when a run starts, saved in the run folder as ``tokenizer/vocabulary.txt``, and read back
+from there by a resumed run and by ``evaluate``, ``predict``, ``export`` and ``generate``, so that all of them
+tokenize as training did, whatever has become of the data since.
+
+:func:`settle_vocabulary` is the one way to a learned vocabulary: it returns the data section with the tokens
+settled (:meth:`~accumrun.config.schema.WordPieceTokenizerConfig.with_tokens`), which every tokenizer then reads.
+
+The training texts are the samples that the validation hold-out keeps for training: the source's own readers give
+``data.path``'s texts in sample order, and :func:`accumrun.data.splits.hold_out`, the rule that
+:func:`accumrun.data.dataset.load_dataset` splits by, picks them, so no validation text is ever learned from. A
+``data.validation_path`` (or a split of 0) leaves all of ``data.path`` for training. A ``text_corpus`` is cut into
+windows of token ids, which exist only once there is a vocabulary, so it learns from all of ``data.path``'s files,
+before its windows are split: a corpus's validation windows are its last ones in the seed's order, and their text
+may be in the vocabulary (``data.validation_path`` keeps validation text out).
+
+The learner is KerasHub's ``compute_word_piece_vocabulary``: the same texts give the same vocabulary, ``[PAD]``
+first (id 0 pads) and ``[UNK]`` second, and it lowercases as the tokenizer does (``data.tokenizer.lowercase``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from accumrun.config.schema import (
+    CsvConfig,
+    DataSection,
+    JsonlConfig,
+    TextCorpusConfig,
+    TextFolderConfig,
+    WordPieceTokenizerConfig,
+)
+from accumrun.data.jsonl import read_records
+from accumrun.data.splits import hold_out
+from accumrun.data.tables import read_texts
+from accumrun.data.text import corpus_texts, folder_texts
+from accumrun.errors import ConfigError
+from accumrun.lookup import import_keras_hub
+from accumrun.rundir.layout import VOCABULARY_FILE, read_vocabulary
+
+RESERVED_TOKENS = ("[PAD]", "[UNK]")
+"""The learned vocabulary's first tokens: padding (id 0) and the unknown token, KerasHub WordPiece's ``oov_token``."""
+
+
+def settle_vocabulary(data: DataSection, seed: int, run_dir: Path | None) -> DataSection:
+    """``data`` with a learned vocabulary's tokens settled: read from ``run_dir``'s ``tokenizer/vocabulary.txt``
+    (a resumed or finished run), or, with ``run_dir`` None (a new run), learned from the training texts. Any other
+    ``data`` comes back as it is.
+
+    Raises:
+        ConfigError: ``run_dir`` holds no saved vocabulary; KerasHub is not installed.
+        DataError: the texts cannot be read (as the source's loader would say).
+    """
+    config = learned_tokenizer(data)
+    if config is None:
+        return data
+    if run_dir is None:
+        tokens = learn_vocabulary(training_texts(data, seed), config)
+    else:
+        saved = read_vocabulary(run_dir)
+        if saved is None:
+            raise ConfigError(
+                "RUN_DIR",
+                f"has no {VOCABULARY_FILE.as_posix()}, the vocabulary that its data.tokenizer learned",
+                str(run_dir),
+            )
+        tokens = saved
+    return data.model_copy(update={"tokenizer": config.with_tokens(tokens)})
+
+
+def learned_tokenizer(data: DataSection) -> WordPieceTokenizerConfig | None:
+    """``data.tokenizer`` where it learns its vocabulary (``vocabulary_size``), else None."""
+    tokenizer = getattr(data, "tokenizer", None)
+    if isinstance(tokenizer, WordPieceTokenizerConfig) and tokenizer.learned:
+        return tokenizer
+    return None
+
+
+def training_texts(data: DataSection, seed: int) -> list[str]:
+    """The texts of the training samples, in sample order (see the module's docstring).
+
+    Raises:
+        DataError: the texts cannot be read, or the hold-out leaves no validation sample.
+    """
+    if isinstance(data, TextCorpusConfig):
+        return corpus_texts(data.path, "data.path")
+    if isinstance(data, TextFolderConfig):
+        texts = folder_texts(Path(data.path), "data.path")[0]
+    elif isinstance(data, JsonlConfig):
+        texts = read_records(Path(data.path), "data.path", data)[0]
+    else:
+        assert isinstance(data, CsvConfig) and data.text is not None  # the sources a learned tokenizer reads
+        texts = read_texts(Path(data.path), "data.path", data.text)
+    # load_dataset's rule: a validation file (or the test split, or none) leaves data.path whole.
+    fraction = data.validation_split
+    if data.validation_path or fraction == "test" or fraction == 0:
+        return texts
+    kept, _ = hold_out(len(texts), fraction, seed, data.shuffle)
+    return [texts[i] for i in kept]
+
+
+def learn_vocabulary(texts: list[str], config: WordPieceTokenizerConfig) -> tuple[str, ...]:
+    """A WordPiece vocabulary of at most ``config.vocabulary_size`` tokens learned from ``texts``.
+
+    Raises:
+        ConfigError: KerasHub is not installed (the message names the extra).
+    """
+    assert config.vocabulary_size is not None
+    keras_hub = import_keras_hub("data.tokenizer")
+    import tensorflow as tf
+
+    tokens = keras_hub.tokenizers.compute_word_piece_vocabulary(
+        tf.data.Dataset.from_tensor_slices(texts),
+        config.vocabulary_size,
+        lowercase=config.lowercase,
+        reserved_tokens=list(RESERVED_TOKENS),
+    )
+    return tuple(str(token) for token in tokens)
