@@ -1,6 +1,7 @@
-"""Text classification: a folder of ``.txt`` files per class, byte tokens, the built-in ``transformer``; subdivided
-equals plain, a resumed run equals the uninterrupted one, predict reads text files, and bad text is refused in
-one line."""
+"""Text classification: a folder of ``.txt`` files per class, byte tokens, the built-in ``transformer``; the folder
+streams (each file tokenized as the order reaches it) to the ids and the weights of the same texts in memory;
+subdivided equals plain, a resumed run equals the uninterrupted one, predict reads text files, and bad text is
+refused in one line."""
 
 from __future__ import annotations
 
@@ -16,10 +17,16 @@ import tensorflow as tf
 
 from accumrun import export, load_config, predict, train
 from accumrun.config.loading import load_resume_config
+from accumrun.config.schema import data_config
+from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
-from accumrun.data.tokenizers import ByteTokenizer
+from accumrun.data.feeder import Feeder
+from accumrun.data.splits import ArraySplit, TextFiles
+from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
+from accumrun.errors import DataError, Interrupted
+from accumrun.kinds import CacheMode
 from accumrun.training.setup import build_training
-from tests.helpers import invoke, max_difference, write_config
+from tests.helpers import invoke, max_difference, signal_after_batch, write_config
 
 
 def text_config(tmp_path: Path, **training: Any) -> dict[str, Any]:
@@ -35,21 +42,66 @@ def text_config(tmp_path: Path, **training: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.slow
-def test_text_classification_subdivided_equals_plain_and_resumes_exactly(tmp_path: Path) -> None:
-    config = text_config(tmp_path)
-    initial = build_training(load_config(config)).model.get_weights()
-    plain = train(config, tmp_path / "plain", quiet=True)
-    subdivided = train(text_config(tmp_path / "s", subdivisions=3), tmp_path / "subdivided", quiet=True)
-    assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
-    assert max_difference(plain.model.get_weights(), initial) > 1e-2  # it trained
-    assert json.loads((tmp_path / "plain" / "labels.json").read_text()) == ["negative", "positive"]
+def test_a_text_folder_streams_the_ids_its_tokenizer_gives_on_the_host(tmp_path: Path) -> None:
+    folder = write_text_folder(tmp_path / "texts", 6)
+    extra = {"accents.txt": "réussi, très réussi", "emoji.txt": "dull 😀 film\r\nand \u0301 marks\x00",
+             "long.txt": "tedious " * 40}  # fmt: skip
+    for name, text in extra.items():
+        (folder / "positive" / name).write_bytes(text.encode("utf-8"))
+    paths = sorted(folder.glob("negative/*.txt")) + sorted(folder.glob("positive/*.txt"))
+    texts = [path.read_bytes().decode("utf-8") for path in paths]
+    for tokenizer, host in (({"name": "byte"}, ByteTokenizer()), ({"name": "character", "vocabulary_size": 300},
+                            CharacterTokenizer(300))):  # fmt: skip
+        config = data_config(name="text_folder", path=str(folder), tokenizer=tokenizer, sequence_length=24,
+                             validation_split=0.0)  # fmt: skip
+        split = load_dataset(config, seed=0).train
+        assert isinstance(split, TextFiles) and [str(path) for path in paths] == list(split.paths)
+        (x, y), *_ = Feeder(split, [split.size], seed=0, shuffle=False).epoch(0)
+        np.testing.assert_array_equal(x.numpy(), host.encode(texts, 24))
+        np.testing.assert_array_equal(y.numpy(), [0] * 3 + [1] * 6)
+        # cache: memory tokenizes them at load, with the same reader: arrays of the same ids, held in memory.
+        held = load_dataset(config.model_copy(update={"cache": CacheMode.MEMORY}), seed=0)
+        assert isinstance(held.train, ArraySplit) and not held.streamed
+        np.testing.assert_array_equal(held.train.x, x.numpy())
+        np.testing.assert_array_equal(held.train.y, y.numpy())
 
-    stopped = text_config(tmp_path / "r", subdivisions=3, epochs=1)
-    train(stopped, tmp_path / "resumed", quiet=True)
-    resumed = train(load_resume_config(tmp_path / "resumed", None, ["training.epochs=2"]), tmp_path / "resumed",
-                    quiet=True, resume=True)  # fmt: skip
-    assert max_difference(resumed.model.get_weights(), subdivided.model.get_weights()) == 0.0
+    # A file that goes missing after the listing is found when training reaches it, and named.
+    split = load_dataset(config, seed=0).train
+    paths[4].unlink()
+    with pytest.raises(DataError, match=rf"data: {re.escape(str(paths[4]))} cannot be read as text \(.*\)"):
+        list(Feeder(split, [4, 5], seed=0, shuffle=False).epoch(0))
+
+
+@pytest.mark.slow
+def test_a_streamed_text_folder_subdivided_trains_as_its_texts_in_memory_and_resumes_mid_epoch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = text_config(tmp_path, subdivisions=3)  # 10 = 4 + 3 + 3: uneven
+    folder = Path(config["data"]["path"])
+    # The same texts, classes and order as JSON Lines, which are tokenized on the host and held in memory.
+    files = sorted(folder.glob("negative/*.txt")) + sorted(folder.glob("positive/*.txt"))
+    records = [{"text": path.read_text(encoding="utf-8"), "label": path.parent.name} for path in files]
+    lines = tmp_path / "texts.jsonl"
+    lines.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    in_memory = text_config(tmp_path)
+    in_memory["data"] |= {"name": "jsonl", "path": str(lines), "label": "label"}
+    initial = build_training(load_config(in_memory)).model.get_weights()
+    streamed = train(config, tmp_path / "streamed", quiet=True)
+    held = train(in_memory, tmp_path / "held", quiet=True)
+    assert load_dataset(load_config(config).data, config["seed"]).streamed
+    assert max_difference(streamed.model.get_weights(), held.model.get_weights()) < 2e-5
+    assert max_difference(held.model.get_weights(), initial) > 1e-2  # it trained
+    assert [row["loss"] for row in streamed.metrics] == pytest.approx([row["loss"] for row in held.metrics], 1e-5)
+    assert json.loads((tmp_path / "streamed" / "labels.json").read_text()) == ["negative", "positive"]
+
+    signal_after_batch(monkeypatch, 2)  # 3 batches per epoch: it stops in the middle of epoch 1
+    with pytest.raises(Interrupted):
+        train(config, tmp_path / "run", quiet=True)
+    monkeypatch.undo()
+    resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
+    # Not bit-equal mid-epoch: the same texts in memory (jsonl) differ by 1.2e-7 too, so it is not the streaming.
+    assert max_difference(resumed.model.get_weights(), streamed.model.get_weights()) < 1e-6
+    assert [row["loss"] for row in resumed.metrics] == pytest.approx([row["loss"] for row in streamed.metrics], 1e-6)
 
 
 @pytest.mark.slow
@@ -110,6 +162,8 @@ def bad_text(tmp: Path, fault: str) -> Path:
         folder = tmp / "nothing"
         folder.mkdir()
     data = {"name": "text_folder", "path": str(folder), "sequence_length": 0 if fault == "length-0" else 16}
+    if fault == "cache-disk":
+        data["cache"] = "disk"
     return write_config(tmp / "bad.yaml", data=data, model={"name": "transformer", "width": 8})
 
 
@@ -121,6 +175,7 @@ def bad_text(tmp: Path, fault: str) -> Path:
         ("class-without-text", r"data\.path: class folder other/ holds no \.txt files"),
         ("empty-folder", r"data\.path: holds no class subfolders; text classification needs one subfolder per class"),
         ("length-0", r"data\.sequence_length: .*greater than or equal to 1"),
+        ("cache-disk", r"data\.cache: text_folder keeps token ids in memory or streams its files: none or memory"),
     ],
 )
 def test_bad_text_is_refused_in_one_line(

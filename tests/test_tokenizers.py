@@ -15,6 +15,7 @@ from accumrun import evaluate, export, load_config, predict, train
 from accumrun.config.schema import PresetTokenizerConfig, WordPieceTokenizerConfig, data_config
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
+from accumrun.data.feeder import Feeder
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer, Tokenizer, tokenizer_for
 from accumrun.data.vocabulary import settle_vocabulary, training_texts
 from accumrun.errors import ConfigError
@@ -211,9 +212,10 @@ def test_a_vocabulary_is_learned_from_the_training_texts_alone_and_the_same_each
     trained = {name for i, name in enumerate(NAMES) if any(name in ordered[j] for j in kept)}
     assert len(trained) == 9 and trained <= set(tokens)  # each training text's own word, whole
     assert not (set(NAMES) - trained) & set(tokens)  # the validation texts' words: never
-    # The samples are the learned tokenizer's ids of the same texts, in the same order.
+    # The samples are the learned tokenizer's ids of the same texts, in the same order (a text folder's streamed).
     dataset = load_dataset(settled, seed=7)
-    np.testing.assert_array_equal(dataset.train.x, tokenizer_for(settled.tokenizer).encode(training_texts(data, 7), 20))
+    (x, _), *_ = Feeder(dataset.train, [dataset.train_size], seed=7, shuffle=False).epoch(0)
+    np.testing.assert_array_equal(x.numpy(), tokenizer_for(settled.tokenizer).encode(training_texts(data, 7), 20))
     assert dataset.vocabulary_size == len(tokens)
 
 
@@ -292,9 +294,8 @@ def test_a_run_saves_its_vocabulary_and_every_later_reader_uses_it(
     expected = tokenizer_for(
         WordPieceTokenizerConfig(name="word_piece", vocabulary=str(run / "tokenizer" / "vocabulary.txt"))
     )
-    np.testing.assert_array_equal(
-        resumed.dataset.train.x, expected.encode(training_texts(load_config(more).data, 1), 16)
-    )
+    (x, _), *_ = Feeder(resumed.dataset.train, [resumed.dataset.train_size], seed=1, shuffle=False).epoch(0)
+    np.testing.assert_array_equal(x.numpy(), expected.encode(training_texts(load_config(more).data, 1), 16))
     line = f"tokenizer word_piece: {len(learned)} ids learned from the training texts (at most 100), kept in the run's "
     assert line + "tokenizer/vocabulary.txt" in describe_setup(resumed)
     train(more, run, quiet=True, resume=True)

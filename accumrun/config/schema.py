@@ -449,6 +449,16 @@ class TextFolderConfig(TextSourceConfig):
 
     needs = {"path": "a folder with one subfolder of .txt files per class"}
     name: Literal["text_folder"]
+    cache: Annotated[CacheMode, _words(CacheMode)] = CacheMode.NONE
+    """``none`` streams: each file is read and tokenized as the epoch's order reaches it. ``memory`` tokenizes each
+    split once, at load, and trains from the token ids in memory: faster, for a folder whose ids fit."""
+
+    @field_validator("cache")
+    @classmethod
+    def _none_or_memory(cls, value: CacheMode) -> CacheMode:
+        if value is CacheMode.DISK:
+            raise ValueError("text_folder keeps token ids in memory or streams its files: none or memory")
+        return value
 
 
 class JsonlConfig(TextSourceConfig):

@@ -14,6 +14,9 @@ A folder is built beside its final name (a hidden ``.NAME.<pid>-<hex>.partial``)
 and is renamed into place (:func:`accumrun.rundir.atomic.write_atomically`): a build that is killed leaves only a
 partial folder, which is never read (delete it freely). The pixels are those of
 :func:`~accumrun.data.readers.decode_image`, byte for byte, so a run with any cache trains exactly as one without.
+
+A text folder takes ``memory`` alone: its files are tokenized once, at load, by the reader training would stream
+them with (the same ids), into an :class:`~accumrun.data.splits.ArraySplit` of int32 token ids.
 """
 
 from __future__ import annotations
@@ -29,9 +32,18 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from accumrun.config.schema import ImageSourceConfig
+from accumrun.config.schema import ImageSourceConfig, TextFolderConfig
 from accumrun.data.readers import AUTOTUNE, reader_for
-from accumrun.data.splits import ArraySplit, CachedImages, ImageFiles, RecordFiles, Split, cached_file, identities
+from accumrun.data.splits import (
+    ArraySplit,
+    CachedImages,
+    ImageFiles,
+    RecordFiles,
+    Split,
+    TextFiles,
+    cached_file,
+    identities,
+)
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
 from accumrun.rundir.atomic import write_atomically
@@ -42,21 +54,22 @@ MARKER = "complete"
 _BATCH = 256
 
 
-def cached(split: Split, config: ImageSourceConfig) -> Split:
-    """``split`` with its decoded images kept as ``data.cache`` says (``split`` itself for ``none``).
+def cached(split: Split, config: ImageSourceConfig | TextFolderConfig) -> Split:
+    """``split`` with its decoded images (or token ids) kept as ``data.cache`` says (``split`` itself for ``none``).
 
     Raises:
         DataError: an image does not decode, a file went missing, or ``data.cache_dir`` cannot be written.
     """
-    if config.cache is CacheMode.NONE or not isinstance(split, ImageFiles | RecordFiles):
+    if config.cache is CacheMode.NONE or not isinstance(split, ImageFiles | RecordFiles | TextFiles):
         return split
     if config.cache is CacheMode.MEMORY:
-        pixels = np.empty((split.size, *split.sample_shape), np.uint8)
+        samples = np.empty((split.size, *split.sample_shape), split.dtype)
         for start, x in _decoded(split):
-            pixels[start : start + len(x)] = x
-        if isinstance(split, ImageFiles):
-            return ArraySplit(pixels, split.y, split.w)
-        return CachedImages(split, keys=split.records, pixels=pixels)
+            samples[start : start + len(x)] = x
+        if isinstance(split, RecordFiles):
+            return CachedImages(split, keys=split.records, pixels=samples)
+        return ArraySplit(samples, split.y, split.w)
+    assert isinstance(config, ImageSourceConfig) and not isinstance(split, TextFiles)  # text takes memory alone
     keys = np.sort(identities(split))
     folder = _disk_folder(split, keys, config)
     return CachedImages(split, keys=keys, folder=str(folder))
@@ -136,12 +149,12 @@ def _marker(split: ImageFiles | RecordFiles) -> dict[str, object]:
     return {"samples": split.size, "shape": list(split.sample_shape), "layout": LAYOUT_VERSION}
 
 
-def _decoded(split: ImageFiles | RecordFiles) -> Iterator[tuple[int, np.ndarray]]:
-    """The split's images in its stored order (an image folder's list, a TFRecord split's record numbers), in
-    batches, each with the position of its first image.
+def _decoded(split: ImageFiles | RecordFiles | TextFiles) -> Iterator[tuple[int, np.ndarray]]:
+    """The split's images (or token ids) in its stored order (a folder's list, a TFRecord split's record numbers),
+    in batches, each with the position of its first sample.
 
     Raises:
-        DataError: an image does not decode; the message names it.
+        DataError: a sample does not decode; the message names it.
     """
     reader = reader_for(split)
     batches = reader.stream(0, 0, shuffle=False).map(lambda index, x, y: x).batch(_BATCH).prefetch(AUTOTUNE)
@@ -156,8 +169,8 @@ def _decoded(split: ImageFiles | RecordFiles) -> Iterator[tuple[int, np.ndarray]
             where = reader.find_undecodable(0, 0, False, start, _BATCH)
             detail = (error.message or type(error).__name__).strip().splitlines()[0]
             if where is None:
-                raise DataError("data", f"reading the images to cache failed: {detail}") from None
-            raise DataError("data", f"{where} does not decode as an image ({detail})") from None
+                raise DataError("data", f"reading the data to cache failed: {detail}") from None
+            raise DataError("data", f"{where} {reader.fault} ({detail})") from None
         yield start, x.numpy()
         start += len(x)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumrun.config.schema import DataSection, FileSourceConfig, ImageSourceConfig
+from accumrun.config.schema import DataSection, FileSourceConfig, ImageSourceConfig, TextFolderConfig
 from accumrun.data.sources import SOURCES
 from accumrun.data.splits import ArraySplit, CachedImages, Split, Splits, hold_out
 from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too
@@ -121,9 +121,9 @@ class Dataset:
 def load_dataset(config: DataSection, seed: int) -> Dataset:
     """Load the configured dataset, settle its task and split off the validation data.
 
-    With ``data.cache``, each image split comes back with its decoded images kept (see
-    :mod:`accumrun.data.cache`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled first, by
-    :func:`accumrun.data.vocabulary.settle_vocabulary`.
+    With ``data.cache``, each image split comes back with its decoded images kept, each text split as its token
+    ids (see :mod:`accumrun.data.cache`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled
+    first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
 
     Raises:
         DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or
@@ -167,7 +167,7 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
             "data", f"{held_out} targets have shape {val.y.shape[1:]}, training targets {train.y.shape[1:]}"
         )
     classes = _classes(splits, task, train, val)
-    if isinstance(config, ImageSourceConfig) and config.cache is not CacheMode.NONE:
+    if isinstance(config, ImageSourceConfig | TextFolderConfig) and config.cache is not CacheMode.NONE:
         # Imported here: it decodes with TensorFlow, which listing and checking the files does not need.
         from accumrun.data.cache import cached
 

@@ -124,4 +124,4 @@ class Feeder:
         detail = message[0] if message else type(error).__name__
         if where is None:
             return DataError("data", f"reading the data failed: {detail}")
-        return DataError("data", f"{where} does not decode as an image ({detail})")
+        return DataError("data", f"{where} {self.reader.fault} ({detail})")

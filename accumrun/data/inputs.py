@@ -1,9 +1,9 @@
 """What ``accumrun predict`` reads: image files and folders of them, ``.npz`` files with ``x``, and CSV tables,
 as splits of samples stored the way the run's own were, each sample named for the output.
 
-Images are decoded and resized by the training pipeline's own function when they are read; arrays and tables
-are checked against the shape the model takes here, so that a wrong input is one clear error, not a failure
-deep inside the model.
+Images are decoded and resized, and text files tokenized, by the training pipeline's own functions when they are
+read; arrays and tables are checked against the shape the model takes here, so that a wrong input is one clear
+error, not a failure deep inside the model.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from accumrun.data.splits import IMAGE_EXTENSIONS, ArraySplit, ImageFiles, Split
+from accumrun.data.splits import IMAGE_EXTENSIONS, ArraySplit, ImageFiles, Split, TextFiles
 from accumrun.data.tables import read_column, read_features
 from accumrun.data.text import read_text
 from accumrun.data.tokenizers import Tokenizer
@@ -112,19 +112,20 @@ def _image_group(paths: list[str], kind: InputKind) -> InputGroup:
 
 
 def _text_group(paths: list[str], tokenizer: Tokenizer, sample_shape: tuple[int, ...], lines: bool) -> InputGroup:
-    """Text files, each one sample (or each line one, with ``lines``), tokenized as the run's training texts were.
+    """Text files, each one sample (or each line one, with ``lines``), tokenized as the run's training texts were:
+    whole files stream as a text folder's do (checked here, tokenized when read), lines are tokenized here.
 
     Raises:
         DataError: a file is not UTF-8 or is empty, or with ``lines`` holds no line of text.
     """
     (length,) = sample_shape
+    if not lines:
+        for path in paths:
+            read_text(Path(path), path)
+        return InputGroup(paths, TextFiles(np.array(paths), np.zeros(len(paths), np.int32), tokenizer, length))
     names, texts = [], []
     for path in paths:
         text = read_text(Path(path), path)
-        if not lines:
-            names.append(path)
-            texts.append(text)
-            continue
         # Lines end at "\n" alone (not at the other breaks str.splitlines knows), with a "\r" before it dropped.
         numbered = [(f"{path}:{number}", line.removesuffix("\r")) for number, line in enumerate(text.split("\n"), 1)]
         kept = [(name, line) for name, line in numbered if line.strip()]

@@ -1,15 +1,17 @@
 """Reading a split's samples with ``tf.data``, one epoch at a time, in an order fixed by the seed and the epoch.
 
 Every reader gives the same thing: a stream of ``(index, x, y)``, where ``index`` numbers the sample within its
-source (the draw of its augmentation depends on it), ``x`` keeps the stored dtype (uint8 for images) and ``y`` is
-the target, with the sample's weight when the split has weights (:func:`accumrun.core.targets.as_targets`). Arrays
-and image files are visited in :func:`~accumrun.data.splits.epoch_order`, a seeded permutation per epoch.
+source (the draw of its augmentation depends on it), ``x`` keeps the stored dtype (uint8 for images, int32 token
+ids for text) and ``y`` is the target, with the sample's weight when the split has weights
+(:func:`accumrun.core.targets.as_targets`). Arrays, image files and text files are visited in
+:func:`~accumrun.data.splits.epoch_order`, a seeded permutation per epoch.
 TFRecord files cannot be read out of order, so their order is a seeded permutation of the files, read one
 after another, through a seeded shuffle buffer of ``data.shuffle_buffer`` records. Either way, ``skip`` passes
 over the samples an interrupted epoch already trained on before anything is decoded. Images kept by
 ``data.cache`` are visited in the order, and under the indices, of the split they were decoded from.
 
-Decoding runs in parallel (``num_parallel_calls=AUTOTUNE``) and keeps the order (``deterministic=True``).
+A file (an image, a text) is read and decoded (tokenized) when the order reaches it. Decoding runs in parallel
+(``num_parallel_calls=AUTOTUNE``) and keeps the order (``deterministic=True``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,16 @@ import numpy as np
 import tensorflow as tf
 
 from accumrun.core.targets import Targets, as_targets, each
-from accumrun.data.splits import ArraySplit, CachedImages, ImageFiles, RecordFiles, Split, cached_file, epoch_order
+from accumrun.data.splits import (
+    ArraySplit,
+    CachedImages,
+    ImageFiles,
+    RecordFiles,
+    Split,
+    TextFiles,
+    cached_file,
+    epoch_order,
+)
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -50,6 +61,8 @@ class Reader:
     to pass along: a row index, a file's path, a record's bytes)."""
 
     size: int
+    fault = "does not decode as an image"
+    """What an error says of a sample that :meth:`decode` fails on (after the sample's description)."""
 
     def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
         """The epoch's samples, undecoded, after the first ``skip``."""
@@ -103,25 +116,50 @@ class ArrayReader(Reader):
         )
 
 
-class ImageReader(Reader):
-    """Image files, read and decoded as the epoch's order reaches them."""
+class FileReader(Reader):
+    """Files, one per sample (images, texts), read as the epoch's order reaches them: ``raw`` is the file's path."""
 
-    def __init__(self, split: ImageFiles) -> None:
+    def __init__(self, split: ImageFiles | TextFiles) -> None:
         self.size = split.size
-        self.split = split
+        self.paths = split.paths
+        self.y, self.w = split.y, split.w
 
     def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
         order = epoch_order(self.size, seed, epoch, shuffle)[skip:]
-        split = self.split
-        targets = as_targets(split.y[order], None if split.w is None else split.w[order])
-        return tf.data.Dataset.from_tensor_slices((order.astype(np.int64), split.paths[order], targets))
+        targets = as_targets(self.y[order], None if self.w is None else self.w[order])
+        return tf.data.Dataset.from_tensor_slices((order.astype(np.int64), self.paths[order], targets))
+
+    def describe(self, index: int) -> str:
+        return str(self.paths[index])
+
+
+class ImageReader(FileReader):
+    """Image files, read and decoded as the epoch's order reaches them."""
+
+    def __init__(self, split: ImageFiles) -> None:
+        super().__init__(split)
+        self.split = split
 
     def decode(self, raw: tf.Tensor) -> tf.Tensor:
         """``raw`` is the file's path: reading and decoding are one step of the pipeline."""
         return decode_image(tf.io.read_file(raw), self.split.image_size, self.split.channels)
 
-    def describe(self, index: int) -> str:
-        return str(self.split.paths[index])
+
+class TextReader(FileReader):
+    """Text files, read and tokenized as the epoch's order reaches them, by the tokenizer's TensorFlow ops
+    (:meth:`~accumrun.data.tokenizers.Tokenizer.encode_tensor`, the same ids as its host ``encode``)."""
+
+    fault = "cannot be read as text"
+
+    def __init__(self, split: TextFiles) -> None:
+        super().__init__(split)
+        self.split = split
+
+    def decode(self, raw: tf.Tensor) -> tf.Tensor:
+        """``raw`` is the file's path: its bytes, tokenized to ``length`` ids."""
+        text = tf.reshape(tf.io.read_file(raw), [1])
+        ids = self.split.tokenizer.encode_tensor(text, self.split.length)
+        return tf.ensure_shape(tf.reshape(ids, [self.split.length]), (self.split.length,))
 
 
 class RecordReader(Reader):
@@ -265,6 +303,8 @@ def reader_for(split: Split) -> Reader:
         return ArrayReader(split)
     if isinstance(split, ImageFiles):
         return ImageReader(split)
+    if isinstance(split, TextFiles):
+        return TextReader(split)
     if isinstance(split, CachedImages):
         return CachedReader(split)
     return RecordReader(split)

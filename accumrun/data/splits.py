@@ -1,5 +1,5 @@
-"""What a split of data is before it is read: arrays in memory, a list of image files, TFRecord files, or the
-decoded images of either kept by ``data.cache``; and the order in which an epoch visits a split's samples.
+"""What a split of data is before it is read: arrays in memory, a list of image files or of text files, TFRecord
+files, or the decoded images kept by ``data.cache``; and the order in which an epoch visits a split's samples.
 
 Each kind knows its size, one sample's stored shape and dtype, and how to keep a subset of its samples (the
 validation hold-out). Reading them, through ``tf.data``, is :mod:`accumrun.data.readers`' job; this module
@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
 from accumrun.kinds import Task
 
@@ -82,6 +83,34 @@ class ImageFiles(_EncodedImages):
     w: np.ndarray | None = None
 
     def subset(self, index: np.ndarray) -> ImageFiles:
+        return replace(self, paths=self.paths[index], y=self.y[index], w=_rows(self.w, index))
+
+
+@dataclass(frozen=True)
+class TextFiles:
+    """UTF-8 text files and their class indices; each is read and tokenized to ``length`` int32 token ids (cut, or
+    padded with 0) when it is read, so that no more text than the stream holds is ever in memory."""
+
+    paths: np.ndarray
+    """The files, as an array of path strings (so that a subset is one indexing)."""
+    y: np.ndarray
+    tokenizer: Tokenizer
+    length: int
+    w: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.y)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return (self.length,)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.int32)
+
+    def subset(self, index: np.ndarray) -> TextFiles:
         return replace(self, paths=self.paths[index], y=self.y[index], w=_rows(self.w, index))
 
 
@@ -173,7 +202,7 @@ def cached_file(folder: str, row: int) -> str:
     return f"{folder}/{row:08d}.u8"
 
 
-Split = ArraySplit | ImageFiles | RecordFiles | CachedImages
+Split = ArraySplit | ImageFiles | TextFiles | RecordFiles | CachedImages
 """One split of a dataset, as a source gives it (or ``data.cache`` keeps it)."""
 
 

@@ -5,6 +5,10 @@
 Tokens are int32, ``sequence_length`` of them per sample: a longer text is cut there, a shorter one padded with
 id 0, which the models mask. ``data.tokenizer`` picks the tokenizer (:mod:`accumrun.data.tokenizers`).
 
+A text folder streams as an image folder does: startup lists its files and checks each (read once, UTF-8, not
+empty, and let go), and each file is read and tokenized as TensorFlow ops when the epoch's order reaches it (see
+:mod:`accumrun.data.readers`), so a folder bigger than memory trains.
+
 A corpus is cut file by file into windows of ``sequence_length + 1`` tokens, ``stride`` apart: a window's first
 ``sequence_length`` tokens are the sample, and its last ``sequence_length`` the targets, each the token that follows
 the sample's token at that position. A file's last window may be short; its padding (id 0) is no target, so windows
@@ -22,25 +26,25 @@ from pathlib import Path
 import numpy as np
 
 from accumrun.config.schema import CsvConfig, TextCorpusConfig, TextFolderConfig
-from accumrun.data.splits import ArraySplit, Splits
+from accumrun.data.splits import ArraySplit, Splits, TextFiles
 from accumrun.data.tokenizers import Tokenizer, text_input, tokenizer_for
 from accumrun.errors import DataError
 from accumrun.kinds import Task
 
 
 def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
-    """The ``.txt`` files under ``data.path`` (and ``data.validation_path``, with the same classes), tokenized,
-    in a stable order: by class, then by path.
+    """The ``.txt`` files under ``data.path`` (and ``data.validation_path``, with the same classes), listed in a
+    stable order (by class, then by path) and checked; they are tokenized as they stream.
 
     Raises:
         DataError: a folder is missing, has fewer than two classes, a class without text files, or a file that
             is empty or not UTF-8; or the two folders' classes differ.
     """
     tokenizer = tokenizer_for(config.tokenizer)
-    train, names = _read_folder(Path(config.path), "data.path", tokenizer, config.sequence_length)
+    train, names = _list_folder(Path(config.path), "data.path", tokenizer, config.sequence_length)
     test = None
     if config.validation_path:
-        test, val_names = _read_folder(
+        test, val_names = _list_folder(
             Path(config.validation_path), "data.validation_path", tokenizer, config.sequence_length
         )
         if val_names != names:
@@ -156,14 +160,25 @@ def _padded(ids: np.ndarray, length: int) -> np.ndarray:
     return row
 
 
-def _read_folder(folder: Path, key: str, tokenizer: Tokenizer, length: int) -> tuple[ArraySplit, list[str]]:
-    texts, labels, classes = folder_texts(folder, key)
-    return ArraySplit(tokenizer.encode(texts, length), np.array(labels, np.int32)), classes
+def _list_folder(folder: Path, key: str, tokenizer: Tokenizer, length: int) -> tuple[TextFiles, list[str]]:
+    paths, labels, classes = folder_files(folder, key)
+    return TextFiles(np.array(paths), np.array(labels, np.int32), tokenizer, length), classes
 
 
 def folder_texts(folder: Path, key: str) -> tuple[list[str], list[int], list[str]]:
     """A text folder's texts and their class indices, by class, then by path (the samples' order), and the class
     names.
+
+    Raises:
+        DataError: see :func:`folder_files`.
+    """
+    paths, labels, classes = folder_files(folder, key)
+    return [read_text(Path(path), key) for path in paths], labels, classes
+
+
+def folder_files(folder: Path, key: str) -> tuple[list[str], list[int], list[str]]:
+    """A text folder's files and their class indices, by class, then by path (the samples' order), and the class
+    names. Each file is read once, to refuse a bad one before the run starts, and let go: no text is kept.
 
     Raises:
         DataError: under ``key``, the folder is missing, has fewer than two classes, a class without text files,
@@ -175,15 +190,16 @@ def folder_texts(folder: Path, key: str) -> tuple[list[str], list[int], list[str
     if len(classes) < 2:
         held = f"one class ({classes[0]})" if classes else "no class subfolders"
         raise DataError(key, f"holds {held}; text classification needs one subfolder per class, at least two")
-    texts, labels = [], []
+    paths, labels = [], []
     for label, name in enumerate(classes):
         files = sorted((folder / name).rglob("*.txt"))
         if not files:
             raise DataError(key, f"class folder {name}/ holds no .txt files", str(folder))
         for path in files:
-            texts.append(read_text(path, key))
+            read_text(path, key)
+            paths.append(str(path))
             labels.append(label)
-    return texts, labels, classes
+    return paths, labels, classes
 
 
 def read_text(path: Path, key: str) -> str:
