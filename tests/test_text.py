@@ -164,7 +164,10 @@ def bad_text(tmp: Path, fault: str) -> Path:
     data = {"name": "text_folder", "path": str(folder), "sequence_length": 0 if fault == "length-0" else 16}
     if fault == "cache-disk":
         data["cache"] = "disk"
-    return write_config(tmp / "bad.yaml", data=data, model={"name": "transformer", "width": 8})
+    if fault == "bucket-streamed":
+        data.update(bucket=8, validation_split=0.25)
+    training = {"batch_size": 2}
+    return write_config(tmp / "bad.yaml", data=data, model={"name": "transformer", "width": 8}, training=training)
 
 
 @pytest.mark.parametrize(
@@ -176,6 +179,7 @@ def bad_text(tmp: Path, fault: str) -> Path:
         ("empty-folder", r"data\.path: holds no class subfolders; text classification needs one subfolder per class"),
         ("length-0", r"data\.sequence_length: .*greater than or equal to 1"),
         ("cache-disk", r"data\.cache: text_folder keeps token ids in memory or streams its files: none or memory"),
+        ("bucket-streamed", r"data\.bucket: orders each batch's texts by length, .* set data\.cache: memory \(got 8\)"),
     ],
 )
 def test_bad_text_is_refused_in_one_line(

@@ -231,7 +231,7 @@ def build_training(
     keras.utils.set_random_seed(config.seed)
     with strategy_scope(strategy):
         model = _build_model(config, dataset, augmentation, rescale, preprocess)
-        _check_bucket(config, model)
+        _check_bucket(config, dataset, model)
         if config.data.task == "auto":
             dataset = dataset.settled_by_output(model.output_shape[-1])
         # Two samples as the model takes them, to check that the loss gives one value per sample.
@@ -306,15 +306,24 @@ def _bucket(config: Config) -> int | None:
     return config.data.bucket if isinstance(config.data, TextSourceConfig | CsvConfig) else None
 
 
-def _check_bucket(config: Config, model: keras.Model) -> None:
-    """Bucketed padding needs a model that takes token ids of any length, and shapes that XLA need not know.
+def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
+    """Bucketed padding needs every training sample's length before an epoch (to order each batch by length), a
+    model that takes token ids of any length, and shapes that XLA need not know.
 
     Raises:
-        ConfigError: the model takes a fixed length, or ``training.jit_compile`` is on.
+        ConfigError: the training samples stream from files, the model takes a fixed length, or
+            ``training.jit_compile`` is on.
     """
     bucket = _bucket(config)
     if bucket is None:
         return
+    if not isinstance(dataset.train, ArraySplit):
+        raise ConfigError(
+            "data.bucket",
+            "orders each batch's texts by length, which needs their token ids in memory, and this folder streams "
+            "its files: set data.cache: memory",
+            bucket,
+        )
     if config.training.jit_compile:
         raise ConfigError(
             "data.bucket",
