@@ -70,7 +70,8 @@ def test_a_broken_runtime_falls_back_to_a_probe_in_a_fresh_process(
 @pytest.mark.slow
 def test_auto_gives_up_clearly_when_nothing_fits(tmp_path: Path) -> None:
     hook_models.reset(largest_sub_batch=0)
-    path = tiny_config(tmp_path, **HOOKED)
+    # Batches of 2: the search tries 1 and 2 subdivisions before it runs out of sub-batches to cut.
+    path = tiny_config(tmp_path, training={"batch_size": 2}, **HOOKED)
     with pytest.raises(ConfigError, match="auto: out of memory even with sub-batches of one sample"):
         train(load_config(path, ["training.subdivisions=auto"]), tmp_path / "run", quiet=True)
     assert not (tmp_path / "run").exists()
