@@ -28,14 +28,12 @@ import numpy as np
 import tensorflow as tf
 
 from accumrun.core.targets import Targets, unweighted, weights_of
+from accumrun.core.tokens import PADDING_ID
 
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 """``loss_fn(targets, predictions) -> per-sample losses`` (shape ``[n]``)."""
 
 _SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
-
-PADDING_ID = 0
-"""The token id that pads a sequence: a target token of this id is not a real token, and counts nowhere."""
 
 
 def sparse_categorical_crossentropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:

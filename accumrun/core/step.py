@@ -68,10 +68,11 @@ import keras
 import tensorflow as tf
 
 from accumrun.core.batch_norm import BatchNormStatistics, Moments
-from accumrun.core.losses import PADDING_ID, LossFn, MetricSet, Objective
+from accumrun.core.losses import LossFn, MetricSet, Objective
 from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import SubBatchLoop, part_bounds, replica_rows, sub_batch_loops
 from accumrun.core.targets import Targets, each
+from accumrun.core.tokens import PADDING_ID
 from accumrun.kinds import BatchNormMode, Feed
 
 Chunk = tuple[tf.Tensor, Targets]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumrun.core.losses import PADDING_ID
+from accumrun.core.tokens import PADDING_ID
 
 
 @dataclass(frozen=True)

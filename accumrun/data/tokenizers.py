@@ -34,13 +34,12 @@ from accumrun.config.schema import (
     TokenizerConfig,
     WordPieceTokenizerConfig,
 )
+from accumrun.core.tokens import PADDING_ID
 from accumrun.errors import ConfigError
 from accumrun.lookup import import_keras_hub
 
 if TYPE_CHECKING:
     import tensorflow as tf
-
-PADDING = 0
 
 
 class Tokenizer(ABC):
@@ -79,7 +78,7 @@ class Tokenizer(ABC):
         outside = array[(array < 0) | (array >= self.vocabulary_size)]
         if len(outside):
             raise ValueError(f"token id {outside[0]} is outside the vocabulary of {self.vocabulary_size} ids")
-        return array[array != PADDING]
+        return array[array != PADDING_ID]
 
 
 class ByteTokenizer(Tokenizer):
@@ -97,7 +96,7 @@ class ByteTokenizer(Tokenizer):
         # from padding.
         raw = tf.io.decode_raw(texts, tf.uint8, fixed_length=length)
         real = tf.sequence_mask(tf.minimum(tf.strings.length(texts), length), length)
-        return tf.where(real, tf.cast(raw, tf.int32) + 1, PADDING)
+        return tf.where(real, tf.cast(raw, tf.int32) + 1, PADDING_ID)
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         # A cut can split a character's bytes: what is left of it becomes U+FFFD, as any lenient reader shows it.
@@ -127,7 +126,7 @@ class CharacterTokenizer(Tokenizer):
         ids = tf.ragged.map_flat_values(
             lambda values: tf.cast(tf.where(values < self.vocabulary_size, values, self.UNKNOWN), tf.int32), shifted
         )
-        return ids.to_tensor(default_value=PADDING, shape=[None, length])
+        return ids.to_tensor(default_value=PADDING_ID, shape=[None, length])
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         return "".join("\ufffd" if i == self.UNKNOWN else chr(i - self._OFFSET) for i in self._checked(ids))
@@ -150,7 +149,7 @@ class KerasHubTokenizer(Tokenizer):
         ids = self._tokenizer(texts)
         if not isinstance(ids, tf.RaggedTensor):  # called eagerly, KerasHub returns lists
             ids = tf.ragged.constant(ids, dtype=tf.int32, ragged_rank=1)
-        return tf.cast(ids[:, :length], tf.int32).to_tensor(default_value=PADDING, shape=[None, length])
+        return tf.cast(ids[:, :length], tf.int32).to_tensor(default_value=PADDING_ID, shape=[None, length])
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         text = self._tokenizer.detokenize(self._checked(ids).astype(np.int32))
@@ -205,7 +204,7 @@ def _keras_hub_tokenizer(
             tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(source))
         except (ValueError, OSError, TypeError) as error:
             raise ConfigError(key, f"cannot be loaded: {' '.join(str(error).split())}") from None
-    first = tokenizer.id_to_token(PADDING)
+    first = tokenizer.id_to_token(PADDING_ID)
     if first not in ("[PAD]", "<pad>", "<PAD>", getattr(tokenizer, "pad_token", None)):
         raise ConfigError(
             key,

@@ -27,7 +27,8 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from accumrun.core.losses import PADDING_ID, Objective
+from accumrun.core.losses import Objective
+from accumrun.core.tokens import PADDING_ID
 from accumrun.rundir.atomic import write_atomically
 
 _ORDER_ONLY = (

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from accumrun.core.losses import PADDING_ID
+from accumrun.core.tokens import PADDING_ID
 from accumrun.errors import ConfigError
 from accumrun.kinds import ModelFile, Task
 from accumrun.reports.finished import FinishedRun
