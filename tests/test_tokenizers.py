@@ -194,15 +194,18 @@ def write_named_texts(tmp_path: Path, source: str) -> tuple[dict[str, object], l
     return {"name": "jsonl", "path": str(path), "label": "label"}, texts
 
 
+@pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("source", ["text_folder", "csv", "jsonl"])
 def test_a_vocabulary_is_learned_from_the_training_texts_alone_and_the_same_each_time(
-    tmp_path: Path, source: str
+    tmp_path: Path, source: str, shuffle: bool
 ) -> None:
     section, ordered = write_named_texts(tmp_path, source)
     tokenizer = {"name": "word_piece", "vocabulary_size": 1000}
-    data = data_config(**section, tokenizer=tokenizer, validation_split=0.25, sequence_length=20)
-    # The hold-out, written out: the tail of the seed's permutation of the samples is validation.
-    kept = np.random.default_rng(7).permutation(12)[:9]
+    data = data_config(**section, tokenizer=tokenizer, validation_split=0.25, sequence_length=20, shuffle=shuffle)
+    # The hold-out, written out: the tail of the seed's permutation of the samples is validation, or without
+    # shuffling the table's own tail; a text folder's files (listed class by class) are always drawn seeded.
+    seeded = shuffle or source == "text_folder"
+    kept = np.random.default_rng(7).permutation(12)[:9] if seeded else np.arange(9)
     assert training_texts(data, seed=7) == [ordered[i] for i in kept]
 
     settled = settle_vocabulary(data, 7, None)

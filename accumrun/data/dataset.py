@@ -19,7 +19,7 @@ import numpy as np
 
 from accumrun.config.schema import DataSection, FileSourceConfig, ImageSourceConfig, TextFolderConfig
 from accumrun.data.sources import SOURCES
-from accumrun.data.splits import ArraySplit, CachedImages, Split, Splits, hold_out
+from accumrun.data.splits import ArraySplit, CachedImages, Split, Splits, hold_out, seeded_hold_out
 from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
@@ -153,8 +153,7 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
             raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
         val = _checked(held_out, splits.test, task, tokens)
     elif config.validation_split > 0:
-        # Files are listed class by class, so their tail would be the last class: they are always split seeded.
-        seeded = config.shuffle or not isinstance(train, ArraySplit)
+        seeded = seeded_hold_out(config.shuffle, files=not isinstance(train, ArraySplit))
         train, val = _split_off_validation(train, config.validation_split, seed, seeded)
     if train.size == 0:
         raise DataError("data", "no training samples are left after the validation split", splits.train.size)

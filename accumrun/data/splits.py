@@ -217,6 +217,12 @@ def with_weights(split: Split, w: np.ndarray) -> Split:
     return replace(split, w=w)
 
 
+def seeded_hold_out(shuffle: bool, files: bool) -> bool:
+    """Whether the validation hold-out is drawn by the seed: with ``data.shuffle``, and always for a split of files
+    (they are listed class by class, so their tail would be the last class)."""
+    return shuffle or files
+
+
 def hold_out(size: int, fraction: float, seed: int, shuffle: bool) -> tuple[np.ndarray, np.ndarray]:
     """The indices of the samples that ``validation_split: fraction`` keeps for training and of those it holds out
     for validation: a seeded permutation's tail (without ``shuffle``, the samples' own tail, as Keras'

@@ -31,7 +31,7 @@ from accumrun.config.schema import (
     WordPieceTokenizerConfig,
 )
 from accumrun.data.jsonl import read_records
-from accumrun.data.splits import hold_out
+from accumrun.data.splits import hold_out, seeded_hold_out
 from accumrun.data.tables import read_texts
 from accumrun.data.text import corpus_texts, folder_texts
 from accumrun.errors import ConfigError
@@ -95,7 +95,9 @@ def training_texts(data: DataSection, seed: int) -> list[str]:
     fraction = data.validation_split
     if data.validation_path or fraction == "test" or fraction == 0:
         return texts
-    kept, _ = hold_out(len(texts), fraction, seed, data.shuffle)
+    # A text folder streams its files: load_dataset draws their hold-out seeded, whatever data.shuffle says.
+    seeded = seeded_hold_out(data.shuffle, files=isinstance(data, TextFolderConfig))
+    kept, _ = hold_out(len(texts), fraction, seed, seeded)
     return [texts[i] for i in kept]
 
 
