@@ -141,20 +141,7 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         )
     if task is Task.BINARY and splits.class_names is not None and len(splits.class_names) != 2:
         raise DataError("data", f"binary needs two classes; the source has {len(splits.class_names)}", task.value)
-    tokens = splits.vocabulary_size is not None
-    train = _checked("train", splits.train, task, tokens)
-    val: Split | None = None
-    validation_file = isinstance(config, FileSourceConfig) and bool(config.validation_path)
-    held_out = "validation" if validation_file else "test"
-    if validation_file and splits.test is not None:  # the loaders give data.validation_path as the test split
-        val = _checked(held_out, splits.test, task, tokens)
-    elif config.validation_split == "test":
-        if splits.test is None:
-            raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
-        val = _checked(held_out, splits.test, task, tokens)
-    elif config.validation_split > 0:
-        seeded = seeded_hold_out(config.shuffle, files=not isinstance(train, ArraySplit))
-        train, val = _split_off_validation(train, config.validation_split, seed, seeded)
+    train, val, held_out = _validated_splits(config, splits, task, seed)
     if train.size == 0:
         raise DataError("data", "no training samples are left after the validation split", splits.train.size)
     if val is not None and val.sample_shape != train.sample_shape:
@@ -185,6 +172,32 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         splits.features,
         splits.vocabulary_size,
     )
+
+
+def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int) -> tuple[Split, Split | None, str]:
+    """The training split and the validation split (``data.validation_path``, the source's test split or a
+    hold-out of ``validation_split``), each checked for the task, and what the validation samples are called in
+    errors.
+
+    Raises:
+        ConfigError: ``validation_split: test`` for a source without a test split.
+        DataError: the targets do not fit the task, or the hold-out leaves no validation sample.
+    """
+    tokens = splits.vocabulary_size is not None
+    train = _checked("train", splits.train, task, tokens)
+    validation_file = isinstance(config, FileSourceConfig) and bool(config.validation_path)
+    held_out = "validation" if validation_file else "test"
+    if validation_file and splits.test is not None:  # the loaders give data.validation_path as the test split
+        return train, _checked(held_out, splits.test, task, tokens), held_out
+    if config.validation_split == "test":
+        if splits.test is None:
+            raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
+        return train, _checked(held_out, splits.test, task, tokens), held_out
+    if config.validation_split > 0:
+        seeded = seeded_hold_out(config.shuffle, files=not isinstance(train, ArraySplit))
+        train, val = _split_off_validation(train, config.validation_split, seed, seeded)
+        return train, val, held_out
+    return train, None, held_out
 
 
 def _classes(splits: Splits, task: Task, train: Split, val: Split | None) -> int | None:

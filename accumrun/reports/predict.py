@@ -25,7 +25,7 @@ import tensorflow as tf
 from accumrun.config.schema import ImageSourceConfig
 from accumrun.core.split import batch_sizes
 from accumrun.data.feeder import Feeder
-from accumrun.data.inputs import InputKind, read_inputs
+from accumrun.data.inputs import InputGroup, InputKind, read_inputs
 from accumrun.errors import ArgumentError, ConfigError
 from accumrun.kinds import ModelFile, Task
 from accumrun.reports.finished import FinishedRun
@@ -100,20 +100,8 @@ def predict_run(
         if not 1 <= top_k <= len(labels):
             raise ConfigError("top_k", f"must be 1 to {len(labels)}, the run's classes", top_k)
     groups = read_inputs(inputs, _input_kind(run, model), lines=lines)
-    to_probabilities = run.probabilities(model)
-    forward = tf.function(lambda x: to_probabilities(tf.cast(model(x, training=False), tf.float32)))
-    sizes = [batch_sizes(len(group.names), run.sub_batch_size) for group in groups]
-    bar = _progress_bar(sum(len(s) for s in sizes)) if show_progress else None
-    outputs = []
-    for group, chunk_sizes in zip(groups, sizes, strict=True):
-        for x, _ in Feeder(group.split, chunk_sizes, seed=0, shuffle=False).epoch(0):
-            outputs.append(forward(x).numpy())
-            if bar is not None:
-                bar.increment()
-    if bar is not None:
-        bar.finish()
     names = [name for group in groups for name in group.names]
-    values = np.concatenate(outputs).reshape(len(names), -1)
+    values = _probabilities(run, model, groups, show_progress).reshape(len(names), -1)
     if run.task is Task.REGRESSION:
         columns = ["input", *(f"value_{i}" for i in range(values.shape[1]))]
         return Predictions(columns, [[name, *map(float, row)] for name, row in zip(names, values, strict=True)])
@@ -130,6 +118,23 @@ def predict_run(
     return Predictions(
         _top_k_columns(top_k), [_top_k_row(name, row, labels, top_k) for name, row in zip(names, values, strict=True)]
     )
+
+
+def _probabilities(run: FinishedRun, model: keras.Model, groups: list[InputGroup], show_progress: bool) -> np.ndarray:
+    """The model's probabilities for every sample of ``groups``, in order, a sub-batch at a time."""
+    to_probabilities = run.probabilities(model)
+    forward = tf.function(lambda x: to_probabilities(tf.cast(model(x, training=False), tf.float32)))
+    sizes = [batch_sizes(len(group.names), run.sub_batch_size) for group in groups]
+    bar = _progress_bar(sum(len(s) for s in sizes)) if show_progress else None
+    outputs = []
+    for group, chunk_sizes in zip(groups, sizes, strict=True):
+        for x, _ in Feeder(group.split, chunk_sizes, seed=0, shuffle=False).epoch(0):
+            outputs.append(forward(x).numpy())
+            if bar is not None:
+                bar.increment()
+    if bar is not None:
+        bar.finish()
+    return np.concatenate(outputs)
 
 
 def _binary_predictions(names: list[str], positive: np.ndarray, labels: list[str]) -> Predictions:

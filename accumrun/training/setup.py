@@ -217,14 +217,8 @@ def build_training(
     # Class weights weight the training samples alone (validation, as Keras', is unweighted by class).
     dataset = with_class_weights(load_dataset(config.data, config.seed), config.training.class_weight)
     batch_size = resolve_batch_size(config.training, dataset.train_size)
-    feed, feed_reason = choose_feed(config.data.feed, dataset, batch_size, strategy is not None)
+    feed, feed_reason = _feed(config, dataset, batch_size, strategy is not None)
     subdivisions = config.training.fixed_subdivisions
-    if feed is Feed.SUB_BATCH and subdivisions is None:
-        raise ConfigError(
-            "training.subdivisions",
-            f"auto tries whole batches, and this run streams sub-batches ({feed_reason}); set a number",
-            "auto",
-        )
     data = config.data
     augmentation = Augmentation(data.augment, dataset.sample_shape, dataset.dtype) if data.augment else None
     rescale, preprocess = _rescaling(config, dataset)
@@ -238,11 +232,7 @@ def build_training(
         first_two = dataset.train.subset(np.arange(min(2, dataset.train_size)))
         probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
         objective = fit_objective(config, dataset, model, _first(probe))
-        optimizer = build_optimizer(config.optimizer)
-        if config.training.precision is Precision.MIXED_FLOAT16:
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        # Built now, so its state exists before the first step (checkpoints and auto's tries restore it).
-        optimizer.build(model.trainable_variables)
+        optimizer = _optimizer(config, model)
         train_metrics = objective.objective.new_metrics()
         val_metrics = objective.objective.new_metrics()
     return TrainingSetup(
@@ -265,6 +255,32 @@ def build_training(
         # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
         draws=LayerDraws(model, optimizer.iterations, config.training.random_draws),
     )
+
+
+def _feed(config: Config, dataset: Dataset, batch_size: int, replicated: bool) -> tuple[Feed, str]:
+    """How batches reach the step (see :func:`choose_feed`), and why.
+
+    Raises:
+        ConfigError: sub-batches are streamed and ``subdivisions`` is ``auto``, which tries whole batches.
+    """
+    feed, reason = choose_feed(config.data.feed, dataset, batch_size, replicated)
+    if feed is Feed.SUB_BATCH and config.training.fixed_subdivisions is None:
+        raise ConfigError(
+            "training.subdivisions",
+            f"auto tries whole batches, and this run streams sub-batches ({reason}); set a number",
+            "auto",
+        )
+    return feed, reason
+
+
+def _optimizer(config: Config, model: keras.Model) -> keras.optimizers.Optimizer:
+    """The configured optimizer (loss-scaled under ``mixed_float16``), built for the model's variables now, so its
+    state exists before the first step (checkpoints and auto's tries restore it)."""
+    optimizer = build_optimizer(config.optimizer)
+    if config.training.precision is Precision.MIXED_FLOAT16:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    optimizer.build(model.trainable_variables)
+    return optimizer
 
 
 def _resolved(
