@@ -1,11 +1,15 @@
-"""pytest configuration: TensorFlow's C++ logging quieted for every test and subprocess, and shared fixtures.
+"""pytest configuration: TensorFlow's C++ logging quieted for every test and subprocess, shared fixtures, and
+the files in the order that keeps two processes busy to the end.
 
 Helpers that tests import (configs, data files, the CLI in a subprocess) are in tests/helpers.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,3 +20,42 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+"""Each test file's seconds in a whole run (setup, call and teardown of its tests), as ``--record-file-seconds``
+last measured them."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-file-seconds",
+        action="store_true",
+        help=f"write each test file's seconds in this run to {FILE_SECONDS.name} (the order the files run in)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first, as ``tests/file_seconds.json`` measured them (a file not in it first of all): with
+    ``-n 2 --dist loadfile --no-loadscope-reorder`` each process takes the next file when it is done, so the two
+    finish close together instead of one waiting out a long file begun last. Within a file the order stays."""
+    seconds = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.is_file() else {}
+    items.sort(key=lambda item: -seconds.get(_file(item.nodeid), float("inf")))
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+_measured: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _measured[_file(report.nodeid)] += report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Only where the tests' reports arrive in whole: the main process (an xdist worker has a workerinput).
+    if session.config.getoption("record_file_seconds") and not hasattr(session.config, "workerinput"):
+        ordered = dict(sorted(((name, round(value, 1)) for name, value in _measured.items()), key=lambda kv: -kv[1]))
+        FILE_SECONDS.write_text(json.dumps(ordered, indent=1) + "\n")
