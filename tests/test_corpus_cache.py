@@ -202,6 +202,7 @@ def test_a_corpus_cache_in_memory_and_a_bad_file_on_disk_are_refused_in_one_line
     bad.write_bytes(b"ok line\n" * 300 + b"caf\xe9\n")
     with pytest.raises(DataError, match=rf"^data\.path: {re.escape(str(bad))} is not UTF-8 text \(byte 2403\)"):
         load_dataset(data_config(**corpus(tmp_path, cache="disk")), seed=0)
+    assert not list((tmp_path / "cache").iterdir())  # the partial build is gone
     bad.write_bytes(b"")
     with pytest.raises(DataError, match=rf"^data\.path: {re.escape(str(bad))} is empty"):
         load_dataset(data_config(**corpus(tmp_path, cache="disk")), seed=0)

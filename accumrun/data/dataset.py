@@ -108,7 +108,8 @@ class Dataset:
 
     @property
     def streamed(self) -> bool:
-        """Whether the samples are files read as they are needed rather than arrays in memory."""
+        """Whether the samples are read as they are needed (files, a cache's files, a corpus's token file) rather
+        than arrays in memory."""
         held = isinstance(self.train, CachedImages) and self.train.pixels is not None
         return not (isinstance(self.train, ArraySplit) or held)
 
@@ -138,7 +139,8 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """Load the configured dataset, settle its task and split off the validation data.
 
     With ``data.cache``, each image split comes back with its decoded images kept, each text split as its token
-    ids (see :mod:`accumrun.data.cache`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled
+    ids (see :mod:`accumrun.data.cache`); a text corpus's loader reads ``data.cache: disk`` itself, and gives
+    the windows of its token file (:mod:`accumrun.data.corpus`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled
     first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
 
     Raises:
