@@ -140,8 +140,8 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
 
     With ``data.cache``, each image split comes back with its decoded images kept, each text split as its token
     ids (see :mod:`accumrun.data.cache`); a text corpus's loader reads ``data.cache: disk`` itself, and gives
-    the windows of its token file (:mod:`accumrun.data.corpus`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled
-    first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
+    the windows of its token file (:mod:`accumrun.data.corpus`). A learned vocabulary
+    (``data.tokenizer.vocabulary_size``) is settled first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
 
     Raises:
         DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or

@@ -12,13 +12,14 @@ over the samples an interrupted epoch already trained on before anything is deco
 
 A file (an image, a text) is read and decoded (tokenized) when the order reaches it. Decoding runs in parallel
 (``num_parallel_calls=AUTOTUNE``) and keeps the order (``deterministic=True``). A corpus's windows in a token file
-are gathered from the file, memory-mapped, a block of the order at a time; with length grouping (``data.bucket``),
-in the grouped order (:mod:`accumrun.data.grouping`).
+are read from the file, a block of the order at a time, each window's bytes alone; with length grouping
+(``data.bucket``), in the grouped order (:mod:`accumrun.data.grouping`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -302,10 +303,14 @@ class CachedReader(Reader):
 
 
 class CorpusReader(Reader):
-    """A corpus's windows (:class:`~accumrun.data.splits.CorpusWindows`), gathered from its token file, mapped
-    into memory (the pages the windows touch are read, and the system may drop them again), :data:`_WINDOWS` at a
-    time in one vectorized NumPy call, in the epoch's order (each batch grouped by length when ``groups`` is
-    given). A window's padding is 0, past its text's end, as an in-memory corpus pads it."""
+    """A corpus's windows (:class:`~accumrun.data.splits.CorpusWindows`), read from its token file in the epoch's
+    order (each batch grouped by length when ``groups`` is given), :data:`_WINDOWS` at a time in one call. A
+    window's padding is 0, past its text's end, as an in-memory corpus pads it.
+
+    Each window's bytes are read with one ``pread``, a copy of those bytes alone. A memory-mapped file would count
+    in the process's memory every page the system maps around a window (whole large folios of the page cache:
+    about 50 MiB for one block of 64 windows over a 64 MiB file, measured), so memory would follow the corpus's
+    size; read so, it stays flat however big the corpus."""
 
     fault = "cannot be read from the corpus's token file"
 
@@ -313,8 +318,6 @@ class CorpusReader(Reader):
         self.size = split.size
         self.split = split
         self._groups = groups
-        self._tokens = np.memmap(split.file, dtype="<i4", mode="r")
-        self._span = np.arange(split.length + 1, dtype=np.int64)
         self._weights = None if split.w is None else tf.constant(split.w, tf.float32)
 
     def _order(self, epoch: int, seed: int, shuffle: bool, skip: int) -> np.ndarray:
@@ -347,16 +350,29 @@ class CorpusReader(Reader):
 
     def _windows(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The samples and targets of windows ``index``: ``length + 1`` tokens from each begin, cut at its end; a
-        sample's token is kept where a target follows it (a short window's last token is a target alone)."""
-        begins, ends = self.split.begins[index][:, None], self.split.ends[index][:, None]
-        positions = begins + self._span
-        window = self._tokens[np.minimum(positions, ends - 1)].astype(np.int32)
-        targets = positions[:, 1:] < ends
-        return np.where(targets, window[:, :-1], 0), np.where(targets, window[:, 1:], 0)
+        sample's token is kept where a target follows it (a short window's last token is a target alone).
+
+        Raises:
+            OSError: the token file cannot be read, or is shorter than its windows (changed since it was written).
+        """
+        begins = self.split.begins[index]
+        counts = np.minimum(self.split.ends[index] - begins, self.split.length + 1)
+        window = np.zeros((len(index), self.split.length + 1), np.int32)
+        descriptor = os.open(self.split.file, os.O_RDONLY)
+        try:
+            for row, (begin, count) in enumerate(zip(begins.tolist(), counts.tolist(), strict=True)):
+                data = os.pread(descriptor, 4 * count, 4 * begin)
+                if len(data) != 4 * count:
+                    raise OSError(f"{self.split.file} ends at byte {4 * begin + len(data)}, inside a window")
+                window[row, :count] = np.frombuffer(data, "<i4")
+        finally:
+            os.close(descriptor)
+        targets = np.arange(1, self.split.length + 1) < counts[:, None]
+        return np.where(targets, window[:, :-1], 0), window[:, 1:]
 
 
 _WINDOWS = 64
-"""Windows gathered from a token file at once: one NumPy call each, so per-window overhead is amortized."""
+"""Windows read from a token file in one call: the per-call cost of ``tf.data`` and NumPy is shared by them."""
 
 
 def reader_for(split: Split, groups: LengthGroups | None = None) -> Reader:
