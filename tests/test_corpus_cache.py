@@ -21,6 +21,7 @@ from accumrun.config.schema import (
 from accumrun.data.corpus import file_ids, token_file
 from accumrun.data.dataset import epoch_order, load_dataset
 from accumrun.data.examples import write_corpus
+from accumrun.data.feeder import Feeder
 from accumrun.data.grouping import LengthGroups
 from accumrun.data.readers import reader_for
 from accumrun.data.splits import ArraySplit, CorpusWindows, Split
@@ -206,3 +207,13 @@ def test_a_corpus_cache_in_memory_and_a_bad_file_on_disk_are_refused_in_one_line
     bad.write_bytes(b"")
     with pytest.raises(DataError, match=rf"^data\.path: {re.escape(str(bad))} is empty"):
         load_dataset(data_config(**corpus(tmp_path, cache="disk")), seed=0)
+
+    # A token file cut short after its run began (say, by hand) fails the epoch in one line, naming it.
+    bad.write_text("a fine text again\n")
+    split = load_dataset(data_config(**corpus(tmp_path, cache="disk")), seed=0).train
+    assert isinstance(split, CorpusWindows)
+    with open(split.file, "r+b") as file:
+        file.truncate(4 * int(split.ends[2]))
+    message = rf"^data: reading the data failed: .*{re.escape(split.file)} holds \d+ bytes, a window reaches byte"
+    with pytest.raises(DataError, match=message):
+        list(Feeder(split, [10] * (split.size // 10), seed=0, shuffle=False).epoch(0))

@@ -363,7 +363,8 @@ class CorpusReader(Reader):
             for row, (begin, count) in enumerate(zip(begins.tolist(), counts.tolist(), strict=True)):
                 data = os.pread(descriptor, 4 * count, 4 * begin)
                 if len(data) != 4 * count:
-                    raise OSError(f"{self.split.file} ends at byte {4 * begin + len(data)}, inside a window")
+                    size = os.fstat(descriptor).st_size
+                    raise OSError(f"{self.split.file} holds {size} bytes, a window reaches byte {4 * (begin + count)}")
                 window[row, :count] = np.frombuffer(data, "<i4")
         finally:
             os.close(descriptor)
