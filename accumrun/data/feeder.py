@@ -32,8 +32,9 @@ class Feeder:
     With ``augmentation``, every sample is drawn for ``(seed, epoch, index)``; ``training`` false applies its
     layers in inference mode (centre crops), for validation. ``on_device`` holds arrays on the device for the
     feeder's life (a run's training and validation data), not in host memory. ``group_by_length``, the sizes of an
-    epoch's batches, orders each batch's samples by their real length (token ids held as arrays, for bucketed
-    padding: see :mod:`accumrun.data.grouping`); the chunks then cut the grouped batches.
+    epoch's batches, orders each batch's samples by their real length (token ids held as arrays, or a corpus's
+    windows on disk, for bucketed padding: see :mod:`accumrun.data.grouping`); the chunks then cut the grouped
+    batches.
     """
 
     def __init__(
