@@ -480,6 +480,23 @@ class TextCorpusConfig(TextSourceConfig):
     needs = {"path": "a .txt file, a folder of .txt files, or a glob of them"}
     stride: int | None = Field(None, ge=1)
     """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
+    cache: Annotated[CacheMode, _words(CacheMode)] = CacheMode.NONE
+    """``none`` tokenizes the corpus at load and holds its windows in memory. ``disk`` tokenizes it once into a
+    token file under ``cache_dir``, found again by later runs over the same files, and reads each window from it as
+    the epoch's order reaches it: memory stays flat as the corpus grows (see :mod:`accumrun.data.corpus`)."""
+    cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
+    """Where ``cache: disk`` writes (``~`` is expanded): one folder per corpus, named by its files and the
+    tokenizer."""
+
+    @field_validator("cache")
+    @classmethod
+    def _none_or_disk(cls, value: CacheMode) -> CacheMode:
+        if value is CacheMode.MEMORY:
+            raise ValueError(
+                "text_corpus holds its windows in memory (none) or reads them from a token file under "
+                "data.cache_dir (disk)"
+            )
+        return value
 
     @property
     def window_stride(self) -> int:

@@ -16,7 +16,9 @@ partial folder, which is never read (delete it freely). The pixels are those of
 :func:`~accumrun.data.readers.decode_image`, byte for byte, so a run with any cache trains exactly as one without.
 
 A text folder takes ``memory`` alone: its files are tokenized once, at load, by the reader training would stream
-them with (the same ids), into an :class:`~accumrun.data.splits.ArraySplit` of int32 token ids.
+them with (the same ids), into an :class:`~accumrun.data.splits.ArraySplit` of int32 token ids. A text corpus
+takes ``disk`` alone (``none`` holds its windows in memory already): its loader tokenizes it into one token file
+under ``data.cache_dir``, keyed and written as these folders are (:mod:`accumrun.data.corpus`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 
 from accumrun.data.dataset import Dataset
-from accumrun.data.splits import with_weights
+from accumrun.data.splits import targets_held, with_weights
 from accumrun.errors import ConfigError
 
 _KEY = "training.class_weight"
@@ -28,11 +28,11 @@ def per_class(setting: dict[str, float] | Literal["balanced"], dataset: Dataset)
         ConfigError: the targets are not class labels, or the mapping names a class the data does not have.
     """
     names = dataset.labels
-    if names is None or dataset.train.y.ndim != 1:
+    if names is None or dataset.target_shape != ():
         raise ConfigError(_KEY, f"needs class labels; the targets are {dataset.describe_targets()}")
     weights = np.ones(len(names), np.float64)
     if setting == "balanced":
-        counts = np.bincount(dataset.train.y, minlength=len(names))
+        counts = np.bincount(targets_held(dataset.train), minlength=len(names))
         present = counts > 0
         weights[present] = dataset.train_size / (present.sum() * counts[present])
         return weights
@@ -54,4 +54,4 @@ def with_class_weights(dataset: Dataset, setting: dict[str, float] | Literal["ba
     if setting is None:
         return dataset
     weights = per_class(setting, dataset).astype(np.float32)
-    return dataclasses.replace(dataset, train=with_weights(dataset.train, weights[dataset.train.y]))
+    return dataclasses.replace(dataset, train=with_weights(dataset.train, weights[targets_held(dataset.train)]))

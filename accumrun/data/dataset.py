@@ -19,10 +19,26 @@ import numpy as np
 
 from accumrun.config.schema import DataSection, FileSourceConfig, ImageSourceConfig, TextFolderConfig
 from accumrun.data.sources import SOURCES
-from accumrun.data.splits import ArraySplit, CachedImages, Split, Splits, hold_out, seeded_hold_out
+from accumrun.data.splits import (
+    ArraySplit,
+    CachedImages,
+    CorpusWindows,
+    ImageFiles,
+    RecordFiles,
+    Split,
+    Splits,
+    TextFiles,
+    hold_out,
+    seeded_hold_out,
+    targets_held,
+)
 from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
+
+_LABELLED_FILES = (ImageFiles, TextFiles, RecordFiles)
+"""The splits of files listed under their class labels: they pose classification (or binary) alone, and their
+hold-out is drawn by the seed (see :func:`~accumrun.data.splits.seeded_hold_out`)."""
 
 # Far beyond any classifier head this tool builds, and well inside int32, to which labels are cast.
 _MAX_CLASSES = 1_000_000
@@ -63,8 +79,8 @@ class Dataset:
 
     @property
     def target_shape(self) -> tuple[int, ...]:
-        """One sample's target: ``()`` for a class index, ``(k,)`` for k labels or values."""
-        return tuple(self.train.y.shape[1:])
+        """One sample's target: ``()`` for a class index, ``(k,)`` for k labels or values (or next tokens)."""
+        return self.train.target_shape
 
     @property
     def outputs(self) -> int:
@@ -92,7 +108,8 @@ class Dataset:
 
     @property
     def streamed(self) -> bool:
-        """Whether the samples are files read as they are needed rather than arrays in memory."""
+        """Whether the samples are read as they are needed (files, a cache's files, a corpus's token file) rather
+        than arrays in memory."""
         held = isinstance(self.train, CachedImages) and self.train.pixels is not None
         return not (isinstance(self.train, ArraySplit) or held)
 
@@ -122,8 +139,9 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """Load the configured dataset, settle its task and split off the validation data.
 
     With ``data.cache``, each image split comes back with its decoded images kept, each text split as its token
-    ids (see :mod:`accumrun.data.cache`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled
-    first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
+    ids (see :mod:`accumrun.data.cache`); a text corpus's loader reads ``data.cache: disk`` itself, and gives
+    the windows of its token file (:mod:`accumrun.data.corpus`). A learned vocabulary
+    (``data.tokenizer.vocabulary_size``) is settled first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
 
     Raises:
         DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or
@@ -133,7 +151,7 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """
     splits = SOURCES[config.name].load(config, seed)
     task = _task(config, splits)
-    if not isinstance(splits.train, ArraySplit) and not task.class_labels:
+    if isinstance(splits.train, _LABELLED_FILES) and not task.class_labels:
         raise ConfigError(
             "data.task",
             f"data.name: {config.name} gives class labels, so it poses classification (or binary)",
@@ -148,9 +166,9 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         raise DataError(
             "data", f"{held_out} samples have shape {val.sample_shape}, training samples {train.sample_shape}"
         )
-    if val is not None and val.y.shape[1:] != train.y.shape[1:]:
+    if val is not None and val.target_shape != train.target_shape:
         raise DataError(
-            "data", f"{held_out} targets have shape {val.y.shape[1:]}, training targets {train.y.shape[1:]}"
+            "data", f"{held_out} targets have shape {val.target_shape}, training targets {train.target_shape}"
         )
     classes = _classes(splits, task, train, val)
     if isinstance(config, ImageSourceConfig | TextFolderConfig) and config.cache is not CacheMode.NONE:
@@ -194,7 +212,8 @@ def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int
             raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
         return train, _checked(held_out, splits.test, task, tokens), held_out
     if config.validation_split > 0:
-        seeded = seeded_hold_out(config.shuffle, files=not isinstance(train, ArraySplit))
+        # A corpus's windows are numbered in its files' order, on disk as in memory: the same hold-out either way.
+        seeded = seeded_hold_out(config.shuffle, files=isinstance(train, _LABELLED_FILES))
         train, val = _split_off_validation(train, config.validation_split, seed, seeded)
         return train, val, held_out
     return train, None, held_out
@@ -206,12 +225,12 @@ def _classes(splits: Splits, task: Task, train: Split, val: Split | None) -> int
     if splits.class_names is not None:
         return len(splits.class_names)
     if task is Task.CLASSIFICATION:
-        labels = train.y if val is None else np.concatenate([train.y, val.y])
+        labels = targets_held(train) if val is None else np.concatenate([targets_held(train), targets_held(val)])
         return max(int(labels.max()) + 1, 2)
     if task is Task.BINARY:
         return 2
     if task is Task.MULTI_LABEL:
-        return int(train.y.shape[1])
+        return int(train.target_shape[0])
     if task is Task.CAUSAL_LM:
         return splits.vocabulary_size
     return None
@@ -224,7 +243,7 @@ def _task(config: DataSection, splits: Splits) -> Task:
         ConfigError: a task that the source cannot pose: a corpus is for ``causal_lm``, and ``causal_lm`` needs one.
     """
     if config.task == "auto":
-        return splits.task if splits.task is not None else infer_task(np.asarray(splits.train.y))
+        return splits.task if splits.task is not None else infer_task(np.asarray(targets_held(splits.train)))
     if splits.task is not None and config.task is not splits.task:
         raise ConfigError(
             "data.task",
@@ -264,6 +283,8 @@ def _checked(name: str, split: Split, task: Task, tokens: bool = False) -> Split
     """Validate one split's targets for the task; arrays also get compact samples (see :func:`_compact`), but
     ``tokens``, int32 token ids, which an embedding takes as they are."""
     if isinstance(split, CachedImages):  # kept after the checks (see load_dataset): its labels are checked
+        return split
+    if isinstance(split, CorpusWindows):  # its targets are its own token ids, read from the token file
         return split
     if not isinstance(split, ArraySplit):
         return dataclasses.replace(split, y=_TARGET_CHECKS[task](name, np.asarray(split.y)))

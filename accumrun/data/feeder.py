@@ -7,7 +7,8 @@ per sample when training asks for it, prefetched, in the stored dtype. Each chun
 one transfer, when the step is called with it. Arrays without augmentation are held as one tensor instead (see
 :mod:`accumrun.data.resident`), on the device for training and validation: a chunk is a gather there, and no
 ``tf.data`` pipeline is built. Token ids for bucketed padding come with each batch's samples ordered by length
-(:mod:`accumrun.data.grouping`), in that order.
+(:mod:`accumrun.data.grouping`), in that order: grouped where arrays are held, or by the reader of a corpus's
+windows on disk.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from accumrun.data.augment import Augmentation
 from accumrun.data.grouping import LengthGroups
 from accumrun.data.readers import AUTOTUNE, Reader, reader_for
 from accumrun.data.resident import ResidentArrays
-from accumrun.data.splits import ArraySplit, Split
+from accumrun.data.splits import ArraySplit, CorpusWindows, Split
 from accumrun.errors import DataError
 
 
@@ -31,8 +32,9 @@ class Feeder:
     With ``augmentation``, every sample is drawn for ``(seed, epoch, index)``; ``training`` false applies its
     layers in inference mode (centre crops), for validation. ``on_device`` holds arrays on the device for the
     feeder's life (a run's training and validation data), not in host memory. ``group_by_length``, the sizes of an
-    epoch's batches, orders each batch's samples by their real length (token ids held as arrays, for bucketed
-    padding: see :mod:`accumrun.data.grouping`); the chunks then cut the grouped batches.
+    epoch's batches, orders each batch's samples by their real length (token ids held as arrays, or a corpus's
+    windows on disk, for bucketed padding: see :mod:`accumrun.data.grouping`); the chunks then cut the grouped
+    batches.
     """
 
     def __init__(
@@ -55,14 +57,11 @@ class Feeder:
         self._augmentation, self._training = augmentation, training
         self.resident: ResidentArrays | None = None
         """The arrays on the device, when the split is held there; else None (it is read through ``tf.data``)."""
+        self._groups = None if group_by_length is None else _length_groups(split, group_by_length, augmentation)
         if isinstance(split, ArraySplit) and not augmentation:
-            groups = LengthGroups.of(split.x, group_by_length) if group_by_length is not None else None
             self.resident = ResidentArrays(
-                split, self._starts, seed=seed, shuffle=shuffle, on_device=on_device, groups=groups
+                split, self._starts, seed=seed, shuffle=shuffle, on_device=on_device, groups=self._groups
             )
-        elif group_by_length is not None:
-            # Token ids always are such arrays; the readers of files and of augmented arrays keep the epoch's order.
-            raise ValueError("length grouping needs token ids held as arrays, without augmentation")
         self._split = split
         self._reader: Reader | None = None
 
@@ -70,7 +69,7 @@ class Feeder:
     def reader(self) -> Reader:
         """The split's ``tf.data`` reader, made when first needed (a resident split never needs it)."""
         if self._reader is None:
-            self._reader = reader_for(self._split)
+            self._reader = reader_for(self._split, self._groups)
         return self._reader
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
@@ -125,3 +124,14 @@ class Feeder:
         if where is None:
             return DataError("data", f"reading the data failed: {detail}")
         return DataError("data", f"{where} {self.reader.fault} ({detail})")
+
+
+def _length_groups(split: Split, batch_sizes: list[int], augmentation: Augmentation | None) -> LengthGroups:
+    """The grouping by length of ``split``'s samples: token ids held as arrays (grouped where they are held), or a
+    corpus's windows on disk, whose lengths their bounds give (grouped in the order their reader visits)."""
+    if isinstance(split, ArraySplit) and not augmentation:
+        return LengthGroups.of(split.x, batch_sizes)
+    if isinstance(split, CorpusWindows):
+        return LengthGroups(split.lengths, tuple(int(size) for size in batch_sizes))
+    # Token ids are always one of these; the readers of files and of augmented arrays keep the epoch's order.
+    raise ValueError("length grouping needs token ids held as arrays without augmentation, or a corpus's windows")

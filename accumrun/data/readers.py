@@ -11,21 +11,26 @@ over the samples an interrupted epoch already trained on before anything is deco
 ``data.cache`` are visited in the order, and under the indices, of the split they were decoded from.
 
 A file (an image, a text) is read and decoded (tokenized) when the order reaches it. Decoding runs in parallel
-(``num_parallel_calls=AUTOTUNE``) and keeps the order (``deterministic=True``).
+(``num_parallel_calls=AUTOTUNE``) and keeps the order (``deterministic=True``). A corpus's windows in a token file
+are read from the file, a block of the order at a time, each window's bytes alone; with length grouping
+(``data.bucket``), in the grouped order (:mod:`accumrun.data.grouping`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 
 from accumrun.core.targets import Targets, as_targets, each
+from accumrun.data.grouping import LengthGroups
 from accumrun.data.splits import (
     ArraySplit,
     CachedImages,
+    CorpusWindows,
     ImageFiles,
     RecordFiles,
     Split,
@@ -297,8 +302,91 @@ class CachedReader(Reader):
         return f"{where} of data.cache (decoded from {self._source.describe(index)})"
 
 
-def reader_for(split: Split) -> Reader:
-    """The reader of a split of any kind."""
+class CorpusReader(Reader):
+    """A corpus's windows (:class:`~accumrun.data.splits.CorpusWindows`), read from its token file in the epoch's
+    order (each batch grouped by length when ``groups`` is given), :data:`_WINDOWS` at a time in one call. A
+    window's padding is 0, past its text's end, as an in-memory corpus pads it.
+
+    Each window's bytes are read with one ``pread``, a copy of those bytes alone. A memory-mapped file would count
+    in the process's memory every page the system maps around a window (whole large folios of the page cache:
+    about 50 MiB for one block of 64 windows over a 64 MiB file, measured), so memory would follow the corpus's
+    size; read so, it stays flat however big the corpus."""
+
+    fault = "cannot be read from the corpus's token file"
+
+    def __init__(self, split: CorpusWindows, groups: LengthGroups | None = None) -> None:
+        self.size = split.size
+        self.split = split
+        self._groups = groups
+        self._weights = None if split.w is None else tf.constant(split.w, tf.float32)
+
+    def _order(self, epoch: int, seed: int, shuffle: bool, skip: int) -> np.ndarray:
+        order = epoch_order(self.size, seed, epoch, shuffle)
+        if self._groups is not None:
+            order = self._groups(order)
+        return order[skip:].astype(np.int64)
+
+    def indices(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
+        return tf.data.Dataset.from_tensor_slices(self._order(epoch, seed, shuffle, skip))
+
+    def stream(self, epoch: int, seed: int, shuffle: bool, skip: int = 0) -> tf.data.Dataset:
+        """The epoch's windows as ``(index, x, y)``, after the first ``skip``."""
+        blocks = self.indices(epoch, seed, shuffle, skip).batch(_WINDOWS)
+        return blocks.map(self._read, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
+
+    def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
+        return self.stream(epoch, seed, shuffle, skip)
+
+    def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int, count: int) -> str | None:
+        """None: the windows are read from one file, so a failure is the file's, not one sample's."""
+        return None
+
+    def _read(self, index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Targets]:
+        length = self.split.length
+        x, y = tf.numpy_function(self._windows, [index], [tf.int32, tf.int32], stateful=False)
+        x, y = tf.ensure_shape(x, (None, length)), tf.ensure_shape(y, (None, length))
+        weights = None if self._weights is None else tf.gather(self._weights, index)
+        return index, x, as_targets(y, weights)
+
+    def _windows(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The samples and targets of windows ``index``: ``length + 1`` tokens from each begin, cut at its end; a
+        sample's token is kept where a target follows it (a short window's last token is a target alone).
+
+        Raises:
+            OSError: the token file cannot be read, or is shorter than its windows (changed since it was written).
+        """
+        begins = self.split.begins[index]
+        counts = np.minimum(self.split.ends[index] - begins, self.split.length + 1)
+        window = np.zeros((len(index), self.split.length + 1), np.int32)
+        descriptor = os.open(self.split.file, os.O_RDONLY)
+        try:
+            for row, (begin, count) in enumerate(zip(begins.tolist(), counts.tolist(), strict=True)):
+                data = os.pread(descriptor, 4 * count, 4 * begin)
+                if len(data) != 4 * count:
+                    size = os.fstat(descriptor).st_size
+                    raise OSError(f"{self.split.file} holds {size} bytes, a window reaches byte {4 * (begin + count)}")
+                window[row, :count] = np.frombuffer(data, "<i4")
+        finally:
+            os.close(descriptor)
+        targets = np.arange(1, self.split.length + 1) < counts[:, None]
+        return np.where(targets, window[:, :-1], 0), window[:, 1:]
+
+
+_WINDOWS = 64
+"""Windows read from a token file in one call: the per-call cost of ``tf.data`` and NumPy is shared by them."""
+
+
+def reader_for(split: Split, groups: LengthGroups | None = None) -> Reader:
+    """The reader of a split of any kind; ``groups`` orders each batch by length (a corpus's windows on disk:
+    arrays are grouped where they are held, :mod:`accumrun.data.resident`).
+
+    Raises:
+        ValueError: ``groups`` for a split whose reader keeps the epoch's order as it is.
+    """
+    if groups is not None and not isinstance(split, CorpusWindows):
+        raise ValueError("a reader groups by length only a corpus's windows on disk")
+    if isinstance(split, CorpusWindows):
+        return CorpusReader(split, groups)
     if isinstance(split, ArraySplit):
         return ArrayReader(split)
     if isinstance(split, ImageFiles):

@@ -1,9 +1,10 @@
 """What a split of data is before it is read: arrays in memory, a list of image files or of text files, TFRecord
-files, or the decoded images kept by ``data.cache``; and the order in which an epoch visits a split's samples.
+files, the decoded images kept by ``data.cache``, or the windows of a corpus's token file (``text_corpus`` with
+``data.cache: disk``); and the order in which an epoch visits a split's samples.
 
-Each kind knows its size, one sample's stored shape and dtype, and how to keep a subset of its samples (the
-validation hold-out). Reading them, through ``tf.data``, is :mod:`accumrun.data.readers`' job; this module
-imports no TensorFlow.
+Each kind knows its size, one sample's stored shape and dtype, one sample's target shape, and how to keep a
+subset of its samples (the validation hold-out). Reading them, through ``tf.data``, is
+:mod:`accumrun.data.readers`' job; this module imports no TensorFlow.
 
 Every kind may carry one weight per sample, ``w`` (``data.weight``, or ``training.class_weight`` for the training
 split), aligned with ``y``; readers hand the two to the step together (see :mod:`accumrun.core.targets`).
@@ -46,6 +47,10 @@ class ArraySplit:
     def dtype(self) -> np.dtype:
         return self.x.dtype
 
+    @property
+    def target_shape(self) -> tuple[int, ...]:
+        return tuple(self.y.shape[1:])
+
     def subset(self, index: np.ndarray) -> ArraySplit:
         return ArraySplit(self.x[index], self.y[index], _rows(self.w, index))
 
@@ -69,6 +74,10 @@ class _EncodedImages:
     @property
     def dtype(self) -> np.dtype:
         return np.dtype(np.uint8)
+
+    @property
+    def target_shape(self) -> tuple[int, ...]:
+        return tuple(self.y.shape[1:])
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,10 @@ class TextFiles:
     @property
     def dtype(self) -> np.dtype:
         return np.dtype(np.int32)
+
+    @property
+    def target_shape(self) -> tuple[int, ...]:
+        return tuple(self.y.shape[1:])
 
     def subset(self, index: np.ndarray) -> TextFiles:
         return replace(self, paths=self.paths[index], y=self.y[index], w=_rows(self.w, index))
@@ -184,12 +197,55 @@ class CachedImages:
         return self.source.dtype
 
     @property
+    def target_shape(self) -> tuple[int, ...]:
+        return self.source.target_shape
+
+    @property
     def rows(self) -> np.ndarray:
         """Each sample's row in the cache."""
         return np.searchsorted(self.keys, identities(self.source))
 
     def subset(self, index: np.ndarray) -> CachedImages:
         return replace(self, source=self.source.subset(index))
+
+
+@dataclass(frozen=True)
+class CorpusWindows:
+    """The windows of a corpus whose token ids lie in one file (``text_corpus`` with ``data.cache: disk``, see
+    :mod:`accumrun.data.corpus`): int32 ids of every text, concatenated. A window is ``length`` tokens from
+    ``begins`` (an absolute token offset) and the targets one token on, cut at ``ends`` (its text's end) and
+    padded with 0; so windows never cross texts, and none is read before the epoch's order reaches it."""
+
+    file: str
+    """The token file: little-endian int32 ids."""
+    begins: np.ndarray
+    ends: np.ndarray
+    length: int
+    w: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.begins)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return (self.length,)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.int32)
+
+    @property
+    def target_shape(self) -> tuple[int, ...]:
+        return (self.length,)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each window's real input tokens (its ids that are not padding), known without reading the file."""
+        return np.minimum(self.ends - self.begins - 1, self.length)
+
+    def subset(self, index: np.ndarray) -> CorpusWindows:
+        return replace(self, begins=self.begins[index], ends=self.ends[index], w=_rows(self.w, index))
 
 
 def identities(split: ImageFiles | RecordFiles) -> np.ndarray:
@@ -202,12 +258,24 @@ def cached_file(folder: str, row: int) -> str:
     return f"{folder}/{row:08d}.u8"
 
 
-Split = ArraySplit | ImageFiles | TextFiles | RecordFiles | CachedImages
+Split = ArraySplit | ImageFiles | TextFiles | RecordFiles | CachedImages | CorpusWindows
 """One split of a dataset, as a source gives it (or ``data.cache`` keeps it)."""
 
 
 def _rows(w: np.ndarray | None, index: np.ndarray) -> np.ndarray | None:
     return None if w is None else w[index]
+
+
+def targets_held(split: Split) -> np.ndarray:
+    """The targets of a split that holds them (class labels, values): every kind but a corpus's windows on disk,
+    whose targets are its token ids, read with its samples.
+
+    Raises:
+        ValueError: ``split`` is a corpus's windows on disk.
+    """
+    if isinstance(split, CorpusWindows):
+        raise ValueError("a corpus's windows on disk read their targets with their samples")
+    return split.y
 
 
 def with_weights(split: Split, w: np.ndarray) -> Split:

@@ -14,6 +14,11 @@ A corpus is cut file by file into windows of ``sequence_length + 1`` tokens, ``s
 the sample's token at that position. A file's last window may be short; its padding (id 0) is no target, so windows
 of very different real lengths share a batch and the loss counts only real tokens. The windows are samples like any
 other: the validation split, the order of each epoch and resume follow the rules of (seed, epoch, sample).
+
+``data.cache`` says where a corpus's windows live. ``none``: the corpus is tokenized at load and its windows held
+as arrays (twice its tokens, or more where windows overlap). ``disk``: it is tokenized once, piece by piece, into a
+token file under ``data.cache_dir`` (:mod:`accumrun.data.corpus`), and each window is read from that file as the
+epoch's order reaches it: the same windows, index for index, with memory flat however big the corpus.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from pathlib import Path
 import numpy as np
 
 from accumrun.config.schema import CsvConfig, TextCorpusConfig, TextFolderConfig
-from accumrun.data.splits import ArraySplit, Splits, TextFiles
+from accumrun.data.corpus import corpus_windows, window_starts
+from accumrun.data.splits import ArraySplit, CorpusWindows, Splits, TextFiles
 from accumrun.data.tokenizers import Tokenizer, text_input, tokenizer_for
 from accumrun.errors import DataError
-from accumrun.kinds import Task
+from accumrun.kinds import CacheMode, Task
 
 
 def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
@@ -95,18 +101,23 @@ def checked_cells(path: Path, column: str, cells: Sequence[str], lines: Sequence
 
 def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
     """The windows of the ``.txt`` files that ``data.path`` names (and ``data.validation_path``), in the files'
-    sorted order (see the module's docstring).
+    sorted order (see the module's docstring): arrays, or with ``data.cache: disk`` read from a token file.
 
     Raises:
         DataError: no ``.txt`` file is found, a file is empty or not UTF-8, or no file has two tokens (the least
-            a window with a target needs).
+            a window with a target needs); ``data.cache_dir`` cannot be written.
     """
     tokenizer = tokenizer_for(config.tokenizer)
-    length, stride = config.sequence_length, config.window_stride
-    train = _windows(config.path, "data.path", tokenizer, length, stride)
-    test = None
-    if config.validation_path:
-        test = _windows(config.validation_path, "data.validation_path", tokenizer, length, stride)
+
+    def windows(path: str, key: str) -> ArraySplit | CorpusWindows:
+        length, stride = config.sequence_length, config.window_stride
+        if config.cache is CacheMode.DISK:
+            files = corpus_files(path, key)
+            return corpus_windows(files, key, tokenizer, config.tokenizer, config.cache_dir, length, stride, path)
+        return _windows(path, key, tokenizer, length, stride)
+
+    train = windows(config.path, "data.path")
+    test = windows(config.validation_path, "data.validation_path") if config.validation_path else None
     return Splits(train, test, vocabulary_size=tokenizer.vocabulary_size, task=Task.CAUSAL_LM)
 
 
@@ -142,13 +153,10 @@ def _windows(path: str, key: str, tokenizer: Tokenizer, length: int, stride: int
     x_rows, y_rows = [], []
     for text in corpus_texts(path, key):
         ids = tokenizer.ids(text)
-        # Windows start every `stride` tokens until one reaches the file's last token.
-        for start in range(0, max(len(ids) - 1, 0), stride):
+        for start in window_starts(len(ids), length, stride):
             window = ids[start : start + length + 1]
             x_rows.append(_padded(window[:-1], length))
             y_rows.append(_padded(window[1:], length))
-            if start + length + 1 >= len(ids):
-                break
     if not x_rows:
         raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
     return ArraySplit(np.stack(x_rows), np.stack(y_rows))

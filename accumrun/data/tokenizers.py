@@ -47,6 +47,9 @@ class Tokenizer(ABC):
 
     vocabulary_size: int
     """How many ids there are, padding's 0 among them: what an embedding needs."""
+    line_local: bool = True
+    """Whether no token spans a line break, so that a text's ids are those of its lines' pieces, concatenated (a
+    corpus too big for memory is tokenized so: :mod:`accumrun.data.corpus`)."""
 
     def encode(self, texts: Iterable[str], length: int) -> np.ndarray:
         """``texts`` as an int32 array ``[len(texts), length]``, each row cut or padded with 0."""
@@ -136,9 +139,10 @@ class KerasHubTokenizer(Tokenizer):
     """A KerasHub tokenizer (WordPiece over a vocabulary file, or a preset's), whose id 0 pads. It is TensorFlow
     ops already (tensorflow-text), so the host and the graph encode alike."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, line_local: bool) -> None:
         self._tokenizer = tokenizer
         self.vocabulary_size = int(tokenizer.vocabulary_size())
+        self.line_local = line_local
 
     def ids(self, text: str) -> np.ndarray:
         return np.asarray(self._tokenizer(text), np.int32).reshape(-1)
@@ -211,7 +215,8 @@ def _keras_hub_tokenizer(
             f"its id 0 is {first!r}, a real token; accumrun pads with id 0: put the padding token ([PAD]) first",
             str(source) if isinstance(source, Path) else first,
         )
-    return KerasHubTokenizer(tokenizer)
+    # WordPiece splits at whitespace before it looks up pieces; a preset's tokenizer (a BPE) may merge across lines.
+    return KerasHubTokenizer(tokenizer, line_local=isinstance(config, WordPieceTokenizerConfig))
 
 
 def text_input(config: DataSection) -> tuple[Tokenizer, int] | None:

@@ -27,7 +27,7 @@ from accumrun.data.augment import Augmentation
 from accumrun.data.class_weights import with_class_weights
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
-from accumrun.data.splits import ArraySplit
+from accumrun.data.splits import ArraySplit, CorpusWindows
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Precision, Task
@@ -323,8 +323,9 @@ def _bucket(config: Config) -> int | None:
 
 
 def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
-    """Bucketed padding needs every training sample's length before an epoch (to order each batch by length), a
-    model that takes token ids of any length, and shapes that XLA need not know.
+    """Bucketed padding needs every training sample's length before an epoch (to order each batch by length: token
+    ids in memory, or a corpus's windows on disk, whose bounds give their lengths), a model that takes token ids of
+    any length, and shapes that XLA need not know.
 
     Raises:
         ConfigError: the training samples stream from files, the model takes a fixed length, or
@@ -333,7 +334,7 @@ def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
     bucket = _bucket(config)
     if bucket is None:
         return
-    if not isinstance(dataset.train, ArraySplit):
+    if not isinstance(dataset.train, ArraySplit | CorpusWindows):
         raise ConfigError(
             "data.bucket",
             "orders each batch's texts by length, which needs their token ids in memory, and this folder streams "
