@@ -19,7 +19,7 @@ import numpy as np
 
 from accumrun.config.schema import DataSection, FileSourceConfig, ImageSourceConfig, TextFolderConfig
 from accumrun.data.sources import SOURCES
-from accumrun.data.splits import ArraySplit, CachedImages, Split, Splits, hold_out, seeded_hold_out
+from accumrun.data.splits import ArraySplit, CachedImages, Split, Splits, TextRows, hold_out, seeded_hold_out
 from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
@@ -133,7 +133,8 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """
     splits = SOURCES[config.name].load(config, seed)
     task = _task(config, splits)
-    if not isinstance(splits.train, ArraySplit) and not task.class_labels:
+    # Files are listed by class; a streamed table's rows hold any labels, as the table in memory does.
+    if not isinstance(splits.train, ArraySplit | TextRows) and not task.class_labels:
         raise ConfigError(
             "data.task",
             f"data.name: {config.name} gives class labels, so it poses classification (or binary)",
@@ -194,7 +195,8 @@ def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int
             raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
         return train, _checked(held_out, splits.test, task, tokens), held_out
     if config.validation_split > 0:
-        seeded = seeded_hold_out(config.shuffle, files=not isinstance(train, ArraySplit))
+        # A streamed table is rows in the file's order, as in memory: the same rule holds out the same rows.
+        seeded = seeded_hold_out(config.shuffle, files=not isinstance(train, ArraySplit | TextRows))
         train, val = _split_off_validation(train, config.validation_split, seed, seeded)
         return train, val, held_out
     return train, None, held_out

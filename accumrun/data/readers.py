@@ -11,18 +11,22 @@ over the samples an interrupted epoch already trained on before anything is deco
 ``data.cache`` are visited in the order, and under the indices, of the split they were decoded from.
 
 A file (an image, a text) is read and decoded (tokenized) when the order reaches it. Decoding runs in parallel
-(``num_parallel_calls=AUTOTUNE``) and keeps the order (``deterministic=True``).
+(``num_parallel_calls=AUTOTUNE``) and keeps the order (``deterministic=True``). The records of a text table are
+read a block of the epoch's order at a time: one ``tf.numpy_function`` call takes the block's texts out of the
+memory-mapped file, the tokenizer's TensorFlow ops encode them together, and the block is unbatched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 
 from accumrun.core.targets import Targets, as_targets, each
+from accumrun.data.rows import record_texts
 from accumrun.data.splits import (
     ArraySplit,
     CachedImages,
@@ -30,6 +34,7 @@ from accumrun.data.splits import (
     RecordFiles,
     Split,
     TextFiles,
+    TextRows,
     cached_file,
     epoch_order,
 )
@@ -160,6 +165,54 @@ class TextReader(FileReader):
         text = tf.reshape(tf.io.read_file(raw), [1])
         ids = self.split.tokenizer.encode_tensor(text, self.split.length)
         return tf.ensure_shape(tf.reshape(ids, [self.split.length]), (self.split.length,))
+
+
+class TextRowsReader(Reader):
+    """The records of a text table, in the epoch's order: ``raw`` is a sample's index; blocks of
+    :attr:`BLOCK` indices have their texts sliced from the memory-mapped file in one ``tf.numpy_function`` call
+    (:func:`~accumrun.data.rows.record_texts`) and tokenized together by the tokenizer's TensorFlow ops (the
+    same ids as its host ``encode``)."""
+
+    BLOCK = 64
+    """Records per call into Python: enough to make its cost small beside the tokenizing, few enough to keep the
+    first batch quick."""
+    fault = "cannot be read as text"
+
+    def __init__(self, split: TextRows) -> None:
+        self.size = split.size
+        self.split = split
+        with open(split.path, "rb") as file:
+            self._bytes = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
+        order = epoch_order(self.size, seed, epoch, shuffle)[skip:].astype(np.int64)
+        targets = as_targets(self.split.y[order], None if self.split.w is None else self.split.w[order])
+        return tf.data.Dataset.from_tensor_slices((order, order, targets))
+
+    def stream(self, epoch: int, seed: int, shuffle: bool, skip: int = 0) -> tf.data.Dataset:
+        """The epoch's samples as ``(index, x, y)``, tokenized a block at a time, in parallel, in order."""
+        blocks = self.raw_stream(epoch, seed, shuffle, skip).batch(self.BLOCK)
+        return blocks.map(
+            lambda index, rows, y: (index, self._tokens(rows), y), num_parallel_calls=AUTOTUNE, deterministic=True
+        ).unbatch()
+
+    def decode(self, raw: tf.Tensor) -> tf.Tensor:
+        """``raw`` is the sample's index: its record's text, tokenized to ``length`` ids."""
+        return tf.reshape(self._tokens(tf.reshape(raw, [1])), [self.split.length])
+
+    def _tokens(self, rows: tf.Tensor) -> tf.Tensor:
+        texts = tf.numpy_function(self._texts, [rows], tf.string, stateful=False)
+        texts = tf.reshape(texts, tf.shape(rows))  # numpy_function knows no shape
+        ids = self.split.tokenizer.encode_tensor(texts, self.split.length)
+        return tf.ensure_shape(ids, (None, self.split.length))
+
+    def _texts(self, rows: np.ndarray) -> np.ndarray:
+        texts = record_texts(self._bytes, self.split.spans[rows], self.split.text)
+        return np.array([text.encode("utf-8") for text in texts], dtype=object)
+
+    def describe(self, index: int) -> str:
+        start = int(self.split.spans[index, 0])
+        return f"{self.split.path}, the record at byte {start}"
 
 
 class RecordReader(Reader):
@@ -305,6 +358,8 @@ def reader_for(split: Split) -> Reader:
         return ImageReader(split)
     if isinstance(split, TextFiles):
         return TextReader(split)
+    if isinstance(split, TextRows):
+        return TextRowsReader(split)
     if isinstance(split, CachedImages):
         return CachedReader(split)
     return RecordReader(split)

@@ -1,5 +1,6 @@
-"""What a split of data is before it is read: arrays in memory, a list of image files or of text files, TFRecord
-files, or the decoded images kept by ``data.cache``; and the order in which an epoch visits a split's samples.
+"""What a split of data is before it is read: arrays in memory, a list of image files or of text files, the
+records of a text table (their byte spans in its file), TFRecord files, or the decoded images kept by
+``data.cache``; and the order in which an epoch visits a split's samples.
 
 Each kind knows its size, one sample's stored shape and dtype, and how to keep a subset of its samples (the
 validation hold-out). Reading them, through ``tf.data``, is :mod:`accumrun.data.readers`' job; this module
@@ -115,6 +116,38 @@ class TextFiles:
 
 
 @dataclass(frozen=True)
+class TextRows:
+    """The records of one text table (a JSON Lines file, a CSV with ``data.text``), by their byte spans in the
+    file, and their labels: each record's text is read back from the file and tokenized to ``length`` int32 token
+    ids when it is read (``data.cache: none``; see :mod:`accumrun.data.rows`), so no text is held in memory."""
+
+    path: str
+    spans: np.ndarray
+    """One row ``[start, end)`` per record: its bytes in the file, int64."""
+    y: np.ndarray
+    tokenizer: Tokenizer
+    length: int
+    text: str | int
+    """Where a record's text is: a JSON object's key (a str), or a CSV record's column index (an int)."""
+    w: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.y)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return (self.length,)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.int32)
+
+    def subset(self, index: np.ndarray) -> TextRows:
+        return replace(self, spans=self.spans[index], y=self.y[index], w=_rows(self.w, index))
+
+
+@dataclass(frozen=True)
 class RecordFiles(_EncodedImages):
     """TFRecord files of ``tf.train.Example``: an encoded image and an int64 class label each.
 
@@ -202,7 +235,7 @@ def cached_file(folder: str, row: int) -> str:
     return f"{folder}/{row:08d}.u8"
 
 
-Split = ArraySplit | ImageFiles | TextFiles | RecordFiles | CachedImages
+Split = ArraySplit | ImageFiles | TextFiles | TextRows | RecordFiles | CachedImages
 """One split of a dataset, as a source gives it (or ``data.cache`` keeps it)."""
 
 
