@@ -16,11 +16,13 @@ import pytest
 from accumrun import load_config, train
 from accumrun.config.schema import data_config
 from accumrun.core.targets import unweighted, weights_of
+from accumrun.data.class_weights import with_class_weights
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit, TextRows
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
+from accumrun.errors import DataError
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, max_difference, write_config
 
@@ -118,6 +120,14 @@ def test_streamed_table_text_is_the_samples_of_the_table_in_memory(tmp_path: Pat
             skipped = list(Feeder(mine, sizes, seed=5, shuffle=True).epoch(1, skip=1))
             for (x, _), (x_first, _) in zip(skipped, fed[0][1:], strict=True):
                 np.testing.assert_array_equal(x.numpy(), x_first.numpy())
+        weighted = (with_class_weights(dataset, {"positive": 3.0}).train.w for dataset in (streamed, held))
+        np.testing.assert_array_equal(*weighted)
+
+    # A file changed since startup is found when training reads it, and the record named.
+    lines.write_text("{}\n" * 30, encoding="utf-8")
+    changed = rf"data: {re.escape(str(lines))}, the record at byte \d+ cannot be read as text \(.*not the record read"
+    with pytest.raises(DataError, match=changed):
+        list(Feeder(streamed.train, [5], seed=5, shuffle=True).epoch(0))
 
 
 @pytest.mark.slow

@@ -38,6 +38,7 @@ from accumrun.data.splits import (
     cached_file,
     epoch_order,
 )
+from accumrun.errors import DataError
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -181,8 +182,11 @@ class TextRowsReader(Reader):
     def __init__(self, split: TextRows) -> None:
         self.size = split.size
         self.split = split
-        with open(split.path, "rb") as file:
-            self._bytes = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            with open(split.path, "rb") as file:
+                self._bytes = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as error:  # gone, or emptied (no mmap of 0 bytes), since startup read it
+            raise DataError("data", f"{split.path} cannot be read ({error})") from None
 
     def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
         order = epoch_order(self.size, seed, epoch, shuffle)[skip:].astype(np.int64)
@@ -207,7 +211,11 @@ class TextRowsReader(Reader):
         return tf.ensure_shape(ids, (None, self.split.length))
 
     def _texts(self, rows: np.ndarray) -> np.ndarray:
-        texts = record_texts(self._bytes, self.split.spans[rows], self.split.text)
+        try:
+            texts = record_texts(self._bytes, self.split.spans[rows], self.split.text)
+        except ValueError as error:
+            # An error of the op, in a pipeline and eagerly alike (where find_undecodable decodes one by one).
+            raise tf.errors.InvalidArgumentError(None, None, str(error)) from None
         return np.array([text.encode("utf-8") for text in texts], dtype=object)
 
     def describe(self, index: int) -> str:

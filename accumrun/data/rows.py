@@ -64,15 +64,28 @@ def _has_bom(path: Path) -> bool:
 
 def record_text(record: bytes, text: str | int) -> str:
     """The text of one record's bytes: a JSON object's key ``text`` (a str), or a CSV record's cell at column
-    ``text`` (an int), stripped as the table reads its cells."""
-    if isinstance(text, str):
-        value = json.loads(record)[text]
-        assert isinstance(value, str)  # checked at startup
-        return value
-    (row,) = csv.reader(io.StringIO(record.decode("utf-8"), newline=""))
-    return row[text].strip()
+    ``text`` (an int), stripped as the table reads its cells.
+
+    Raises:
+        ValueError: the bytes are no such record (startup checked them: the file has changed since).
+    """
+    try:
+        if isinstance(text, str):
+            value = json.loads(record)[text]
+        else:
+            (row,) = csv.reader(io.StringIO(record.decode("utf-8"), newline=""))
+            value = row[text].strip()
+    except (ValueError, LookupError, TypeError, csv.Error) as error:
+        raise ValueError(f"not the record read at startup ({type(error).__name__}: {error})") from None
+    if not isinstance(value, str) or not value:
+        raise ValueError("not the record read at startup (its text is not a string, or empty)")
+    return value
 
 
 def record_texts(data: bytes | mmap.mmap, spans: np.ndarray, text: str | int) -> list[str]:
-    """The texts of the records at ``spans`` (rows of ``[start, end)``) of a file's bytes ``data``."""
+    """The texts of the records at ``spans`` (rows of ``[start, end)``) of a file's bytes ``data``.
+
+    Raises:
+        ValueError: see :func:`record_text`.
+    """
     return [record_text(bytes(data[start:end]), text) for start, end in spans.tolist()]
