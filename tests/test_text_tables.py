@@ -85,8 +85,8 @@ def test_a_text_column_and_json_lines_are_their_texts_tokens(tmp_path: Path) -> 
 
 
 def test_streamed_table_text_is_the_samples_of_the_table_in_memory(tmp_path: Path) -> None:
-    texts = ["plain", 'a "quoted" word, and a comma', "two\nlines\r\nand a return", "réussi, très 😀", "  spaced  ",
-             "long " * 12]  # fmt: skip
+    texts = ["plain\u2028separated", 'a "quoted" word, and a comma', "two\nlines\r\nand a return",
+             "réussi, très 😀", "  spaced  ", "long " * 12]  # fmt: skip
     rows = [(text, ["negative", "positive"][i % 2]) for i, text in enumerate(texts * 3)]
     table = tmp_path / "t.csv"
     with table.open("w", newline="", encoding="utf-8-sig") as file:  # a byte-order mark, csv's \r\n line ends
@@ -94,7 +94,7 @@ def test_streamed_table_text_is_the_samples_of_the_table_in_memory(tmp_path: Pat
                                                                         enumerate(rows))])  # fmt: skip
     lines = tmp_path / "t.jsonl"
     records = [json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\r\n" for t, y in rows]
-    lines.write_text("".join(records[:5]) + "\n" + "".join(records[5:]), encoding="utf-8")  # a blank line
+    lines.write_text("".join(records[:5]) + "\n" + "".join(records[5:]), encoding="utf-8-sig")  # a blank line
     character = {"name": "character", "vocabulary_size": 300}
     sources = ({"name": "csv", "path": str(table), "label": "sentiment", "text": "review", "weight": "weight"},
                {"name": "jsonl", "path": str(lines), "label": "label", "tokenizer": character})  # fmt: skip

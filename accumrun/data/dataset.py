@@ -92,7 +92,8 @@ class Dataset:
 
     @property
     def streamed(self) -> bool:
-        """Whether the samples are files read as they are needed rather than arrays in memory."""
+        """Whether the samples are files (or a text table's rows) read as they are needed rather than arrays in
+        memory."""
         held = isinstance(self.train, CachedImages) and self.train.pixels is not None
         return not (isinstance(self.train, ArraySplit) or held)
 
@@ -122,8 +123,9 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """Load the configured dataset, settle its task and split off the validation data.
 
     With ``data.cache``, each image split comes back with its decoded images kept, each text split as its token
-    ids (see :mod:`accumrun.data.cache`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled
-    first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
+    ids (see :mod:`accumrun.data.cache`; a text table's loader tokenizes at load itself, or else streams its
+    rows). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled first, by
+    :func:`accumrun.data.vocabulary.settle_vocabulary`.
 
     Raises:
         DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or

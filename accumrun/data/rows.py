@@ -8,9 +8,10 @@ JSON Lines, ``csv.reader`` over the one record for a CSV, so quoting, escaped qu
 quoted cell read as they did at startup.
 
 JSON Lines end at ``"\\n"`` alone (a ``"\\r"`` before it is whitespace to JSON): a line separator that Python's
-``str.splitlines`` knows but JSON allows inside a string (U+2028, U+0085) stays in its record. A CSV's lines are
-those Python's ``open(newline="")`` gives (``\\n``, ``\\r\\n`` or ``\\r``), read through ``csv.reader``, and each
-record's span is the bytes of the lines it was parsed from (a byte-order mark before the header is in no span).
+``str.splitlines`` knows but JSON allows inside a string (U+2028, U+0085) stays in its record; a byte-order mark
+before the first line is skipped. A CSV's lines are those Python's ``open(newline="")`` gives (``\\n``,
+``\\r\\n`` or ``\\r``), read through ``csv.reader``, and each record's span is the bytes of the lines it was parsed
+from (a byte-order mark before the header is in no span).
 """
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ import numpy as np
 
 
 def json_lines(file: IO[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
-    """Each line of a binary file as ``(number, start, end, bytes)``: 1-based, and its span, ``"\\n"`` included."""
+    """Each line of a binary file as ``(number, start, end, bytes)``: 1-based, and its span, ``"\\n"`` included;
+    a byte-order mark before the first line is in neither."""
     start = 0
     for number, line in enumerate(file, start=1):
-        yield number, start, start + len(line), line
-        start += len(line)
+        end = start + len(line)
+        if number == 1 and line.startswith(codecs.BOM_UTF8):
+            line, start = line[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
+        yield number, start, end, line
+        start = end
 
 
 class CsvRecords:
