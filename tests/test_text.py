@@ -84,7 +84,7 @@ def test_a_streamed_text_folder_subdivided_trains_as_its_texts_in_memory_and_res
     lines = tmp_path / "texts.jsonl"
     lines.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
     in_memory = text_config(tmp_path)
-    in_memory["data"] |= {"name": "jsonl", "path": str(lines), "label": "label"}
+    in_memory["data"] |= {"name": "jsonl", "path": str(lines), "label": "label", "cache": "memory"}
     initial = build_training(load_config(in_memory)).model.get_weights()
     streamed = train(config, tmp_path / "streamed", quiet=True)
     held = train(in_memory, tmp_path / "held", quiet=True)

@@ -1,5 +1,6 @@
-"""Text in tables: a CSV's ``data.text`` column and JSON Lines files, tokenized; text classification from them
-trains subdivided as plain, and bad rows are refused in one line that names the line."""
+"""Text in tables: a CSV's ``data.text`` column and JSON Lines files, tokenized at load (``cache: memory``) or
+streamed from the file (``cache: none``) to the same samples; text classification from them trains streamed and
+subdivided as in memory and plain, and bad rows are refused in one line that names the line."""
 
 from __future__ import annotations
 
@@ -14,9 +15,14 @@ import pytest
 
 from accumrun import load_config, train
 from accumrun.config.schema import data_config
+from accumrun.core.targets import unweighted, weights_of
+from accumrun.data.class_weights import with_class_weights
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
+from accumrun.data.feeder import Feeder
+from accumrun.data.splits import ArraySplit, TextRows
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
+from accumrun.errors import DataError
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, max_difference, write_config
 
@@ -59,7 +65,8 @@ def test_a_text_column_and_json_lines_are_their_texts_tokens(tmp_path: Path) -> 
     rows = reviews(tmp_path, 12)
     texts = [text for text, _ in rows]
     table = write_csv(tmp_path / "reviews.csv", rows)
-    config = data_config(name="csv", path=str(table), label="sentiment", text="review", validation_split=0.0)
+    config = data_config(name="csv", path=str(table), label="sentiment", text="review", validation_split=0.0,
+                         cache="memory")  # fmt: skip
     dataset = load_dataset(config, seed=0)
     np.testing.assert_array_equal(dataset.train.x, ByteTokenizer().encode(texts, 256))
     np.testing.assert_array_equal(dataset.train.y, [["negative", "positive"].index(label) for _, label in rows])
@@ -70,29 +77,81 @@ def test_a_text_column_and_json_lines_are_their_texts_tokens(tmp_path: Path) -> 
     )
     tokenizer = {"name": "character", "vocabulary_size": 300}
     config = data_config(name="jsonl", path=str(lines), text="body", label="y", tokenizer=tokenizer,
-                         sequence_length=20, validation_split=0.0)  # fmt: skip
+                         sequence_length=20, validation_split=0.0, cache="memory")  # fmt: skip
     dataset = load_dataset(config, seed=0)
     np.testing.assert_array_equal(dataset.train.x, CharacterTokenizer(300).encode(texts, 20))
     np.testing.assert_array_equal(dataset.train.y, np.arange(12) % 3)
     assert (dataset.vocabulary_size, dataset.labels) == (300, ["0", "1", "2"])
 
 
+def test_streamed_table_text_is_the_samples_of_the_table_in_memory(tmp_path: Path) -> None:
+    texts = ["plain\u2028separated", 'a "quoted" word, and a comma', "two\nlines\r\nand a return",
+             "réussi, très 😀", "  spaced  ", "long " * 12]  # fmt: skip
+    rows = [(text, ["negative", "positive"][i % 2]) for i, text in enumerate(texts * 3)]
+    table = tmp_path / "t.csv"
+    with table.open("w", newline="", encoding="utf-8-sig") as file:  # a byte-order mark, csv's \r\n line ends
+        csv.writer(file).writerows([["review", "weight", "sentiment"], *([t, 1 + i % 3, y] for i, (t, y) in
+                                                                        enumerate(rows))])  # fmt: skip
+    lines = tmp_path / "t.jsonl"
+    records = [json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\r\n" for t, y in rows]
+    lines.write_text("".join(records[:5]) + "\n" + "".join(records[5:]), encoding="utf-8-sig")  # a blank line
+    character = {"name": "character", "vocabulary_size": 300}
+    sources = ({"name": "csv", "path": str(table), "label": "sentiment", "text": "review", "weight": "weight"},
+               {"name": "jsonl", "path": str(lines), "label": "label", "tokenizer": character})  # fmt: skip
+    for section in sources:
+        streamed, held = (
+            load_dataset(data_config(**section, sequence_length=24, validation_split=0.25, cache=cache), seed=5)
+            for cache in ("none", "memory")
+        )
+        assert isinstance(streamed.train, TextRows) and streamed.streamed and isinstance(held.train, ArraySplit)
+        assert (streamed.val_size, streamed.labels) == (held.val_size, held.labels) == (4, ["negative", "positive"])
+        for mine, theirs in ((streamed.train, held.train), (streamed.val, held.val)):
+            assert mine is not None and theirs is not None
+            sizes = [5] * (mine.size // 5) + [mine.size % 5] * (mine.size % 5 > 0)
+            fed = [list(Feeder(split, sizes, seed=5, shuffle=True).epoch(1)) for split in (mine, theirs)]
+            for (x, y), (x_held, y_held) in zip(*fed, strict=True):
+                np.testing.assert_array_equal(x.numpy(), x_held.numpy())
+                np.testing.assert_array_equal(unweighted(y).numpy(), unweighted(y_held).numpy())
+                weights, held_weights = weights_of(y), weights_of(y_held)
+                assert (weights is None) == (held_weights is None) == (section["name"] == "jsonl")
+                if weights is not None and held_weights is not None:
+                    np.testing.assert_array_equal(weights.numpy(), held_weights.numpy())
+            # A resumed epoch skips its first chunk and reads the rest alike.
+            skipped = list(Feeder(mine, sizes, seed=5, shuffle=True).epoch(1, skip=1))
+            for (x, _), (x_first, _) in zip(skipped, fed[0][1:], strict=True):
+                np.testing.assert_array_equal(x.numpy(), x_first.numpy())
+        weighted = (with_class_weights(dataset, {"positive": 3.0}).train.w for dataset in (streamed, held))
+        np.testing.assert_array_equal(*weighted)
+
+    # A file changed since startup is found when training reads it, and the record named.
+    lines.write_text("{}\n" * 3000, encoding="utf-8")  # long enough to hold every span, none a record
+    changed = rf"data: {re.escape(str(lines))}, the record at byte \d+ cannot be read as text \(InvalidArgumentError: not the record read"
+    with pytest.raises(DataError, match=changed):
+        list(Feeder(streamed.train, [5], seed=5, shuffle=True).epoch(0))
+
+
 @pytest.mark.slow
-def test_text_classification_from_csv_and_jsonl_subdivided_equals_plain(tmp_path: Path) -> None:
+def test_text_classification_from_csv_streamed_and_subdivided_equals_in_memory_and_plain(tmp_path: Path) -> None:
     rows = reviews(tmp_path)
     table = {"name": "csv", "path": str(write_csv(tmp_path / "reviews.csv", rows)), "label": "sentiment",
              "text": "review"}  # fmt: skip
     records = [{"text": text, "label": ["negative", "positive"].index(label)} for text, label in rows]
     lines = {"name": "jsonl", "path": str(write_jsonl(tmp_path / "reviews.jsonl", records)), "label": "label"}
-    initial = build_training(load_config(table_config(table))).model.get_weights()
-    plain = train(table_config(table), tmp_path / "plain", quiet=True)
+    held = {**table, "cache": "memory"}
+    initial = build_training(load_config(table_config(held))).model.get_weights()
+    plain = train(table_config(held), tmp_path / "plain", quiet=True)
+    # Streamed (the default), 10 = 4 + 3 + 3: each row's text read back from the file as the order reaches it.
     subdivided = train(table_config(table, subdivisions=3), tmp_path / "subdivided", quiet=True)
+    assert load_dataset(load_config(table_config(table)).data, seed=2).streamed
     assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
     assert max_difference(plain.model.get_weights(), initial) > 1e-2  # it trained
+    assert [row["loss"] for row in subdivided.metrics] == pytest.approx([row["loss"] for row in plain.metrics], 1e-5)
     assert json.loads((tmp_path / "plain" / "labels.json").read_text()) == ["negative", "positive"]
     assert not (tmp_path / "plain" / "features.json").exists()
     # The same texts and classes, in the same order, from JSON Lines: the same samples, so the same training.
-    from_table, from_lines = (build_training(load_config(table_config(data))).dataset for data in (table, lines))
+    from_table, from_lines = (
+        build_training(load_config(table_config({**data, "cache": "memory"}))).dataset for data in (table, lines)
+    )
     for mine, theirs in ((from_lines.train, from_table.train), (from_lines.val, from_table.val)):
         np.testing.assert_array_equal(mine.x, theirs.x)
         np.testing.assert_array_equal(mine.y, theirs.y)
@@ -127,7 +186,18 @@ def bad_table(tmp: Path, fault: str) -> Path:
             data = {**data, "text": None, "tokenizer": {"name": "byte"}}
         elif fault == "csv-bucket-without-text":
             data = {**data, "text": None, "bucket": 8}
-    return write_config(tmp / "bad.yaml", data=data, model={"name": "transformer", "width": 8})
+        elif fault == "csv-cache-without-text":
+            data = {**data, "text": None, "cache": "memory"}
+        elif fault == "csv-cache-disk":
+            data["cache"] = "disk"
+        elif fault == "csv-bucket-streamed":
+            (tmp / "t.csv").write_text("review,label\n" + "fine,positive\nawful,negative\n" * 5)
+            data["bucket"] = 8
+    if fault == "jsonl-cache-disk":
+        data["cache"] = "disk"
+    return write_config(
+        tmp / "bad.yaml", data=data, model={"name": "transformer", "width": 8}, training={"batch_size": 2}
+    )
 
 
 @pytest.mark.slow
@@ -137,7 +207,7 @@ def test_bucketed_text_classification_from_csv_equals_plain(tmp_path: Path) -> N
     # Without dropout (whose masks are drawn by a sample's row, which grouping by length moves), each batch
     # grouped by length and its 3 sub-batches cut to multiples of 8 tokens give the plain update.
     runs = []
-    for data, subdivisions in ((table, 1), ({**table, "bucket": 8}, 3)):
+    for data, subdivisions in ((table, 1), ({**table, "bucket": 8, "cache": "memory"}, 3)):
         config = table_config(data, epochs=1, subdivisions=subdivisions)
         config["model"]["dropout"] = 0.0
         runs.append(train(config, tmp_path / str(subdivisions), quiet=True))
@@ -162,6 +232,14 @@ def test_bucketed_text_classification_from_csv_equals_plain(tmp_path: Path) -> N
         (
             "csv-bucket-without-text",
             r"data\.bucket: pads token ids: it applies to a text column; set data\.text too \(got 8\)",
+        ),
+        ("csv-cache-without-text", r"data: cache applies to a text column \(a table of numbers is held in memory\)"),
+        ("csv-cache-disk", r"data\.cache: csv keeps token ids in memory or streams its rows: none or memory"),
+        ("jsonl-cache-disk", r"data\.cache: jsonl keeps token ids in memory or streams its lines: none or memory"),
+        (
+            "csv-bucket-streamed",
+            r"data\.bucket: orders each batch's texts by length, .* this table streams its rows: set data\.cache: "
+            r"memory \(got 8\)",
         ),
     ],
 )

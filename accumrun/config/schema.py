@@ -356,6 +356,13 @@ TokenizerConfig = Annotated[
 DEFAULT_SEQUENCE_LENGTH = 256
 
 
+def _none_or_memory(value: Any, source: str, samples: str) -> Any:
+    """``cache`` of a text source: token ids in memory, or the ``samples`` streamed; never on disk."""
+    if value is CacheMode.DISK:
+        raise ValueError(f"{source} keeps token ids in memory or streams its {samples}: none or memory")
+    return value
+
+
 def _refuse_image_keys(section: DataSection) -> None:
     for key in ("normalize", "augment"):
         if getattr(section, key):
@@ -381,7 +388,17 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     sequence_length: int | None = Field(None, ge=1)
     """With ``text``: tokens per sample (default 256), cut or padded with id 0."""
     bucket: int | None = Field(None, ge=1)
-    """With ``text``: bucketed padding, as for the text sources (:attr:`TextSourceConfig.bucket`)."""
+    """With ``text``: bucketed padding, as for the text sources (:attr:`TextSourceConfig.bucket`); it needs
+    ``cache: memory``."""
+    cache: Annotated[CacheMode, _words(CacheMode)] | None = None
+    """With ``text`` (default ``none``): ``none`` streams, each row's text read back from the file and tokenized
+    as the epoch's order reaches it; ``memory`` tokenizes every text at load and trains from the token ids in
+    memory. A table of numbers is always held in memory and takes no ``cache``."""
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_none_or_memory(cls, value: CacheMode | None) -> CacheMode | None:
+        return _none_or_memory(value, "csv", "rows")
 
     @field_validator("bucket")
     @classmethod
@@ -396,11 +413,16 @@ class CsvConfig(SampleWeights, FileSourceConfig):
         if self.text is None:
             if self.tokenizer is not None or self.sequence_length is not None:
                 raise ValueError("tokenizer and sequence_length apply to a text column: set data.text too")
+            if self.cache is not None:
+                raise ValueError(
+                    "cache applies to a text column (a table of numbers is held in memory): set data.text too"
+                )
             return self
         _refuse_image_keys(self)
         # Filled in here, not as field defaults, so a table of numbers records no tokenizer in its config.yaml.
         self.tokenizer = self.tokenizer or ByteTokenizerConfig(name="byte")
         self.sequence_length = self.sequence_length or DEFAULT_SEQUENCE_LENGTH
+        self.cache = self.cache or CacheMode.NONE
         return self
 
     @property
@@ -455,10 +477,8 @@ class TextFolderConfig(TextSourceConfig):
 
     @field_validator("cache")
     @classmethod
-    def _none_or_memory(cls, value: CacheMode) -> CacheMode:
-        if value is CacheMode.DISK:
-            raise ValueError("text_folder keeps token ids in memory or streams its files: none or memory")
-        return value
+    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
+        return _none_or_memory(value, "text_folder", "files")
 
 
 class JsonlConfig(TextSourceConfig):
@@ -470,6 +490,15 @@ class JsonlConfig(TextSourceConfig):
     """The key of each object's text."""
     label: str = Field(min_length=1)
     """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
+    cache: Annotated[CacheMode, _words(CacheMode)] = CacheMode.NONE
+    """``none`` streams: each line's text is read back from the file and tokenized as the epoch's order reaches
+    it. ``memory`` tokenizes every text once, at load, and trains from the token ids in memory (``bucket`` needs
+    it)."""
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
+        return _none_or_memory(value, "jsonl", "lines")
 
 
 class TextCorpusConfig(TextSourceConfig):

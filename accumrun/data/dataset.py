@@ -108,8 +108,8 @@ class Dataset:
 
     @property
     def streamed(self) -> bool:
-        """Whether the samples are read as they are needed (files, a cache's files, a corpus's token file) rather
-        than arrays in memory."""
+        """Whether the samples are read as they are needed (files, a text table's rows, a cache's files, a corpus's
+        token file) rather than arrays in memory."""
         held = isinstance(self.train, CachedImages) and self.train.pixels is not None
         return not (isinstance(self.train, ArraySplit) or held)
 
@@ -139,9 +139,10 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """Load the configured dataset, settle its task and split off the validation data.
 
     With ``data.cache``, each image split comes back with its decoded images kept, each text split as its token
-    ids (see :mod:`accumrun.data.cache`); a text corpus's loader reads ``data.cache: disk`` itself, and gives
-    the windows of its token file (:mod:`accumrun.data.corpus`). A learned vocabulary
-    (``data.tokenizer.vocabulary_size``) is settled first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
+    ids (see :mod:`accumrun.data.cache`); a text table's and a text corpus's loaders read ``data.cache``
+    themselves (a table tokenizes at load, or streams its rows; a corpus's windows come from its token file with
+    ``disk``, :mod:`accumrun.data.corpus`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled
+    first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
 
     Raises:
         DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or
@@ -212,7 +213,8 @@ def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int
             raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
         return train, _checked(held_out, splits.test, task, tokens), held_out
     if config.validation_split > 0:
-        # A corpus's windows are numbered in its files' order, on disk as in memory: the same hold-out either way.
+        # A corpus's windows and a table's rows are numbered in their files' order, streamed or held: the same
+        # hold-out either way.
         seeded = seeded_hold_out(config.shuffle, files=isinstance(train, _LABELLED_FILES))
         train, val = _split_off_validation(train, config.validation_split, seed, seeded)
         return train, val, held_out

@@ -13,6 +13,7 @@ windows on disk.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -119,11 +120,24 @@ class Feeder:
         batches of the largest chunk's size, so the culprit may lie up to that many samples past the chunk."""
         start, count = int(self._starts[chunk]), self._sizes[chunk] + max(self._sizes)
         where = self.reader.find_undecodable(epoch, self._seed, self._shuffle, start, count)
-        message = (error.message or "").strip().splitlines()
-        detail = message[0] if message else type(error).__name__
+        detail = _reported(error)
         if where is None:
             return DataError("data", f"reading the data failed: {detail}")
         return DataError("data", f"{where} {self.reader.fault} ({detail})")
+
+
+_PIPELINE_PREFIX = re.compile(
+    r"^(\{\{function_node [^}]*\}\}\s*)?(Error in user-defined function passed to .*? transformation with "
+    r"iterator: \S+: )?"
+)
+"""What ``tf.data`` puts before the error of a function it ran (the graph's node, the function, the iterator):
+TensorFlow's bookkeeping, not the user's problem."""
+
+
+def _reported(error: tf.errors.OpError) -> str:
+    """The first line of what TensorFlow reported, without the pipeline's bookkeeping before it."""
+    message = (error.message or "").strip().splitlines()
+    return _PIPELINE_PREFIX.sub("", message[0]) if message else type(error).__name__
 
 
 def _length_groups(split: Split, batch_sizes: list[int], augmentation: Augmentation | None) -> LengthGroups:

@@ -2,8 +2,13 @@
 ``data.label`` key holds the label.
 
 Labels are read as a CSV's label column is: class names (numbered in sorted order), class indices, or other
-numbers (regression targets). Blank lines are skipped; every other line must be an object with both keys and a
-non-empty text, or the error names the file and the line.
+numbers (regression targets). Lines end at ``"\n"``; blank lines are skipped; every other line must be an object
+with both keys and a non-empty text, or the error names the file and the line.
+
+``data.cache: none`` (the default) streams, as a text folder does: startup reads and checks every line, keeps each
+record's label and byte span but not its text, and the texts are read back from the file and tokenized as the
+epoch's order reaches them (a :class:`~accumrun.data.splits.TextRows`; see :mod:`accumrun.data.rows`). ``memory``
+tokenizes every text at load and trains from the token ids in memory (which ``data.bucket`` needs).
 """
 
 from __future__ import annotations
@@ -12,15 +17,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from accumrun.config.schema import JsonlConfig
+from accumrun.data.rows import json_lines
 from accumrun.data.splits import Splits
-from accumrun.data.tables import Table, labelled_splits
+from accumrun.data.tables import Table, labelled_splits, streamed_rows
 from accumrun.data.tokenizers import Tokenizer, tokenizer_for
 from accumrun.errors import DataError
+from accumrun.kinds import CacheMode
 
 
 def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
-    """The objects of ``data.path`` (and ``data.validation_path``), their texts tokenized.
+    """The objects of ``data.path`` (and ``data.validation_path``): their texts tokenized (``cache: memory``), or
+    their byte spans, to stream (``cache: none``).
 
     Raises:
         DataError: a file is missing, empty or not JSON Lines, or a line lacks a key or has a bad value.
@@ -34,7 +44,10 @@ def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
 
 
 def _read(path: Path, key: str, config: JsonlConfig, tokenizer: Tokenizer) -> Table:
-    texts, labels = read_records(path, key, config)
+    stream = config.cache is CacheMode.NONE
+    texts, labels, spans = _scan(path, key, config, keep_texts=not stream)
+    if stream:
+        return Table.of_column([], streamed_rows(path, spans, tokenizer, config.sequence_length, config.text), labels)
     return Table.of_column([], tokenizer.encode(texts, config.sequence_length), labels)
 
 
@@ -44,23 +57,37 @@ def read_records(path: Path, key: str, config: JsonlConfig) -> tuple[list[str], 
     Raises:
         DataError: the file is missing, empty or not JSON Lines, or a line lacks a key or has a bad value.
     """
+    texts, labels, _ = _scan(path, key, config, keep_texts=True)
+    return texts, labels
+
+
+def _scan(path: Path, key: str, config: JsonlConfig, keep_texts: bool) -> tuple[list[str], list[str], np.ndarray]:
+    """Each object's text (with ``keep_texts``; else each is checked and let go), its label, and its line's byte
+    span, in the file's order."""
     if not path.is_file():
         raise DataError(key, "JSON Lines file not found", str(path))
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise DataError(key, f"cannot read {path} as UTF-8 text: {error}") from None
     texts: list[str] = []
     labels: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        record = _object(path, key, number, line)
-        texts.append(_text(path, number, record, config.text))
-        labels.append(_label(path, number, record, config.label))
-    if not texts:
+    spans: list[tuple[int, int]] = []
+    try:
+        with path.open("rb") as file:
+            for number, start, end, raw in json_lines(file):
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
+                record = _object(path, key, number, line)
+                text = _text(path, number, record, config.text)
+                if keep_texts:
+                    texts.append(text)
+                labels.append(_label(path, number, record, config.label))
+                spans.append((start, end))
+    except OSError as error:
+        raise DataError(key, f"cannot read {path} as UTF-8 text: {error}") from None
+    except UnicodeDecodeError as error:
+        raise DataError(key, f"cannot read {path} as UTF-8 text: line {number}: {error}") from None
+    if not labels:
         raise DataError(key, f"{path} is empty; it needs one JSON object per line")
-    return texts, labels
+    return texts, labels, np.array(spans, np.int64).reshape(-1, 2)
 
 
 def _object(path: Path, key: str, number: int, line: str) -> dict[str, Any]:

@@ -11,9 +11,11 @@ over the samples an interrupted epoch already trained on before anything is deco
 ``data.cache`` are visited in the order, and under the indices, of the split they were decoded from.
 
 A file (an image, a text) is read and decoded (tokenized) when the order reaches it. Decoding runs in parallel
-(``num_parallel_calls=AUTOTUNE``) and keeps the order (``deterministic=True``). A corpus's windows in a token file
-are read from the file, a block of the order at a time, each window's bytes alone; with length grouping
-(``data.bucket``), in the grouped order (:mod:`accumrun.data.grouping`).
+(``num_parallel_calls=AUTOTUNE``) and keeps the order (``deterministic=True``). Two kinds are read a block of the
+epoch's order at a time, one ``tf.numpy_function`` call per block that reads each sample's bytes alone from its file
+(:func:`read_spans`), then unbatched: a corpus's windows from its token file (with length grouping,
+``data.bucket``, in the grouped order: :mod:`accumrun.data.grouping`), and a text table's records, whose texts the
+tokenizer's TensorFlow ops then encode together.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import tensorflow as tf
 
 from accumrun.core.targets import Targets, as_targets, each
 from accumrun.data.grouping import LengthGroups
+from accumrun.data.rows import record_text
 from accumrun.data.splits import (
     ArraySplit,
     CachedImages,
@@ -35,6 +38,7 @@ from accumrun.data.splits import (
     RecordFiles,
     Split,
     TextFiles,
+    TextRows,
     cached_file,
     epoch_order,
 )
@@ -165,6 +169,58 @@ class TextReader(FileReader):
         text = tf.reshape(tf.io.read_file(raw), [1])
         ids = self.split.tokenizer.encode_tensor(text, self.split.length)
         return tf.ensure_shape(tf.reshape(ids, [self.split.length]), (self.split.length,))
+
+
+class TextRowsReader(Reader):
+    """The records of a text table, in the epoch's order: ``raw`` is a sample's index; blocks of
+    :attr:`BLOCK` indices have their records read from the file in one ``tf.numpy_function`` call
+    (:func:`read_spans`; :func:`~accumrun.data.rows.record_text` takes each one's text) and tokenized together by
+    the tokenizer's TensorFlow ops (the same ids as its host ``encode``)."""
+
+    BLOCK = 64
+    """Records per call into Python: enough to make its cost small beside the tokenizing, few enough to keep the
+    first batch quick."""
+    fault = "cannot be read as text"
+
+    def __init__(self, split: TextRows) -> None:
+        self.size = split.size
+        self.split = split
+
+    def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
+        order = epoch_order(self.size, seed, epoch, shuffle)[skip:].astype(np.int64)
+        targets = as_targets(self.split.y[order], None if self.split.w is None else self.split.w[order])
+        return tf.data.Dataset.from_tensor_slices((order, order, targets))
+
+    def stream(self, epoch: int, seed: int, shuffle: bool, skip: int = 0) -> tf.data.Dataset:
+        """The epoch's samples as ``(index, x, y)``, tokenized a block at a time, in parallel, in order."""
+        blocks = self.raw_stream(epoch, seed, shuffle, skip).batch(self.BLOCK)
+        return blocks.map(
+            lambda index, rows, y: (index, self._tokens(rows), y), num_parallel_calls=AUTOTUNE, deterministic=True
+        ).unbatch()
+
+    def decode(self, raw: tf.Tensor) -> tf.Tensor:
+        """``raw`` is the sample's index: its record's text, tokenized to ``length`` ids."""
+        return tf.reshape(self._tokens(tf.reshape(raw, [1])), [self.split.length])
+
+    def _tokens(self, rows: tf.Tensor) -> tf.Tensor:
+        texts = tf.numpy_function(self._texts, [rows], tf.string, stateful=False)
+        texts = tf.reshape(texts, tf.shape(rows))  # numpy_function knows no shape
+        ids = self.split.tokenizer.encode_tensor(texts, self.split.length)
+        return tf.ensure_shape(ids, (None, self.split.length))
+
+    def _texts(self, rows: np.ndarray) -> np.ndarray:
+        spans = self.split.spans[rows]
+        try:
+            records = read_spans(self.split.path, spans[:, 0], spans[:, 1] - spans[:, 0])
+            texts = [record_text(record, self.split.text) for record in records]
+        except (OSError, ValueError) as error:
+            # An error of the op, in a pipeline and eagerly alike (where find_undecodable decodes one by one).
+            raise tf.errors.InvalidArgumentError(None, None, str(error)) from None
+        return np.array([text.encode("utf-8") for text in texts], dtype=object)
+
+    def describe(self, index: int) -> str:
+        start = int(self.split.spans[index, 0])
+        return f"{self.split.path}, the record at byte {start}"
 
 
 class RecordReader(Reader):
@@ -305,12 +361,8 @@ class CachedReader(Reader):
 class CorpusReader(Reader):
     """A corpus's windows (:class:`~accumrun.data.splits.CorpusWindows`), read from its token file in the epoch's
     order (each batch grouped by length when ``groups`` is given), :data:`_WINDOWS` at a time in one call. A
-    window's padding is 0, past its text's end, as an in-memory corpus pads it.
-
-    Each window's bytes are read with one ``pread``, a copy of those bytes alone. A memory-mapped file would count
-    in the process's memory every page the system maps around a window (whole large folios of the page cache:
-    about 50 MiB for one block of 64 windows over a 64 MiB file, measured), so memory would follow the corpus's
-    size; read so, it stays flat however big the corpus."""
+    window's padding is 0, past its text's end, as an in-memory corpus pads it. Each window's bytes are read alone
+    (:func:`read_spans`), so memory stays flat however big the corpus."""
 
     fault = "cannot be read from the corpus's token file"
 
@@ -358,18 +410,33 @@ class CorpusReader(Reader):
         begins = self.split.begins[index]
         counts = np.minimum(self.split.ends[index] - begins, self.split.length + 1)
         window = np.zeros((len(index), self.split.length + 1), np.int32)
-        descriptor = os.open(self.split.file, os.O_RDONLY)
-        try:
-            for row, (begin, count) in enumerate(zip(begins.tolist(), counts.tolist(), strict=True)):
-                data = os.pread(descriptor, 4 * count, 4 * begin)
-                if len(data) != 4 * count:
-                    size = os.fstat(descriptor).st_size
-                    raise OSError(f"{self.split.file} holds {size} bytes, a window reaches byte {4 * (begin + count)}")
-                window[row, :count] = np.frombuffer(data, "<i4")
-        finally:
-            os.close(descriptor)
+        spans = read_spans(self.split.file, 4 * begins, 4 * counts)
+        for row, (data, count) in enumerate(zip(spans, counts, strict=True)):
+            window[row, :count] = np.frombuffer(data, "<i4")
         targets = np.arange(1, self.split.length + 1) < counts[:, None]
         return np.where(targets, window[:, :-1], 0), window[:, 1:]
+
+
+def read_spans(path: str, starts: np.ndarray, sizes: np.ndarray) -> list[bytes]:
+    """The bytes of ``path`` at each of ``starts``, ``sizes`` of them: one ``pread`` each, a copy of those bytes
+    alone. A memory-mapped file would count in the process's memory every page the system maps around a read
+    (whole large folios of the page cache: about 50 MiB for one block of 64 windows of a 64 MiB token file,
+    measured), so memory would follow the file's size; read so, it stays flat however big the file.
+
+    Raises:
+        OSError: the file cannot be read, or is shorter than a span (it changed since startup).
+    """
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        spans = []
+        for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
+            data = os.pread(descriptor, size, start)
+            if len(data) != size:
+                raise OSError(f"{path} holds {os.fstat(descriptor).st_size} bytes, a read reaches byte {start + size}")
+            spans.append(data)
+        return spans
+    finally:
+        os.close(descriptor)
 
 
 _WINDOWS = 64
@@ -393,6 +460,8 @@ def reader_for(split: Split, groups: LengthGroups | None = None) -> Reader:
         return ImageReader(split)
     if isinstance(split, TextFiles):
         return TextReader(split)
+    if isinstance(split, TextRows):
+        return TextRowsReader(split)
     if isinstance(split, CachedImages):
         return CachedReader(split)
     return RecordReader(split)

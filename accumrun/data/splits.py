@@ -1,6 +1,7 @@
-"""What a split of data is before it is read: arrays in memory, a list of image files or of text files, TFRecord
-files, the decoded images kept by ``data.cache``, or the windows of a corpus's token file (``text_corpus`` with
-``data.cache: disk``); and the order in which an epoch visits a split's samples.
+"""What a split of data is before it is read: arrays in memory, a list of image files or of text files, the
+records of a text table (their byte spans in its file), TFRecord files, the decoded images kept by ``data.cache``,
+or the windows of a corpus's token file (``text_corpus`` with ``data.cache: disk``); and the order in which an epoch
+visits a split's samples.
 
 Each kind knows its size, one sample's stored shape and dtype, one sample's target shape, and how to keep a
 subset of its samples (the validation hold-out). Reading them, through ``tf.data``, is
@@ -125,6 +126,42 @@ class TextFiles:
 
     def subset(self, index: np.ndarray) -> TextFiles:
         return replace(self, paths=self.paths[index], y=self.y[index], w=_rows(self.w, index))
+
+
+@dataclass(frozen=True)
+class TextRows:
+    """The records of one text table (a JSON Lines file, a CSV with ``data.text``), by their byte spans in the
+    file, and their labels: each record's text is read back from the file and tokenized to ``length`` int32 token
+    ids when it is read (``data.cache: none``; see :mod:`accumrun.data.rows`), so no text is held in memory."""
+
+    path: str
+    spans: np.ndarray
+    """One row ``[start, end)`` per record: its bytes in the file, int64."""
+    y: np.ndarray
+    tokenizer: Tokenizer
+    length: int
+    text: str | int
+    """Where a record's text is: a JSON object's key (a str), or a CSV record's column index (an int)."""
+    w: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.y)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return (self.length,)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.int32)
+
+    @property
+    def target_shape(self) -> tuple[int, ...]:
+        return tuple(self.y.shape[1:])
+
+    def subset(self, index: np.ndarray) -> TextRows:
+        return replace(self, spans=self.spans[index], y=self.y[index], w=_rows(self.w, index))
 
 
 @dataclass(frozen=True)
@@ -258,7 +295,7 @@ def cached_file(folder: str, row: int) -> str:
     return f"{folder}/{row:08d}.u8"
 
 
-Split = ArraySplit | ImageFiles | TextFiles | RecordFiles | CachedImages | CorpusWindows
+Split = ArraySplit | ImageFiles | TextFiles | TextRows | RecordFiles | CachedImages | CorpusWindows
 """One split of a dataset, as a source gives it (or ``data.cache`` keeps it)."""
 
 

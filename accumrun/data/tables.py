@@ -7,19 +7,28 @@ each row's weight, a finite number >= 0); a column of numbers with a cell that i
 the file, the row and the column. One label column may hold numbers (class indices or regression
 values) or class names, which are then numbered in sorted order. Several label columns hold numbers: all 0 or 1,
 they are a multi-label task's labels, named by their columns; else the targets of a regression.
+
+A text column streams by default (``data.cache: none``), as a text folder does: startup reads and checks every row
+(the same checks and errors as in memory), keeps the labels, weights and each row's byte span in the file, but no
+text, and each text is read back from the file and tokenized as the epoch's order reaches it (a
+:class:`~accumrun.data.splits.TextRows`; see :mod:`accumrun.data.rows`). ``data.cache: memory`` tokenizes every
+text at load instead and trains from the token ids in memory (which ``data.bucket`` needs).
 """
 
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from accumrun.config.schema import CsvConfig
-from accumrun.data.splits import ArraySplit, Splits
+from accumrun.data.rows import CsvRecords
+from accumrun.data.splits import ArraySplit, Splits, TextRows
 from accumrun.data.text import TextColumn, checked_cells
+from accumrun.data.tokenizers import Tokenizer
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 
@@ -63,11 +72,16 @@ def labelled_splits(train: Table, test: Table | None, **keys: Any) -> Splits:
 
 
 class Table:
-    """One CSV file read: its feature columns, features and targets, and the class names when the labels are text
-    (or the label columns' names, for several 0/1 columns)."""
+    """One CSV file read: its feature columns, features (or token ids, or the text records to stream) and targets,
+    and the class names when the labels are text (or the label columns' names, for several 0/1 columns)."""
 
     def __init__(
-        self, features: list[str], x: np.ndarray, y: np.ndarray, class_names: list[str] | None, texts: list[str]
+        self,
+        features: list[str],
+        x: np.ndarray | TextRows,
+        y: np.ndarray,
+        class_names: list[str] | None,
+        texts: list[str],
     ) -> None:
         self.features = features
         self.x = x
@@ -78,7 +92,7 @@ class Table:
         """The rows' weights (``data.weight``), or None."""
 
     @classmethod
-    def of_column(cls, features: list[str], x: np.ndarray, cells: list[str]) -> Table:
+    def of_column(cls, features: list[str], x: np.ndarray | TextRows, cells: list[str]) -> Table:
         """A table with one label column: numbers as they are, or class names numbered in sorted order."""
         numeric = _numbers(cells)
         if numeric is not None:
@@ -87,13 +101,15 @@ class Table:
         return cls(features, x, _numbered(cells, names), names, cells)
 
     @classmethod
-    def of_columns(cls, path: Path, features: list[str], x: np.ndarray, columns: dict[str, list[str]]) -> Table:
+    def of_columns(
+        cls, path: Path, features: list[str], x: np.ndarray | TextRows, columns: dict[str, list[str]]
+    ) -> Table:
         """A table with several label columns, one output each: multi-label when all are 0 or 1.
 
         Raises:
             DataError: a label cell that is not a number.
         """
-        y = np.empty((len(x), len(columns)), dtype=np.float32)
+        y = np.empty((len(next(iter(columns.values()))), len(columns)), dtype=np.float32)
         for j, (name, cells) in enumerate(columns.items()):
             numbers = _numbers(cells)
             if numbers is None:
@@ -115,8 +131,16 @@ class Table:
         return self
 
     @property
-    def split(self) -> ArraySplit:
+    def split(self) -> ArraySplit | TextRows:
+        if isinstance(self.x, TextRows):
+            return replace(self.x, y=self.y, w=self.w)
         return ArraySplit(self.x, self.y, self.w)
+
+
+def streamed_rows(path: Path, spans: np.ndarray, tokenizer: Tokenizer, length: int, text: str | int) -> TextRows:
+    """The records at ``spans`` of ``path``, to stream; their labels are the :class:`Table`'s (set by
+    :attr:`Table.split`)."""
+    return TextRows(str(path), spans, np.zeros(len(spans), np.int32), tokenizer, length, text)
 
 
 def _numbered(cells: list[str], names: list[str]) -> np.ndarray:
@@ -135,8 +159,12 @@ def read_table(
 ) -> Table:
     """Read ``path`` with its ``labels`` columns (and ``id_column`` and ``weight_column``, which are no features);
     with ``features``, the file must have those feature columns (a validation file); with ``text``, the samples
-    are that column's tokens and no column is a feature."""
-    header, lines, columns = _read_columns(path, key)
+    are that column's tokens (or its records, to stream) and no column is a feature."""
+    # A streamed text is read again when it is trained on: only whether each cell is empty is kept (unless the
+    # column is also read as something else).
+    streamed = text is not None and text.stream and text.column not in (*labels, id_column, weight_column)
+    rows = _read_rows(path, key, drop=text.column if text is not None and streamed else None)
+    header, lines, columns = rows.header, rows.lines, rows.columns
     unknown = [name for name in labels if name not in header]
     if unknown:
         shown = unknown[0] if len(unknown) == 1 else unknown
@@ -145,9 +173,14 @@ def read_table(
     for column, config_key in ((id_column, "data.id"), (weight_column, "data.weight"), (text_column, "data.text")):
         if column is not None and column not in header:
             raise DataError(config_key, f"{path} has no column {column!r}; its columns are {header}", column)
+    x: np.ndarray | TextRows
     if text is not None:
         features = []
-        x = text.tokens(path, columns[text.column], lines)
+        if text.stream:
+            checked_cells(path, text.column, columns[text.column], lines)
+            x = streamed_rows(path, rows.spans, text.tokenizer, text.length, rows.column_index(text.column))
+        else:
+            x = text.tokens(path, columns[text.column], lines)
     else:
         if features is None:
             features = _feature_columns(path, key, header, columns, [*labels, id_column, weight_column])
@@ -213,13 +246,48 @@ def read_features(path: Path, features: list[str]) -> np.ndarray:
 
 def _read_columns(path: Path, key: str) -> tuple[list[str], list[int], dict[str, list[str]]]:
     """The header, each row's line number, and each column's cells, of a CSV with at least one row."""
+    rows = _read_rows(path, key)
+    return rows.header, rows.lines, rows.columns
+
+
+class _Rows(NamedTuple):
+    header: list[str]
+    lines: list[int]
+    """Each row's line number (its record's, counting the header as 1), for messages."""
+    columns: dict[str, list[str]]
+    spans: np.ndarray
+    """Each row's bytes ``[start, end)`` in the file, int64."""
+
+    def column_index(self, name: str) -> int:
+        """The index of the column that ``columns[name]`` holds (the last of that name)."""
+        return len(self.header) - 1 - self.header[::-1].index(name)
+
+
+_KEPT = "\x00"
+"""What a dropped text cell that is not empty becomes (see :func:`_read_rows`)."""
+
+
+def _read_rows(path: Path, key: str, drop: str | None = None) -> _Rows:
+    """The rows of a CSV with at least one: the header, each row's line number and byte span, and each column's
+    cells, but those of column ``drop`` (a streamed text), of which only whether each is empty is kept."""
     if not path.is_file():
         raise DataError(key, "CSV file not found", str(path))
+    numbered: list[tuple[int, list[str]]] = []
+    spans: list[tuple[int, int]] = []
+    dropped: int | None = None
     try:
         # utf-8-sig: a spreadsheet's byte-order mark would otherwise become part of the first column's name.
         with path.open(newline="", encoding="utf-8-sig") as file:
-            # Blank lines (a trailing one, say) are no rows; the others keep their line numbers for messages.
-            numbered = [(number, row) for number, row in enumerate(csv.reader(file), start=1) if any(row)]
+            for number, (start, end, row) in enumerate(CsvRecords(file, path), start=1):
+                if not any(row):  # blank lines (a trailing one, say) are no rows; the others keep their numbers
+                    continue
+                if not numbered:
+                    names = [name.strip() for name in row]
+                    dropped = len(names) - 1 - names[::-1].index(drop) if drop in names else None
+                elif dropped is not None and dropped < len(row):
+                    row[dropped] = _KEPT if row[dropped].strip() else ""
+                numbered.append((number, row))
+                spans.append((start, end))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise DataError(key, f"cannot read {path} as CSV: {error}") from None
     if not numbered:
@@ -231,7 +299,8 @@ def _read_columns(path: Path, key: str) -> tuple[list[str], list[int], dict[str,
     for number, row in zip(lines, body, strict=True):
         if len(row) != len(header):
             raise DataError(key, f"{path}, row {number}: {len(row)} cells for {len(header)} columns")
-    return header, lines, {name: [row[i].strip() for row in body] for i, name in enumerate(header)}
+    columns = {name: [row[i].strip() for row in body] for i, name in enumerate(header)}
+    return _Rows(header, lines, columns, np.array(spans[1:], np.int64).reshape(-1, 2))
 
 
 def _numeric(path: Path, key: str, columns: dict[str, list[str]], features: list[str], lines: list[int]) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Text sources, tokenized to int32 token ids: ``text_folder`` (one subfolder of ``.txt`` files per class),
 ``text_corpus`` (plain ``.txt`` files for a language model), and the text column of a table (a CSV's
-``data.text``; JSON Lines in :mod:`accumrun.data.jsonl`).
+``data.text``; JSON Lines in :mod:`accumrun.data.jsonl`), which streams as a text folder does (see
+:mod:`accumrun.data.rows`) or with ``data.cache: memory`` is tokenized at load.
 
 Tokens are int32, ``sequence_length`` of them per sample: a longer text is cut there, a shorter one padded with
 id 0, which the models mask. ``data.tokenizer`` picks the tokenizer (:mod:`accumrun.data.tokenizers`).
@@ -64,11 +65,13 @@ def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
 
 @dataclass(frozen=True)
 class TextColumn:
-    """A table's text column (``data.text``) and how its cells become ``length`` token ids."""
+    """A table's text column (``data.text``), how its cells become ``length`` token ids, and whether they stream
+    (``data.cache: none``: read back from the file as training reaches them) or are tokenized at load."""
 
     column: str
     tokenizer: Tokenizer
     length: int
+    stream: bool = False
 
     @classmethod
     def of(cls, config: CsvConfig) -> TextColumn | None:
@@ -76,7 +79,7 @@ class TextColumn:
         text = text_input(config)
         if config.text is None or text is None:
             return None
-        return cls(config.text, *text)
+        return cls(config.text, *text, stream=config.cache is CacheMode.NONE)
 
     def tokens(self, path: Path, cells: Sequence[str], lines: Sequence[int]) -> np.ndarray:
         """The cells' token ids, one row each.

@@ -7,7 +7,8 @@ tokenize as training did, whatever has become of the data since.
 settled (:meth:`~accumrun.config.schema.WordPieceTokenizerConfig.with_tokens`), which every tokenizer then reads.
 
 The training texts are the samples that the validation hold-out keeps for training: the source's own readers give
-``data.path``'s texts in sample order, and :func:`accumrun.data.splits.hold_out`, the rule that
+``data.path``'s texts in sample order (read from the file here, whether the source then streams them or holds their
+token ids in memory: ``data.cache``), and :func:`accumrun.data.splits.hold_out`, the rule that
 :func:`accumrun.data.dataset.load_dataset` splits by, picks them, so no validation text is ever learned from. A
 ``data.validation_path`` (or a split of 0) leaves all of ``data.path`` for training. A ``text_corpus`` is cut into
 windows of token ids, which exist only once there is a vocabulary, so it learns from all of ``data.path``'s files,
@@ -95,7 +96,8 @@ def training_texts(data: DataSection, seed: int) -> list[str]:
     fraction = data.validation_split
     if data.validation_path or fraction == "test" or fraction == 0:
         return texts
-    # A text folder streams its files: load_dataset draws their hold-out seeded, whatever data.shuffle says.
+    # A text folder streams its files: load_dataset draws their hold-out seeded, whatever data.shuffle says. A
+    # table's rows hold out by the table's rule, streamed or in memory.
     seeded = seeded_hold_out(data.shuffle, files=isinstance(data, TextFolderConfig))
     kept, _ = hold_out(len(texts), fraction, seed, seeded)
     return [texts[i] for i in kept]

@@ -27,7 +27,7 @@ from accumrun.data.augment import Augmentation
 from accumrun.data.class_weights import with_class_weights
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
-from accumrun.data.splits import ArraySplit, CorpusWindows
+from accumrun.data.splits import ArraySplit, CorpusWindows, TextRows
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Precision, Task
@@ -335,10 +335,13 @@ def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
     if bucket is None:
         return
     if not isinstance(dataset.train, ArraySplit | CorpusWindows):
+        streams = (
+            "this table streams its rows" if isinstance(dataset.train, TextRows) else "this folder streams its files"
+        )
         raise ConfigError(
             "data.bucket",
-            "orders each batch's texts by length, which needs their token ids in memory, and this folder streams "
-            "its files: set data.cache: memory",
+            f"orders each batch's texts by length, which needs their token ids in memory, and {streams}: set "
+            "data.cache: memory",
             bucket,
         )
     if config.training.jit_compile:

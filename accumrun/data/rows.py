@@ -1,0 +1,84 @@
+"""Where each record of a text table lies in its file, and a record's text taken back from its bytes: how a
+``jsonl`` file, or a ``csv`` with ``data.text``, streams (``data.cache: none``).
+
+Startup reads the file once, as the in-memory table is read (the same checks, the same errors), and keeps each
+record's byte span ``[start, end)`` instead of its text. A reader then reads a record's bytes from the file when
+the epoch's order reaches it (:func:`accumrun.data.readers.read_spans`), and :func:`record_text` takes its text:
+``json.loads`` for JSON Lines, ``csv.reader`` over the one record for a CSV, so quoting, escaped quotes and line
+breaks inside a quoted cell read as they did at startup.
+
+JSON Lines end at ``"\\n"`` alone (a ``"\\r"`` before it is whitespace to JSON): a line separator that Python's
+``str.splitlines`` knows but JSON allows inside a string (U+2028, U+0085) stays in its record; a byte-order mark
+before the first line is skipped. A CSV's lines are those Python's ``open(newline="")`` gives (``\\n``,
+``\\r\\n`` or ``\\r``), read through ``csv.reader``, and each record's span is the bytes of the lines it was parsed
+from (a byte-order mark before the header is in no span).
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+
+def json_lines(file: IO[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
+    """Each line of a binary file as ``(number, start, end, bytes)``: 1-based, and its span, ``"\\n"`` included;
+    a byte-order mark before the first line is in neither."""
+    start = 0
+    for number, line in enumerate(file, start=1):
+        end = start + len(line)
+        if number == 1 and line.startswith(codecs.BOM_UTF8):
+            line, start = line[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
+        yield number, start, end, line
+        start = end
+
+
+class CsvRecords:
+    """The records of a CSV opened as text with ``newline=""`` (``utf-8-sig``), each with its byte span: the lines
+    ``csv.reader`` asks for are counted as they pass, so a record's span runs from where its first line starts to
+    where its last ends (``csv.reader`` reads no line past a record's end before it gives the record)."""
+
+    def __init__(self, file: IO[str], path: Path) -> None:
+        self._file = file
+        self._offset = len(codecs.BOM_UTF8) if _has_bom(path) else 0
+
+    def _lines(self) -> Iterator[str]:
+        for line in self._file:
+            self._offset += len(line.encode("utf-8"))  # valid UTF-8 encodes back to the very bytes it came from
+            yield line
+
+    def __iter__(self) -> Iterator[tuple[int, int, list[str]]]:
+        """``(start, end, cells)`` per record, blank ones included, in the file's order."""
+        start = self._offset
+        for row in csv.reader(self._lines()):
+            yield start, self._offset, row
+            start = self._offset
+
+
+def _has_bom(path: Path) -> bool:
+    with path.open("rb") as file:
+        return file.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8
+
+
+def record_text(record: bytes, text: str | int) -> str:
+    """The text of one record's bytes: a JSON object's key ``text`` (a str), or a CSV record's cell at column
+    ``text`` (an int), stripped as the table reads its cells.
+
+    Raises:
+        ValueError: the bytes are no such record (startup checked them: the file has changed since).
+    """
+    try:
+        if isinstance(text, str):
+            value = json.loads(record)[text]
+        else:
+            (row,) = csv.reader(io.StringIO(record.decode("utf-8"), newline=""))
+            value = row[text].strip()
+    except (ValueError, LookupError, TypeError, csv.Error) as error:
+        raise ValueError(f"not the record read at startup ({type(error).__name__}: {error})") from None
+    if not isinstance(value, str) or not value:
+        raise ValueError("not the record read at startup (its text is not a string, or empty)")
+    return value
