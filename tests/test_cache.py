@@ -235,8 +235,9 @@ def test_a_cache_dir_that_cannot_be_written_is_one_line(folder: Path, tmp_path: 
     assert lines[0].endswith(f"(got '{tmp_path / 'a-file' / 'cache'}')")
 
 
-def test_cache_is_a_key_of_image_sources_only(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"data\.cache: only applies to data\.name: image_folder or tfrecord or tfds"):
+def test_cache_is_a_key_of_the_sources_that_read_files_as_they_train(tmp_path: Path) -> None:
+    sources = "image_folder or tfrecord or csv or tfds or text_folder or text_corpus or jsonl"
+    with pytest.raises(ConfigError, match=rf"data\.cache: only applies to data\.name: {sources} \(got 'disk'\)"):
         load_config({"data": {"name": "npz", "path": "x.npz", "cache": "disk"}})
     with pytest.raises(ConfigError, match=r"data\.cache: input should be 'none', 'memory' or 'disk' \(got 'ram'\)"):
         load_config({"data": {"name": "image_folder", "path": "x", "image_size": [8, 8], "cache": "ram"}})
