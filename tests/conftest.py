@@ -57,5 +57,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # Only where the tests' reports arrive in whole: the main process (an xdist worker has a workerinput).
     if session.config.getoption("record_file_seconds") and not hasattr(session.config, "workerinput"):
-        ordered = dict(sorted(((name, round(value, 1)) for name, value in _measured.items()), key=lambda kv: -kv[1]))
+        # A partial run (-k, a few files) updates its files and keeps the others' seconds.
+        known = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.is_file() else {}
+        known.update((name, round(value, 1)) for name, value in _measured.items())
+        ordered = dict(sorted(known.items(), key=lambda kv: -kv[1]))
         FILE_SECONDS.write_text(json.dumps(ordered, indent=1) + "\n")

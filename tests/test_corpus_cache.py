@@ -155,7 +155,7 @@ def test_a_second_run_finds_the_token_file_and_a_changed_file_makes_a_new_one(tm
     tokens = np.fromfile(changed.path, "<i4")
     assert bytes((tokens[changed.ends[1] : changed.ends[2]] - 1).astype(np.uint8)) == files[2].read_bytes()
 
-    # A folder without its marker (a build killed before its rename) is not a cache: it is built again.
+    # A folder without its marker (damaged, or left by hand) is not a cache: it is built again.
     (changed.path.parent / "complete").unlink()
     rebuilt = token_file(files, "data.path", tokenizer_for(tokenizer), tokenizer, cache)
     assert rebuilt.path == changed.path and (changed.path.parent / "complete").is_file()
@@ -214,6 +214,6 @@ def test_a_corpus_cache_in_memory_and_a_bad_file_on_disk_are_refused_in_one_line
     assert isinstance(split, CorpusWindows)
     with open(split.file, "r+b") as file:
         file.truncate(4 * int(split.ends[2]))
-    message = rf"^data: reading the data failed: OSError: {re.escape(split.file)} holds \d+ bytes, a read reaches byte"
+    message = rf"^data: reading the data failed: {re.escape(split.file)} holds \d+ bytes, a read reaches byte"
     with pytest.raises(DataError, match=message):
         list(Feeder(split, [10] * (split.size // 10), seed=0, shuffle=False).epoch(0))

@@ -125,7 +125,7 @@ def test_streamed_table_text_is_the_samples_of_the_table_in_memory(tmp_path: Pat
 
     # A file changed since startup is found when training reads it, and the record named.
     lines.write_text("{}\n" * 3000, encoding="utf-8")  # long enough to hold every span, none a record
-    changed = rf"data: {re.escape(str(lines))}, the record at byte \d+ cannot be read as text \(InvalidArgumentError: not the record read"
+    changed = rf"data: {re.escape(str(lines))}, the record at byte \d+ cannot be read as text \(not the record read"
     with pytest.raises(DataError, match=changed):
         list(Feeder(streamed.train, [5], seed=5, shuffle=True).epoch(0))
 

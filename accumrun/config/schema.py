@@ -512,7 +512,8 @@ class TextCorpusConfig(TextSourceConfig):
     cache: Annotated[CacheMode, _words(CacheMode)] = CacheMode.NONE
     """``none`` tokenizes the corpus at load and holds its windows in memory. ``disk`` tokenizes it once into a
     token file under ``cache_dir``, found again by later runs over the same files, and reads each window from it as
-    the epoch's order reaches it: memory stays flat as the corpus grows (see :mod:`accumrun.data.corpus`)."""
+    the epoch's order reaches it: memory grows by about 40 bytes a window, not with the text (see
+    :mod:`accumrun.data.corpus`)."""
     cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
     """Where ``cache: disk`` writes (``~`` is expanded): one folder per corpus, named by its files and the
     tokenizer."""

@@ -11,7 +11,7 @@
   its folder and starts warm.
 
 A folder is built beside its final name (a hidden ``.NAME.<pid>-<hex>.partial``), gets a ``complete`` marker last,
-and is renamed into place (:func:`accumrun.rundir.atomic.write_atomically`): a build that is killed leaves only a
+and is renamed into place (:func:`accumrun.rundir.atomic.build_once`): a build that is killed leaves only a
 partial folder, which is never read (delete it freely). The pixels are those of
 :func:`~accumrun.data.readers.decode_image`, byte for byte, so a run with any cache trains exactly as one without.
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +47,7 @@ from accumrun.data.splits import (
 )
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
-from accumrun.rundir.atomic import write_atomically
+from accumrun.rundir.atomic import build_once
 
 LAYOUT_VERSION = 1
 """Part of every key: a change of the layout, or of how images are decoded and resized, makes new folders."""
@@ -109,19 +108,11 @@ def cache_key(split: ImageFiles | RecordFiles, keys: np.ndarray) -> str:
 
 def _disk_folder(split: ImageFiles | RecordFiles, keys: np.ndarray, config: ImageSourceConfig) -> Path:
     """The complete cache folder of ``split``: found, or built and renamed into place."""
-    root = Path(config.cache_dir).expanduser()
-    folder = root / cache_key(split, keys)
-    if _is_complete(folder, split):
-        return folder
+    folder = Path(config.cache_dir).expanduser() / cache_key(split, keys)
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        if folder.exists():  # a folder without its marker is not a cache: never read, and in the way
-            shutil.rmtree(folder)
-        # Built under a temporary name beside it and renamed into place, as every file a run writes.
-        write_atomically(folder, lambda partial: _write(split, partial))
+        build_once(folder, lambda found: _is_complete(found, split), lambda partial: _write(split, partial))
     except OSError as error:
-        if not _is_complete(folder, split):  # else the rename lost to another process, whose folder is complete
-            raise _unwritable(error, config) from None
+        raise _unwritable(error, config) from None
     return folder
 
 

@@ -11,10 +11,10 @@ whole.
 
 The folder is named by a hash of what decides the ids: the files (sorted), each file's size and modification time
 in nanoseconds, the tokenizer's identity (its name and settings; the content of a vocabulary file, a learned
-vocabulary's tokens, a preset's tokenizer files; KerasHub's version for the last two), and the layout's version. A
-file added, removed or changed gives another folder, so ids are never served stale. As ``data.cache`` does for
-images (:mod:`accumrun.data.cache`), the folder is built beside its final name, gets a ``complete`` marker last and
-is renamed into place (:func:`accumrun.rundir.atomic.write_atomically`): a killed build leaves only a partial
+vocabulary's tokens, a preset's tokenizer files; KerasHub's version for word_piece and a preset), and the layout's
+version. A file added, removed or changed gives another folder, so ids are never served stale. As ``data.cache``
+does for images (:mod:`accumrun.data.cache`), the folder is built beside its final name, gets a ``complete`` marker
+last and is renamed into place (:func:`accumrun.rundir.atomic.build_once`): a killed build leaves only a partial
 folder, never read.
 
 The windows are those of an in-memory corpus, start for start (:func:`window_starts`), so both train alike.
@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -44,7 +43,7 @@ from accumrun.config.schema import (
 from accumrun.data.splits import CorpusWindows
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
-from accumrun.rundir.atomic import write_atomically
+from accumrun.rundir.atomic import build_once
 
 LAYOUT_VERSION = 1
 """Part of every key: a change of the layout, or of how texts are cut into pieces, makes new folders."""
@@ -113,30 +112,21 @@ def token_file(files: list[Path], key: str, tokenizer: Tokenizer, config: Tokeni
     Raises:
         DataError: see :func:`corpus_windows`.
     """
-    root = Path(cache_dir).expanduser()
-    folder = root / f"corpus-{corpus_key(files, config)}"
-    found = _complete(folder)
-    if found is not None:
-        return found
+    folder = Path(cache_dir).expanduser() / f"corpus-{corpus_key(files, key, config)}"
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        if folder.exists():  # a folder without its marker is not a cache: never read, and in the way
-            shutil.rmtree(folder)
-        write_atomically(folder, lambda partial: _write(files, key, tokenizer, partial))
+        build_once(
+            folder, lambda found: _complete(found) is not None, lambda partial: _write(files, key, tokenizer, partial)
+        )
     except OSError as error:
-        found = _complete(folder)
-        if found is None:  # else the rename lost to another process, whose folder is complete
-            reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
-            raise DataError(
-                "data.cache_dir", f"cannot write the corpus's token file there ({reason})", cache_dir
-            ) from None
-        return found
+        reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
+        raise DataError("data.cache_dir", f"cannot write the corpus's token file there ({reason})", cache_dir) from None
     found = _complete(folder)
-    assert found is not None  # just written, marker last
+    if found is None:  # complete a moment ago: removed since, by hand or by another process
+        raise DataError("data.cache_dir", f"the corpus's token file {folder} went missing as it was opened", cache_dir)
     return found
 
 
-def corpus_key(files: list[Path], config: TokenizerConfig) -> str:
+def corpus_key(files: list[Path], key: str, config: TokenizerConfig) -> str:
     """A hash of what decides the token file (see the module's description).
 
     Raises:
@@ -148,7 +138,7 @@ def corpus_key(files: list[Path], config: TokenizerConfig) -> str:
         try:
             stat = os.stat(file)
         except OSError as error:
-            raise DataError("data", f"cannot read {file} to tokenize it: {error.strerror}") from None
+            raise DataError(key, f"cannot read {file}: {error.strerror}") from None
         digest.update(f"{os.path.abspath(file)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:32]
 
@@ -197,13 +187,16 @@ def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterato
         DataError: under ``key``, the file is empty or not UTF-8 (with the byte's offset in the file).
     """
     offset = 0
-    with path.open("rb") as file:
-        for piece in _line_pieces(file, piece_bytes):
-            try:
-                yield piece.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(key, f"{path} is not UTF-8 text (byte {offset + error.start})") from None
-            offset += len(piece)
+    try:
+        with path.open("rb") as file:
+            for piece in _line_pieces(file, piece_bytes):
+                try:
+                    yield piece.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise DataError(key, f"{path} is not UTF-8 text (byte {offset + error.start})") from None
+                offset += len(piece)
+    except OSError as error:  # the text file's fault, not the cache's
+        raise DataError(key, f"cannot read {path}: {error.strerror}") from None
     if offset == 0:
         raise DataError(key, f"{path} is empty")
 

@@ -128,10 +128,10 @@ class Feeder:
 
 _PIPELINE_PREFIX = re.compile(
     r"^(\{\{function_node [^}]*\}\}\s*)?(Error in user-defined function passed to .*? transformation with "
-    r"iterator: \S+: )?"
+    r"iterator: \S+: )?(\w+Error: )?"
 )
-"""What ``tf.data`` puts before the error of a function it ran (the graph's node, the function, the iterator):
-TensorFlow's bookkeeping, not the user's problem."""
+"""What ``tf.data`` puts before the error of a function it ran (the graph's node, the function, the iterator, the
+exception's class): TensorFlow's bookkeeping, not the user's problem."""
 
 
 def _reported(error: tf.errors.OpError) -> str:

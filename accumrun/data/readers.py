@@ -362,7 +362,8 @@ class CorpusReader(Reader):
     """A corpus's windows (:class:`~accumrun.data.splits.CorpusWindows`), read from its token file in the epoch's
     order (each batch grouped by length when ``groups`` is given), :data:`_WINDOWS` at a time in one call. A
     window's padding is 0, past its text's end, as an in-memory corpus pads it. Each window's bytes are read alone
-    (:func:`read_spans`), so memory stays flat however big the corpus."""
+    (:func:`read_spans`): memory grows by the windows' bounds and order (about 40 bytes a window), not with the
+    text."""
 
     fault = "cannot be read from the corpus's token file"
 
@@ -385,9 +386,6 @@ class CorpusReader(Reader):
         """The epoch's windows as ``(index, x, y)``, after the first ``skip``."""
         blocks = self.indices(epoch, seed, shuffle, skip).batch(_WINDOWS)
         return blocks.map(self._read, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
-
-    def raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
-        return self.stream(epoch, seed, shuffle, skip)
 
     def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int, count: int) -> str | None:
         """None: the windows are read from one file, so a failure is the file's, not one sample's."""
@@ -421,7 +419,7 @@ def read_spans(path: str, starts: np.ndarray, sizes: np.ndarray) -> list[bytes]:
     """The bytes of ``path`` at each of ``starts``, ``sizes`` of them: one ``pread`` each, a copy of those bytes
     alone. A memory-mapped file would count in the process's memory every page the system maps around a read
     (whole large folios of the page cache: about 50 MiB for one block of 64 windows of a 64 MiB token file,
-    measured), so memory would follow the file's size; read so, it stays flat however big the file.
+    measured), so memory would follow the file's size; read so, it holds only what was asked for.
 
     Raises:
         OSError: the file cannot be read, or is shorter than a span (it changed since startup).

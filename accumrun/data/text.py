@@ -19,7 +19,8 @@ other: the validation split, the order of each epoch and resume follow the rules
 ``data.cache`` says where a corpus's windows live. ``none``: the corpus is tokenized at load and its windows held
 as arrays (twice its tokens, or more where windows overlap). ``disk``: it is tokenized once, piece by piece, into a
 token file under ``data.cache_dir`` (:mod:`accumrun.data.corpus`), and each window is read from that file as the
-epoch's order reaches it: the same windows, index for index, with memory flat however big the corpus.
+epoch's order reaches it: the same windows, index for index, with memory that grows by about 40 bytes a window
+(its bounds and the epoch's order), not with the text.
 """
 
 from __future__ import annotations
@@ -223,6 +224,8 @@ def read_text(path: Path, key: str) -> str:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:
         raise DataError(key, f"{path} is not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise DataError(key, f"cannot read {path}: {error.strerror}") from None
     if not text:
         raise DataError(key, f"{path} is empty")
     return text

@@ -44,3 +44,24 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
 def write_text_atomically(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` through :func:`write_atomically`."""
     return write_atomically(path, lambda temporary: temporary.write_text(text))
+
+
+def build_once(folder: Path, complete: Callable[[Path], bool], build: Callable[[Path], object]) -> None:
+    """Make sure ``folder`` is complete: found so, or built by ``build(temporary)`` beside it and renamed into place
+    (:func:`write_atomically`), the way a cache folder is made. A folder at the name that ``complete`` refuses (left
+    by hand, or damaged) is removed first. Several processes may build the same folder at once: the first rename
+    wins, and the others find its folder complete.
+
+    Raises:
+        OSError: the folder could not be built, and no other process built it.
+    """
+    if complete(folder):
+        return
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        if folder.exists() and not complete(folder):  # asked again: another process may have just finished it
+            shutil.rmtree(folder)
+        write_atomically(folder, build)
+    except OSError:
+        if not complete(folder):
+            raise

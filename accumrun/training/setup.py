@@ -328,7 +328,7 @@ def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
     any length, and shapes that XLA need not know.
 
     Raises:
-        ConfigError: the training samples stream from files, the model takes a fixed length, or
+        ConfigError: the training samples stream from files or a table's rows, the model takes a fixed length, or
             ``training.jit_compile`` is on.
     """
     bucket = _bucket(config)
