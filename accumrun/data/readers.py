@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -173,13 +174,10 @@ class TextReader(FileReader):
 
 class TextRowsReader(Reader):
     """The records of a text table, in the epoch's order: ``raw`` is a sample's index; blocks of
-    :attr:`BLOCK` indices have their records read from the file in one ``tf.numpy_function`` call
+    :data:`_BLOCK` indices have their records read from the file in one ``tf.numpy_function`` call
     (:func:`read_spans`; :func:`~accumrun.data.rows.record_text` takes each one's text) and tokenized together by
     the tokenizer's TensorFlow ops (the same ids as its host ``encode``)."""
 
-    BLOCK = 64
-    """Records per call into Python: enough to make its cost small beside the tokenizing, few enough to keep the
-    first batch quick."""
     fault = "cannot be read as text"
 
     def __init__(self, split: TextRows) -> None:
@@ -193,10 +191,9 @@ class TextRowsReader(Reader):
 
     def stream(self, epoch: int, seed: int, shuffle: bool, skip: int = 0) -> tf.data.Dataset:
         """The epoch's samples as ``(index, x, y)``, tokenized a block at a time, in parallel, in order."""
-        blocks = self.raw_stream(epoch, seed, shuffle, skip).batch(self.BLOCK)
-        return blocks.map(
-            lambda index, rows, y: (index, self._tokens(rows), y), num_parallel_calls=AUTOTUNE, deterministic=True
-        ).unbatch()
+        return _in_blocks(
+            self.raw_stream(epoch, seed, shuffle, skip), lambda index, rows, y: (index, self._tokens(rows), y)
+        )
 
     def decode(self, raw: tf.Tensor) -> tf.Tensor:
         """``raw`` is the sample's index: its record's text, tokenized to ``length`` ids."""
@@ -360,7 +357,7 @@ class CachedReader(Reader):
 
 class CorpusReader(Reader):
     """A corpus's windows (:class:`~accumrun.data.splits.CorpusWindows`), read from its token file in the epoch's
-    order (each batch grouped by length when ``groups`` is given), :data:`_WINDOWS` at a time in one call. A
+    order (each batch grouped by length when ``groups`` is given), :data:`_BLOCK` at a time in one call. A
     window's padding is 0, past its text's end, as an in-memory corpus pads it. Each window's bytes are read alone
     (:func:`read_spans`): memory grows by the windows' bounds and order (about 40 bytes a window), not with the
     text."""
@@ -384,8 +381,7 @@ class CorpusReader(Reader):
 
     def stream(self, epoch: int, seed: int, shuffle: bool, skip: int = 0) -> tf.data.Dataset:
         """The epoch's windows as ``(index, x, y)``, after the first ``skip``."""
-        blocks = self.indices(epoch, seed, shuffle, skip).batch(_WINDOWS)
-        return blocks.map(self._read, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
+        return _in_blocks(self.indices(epoch, seed, shuffle, skip), self._read)
 
     def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int, count: int) -> str | None:
         """None: the windows are read from one file, so a failure is the file's, not one sample's."""
@@ -437,8 +433,15 @@ def read_spans(path: str, starts: np.ndarray, sizes: np.ndarray) -> list[bytes]:
         os.close(descriptor)
 
 
-_WINDOWS = 64
-"""Windows read from a token file in one call: the per-call cost of ``tf.data`` and NumPy is shared by them."""
+_BLOCK = 64
+"""Samples read from a file in one call into Python (:func:`_in_blocks`): enough to make the call's cost small
+beside the reading and tokenizing, few enough to keep the first batch quick."""
+
+
+def _in_blocks(stream: tf.data.Dataset, read: Callable[..., Any]) -> tf.data.Dataset:
+    """``stream`` read :data:`_BLOCK` elements at a time by ``read`` (one ``tf.numpy_function`` call inside it per
+    block, rather than one per sample), in parallel and in order, then unbatched to one element per sample."""
+    return stream.batch(_BLOCK).map(read, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
 
 
 def reader_for(split: Split, groups: LengthGroups | None = None) -> Reader:

@@ -96,17 +96,12 @@ class ImageFiles(_EncodedImages):
         return replace(self, paths=self.paths[index], y=self.y[index], w=_rows(self.w, index))
 
 
-@dataclass(frozen=True)
-class TextFiles:
-    """UTF-8 text files and their class indices; each is read and tokenized to ``length`` int32 token ids (cut, or
-    padded with 0) when it is read, so that no more text than the stream holds is ever in memory."""
+class _LabelledTokens:
+    """What text sources with a label per sample share: each sample is ``length`` int32 token ids, one per label in
+    ``y``, tokenized when it is read."""
 
-    paths: np.ndarray
-    """The files, as an array of path strings (so that a subset is one indexing)."""
     y: np.ndarray
-    tokenizer: Tokenizer
     length: int
-    w: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -124,12 +119,25 @@ class TextFiles:
     def target_shape(self) -> tuple[int, ...]:
         return tuple(self.y.shape[1:])
 
+
+@dataclass(frozen=True)
+class TextFiles(_LabelledTokens):
+    """UTF-8 text files and their class indices; each is read and tokenized to ``length`` int32 token ids (cut, or
+    padded with 0) when it is read, so that no more text than the stream holds is ever in memory."""
+
+    paths: np.ndarray
+    """The files, as an array of path strings (so that a subset is one indexing)."""
+    y: np.ndarray
+    tokenizer: Tokenizer
+    length: int
+    w: np.ndarray | None = None
+
     def subset(self, index: np.ndarray) -> TextFiles:
         return replace(self, paths=self.paths[index], y=self.y[index], w=_rows(self.w, index))
 
 
 @dataclass(frozen=True)
-class TextRows:
+class TextRows(_LabelledTokens):
     """The records of one text table (a JSON Lines file, a CSV with ``data.text``), by their byte spans in the
     file, and their labels: each record's text is read back from the file and tokenized to ``length`` int32 token
     ids when it is read (``data.cache: none``; see :mod:`accumrun.data.rows`), so no text is held in memory."""
@@ -143,22 +151,6 @@ class TextRows:
     text: str | int
     """Where a record's text is: a JSON object's key (a str), or a CSV record's column index (an int)."""
     w: np.ndarray | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.y)
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        return (self.length,)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(np.int32)
-
-    @property
-    def target_shape(self) -> tuple[int, ...]:
-        return tuple(self.y.shape[1:])
 
     def subset(self, index: np.ndarray) -> TextRows:
         return replace(self, spans=self.spans[index], y=self.y[index], w=_rows(self.w, index))
