@@ -68,7 +68,7 @@ def test_subdivided_float16_training_equals_float16_training(subdivisions: int) 
 def test_an_overflowing_loss_scale_skips_the_update_and_lowers_the_scale() -> None:
     model = mixed_model("mixed_float16")
     optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=1e30)
-    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions=3)
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 3)
     x, y = make_data(10)
     before = [v.numpy() for v in model.trainable_variables]
     loss_sum, _, applied = step(tf.constant(x), tf.constant(y))

@@ -74,7 +74,7 @@ def test_accumulated_gradient_equals_the_full_batch_gradient() -> None:
         mean_loss = tf.reduce_mean(sparse_categorical_crossentropy(y, model(x, training=True)))
     expected = tape.gradient(mean_loss, model.trainable_variables)
 
-    accumulate = make_gradient_fn(model, sparse_categorical_crossentropy, subdivisions=3)
+    accumulate = make_gradient_fn(model, sparse_categorical_crossentropy, 3)
     gradients, loss_sum = accumulate(tf.constant(x), tf.constant(y))
 
     assert max_difference([g.numpy() for g in expected], [g.numpy() for g in gradients]) < 1e-6
@@ -148,7 +148,7 @@ def test_one_compiled_call_per_batch_and_no_python_per_sub_batch() -> None:
         python_loss_calls += 1  # Python runs this only while tracing; compiled calls do not come back here.
         return sparse_categorical_crossentropy(labels, logits)
 
-    step = make_train_step(model, counting_loss, optimizer, subdivisions=4)
+    step = make_train_step(model, counting_loss, optimizer, 4)
     x, y = make_data(23)
     feeder = Feeder(ArraySplit(x, y), [10, 10, 3], seed=0, shuffle=True)
     calls = 0
@@ -169,7 +169,7 @@ def test_one_compiled_call_per_batch_and_no_python_per_sub_batch() -> None:
 def test_a_non_finite_batch_is_not_applied() -> None:
     model = dense_model()
     optimizer = OPTIMIZERS["adam"]()
-    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, subdivisions=3)
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 3)
     x, y = make_data(10)
     before = [v.numpy() for v in model.trainable_variables]
     poisoned = x.copy()

@@ -59,9 +59,10 @@ This module knows nothing of configs, files or the command line.
 from __future__ import annotations
 
 import contextlib
-import functools
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import keras
@@ -99,33 +100,64 @@ class BatchResult(NamedTuple):
 PARALLEL_SUB_BATCHES = 1
 
 
+@dataclass(frozen=True, kw_only=True)
+class StepSpec:
+    """The options of a train step, one value built once and passed whole (see :func:`make_train_step`). New
+    behaviour arrives as a field here, never as a second factory."""
+
+    subdivisions: int = 1
+    """How many sub-batches a whole batch is cut into (a streamed batch arrives already cut)."""
+    feed: Feed = Feed.BATCH
+    """How batches arrive: whole (one compiled call per batch), or as their sub-batches (one call each)."""
+    metrics: MetricSet | None = None
+    """The training metrics, updated with every sub-batch's samples (from ``objective.new_metrics()``)."""
+    batch_norm: BatchNormStatistics | None = None
+    """The BatchNorm mode and statistics (created in the strategy's scope); None is Keras' own, ``sub_batch``."""
+    draws: LayerDraws | None = None
+    """Per-sample draws of the random layers (dropout), by the update and the sample's row in the batch."""
+    bucket: int | None = None
+    """Cut each sub-batch of token ids to its longest sequence, rounded up to a multiple of this."""
+    jit_compile: bool = False
+    """Compile with XLA."""
+    strategy: tf.distribute.Strategy | None = None
+    """Deal each global batch out to the replicas of this strategy (the model, optimizer and metrics created in
+    its scope)."""
+
+
+def step_spec(spec: StepSpec | int, **fields: Any) -> StepSpec:
+    """``spec`` (or a spec of ``spec`` subdivisions) with ``fields`` replaced: ``step_spec(3, feed=Feed.SUB_BATCH)``.
+
+    Raises:
+        TypeError: a field that :class:`StepSpec` does not have.
+    """
+    base = spec if isinstance(spec, StepSpec) else StepSpec(subdivisions=spec)
+    return dataclasses.replace(base, **fields) if fields else base
+
+
 class Accumulation:
-    """The gradient function of :func:`make_gradient_fn`."""
+    """The gradient function of :func:`make_gradient_fn`: the sub-batches of ``spec`` (its subdivisions, metrics,
+    BatchNorm statistics, draws, bucket and XLA), each sub-batch's objective multiplied by ``scale_loss``."""
 
     def __init__(
         self,
         model: keras.Model,
         objective: Objective,
-        subdivisions: int,
-        *,
-        jit_compile: bool,
-        scale_loss: Callable[[tf.Tensor], tf.Tensor] | None,
-        metrics: MetricSet | None,
-        batch_norm: BatchNormStatistics,
-        draws: LayerDraws | None,
-        bucket: int | None = None,
+        spec: StepSpec,
+        scale_loss: Callable[[tf.Tensor], tf.Tensor] | None = None,
     ) -> None:
         self._model = model
-        self._bucket = bucket
+        self._bucket = spec.bucket
         self._objective = objective
-        self._subdivisions = subdivisions
+        self._subdivisions = spec.subdivisions
         self._scale_loss = scale_loss
-        self._metrics = metrics
-        self._batch_norm = batch_norm
-        self._draws = draws
+        self._metrics = spec.metrics
+        self._batch_norm = (
+            spec.batch_norm if spec.batch_norm is not None else BatchNormStatistics(model, BatchNormMode.SUB_BATCH)
+        )
+        self._draws = spec.draws
         self._variables = model.trainable_variables
         # With XLA, each sub-batch of unknown shape is one cluster, compiled once per sub-batch shape.
-        self._clustered = tf.function(self.add, jit_compile=True, reduce_retracing=True) if jit_compile else None
+        self._clustered = tf.function(self.add, jit_compile=True, reduce_retracing=True) if spec.jit_compile else None
 
     def units(self, y: Targets) -> tf.Tensor:
         """The units of the batch ``y`` holds (float32): its samples, or its real tokens."""
@@ -197,14 +229,10 @@ class Accumulation:
 def make_gradient_fn(
     model: keras.Model,
     loss: Objective | LossFn,
-    subdivisions: int,
+    spec: StepSpec | int,
     *,
-    jit_compile: bool = False,
     scale_loss: Callable[[tf.Tensor], tf.Tensor] | None = None,
-    metrics: MetricSet | None = None,
-    batch_norm: BatchNormStatistics | None = None,
-    draws: LayerDraws | None = None,
-    bucket: int | None = None,
+    **fields: Any,
 ) -> Accumulation:
     """A function ``(x, y, total=None, first_row=0) -> (gradients, loss_sum)`` that accumulates over the
     sub-batches, and whose ``units(y)`` counts a batch's units (samples, or real tokens).
@@ -219,29 +247,22 @@ def make_gradient_fn(
     ``first_row`` is where ``x`` starts in the global batch (a streamed sub-batch, a replica's slice). It is not
     compiled by itself: call it inside a ``tf.function`` (as the steps do) or eagerly in tests.
 
-    The batch is cut by :func:`accumrun.core.split.sub_batch_loops`: one loop per sub-batch size when the batch's
+    ``spec`` is a :class:`StepSpec` or a subdivision count, ``fields`` any of its fields replaced (see
+    :func:`step_spec`); the strategy and the feed are the step's, not used here. The batch is cut by
+    :func:`accumrun.core.split.sub_batch_loops`: one loop per sub-batch size when the batch's
     size is known at tracing (full batches, and every batch of a step compiled whole by XLA), else one loop that
-    cuts by index; the sum is the same, in another order. With ``jit_compile``, each sub-batch of that one loop
+    cuts by index; the sum is the same, in another order. With ``spec.jit_compile``, each sub-batch of that one loop
     (forward pass, backward pass and accumulation) is one XLA cluster. ``scale_loss`` (a loss-scale
     optimizer's) multiplies each sub-batch's objective, so float16 gradients do not underflow; the gradients
     returned are then scaled by it too, and are accumulated in float32 whatever the compute dtype.
-    ``batch_norm`` sets what the BatchNorm layers do in the forward passes, and records each sub-batch's moments
+    ``spec.batch_norm`` sets what the BatchNorm layers do in the forward passes, and records each sub-batch's moments
     for a per-batch update of their moving statistics (see :mod:`accumrun.core.batch_norm`); without it, Keras'
-    own behaviour holds (``sub_batch``). ``draws`` has the random layers (dropout) draw per sample, by their row in
-    the batch (see :mod:`accumrun.core.seeds`). ``bucket`` cuts each sub-batch of token ids to its longest real
+    own behaviour holds (``sub_batch``). ``spec.draws`` has the random layers (dropout) draw per sample, by their row
+    in the batch (see :mod:`accumrun.core.seeds`). ``spec.bucket`` cuts each sub-batch of token ids to its longest real
     sequence, rounded up to a multiple of it (see the module's docstring).
     """
-    return Accumulation(
-        model,
-        loss if isinstance(loss, Objective) else Objective(loss),
-        subdivisions,
-        jit_compile=jit_compile,
-        scale_loss=scale_loss,
-        metrics=metrics,
-        batch_norm=batch_norm if batch_norm is not None else BatchNormStatistics(model, BatchNormMode.SUB_BATCH),
-        draws=draws,
-        bucket=bucket,
-    )
+    objective = loss if isinstance(loss, Objective) else Objective(loss)
+    return Accumulation(model, objective, step_spec(spec, **fields), scale_loss)
 
 
 def trim_padding(x: tf.Tensor, y: Targets, bucket: int, *, token_targets: bool) -> tuple[tf.Tensor, Targets]:
@@ -519,70 +540,59 @@ def make_train_step(
     model: keras.Model,
     loss: Objective | LossFn,
     optimizer: keras.optimizers.Optimizer,
-    subdivisions: int,
-    *,
-    feed: Feed = Feed.BATCH,
-    metrics: MetricSet | None = None,
-    strategy: tf.distribute.Strategy | None = None,
-    jit_compile: bool = False,
-    batch_norm: BatchNormStatistics | None = None,
-    draws: LayerDraws | None = None,
-    bucket: int | None = None,
+    spec: StepSpec | int,
+    **fields: Any,
 ) -> TrainStep:
-    """Compile the train step: accumulate over sub-batches, then update once.
+    """Compile the train step that ``spec`` describes: accumulate over sub-batches, then update once.
+
+    ``spec`` is a :class:`StepSpec`, or a subdivision count; ``fields`` replace any of its fields (see
+    :func:`step_spec`), so ``make_train_step(model, loss, optimizer, 3, feed=Feed.SUB_BATCH)`` reads as it says.
 
     The optimizer sees one ``apply_gradients`` per batch, so clipping, weight decay, its iteration counter and
     learning-rate schedules all count batches. A batch whose loss or gradient is NaN or Inf is not applied: the
-    weights, the optimizer state and the ``metrics`` stay as they were, and the caller decides whether to stop
+    weights, the optimizer state and the metrics stay as they were, and the caller decides whether to stop
     or go on. A ``keras.optimizers.LossScaleOptimizer`` scales each sub-batch's loss; it unscales and checks the
     accumulated gradients once per batch, and skips (lowering its scale) a batch whose gradients overflowed.
 
-    ``feed`` is how batches arrive: whole (a :class:`WholeBatchStep`, which cuts them into ``subdivisions``), or as
-    the sub-batches the caller cut (a :class:`StreamedStep`). ``loss`` is an
-    :class:`~accumrun.core.losses.Objective`, or a bare per-sample loss of class indices. ``metrics`` (from
-    ``objective.new_metrics()``) are updated with every sub-batch's samples. ``batch_norm`` (created in the
-    strategy's scope) sets the BatchNorm mode; with ``per_batch`` or ``precise`` the moving statistics move once
-    per batch, from the batch's moments over every sub-batch and replica, or not at all when the batch is skipped.
-    Without it, Keras' own behaviour holds (``sub_batch``). ``draws`` has the random layers draw each sample's
-    masks from the update and its row in the global batch, whatever the subdivisions, feed and replicas. With a
-    ``strategy`` (the model, optimizer and metrics created in its scope), the global batch is dealt out to the
-    replicas (see the module's docstring).
-    ``jit_compile`` compiles with XLA (see :class:`WholeBatchStep` and :func:`make_gradient_fn`). ``bucket`` pads
-    each sub-batch of token ids only to its longest sequence, rounded up to a multiple of it (the model must take any
-    length).
+    ``spec.feed`` is how batches arrive: whole (a :class:`WholeBatchStep`, which cuts them into
+    ``spec.subdivisions``), or as the sub-batches the caller cut (a :class:`StreamedStep`). ``loss`` is an
+    :class:`~accumrun.core.losses.Objective`, or a bare per-sample loss of class indices. ``spec.metrics`` are updated
+    with every sub-batch's samples. With ``per_batch`` or ``precise`` BatchNorm statistics (``spec.batch_norm``) the
+    moving statistics move once per batch, from the batch's moments over every sub-batch and replica, or not at all
+    when the batch is skipped. ``spec.draws`` has the random layers draw each sample's masks from the update and its
+    row in the global batch, whatever the subdivisions, feed and replicas. With ``spec.strategy``, the global batch is
+    dealt out to the replicas (see the module's docstring). ``spec.jit_compile`` compiles with XLA (see
+    :class:`WholeBatchStep` and :func:`make_gradient_fn`). ``spec.bucket`` pads each sub-batch of token ids only to its
+    longest sequence, rounded up to a multiple of it (the model must take any length).
 
     Raises:
-        ValueError: a ``strategy`` with streamed sub-batches or a loss-scale optimizer (a replicated step has neither)
+        ValueError: a strategy with streamed sub-batches or a loss-scale optimizer (a replicated step has neither)
     """
+    spec = step_spec(spec, **fields)
+    strategy = spec.strategy
     loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    if strategy is not None and (feed is Feed.SUB_BATCH or loss_scaled):
+    if strategy is not None and (spec.feed is Feed.SUB_BATCH or loss_scaled):
         raise ValueError("the replicated step runs whole batches, without loss scaling")
     variables = model.trainable_variables
     if not optimizer.built:  # a loss-scale optimizer would make its variables anew
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             optimizer.build(variables)
     placement: Placement = _Replicas(strategy) if strategy is not None else _OneDevice()
-    batch_norm = batch_norm if batch_norm is not None else BatchNormStatistics(model, BatchNormMode.SUB_BATCH)
-    metric_state = metrics.variables if metrics is not None else []
-    sequence = BatchSequence(metric_state, batch_norm, _apply_or_skip(optimizer, variables, placement), placement)
+    if spec.batch_norm is None:
+        spec = dataclasses.replace(spec, batch_norm=BatchNormStatistics(model, BatchNormMode.SUB_BATCH))
+    assert spec.batch_norm is not None
+    metric_state = spec.metrics.variables if spec.metrics is not None else []
+    sequence = BatchSequence(metric_state, spec.batch_norm, _apply_or_skip(optimizer, variables, placement), placement)
     scale_loss = optimizer.scale_loss if loss_scaled else None
-    gradient_fn = functools.partial(
-        make_gradient_fn,
-        model,
-        loss,
-        scale_loss=scale_loss,
-        metrics=metrics,
-        batch_norm=batch_norm,
-        draws=draws,
-        bucket=bucket,
-    )
-    if feed is Feed.SUB_BATCH:
-        # A streamed sub-batch is a batch of one subdivision, its losses divided by the whole batch's count.
-        return StreamedStep(sequence, gradient_fn(1), variables, jit_compile=jit_compile)
-    accumulate = gradient_fn(subdivisions, jit_compile=jit_compile)
+    if spec.feed is Feed.SUB_BATCH:
+        # A streamed sub-batch is a batch of one subdivision, its losses divided by the whole batch's count; the
+        # step compiles each sub-batch's call whole, with XLA when asked.
+        sub_batch = make_gradient_fn(model, loss, spec, scale_loss=scale_loss, subdivisions=1, jit_compile=False)
+        return StreamedStep(sequence, sub_batch, variables, jit_compile=spec.jit_compile)
+    accumulate = make_gradient_fn(model, loss, spec, scale_loss=scale_loss)
     if strategy is not None:
         return _replicated_step(strategy, sequence, accumulate)
-    return _one_device_step(sequence, accumulate, jit_compile=jit_compile)
+    return _one_device_step(sequence, accumulate, jit_compile=spec.jit_compile)
 
 
 def _one_device_step(sequence: BatchSequence, accumulate: Accumulation, *, jit_compile: bool) -> WholeBatchStep:

@@ -109,7 +109,7 @@ def _train(
     scratch folder; with ``resume``, from the latest checkpoint in ``run_home``."""
     setup = settled.setup
     config = setup.config
-    batches_per_epoch, _ = epoch_batches(setup.dataset.train_size, setup.batch_size, config.training.drop_remainder)
+    batches_per_epoch, _ = epoch_batches(setup.dataset.train_size, setup.batch_size, setup.drop_remainder)
     run = Run.open(
         run_dir,
         home=run_home,

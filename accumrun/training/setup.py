@@ -22,7 +22,7 @@ from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import MetricSet
 from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import batch_sizes, sub_batch_sizes
-from accumrun.core.step import TrainStep, make_train_step
+from accumrun.core.step import StepSpec, TrainStep, make_train_step
 from accumrun.data.augment import Augmentation
 from accumrun.data.class_weights import with_class_weights
 from accumrun.data.dataset import Dataset, load_dataset
@@ -71,16 +71,20 @@ class TrainingSetup:
     metrics, and the state the steps share.
 
     ``config`` is resolved: the task, rescale factor, feed, loss and metrics it left to accumrun are filled in,
-    and ``training.subdivisions`` once :func:`settle_subdivisions` has settled ``auto``; it is what
-    ``config.yaml`` records. Code that runs the setup reads the typed fields, never the config's ``auto``.
+    and ``training.subdivisions`` once :func:`settle_subdivisions` has settled ``auto``. It is carried to be
+    recorded (``config.yaml``) and described; the setup's own methods read the typed fields, resolved from it once.
     """
 
     config: Config
+    seed: int
+    shuffle: bool
+    drop_remainder: bool
+    precise_bn_samples: int | None
+    """The seeded subset of training samples that ``batch_norm: precise`` recomputes statistics over (None: all)."""
     dataset: Dataset
     batch_size: int
     subdivisions: int | None
     """None while ``training.subdivisions`` is ``auto``, until :func:`settle_subdivisions`."""
-    feed: Feed
     feed_reason: str
     rescale: float
     """What the model's input layer multiplies raw samples by."""
@@ -90,16 +94,39 @@ class TrainingSetup:
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     objective: FittedObjective
-    strategy: tf.distribute.Strategy | None
-    train_metrics: MetricSet
     val_metrics: MetricSet
-    batch_norm: BatchNormStatistics
-    draws: LayerDraws
+    spec: StepSpec
+    """The train step's options but its subdivisions (the feed, training metrics, BatchNorm statistics, draws,
+    bucket, XLA and strategy), which :meth:`make_step` sets."""
+
+    @property
+    def feed(self) -> Feed:
+        """How batches reach the step: whole, or as streamed sub-batches."""
+        return self.spec.feed
+
+    @property
+    def strategy(self) -> tf.distribute.Strategy | None:
+        return self.spec.strategy
+
+    @property
+    def train_metrics(self) -> MetricSet:
+        assert self.spec.metrics is not None
+        return self.spec.metrics
+
+    @property
+    def batch_norm(self) -> BatchNormStatistics:
+        assert self.spec.batch_norm is not None
+        return self.spec.batch_norm
+
+    @property
+    def draws(self) -> LayerDraws:
+        assert self.spec.draws is not None
+        return self.spec.draws
 
     @property
     def bucket(self) -> int | None:
         """``data.bucket`` of a source of token ids (bucketed padding), else None."""
-        return _bucket(self.config)
+        return self.spec.bucket
 
     @property
     def replicas(self) -> int:
@@ -116,23 +143,13 @@ class TrainingSetup:
         """Compile the train step for ``subdivisions`` (see :func:`accumrun.core.step.make_train_step`)."""
         with strategy_scope(self.strategy):
             return make_train_step(
-                self.model,
-                self.objective.objective,
-                self.optimizer,
-                subdivisions,
-                feed=self.feed,
-                metrics=self.train_metrics,
-                strategy=self.strategy,
-                jit_compile=self.config.training.jit_compile,
-                batch_norm=self.batch_norm,
-                draws=self.draws,
-                bucket=self.bucket,
+                self.model, self.objective.objective, self.optimizer, self.spec, subdivisions=subdivisions
             )
 
     @property
     def epoch_batch_sizes(self) -> list[int]:
         """The sample count of each batch of an epoch."""
-        return batch_sizes(self.dataset.train_size, self.batch_size, self.config.training.drop_remainder)
+        return batch_sizes(self.dataset.train_size, self.batch_size, self.drop_remainder)
 
     def chunk_sizes(self, subdivisions: int) -> list[list[int]]:
         """Each batch of an epoch as the chunks the feeder serves it in: the whole batch, or its sub-batches."""
@@ -143,12 +160,11 @@ class TrainingSetup:
     def train_feeder(self, chunk_sizes: list[int]) -> Feeder:
         """The training samples in chunks of ``chunk_sizes``, augmented, in the seed's order; with bucketed
         padding, each batch's samples ordered by their real length (see :mod:`accumrun.data.grouping`)."""
-        data = self.config.data
         return Feeder(
             self.dataset.train,
             chunk_sizes,
-            seed=self.config.seed,
-            shuffle=data.shuffle,
+            seed=self.seed,
+            shuffle=self.shuffle,
             augmentation=self.augmentation,
             on_device=True,
             group_by_length=self.epoch_batch_sizes if self.bucket is not None else None,
@@ -161,7 +177,7 @@ class TrainingSetup:
         return Feeder(
             self.dataset.val,
             batch_sizes(self.dataset.val_size, batch_size),
-            seed=self.config.seed,
+            seed=self.seed,
             shuffle=False,
             augmentation=self.augmentation,
             training=False,
@@ -173,14 +189,14 @@ class TrainingSetup:
         seeded subset of ``training.precise_bn_samples``), in chunks of ``chunk_size``, as validation sees them:
         augmentation in inference mode."""
         train = self.dataset.train
-        limit = self.config.training.precise_bn_samples
+        limit = self.precise_bn_samples
         if limit is not None and limit < train.size:
-            chosen = np.random.default_rng(self.config.seed).permutation(train.size)[:limit]
+            chosen = np.random.default_rng(self.seed).permutation(train.size)[:limit]
             train = train.subset(np.sort(chosen))
         feeder = Feeder(
             train,
             batch_sizes(train.size, chunk_size),
-            seed=self.config.seed,
+            seed=self.seed,
             shuffle=False,
             augmentation=self.augmentation,
             training=False,
@@ -235,12 +251,16 @@ def build_training(
         optimizer = _optimizer(config, model)
         train_metrics = objective.objective.new_metrics()
         val_metrics = objective.objective.new_metrics()
+    training = config.training
     return TrainingSetup(
         config=_resolved(config, dataset, feed, None if preprocess is not None else rescale, objective),
+        seed=config.seed,
+        shuffle=config.data.shuffle,
+        drop_remainder=training.drop_remainder,
+        precise_bn_samples=training.precise_bn_samples,
         dataset=dataset,
         batch_size=batch_size,
         subdivisions=subdivisions,
-        feed=feed,
         feed_reason=feed_reason,
         rescale=rescale,
         preprocess=preprocess,
@@ -248,12 +268,17 @@ def build_training(
         model=model,
         optimizer=optimizer,
         objective=objective,
-        strategy=strategy,
-        train_metrics=train_metrics,
         val_metrics=val_metrics,
-        batch_norm=BatchNormStatistics(model, config.training.batch_norm, strategy),
-        # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
-        draws=LayerDraws(model, optimizer.iterations, config.training.random_draws),
+        spec=StepSpec(
+            feed=feed,
+            metrics=train_metrics,
+            batch_norm=BatchNormStatistics(model, training.batch_norm, strategy),
+            # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
+            draws=LayerDraws(model, optimizer.iterations, training.random_draws),
+            bucket=_bucket(config),
+            jit_compile=training.jit_compile,
+            strategy=strategy,
+        ),
     )
 
 
