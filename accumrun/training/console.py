@@ -15,6 +15,7 @@ from accumrun.data.class_weights import per_class
 from accumrun.data.vocabulary import learned_tokenizer
 from accumrun.rundir.layout import VOCABULARY_FILE
 from accumrun.rundir.metrics import EpochRow
+from accumrun.training.hooks import BatchEnd, Hook
 from accumrun.training.setup import TrainingSetup
 
 
@@ -134,6 +135,35 @@ def progress_bar(count: int, epoch: int, epochs: int, done: int = 0) -> progress
         progressbar.ETA(),
     ]
     return progressbar.ProgressBar(max_value=count, initial_value=done, widgets=widgets, fd=sys.stdout).start()
+
+
+class ProgressBars(Hook):
+    """The progress bar of each epoch of more than one batch, moved after every call (on a terminal only)."""
+
+    def __init__(self, batches_per_epoch: int, epochs: int) -> None:
+        self._count = batches_per_epoch
+        self._epochs = epochs
+        self._bars: dict[int, progressbar.ProgressBar | None] = {}
+
+    def on_batch_end(self, batches: BatchEnd) -> None:
+        position = batches.position
+        if self._count == 1:
+            return
+        if position.epoch not in self._bars:
+            self.on_stop(None)
+            self._bars[position.epoch] = progress_bar(self._count, position.epoch, self._epochs, batches.first_batch)
+        bar = self._bars[position.epoch]
+        if bar is not None:
+            bar.update(position.batch, loss=position.loss_sum / max(position.units, 1.0))
+        if position.batch == self._count:
+            self.on_stop(None)
+
+    def on_stop(self, stopped: str | None) -> None:
+        """Finish the open bars (before the run's last words, however it ends)."""
+        for bar in self._bars.values():
+            if bar is not None:
+                bar.finish(dirty=True)
+        self._bars.clear()
 
 
 def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:

@@ -9,12 +9,15 @@ Patience counts epochs; a lowered rate applies from the next epoch's first updat
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+import keras
 
 from accumrun.config.schema import Config, Watched
 from accumrun.errors import ConfigError
 from accumrun.rundir.metrics import EpochRow
+from accumrun.training.hooks import EpochEnd, Hook
 
 
 @dataclass
@@ -129,6 +132,28 @@ class Controls:
                     f"epochs (best {self._stop_watch.best:.6g})"
                 )
         return decision
+
+
+class Controlling(Hook):
+    """The controls as a hook: after each epoch's row, stop the run, keep the best model (``save_best``) and set
+    the next epoch's learning rate, as ``controls`` decide; their notes print after the row's line."""
+
+    def __init__(
+        self, controls: Controls, optimizer: keras.optimizers.Optimizer, save_best: Callable[[], object]
+    ) -> None:
+        self._controls = controls
+        self._optimizer = optimizer
+        self._save_best = save_best
+
+    def on_epoch_end(self, end: EpochEnd) -> None:
+        decision = self._controls.after_epoch(end.row, end.row.learning_rate)
+        if decision.stop is not None:
+            end.stop(decision.stop)
+        end.notes.extend(decision.notes)
+        if decision.keep_best:
+            self._save_best()
+        if decision.learning_rate is not None:
+            self._optimizer.learning_rate = decision.learning_rate
 
 
 def _watch(watched: Watched | None, min_delta: float) -> Watch | None:

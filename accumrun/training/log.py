@@ -1,8 +1,8 @@
-"""What a run records per epoch: the metrics row, written to ``metrics.jsonl``, TensorBoard and the console."""
+"""What a run records per epoch: the metrics row, and the epoch log that writes it to ``metrics.jsonl`` and the
+console (TensorBoard is its own hook)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import resource
 from collections.abc import Callable
@@ -14,7 +14,7 @@ import tensorflow as tf
 from accumrun.rundir.metrics import EpochRow, append_metrics, sync_metrics
 from accumrun.training.checkpoints import Position
 from accumrun.training.console import epoch_line
-from accumrun.training.tensorboard import TensorBoardLog
+from accumrun.training.hooks import EpochEnd, Hook
 
 
 @dataclass(frozen=True)
@@ -61,49 +61,29 @@ def epoch_row(
     )
 
 
-class RunLog:
-    """The record of a run's epochs: each row goes to ``metrics.jsonl`` (flushed; forced to disk by :meth:`sync`,
-    with each checkpoint), TensorBoard and the console."""
+class EpochLog(Hook):
+    """The epoch log: each row appended to ``metrics.jsonl`` (flushed; forced to disk by :meth:`sync`, with each
+    checkpoint) and printed as one line, then the notes of its epoch; the reason an early stop gives, last."""
 
-    def __init__(
-        self,
-        run_dir: Path,
-        *,
-        epochs: int,
-        rows: list[EpochRow],
-        tensorboard: TensorBoardLog,
-        metric_names: list[str],
-        echo: Callable[[str], None],
-    ) -> None:
-        self.rows = rows
-        """Every epoch's row so far, the ones a resumed run kept included."""
+    def __init__(self, run_dir: Path, *, epochs: int, metric_names: list[str], echo: Callable[[str], None]) -> None:
         self._run_dir = run_dir
         self._epochs = epochs
-        self._tensorboard = tensorboard
         self._metric_names = metric_names
         self._echo = echo
 
-    def epoch(self, row: EpochRow, *, stopped: str | None = None) -> None:
-        """Record one epoch's row; ``stopped`` says why training stops after it, if it does."""
-        if stopped is not None:
-            row = dataclasses.replace(row, stopped=stopped)
-        self.rows.append(row)
-        self._tensorboard.epoch(row)
-        append_metrics(self._run_dir, row)
-        self._echo(epoch_line(row, self._epochs, self._metric_names))
+    def on_epoch_end(self, end: EpochEnd) -> None:
+        append_metrics(self._run_dir, end.row)
+        self._echo(epoch_line(end.row, self._epochs, self._metric_names))
+        for note in end.notes:
+            self._echo(note)
 
-    def update(self, batch_mean_loss: float, optimizer_step: int) -> None:
-        """Record the mean loss of the update that made the optimizer's count ``optimizer_step``, when per-update
-        logging is on."""
-        self._tensorboard.update(batch_mean_loss, optimizer_step)
+    def on_stop(self, stopped: str | None) -> None:
+        if stopped is not None:
+            self._echo(stopped)
 
     def sync(self) -> None:
         """Force the rows logged so far to disk (before a checkpoint, which a resume trusts them up to)."""
         sync_metrics(self._run_dir)
-
-    def close(self) -> None:
-        """Flush and close TensorBoard."""
-        self._tensorboard.close()
 
 
 def peak_memory_mib() -> tuple[float, float | None]:

@@ -18,29 +18,18 @@ import tensorflow as tf
 
 from accumrun._version import __version__
 from accumrun.config.schema import Config
-from accumrun.core.batch_norm import PopulationStatistics
-from accumrun.core.split import epoch_batches, replica_sub_batch_sizes
-from accumrun.core.step import WholeBatchStep
-from accumrun.core.updates import UpdateLoop
+from accumrun.core.split import epoch_batches
 from accumrun.errors import WorkerLost
-from accumrun.kinds import BatchNormMode, Feed, OnNonFinite
 from accumrun.models.saving import CompileSpec, save_trained_model
-from accumrun.objective import Scorer
-from accumrun.rundir.metrics import EpochRow
 from accumrun.rundir.status import BatchNormNote
+from accumrun.training.assembly import build_trainer
 from accumrun.training.autosub import Settled, settle_subdivisions
-from accumrun.training.batches import Batches, DeviceBatches, FedBatches
-from accumrun.training.cadence import Cadence
 from accumrun.training.checkpoints import Position, State
 from accumrun.training.console import describe_setup, device_name, run_summary
 from accumrun.training.controls import Controls
-from accumrun.training.distribute import PEER_ERRORS, agreement, describe_strategy, is_chief, lost_worker
-from accumrun.training.log import RowSizes, RunLog
-from accumrun.training.loop import Trainer
+from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chief, lost_worker
 from accumrun.training.run import Run
 from accumrun.training.setup import TrainingSetup, build_training
-from accumrun.training.signals import resume_command
-from accumrun.training.tensorboard import TensorBoardLog
 
 
 @dataclass
@@ -131,7 +120,15 @@ def _train(
     )
     with status, _worker_losses(setup, run):
         # Inside the status: a failure while building the Trainer (TensorBoard, feeders) is recorded too.
-        trainer = _trainer(settled, run, rows, controls, echo=echo, show_progress=show_progress)
+        trainer = build_trainer(
+            settled,
+            run,
+            rows,
+            controls,
+            save_best=functools.partial(_save_model, setup, run.folder / "model.best.keras"),
+            echo=echo,
+            show_progress=show_progress,
+        )
         _announce(setup, run.folder, position, echo)
         started = time.monotonic()
         rows = trainer.fit(position)
@@ -146,85 +143,6 @@ def _train(
     return RunResult(run.folder, [row.to_json() for row in rows], setup.model)
 
 
-def _trainer(
-    settled: Settled,
-    run: Run,
-    rows: list[EpochRow],
-    controls: Controls,
-    *,
-    echo: Callable[[str], None],
-    show_progress: bool,
-) -> Trainer:
-    """The Trainer of ``settled``, given the pieces of the setup it uses, logging after ``rows``."""
-    setup, subdivisions = settled.setup, settled.subdivisions
-    config, metric_names = setup.config, setup.objective.metric_names
-    log = RunLog(
-        run.folder,
-        epochs=config.training.epochs,
-        rows=rows,
-        tensorboard=TensorBoardLog(
-            run.folder,
-            config.output.tensorboard,
-            config.output.log_every_updates,
-            metric_names,
-        ),
-        metric_names=metric_names,
-        echo=echo,
-    )
-    plan = setup.chunk_sizes(subdivisions)
-    # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
-    sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
-    training, output = config.training, config.output
-    population_statistics = _population_statistics(setup, sub_batch_size)
-    return Trainer(
-        batches=_batches(settled, plan),
-        sizes=RowSizes(setup.batch_size, subdivisions, setup.replicas, sub_batch_size),
-        optimizer=setup.optimizer,
-        metric_names=metric_names,
-        cadence=Cadence(
-            epochs=training.epochs,
-            batches_per_epoch=len(plan),
-            validate_every=training.validate_every,
-            validates=bool(setup.dataset.val_size),
-            every_epoch_end=(
-                controls.every_epoch or population_statistics is not None or output.checkpoint_seconds is None
-            ),
-            checkpoint_seconds=output.checkpoint_seconds,
-            checkpoint_every_updates=output.checkpoint_every_updates,
-            updates_per_call=None if training.updates_per_call == "auto" else training.updates_per_call,
-        ),
-        on_nonfinite=training.on_nonfinite,
-        validate=_validation(setup, sub_batch_size),
-        end_of_epoch=population_statistics,
-        save_best=functools.partial(_save_model, setup, run.folder / "model.best.keras"),
-        store=run.store,
-        log=log,
-        controls=controls,
-        agree=agreement(setup.strategy),
-        resume_command=resume_command(run.home),
-        echo=echo,
-        show_progress=show_progress,
-    )
-
-
-def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
-    """The epoch's batches through the settled step: several per compiled call where the training data is held
-    on the device and batches come whole, else one per call as the feeder serves them."""
-    setup, step = settled.setup, settled.step
-    feeder = setup.train_feeder([size for sizes in plan for size in sizes])
-    if setup.several_updates_per_call and feeder.resident is not None and isinstance(step, WholeBatchStep):
-        loop = UpdateLoop(
-            step,
-            feeder.resident.x,
-            feeder.resident.y,
-            optimizer=setup.optimizer,
-            metrics=setup.train_metrics,
-            stop_on_nonfinite=setup.config.training.on_nonfinite is OnNonFinite.STOP,
-        )
-        return DeviceBatches(plan, feeder.resident, loop)
-    return FedBatches(plan, feeder, step, metrics=setup.train_metrics, optimizer=setup.optimizer)
-
-
 def _state(setup: TrainingSetup) -> State:
     """What a checkpoint holds: the model's, the optimizer's and the training metrics' variables."""
     return {
@@ -232,32 +150,6 @@ def _state(setup: TrainingSetup) -> State:
         "optimizer": setup.optimizer.variables,
         "metrics": setup.train_metrics.variables,
     }
-
-
-def _validation(setup: TrainingSetup, batch_size: int) -> Callable[[], dict[str, float]] | None:
-    """``val_loss`` and ``val_<metric>`` over the validation data in batches of ``batch_size``, no larger than a
-    training sub-batch, so validation never needs more memory than training; None without validation data."""
-    size = setup.dataset.val_size
-    if not size:
-        return None
-    scorer = Scorer(setup.model, setup.objective.objective, setup.val_metrics)
-    feeder = setup.val_feeder(batch_size)
-
-    def validate() -> dict[str, float]:
-        return {f"val_{name}": value for name, value in scorer(feeder).items()}
-
-    return validate
-
-
-def _population_statistics(setup: TrainingSetup, sub_batch_size: int) -> Callable[[], None] | None:
-    """With ``batch_norm: precise``, what recomputes the moving statistics as population statistics at the end of
-    each epoch; else None."""
-    if setup.batch_norm.mode is not BatchNormMode.PRECISE or not setup.batch_norm.records:
-        return None
-    statistics = PopulationStatistics(setup.model, setup.batch_norm, sub_batch_size, setup.strategy)
-    # Whole batches, cut on the device, when they fit; else the sub-batches one at a time.
-    chunk = setup.batch_size if setup.feed is Feed.BATCH else sub_batch_size
-    return lambda: statistics(setup.population_chunks(chunk))
 
 
 def _save_model(setup: TrainingSetup, path: Path) -> CompileSpec:

@@ -129,6 +129,11 @@ class TrainingSetup:
         return self.spec.bucket
 
     @property
+    def loss_scaled(self) -> bool:
+        """Whether the optimizer scales the loss (``mixed_float16``), and so skips the updates that overflow."""
+        return isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+
+    @property
     def replicas(self) -> int:
         """How many replicas share each batch (1 without a strategy)."""
         return self.strategy.num_replicas_in_sync if self.strategy is not None else 1

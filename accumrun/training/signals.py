@@ -17,6 +17,10 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from accumrun.errors import Interrupted
+from accumrun.training.checkpoints import Position
+from accumrun.training.hooks import CallEnd, Hook
+
 
 class StopRequests:
     """A context manager that turns SIGINT and SIGTERM into :attr:`signal_number` while it is active."""
@@ -63,3 +67,32 @@ def resume_command(run_dir: Path) -> str:
     """The command that resumes the run in ``run_dir``, runnable as printed: this interpreter, by its full path,
     runs ``-m accumrun``, so it works outside an activated virtual environment too."""
     return shlex.join([sys.executable, "-m", "accumrun", "train", "--resume", str(run_dir)])
+
+
+class Signals(Hook):
+    """The hook of graceful stops: while the run trains, SIGINT and SIGTERM become a stop asked for at the end of
+    the call; once every worker agreed and the checkpoint is saved, :class:`Interrupted` says how to resume."""
+
+    def __init__(self, batches_per_epoch: int, resume_command: str) -> None:
+        self._batches_per_epoch = batches_per_epoch
+        self._resume_command = resume_command
+        self._requests = StopRequests()
+
+    def on_run_start(self, position: Position) -> None:
+        self._requests.__enter__()
+
+    def on_call_end(self, call: CallEnd) -> None:
+        call.signal_number = self._requests.signal_number
+
+    def on_agreed(self, call: CallEnd) -> None:
+        """Raise :class:`Interrupted` after the checkpoint when a stop was asked for; a run that has just ended
+        completes (its model saved) rather than stop: there is nothing left to resume."""
+        if call.signal_number is None or call.ended:
+            return
+        name = signal.Signals(call.signal_number).name
+        epoch, batch = call.position.counted(self._batches_per_epoch)
+        reason = f"{name} at epoch {epoch}, batch {batch}; saved {call.saved}"
+        raise Interrupted(call.signal_number, reason, self._resume_command)
+
+    def on_stop(self, stopped: str | None) -> None:
+        self._requests.__exit__(None, None, None)

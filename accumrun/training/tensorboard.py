@@ -7,12 +7,13 @@ from pathlib import Path
 import tensorflow as tf
 
 from accumrun.rundir.metrics import EpochRow
+from accumrun.training.hooks import BatchEnd, EpochEnd, Hook
 
 # Per-epoch values besides the loss and the metrics that are worth a curve; the rest of a row is bookkeeping.
 _OTHER_SCALARS = ("samples_per_second", "learning_rate")
 
 
-class TensorBoardLog:
+class TensorBoardLog(Hook):
     """Writes scalars under ``run_dir/tensorboard``; does nothing when disabled."""
 
     def __init__(
@@ -26,6 +27,21 @@ class TensorBoardLog:
         self._every_updates = every_updates
         names = ["loss", *metric_names]
         self._scalars = [*names, *(f"val_{name}" for name in names), *_OTHER_SCALARS]
+
+    def on_batch_end(self, batches: BatchEnd) -> None:
+        """Log the mean loss of each applied update, every ``every_updates`` optimizer updates."""
+        updates = batches.updates
+        for loss_sum, units, applied, step in zip(
+            updates.loss_sums, updates.units, updates.applied, updates.optimizer_steps, strict=True
+        ):
+            if applied:
+                self.update(float(loss_sum) / float(units), int(step))
+
+    def on_epoch_end(self, end: EpochEnd) -> None:
+        self.epoch(end.row)
+
+    def on_stop(self, stopped: str | None) -> None:
+        self.close()
 
     def update(self, batch_loss: float, step: int) -> None:
         """Log the mean loss of an applied batch, whose update made the optimizer's count ``step``, every

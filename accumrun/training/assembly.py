@@ -1,0 +1,145 @@
+"""The Trainer put together from a settled setup and its Run: the batches through the step, the row sizes, the
+cadence, and the hooks, in the order they run (see :mod:`.hooks`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from accumrun.config.schema import Config
+from accumrun.core.batch_norm import PopulationStatistics
+from accumrun.core.split import replica_sub_batch_sizes
+from accumrun.core.step import WholeBatchStep
+from accumrun.core.updates import UpdateLoop
+from accumrun.kinds import BatchNormMode, Feed, OnNonFinite
+from accumrun.objective import Scorer
+from accumrun.rundir.metrics import EpochRow
+from accumrun.training.autosub import Settled
+from accumrun.training.batches import Batches, DeviceBatches, FedBatches
+from accumrun.training.cadence import Cadence
+from accumrun.training.checkpointing import Checkpointing
+from accumrun.training.console import ProgressBars
+from accumrun.training.controls import Controlling, Controls
+from accumrun.training.distribute import agreement
+from accumrun.training.epoch_end import PreciseStatistics, Validation
+from accumrun.training.hooks import Hook, Hooks
+from accumrun.training.log import EpochLog, RowSizes
+from accumrun.training.loop import Trainer
+from accumrun.training.nonfinite import NonFinitePolicy
+from accumrun.training.run import Run
+from accumrun.training.setup import TrainingSetup
+from accumrun.training.signals import Signals, resume_command
+from accumrun.training.tensorboard import TensorBoardLog
+
+
+def build_trainer(
+    settled: Settled,
+    run: Run,
+    rows: list[EpochRow],
+    controls: Controls,
+    *,
+    save_best: Callable[[], object],
+    echo: Callable[[str], None],
+    show_progress: bool,
+) -> Trainer:
+    """The Trainer of ``settled``, given the pieces of the setup it uses, logging after ``rows``; ``save_best``
+    saves the model as the best so far."""
+    setup, subdivisions = settled.setup, settled.subdivisions
+    config = setup.config
+    plan = setup.chunk_sizes(subdivisions)
+    # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
+    sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
+    recompute = _population_statistics(setup, sub_batch_size)
+    cadence = _cadence(
+        config,
+        len(plan),
+        validates=bool(setup.dataset.val_size),
+        every_epoch_end=(controls.every_epoch or recompute is not None or config.output.checkpoint_seconds is None),
+    )
+    hooks: list[Hook] = [PreciseStatistics(recompute)] if recompute is not None else []
+    if setup.dataset.val_size:
+        hooks.append(Validation(_validation(setup, sub_batch_size), cadence))
+    hooks.append(
+        NonFinitePolicy(config.training.on_nonfinite, loss_scaled=setup.loss_scaled, store=run.store, echo=echo)
+    )
+    if show_progress:
+        hooks.append(ProgressBars(len(plan), cadence.epochs))
+    metric_names = setup.objective.metric_names
+    epoch_log = EpochLog(run.folder, epochs=cadence.epochs, metric_names=metric_names, echo=echo)
+    output = config.output
+    hooks += [
+        Controlling(controls, setup.optimizer, save_best),
+        TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates, metric_names),
+        epoch_log,
+        Checkpointing(
+            run.store,
+            seconds=output.checkpoint_seconds,
+            every_updates=output.checkpoint_every_updates,
+            sync=epoch_log.sync,
+        ),
+        Signals(len(plan), resume_command(run.home)),
+    ]
+    return Trainer(
+        batches=_batches(settled, plan),
+        sizes=RowSizes(setup.batch_size, subdivisions, setup.replicas, sub_batch_size),
+        optimizer=setup.optimizer,
+        metric_names=metric_names,
+        cadence=cadence,
+        hooks=Hooks(hooks),
+        agree=agreement(setup.strategy),
+        rows=rows,
+    )
+
+
+def _cadence(config: Config, batches_per_epoch: int, *, validates: bool, every_epoch_end: bool) -> Cadence:
+    training, output = config.training, config.output
+    return Cadence(
+        epochs=training.epochs,
+        batches_per_epoch=batches_per_epoch,
+        validate_every=training.validate_every,
+        validates=validates,
+        every_epoch_end=every_epoch_end,
+        checkpoint_seconds=output.checkpoint_seconds,
+        checkpoint_every_updates=output.checkpoint_every_updates,
+        updates_per_call=None if training.updates_per_call == "auto" else training.updates_per_call,
+    )
+
+
+def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
+    """The epoch's batches through the settled step: several per compiled call where the training data is held
+    on the device and batches come whole, else one per call as the feeder serves them."""
+    setup, step = settled.setup, settled.step
+    feeder = setup.train_feeder([size for sizes in plan for size in sizes])
+    if setup.several_updates_per_call and feeder.resident is not None and isinstance(step, WholeBatchStep):
+        loop = UpdateLoop(
+            step,
+            feeder.resident.x,
+            feeder.resident.y,
+            optimizer=setup.optimizer,
+            metrics=setup.train_metrics,
+            stop_on_nonfinite=setup.config.training.on_nonfinite is OnNonFinite.STOP,
+        )
+        return DeviceBatches(plan, feeder.resident, loop)
+    return FedBatches(plan, feeder, step, metrics=setup.train_metrics, optimizer=setup.optimizer)
+
+
+def _validation(setup: TrainingSetup, batch_size: int) -> Callable[[], dict[str, float]]:
+    """``val_loss`` and ``val_<metric>`` over the validation data in batches of ``batch_size``, no larger than a
+    training sub-batch, so validation never needs more memory than training."""
+    scorer = Scorer(setup.model, setup.objective.objective, setup.val_metrics)
+    feeder = setup.val_feeder(batch_size)
+
+    def validate() -> dict[str, float]:
+        return {f"val_{name}": value for name, value in scorer(feeder).items()}
+
+    return validate
+
+
+def _population_statistics(setup: TrainingSetup, sub_batch_size: int) -> Callable[[], None] | None:
+    """With ``batch_norm: precise``, what recomputes the moving statistics as population statistics at the end of
+    each epoch; else None."""
+    if setup.batch_norm.mode is not BatchNormMode.PRECISE or not setup.batch_norm.records:
+        return None
+    statistics = PopulationStatistics(setup.model, setup.batch_norm, sub_batch_size, setup.strategy)
+    # Whole batches, cut on the device, when they fit; else the sub-batches one at a time.
+    chunk = setup.batch_size if setup.feed is Feed.BATCH else sub_batch_size
+    return lambda: statistics(setup.population_chunks(chunk))

@@ -1,0 +1,37 @@
+"""What an epoch that ends a call computes before its row, as hooks: the BatchNorm population statistics of
+``batch_norm: precise`` (first, so that validation and the epoch's checkpoint hold them), then validation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from accumrun.training.cadence import Cadence
+from accumrun.training.checkpoints import Position
+from accumrun.training.hooks import Hook
+
+
+class PreciseStatistics(Hook):
+    """Recomputes the BatchNorm moving statistics as population statistics (``recompute``) at the end of each
+    epoch that ends its call (with ``batch_norm: precise``, every epoch does; see the cadence)."""
+
+    def __init__(self, recompute: Callable[[], None]) -> None:
+        self._recompute = recompute
+
+    def epoch_figures(self, position: Position, ends_call: bool) -> dict[str, float]:
+        if ends_call:
+            self._recompute()
+        return {}
+
+
+class Validation(Hook):
+    """Adds ``val_loss`` and ``val_<metric>`` (``validate``, under the current weights) to the row of each epoch
+    that validates (``cadence``), where it ends its call."""
+
+    def __init__(self, validate: Callable[[], dict[str, float]], cadence: Cadence) -> None:
+        self._validate = validate
+        self._cadence = cadence
+
+    def epoch_figures(self, position: Position, ends_call: bool) -> dict[str, float]:
+        if ends_call and self._cadence.validates_after(position.epoch):
+            return self._validate()
+        return {}
