@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import keras
@@ -14,6 +15,7 @@ import tensorflow as tf
 
 from accumrun import train
 from accumrun.config.loading import load_config
+from accumrun.config.schema import Config
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.data.dataset import load_dataset
 from accumrun.errors import ConfigError, TrainingDiverged
@@ -21,6 +23,7 @@ from accumrun.kinds import BatchNormMode, RunState
 from accumrun.models.builders import build_model
 from accumrun.rundir.metrics import EpochRow
 from accumrun.rundir.status import AutoNote, BatchNormNote, RunRecord
+from accumrun.training.runner import RunResult
 from tests.helpers import invoke, tiny_config
 
 DESIGN_KEYS = {
@@ -38,11 +41,36 @@ DESIGN_KEYS = {
 }
 
 
-def test_run_directory_holds_config_metrics_and_a_loadable_model(tmp_path: Path) -> None:
-    config = load_config(tiny_config(tmp_path))
-    result = train(config, tmp_path / "run", quiet=True)
+@dataclass(frozen=True)
+class Trained:
+    """A run that several tests read: its config and its result (``result.run_dir`` is its folder)."""
 
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    config: Config
+    result: RunResult
+
+
+def _trained(tmp_path_factory: pytest.TempPathFactory, overrides: list[str]) -> Trained:
+    folder = tmp_path_factory.mktemp("run")
+    config = load_config(tiny_config(folder), overrides)
+    return Trained(config, train(config, folder / "run", quiet=True))
+
+
+@pytest.fixture(scope="module")
+def subdivided(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """The tiny config as it is (subdivisions 3), with TensorBoard's per-update loss every 2 updates."""
+    return _trained(tmp_path_factory, ["output.log_every_updates=2"])
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """The tiny config with subdivisions 1 and TensorBoard off (which changes nothing else)."""
+    return _trained(tmp_path_factory, ["training.subdivisions=1", "output.tensorboard=false"])
+
+
+def test_run_directory_holds_config_metrics_and_a_loadable_model(subdivided: Trained) -> None:
+    config, result = subdivided.config, subdivided.result
+    run_dir = result.run_dir
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["epoch"] for row in rows] == [1, 2]
     assert all(set(row) >= DESIGN_KEYS for row in rows)
     # 26 samples, 10% validation -> 23 training samples in batches of 10: 3 updates per epoch.
@@ -50,7 +78,7 @@ def test_run_directory_holds_config_metrics_and_a_loadable_model(tmp_path: Path)
     assert rows[0]["sub_batch_size"] == 4 and rows[0]["subdivisions"] == 3 and rows[0]["batch_size"] == 10
 
     # config.yaml is the config, with what it left to accumrun resolved.
-    saved = load_config(tmp_path / "run" / "config.yaml")
+    saved = load_config(run_dir / "config.yaml")
     assert (saved.data.task, saved.data.rescale, saved.data.feed) == ("classification", 1.0, "batch")
     assert (saved.loss.name, saved.loss.from_logits, saved.metrics) == (
         "sparse_categorical_crossentropy",
@@ -60,17 +88,18 @@ def test_run_directory_holds_config_metrics_and_a_loadable_model(tmp_path: Path)
     settled = {"task": "classification", "rescale": 1.0, "feed": "batch"}
     resolved = {"data": config.data.model_copy(update=settled), "loss": saved.loss}
     assert saved == config.model_copy(update={**resolved, "metrics": ["accuracy"]})
-    status = json.loads((tmp_path / "run" / "run.json").read_text())
+    status = json.loads((run_dir / "run.json").read_text())
     assert status["status"] == "completed" and status["ended"] and status["tensorflow_version"] == tf.__version__
-    loaded = keras.models.load_model(tmp_path / "run" / "model.keras")
+    loaded = keras.models.load_model(run_dir / "model.keras")
     probe = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     np.testing.assert_allclose(loaded.predict(probe, verbose=0), result.model.predict(probe, verbose=0), atol=1e-6)
 
 
 @pytest.mark.slow
-def test_subdivisions_on_and_off_give_the_same_run_for_a_model_without_batchnorm(tmp_path: Path) -> None:
-    on = train(load_config(tiny_config(tmp_path)), tmp_path / "on", quiet=True)
-    off = train(load_config(tiny_config(tmp_path), ["training.subdivisions=1"]), tmp_path / "off", quiet=True)
+def test_subdivisions_on_and_off_give_the_same_run_for_a_model_without_batchnorm(
+    subdivided: Trained, plain: Trained
+) -> None:
+    on, off = subdivided.result, plain.result
     for row_on, row_off in zip(on.metrics, off.metrics, strict=True):
         assert row_on["loss"] == pytest.approx(row_off["loss"], abs=1e-6)
         assert row_on["val_loss"] == pytest.approx(row_off["val_loss"], abs=1e-6)
@@ -147,18 +176,15 @@ def _tensorboard_tags(run_dir: Path) -> dict[str, list[int]]:
 
 
 @pytest.mark.slow
-def test_tensorboard_gets_epoch_scalars_and_every_nth_update(tmp_path: Path) -> None:
-    config = load_config(tiny_config(tmp_path), ["output.log_every_updates=2"])
-    train(config, tmp_path / "run", quiet=True)
-    tags = _tensorboard_tags(tmp_path / "run")
+def test_tensorboard_gets_epoch_scalars_and_every_nth_update(subdivided: Trained) -> None:
+    tags = _tensorboard_tags(subdivided.result.run_dir)
     assert tags["epoch/loss"] == [1, 2] and tags["epoch/val_loss"] == [1, 2]
     assert tags["update/loss"] == [2, 4, 6]  # 6 updates in all, one point every 2
 
 
 @pytest.mark.slow
-def test_tensorboard_can_be_switched_off(tmp_path: Path) -> None:
-    train(load_config(tiny_config(tmp_path), ["output.tensorboard=false"]), tmp_path / "run", quiet=True)
-    assert not (tmp_path / "run" / "tensorboard").exists()
+def test_tensorboard_can_be_switched_off(plain: Trained) -> None:
+    assert not (plain.result.run_dir / "tensorboard").exists()
 
 
 def test_rows_and_run_records_round_trip_through_their_reader_and_writer(tmp_path: Path) -> None:

@@ -40,9 +40,15 @@ def fit(path: Path, run_dir: Path, updates_per_call: int | str) -> tuple[list[np
     return [v.numpy() for v in result.model.variables], rows
 
 
-def assert_same_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, several: int | str) -> list[int]:
-    """Assert that ``several`` updates per call train as one per call does; return the sizes of its calls."""
-    weights, rows = fit(path, tmp_path / "one", 1)
+Run = tuple[list[np.ndarray], list[dict[str, Any]]]
+
+
+def assert_same_run(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, several: int | str, one: Run | None = None
+) -> list[int]:
+    """Assert that ``several`` updates per call train as one per call does (``one``, trained here unless given);
+    return the sizes of its calls."""
+    weights, rows = one if one is not None else fit(path, tmp_path / "one", 1)
     sizes = record_calls(monkeypatch)
     several_weights, several_rows = fit(path, tmp_path / "several", several)
     assert several_rows == rows
@@ -96,12 +102,13 @@ def test_early_stopping_and_plateau_decide_as_with_one_update_per_call(
         training={"epochs": 40, "batch_size": 12, "validate_every": 2, "early_stopping": {"patience": 2}},
         optimizer={"learning_rate": 0.5, "reduce_on_plateau": {"patience": 1, "factor": 0.5}},
     )
-    weights, rows = fit(path, tmp_path / "reference", 1)
+    one = fit(path, tmp_path / "reference", 1)
+    rows = one[1]
     assert rows[-1].get("stopped") and len(rows) < 40, "the config must stop early to test the stop"
     assert len({row["learning_rate"] for row in rows}) > 1, "the config must lower the rate to test it"
     # Rows of epochs that do not validate hold no val_ figures.
     assert "val_loss" not in rows[0] and "val_loss" in rows[1]
-    sizes = assert_same_run(path, tmp_path, monkeypatch, 7)
+    sizes = assert_same_run(path, tmp_path, monkeypatch, 7, one)
     assert max(sizes) == 6  # two epochs of three batches of 12: a call ends where an epoch validates
 
 
