@@ -6,6 +6,7 @@ named."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from accumrun.core.draws import row_bits, to_normal, to_uniform
 from accumrun.core.seeds import LayerDraws
 from accumrun.errors import Interrupted
 from accumrun.training.console import describe_setup
+from accumrun.training.runner import RunResult
 from accumrun.training.setup import build_training
 from tests.helpers import max_difference, signal_after_batch
 
@@ -75,9 +77,26 @@ def test_a_sample_gets_its_mask_from_its_row_and_the_update_alone() -> None:
     assert np.array_equal(model(tf.ones((2, 200)), training=False).numpy(), np.ones((2, 200)))
 
 
+Trained = Callable[[str, dict[str, Any]], RunResult]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """``trained(name, config)``: the run of ``config``, trained once per module under ``name`` for every test that
+    compares to it (read only)."""
+    results: dict[str, RunResult] = {}
+
+    def run(name: str, config: dict[str, Any]) -> RunResult:
+        if name not in results:
+            results[name] = train(config, tmp_path_factory.mktemp("run") / "run", quiet=True)
+        return results[name]
+
+    return run
+
+
 @pytest.mark.slow
-def test_subdivided_training_with_dropout_equals_plain_training(tmp_path: Path) -> None:
-    plain = train(dropout_config(), tmp_path / "plain", quiet=True)
+def test_subdivided_training_with_dropout_equals_plain_training(trained: Trained) -> None:
+    plain = trained("plain", dropout_config())
     assert plain.metrics[-1]["optimizer_steps"] == 6
     runs = {
         "S=3 (4/3/3)": dropout_config(subdivisions=3),
@@ -85,11 +104,11 @@ def test_subdivided_training_with_dropout_equals_plain_training(tmp_path: Path) 
         "S=3 streamed": {**dropout_config(subdivisions=3), "data": {**dropout_config()["data"], "feed": "sub_batch"}},
     }
     for name, config in runs.items():
-        result = train(config, tmp_path / name, quiet=True)
+        result = trained(name, config)
         assert max_difference(result.model.get_weights(), plain.model.get_weights()) < 2e-5, name
     # The control: drawn per sub-batch, as accumrun did before, the same runs part.
-    old_plain = train(dropout_config(random_draws="per_sub_batch"), tmp_path / "old-plain", quiet=True)
-    old = train(dropout_config(subdivisions=3, random_draws="per_sub_batch"), tmp_path / "old", quiet=True)
+    old_plain = trained("old-plain", dropout_config(random_draws="per_sub_batch"))
+    old = trained("old", dropout_config(subdivisions=3, random_draws="per_sub_batch"))
     assert max_difference(old.model.get_weights(), old_plain.model.get_weights()) > 1e-2
 
 
@@ -132,10 +151,10 @@ def test_a_layer_with_randomness_of_its_own_is_named_at_startup() -> None:
 
 @pytest.mark.slow
 def test_a_run_with_dropout_stopped_by_ctrl_c_resumes_to_the_uninterrupted_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trained: Trained
 ) -> None:
     config = dropout_config(subdivisions=3)
-    whole = train(config, tmp_path / "whole", quiet=True)
+    whole = trained("S=3 (4/3/3)", config)
     signal_after_batch(monkeypatch, 2)  # of 3 in epoch 1
     with pytest.raises(Interrupted):
         train(config, tmp_path / "run", quiet=True)
@@ -145,9 +164,11 @@ def test_a_run_with_dropout_stopped_by_ctrl_c_resumes_to_the_uninterrupted_run(
 
 
 @pytest.mark.slow
-def test_a_run_from_before_per_sample_draws_resumes_with_the_draws_it_began_with(tmp_path: Path) -> None:
+def test_a_run_from_before_per_sample_draws_resumes_with_the_draws_it_began_with(
+    tmp_path: Path, trained: Trained
+) -> None:
     old = dropout_config(subdivisions=3, random_draws="per_sub_batch")
-    whole = train(old, tmp_path / "whole", quiet=True)
+    whole = trained("old", old)
     train({**old, "training": {**old["training"], "epochs": 1}}, tmp_path / "run", quiet=True)
     saved = tmp_path / "run" / "config.yaml"
     document = yaml.safe_load(saved.read_text())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from accumrun import train
 from accumrun.config.loading import load_config, load_resume_config
 from accumrun.errors import ConfigError, Interrupted, TrainingDiverged
 from accumrun.training.checkpoints import CheckpointStore
+from accumrun.training.runner import RunResult
 from accumrun.training.signals import StopRequests, resume_command
 from tests.helpers import invoke, run_cli, signal_after_batch, tiny_config, write_config
 
@@ -27,13 +29,36 @@ def training_rows(run_dir: Path) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
 
 
+@pytest.fixture(scope="module")
+def three_epochs(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    """The tiny config trained for 3 epochs without TensorBoard, uninterrupted (read only)."""
+    folder = tmp_path_factory.mktemp("three-epochs")
+    path = tiny_config(folder, training={"epochs": 3}, output={"tensorboard": False})
+    return train(load_config(path), folder / "run", quiet=True)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of a finished run of the tiny config, which tests copy before they change it."""
+    folder = tmp_path_factory.mktemp("finished")
+    train(load_config(tiny_config(folder)), folder / "run", quiet=True)
+    return folder / "run"
+
+
+def copy_run(finished: Path, tmp_path: Path) -> Path:
+    """A copy of the ``finished`` run at ``tmp_path/run``, and the tiny config beside it; return the config's
+    path."""
+    shutil.copytree(finished, tmp_path / "run")
+    return tiny_config(tmp_path)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("signal_number", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_number: int, exit_code: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_number: int, exit_code: int, three_epochs: RunResult
 ) -> None:
     path = tiny_config(tmp_path, training={"epochs": 3}, output={"tensorboard": False})
-    reference = train(load_config(path), tmp_path / "reference", quiet=True)
+    reference = three_epochs
 
     # 3 batches per epoch: batch 5 is the middle batch of epoch 2, so the run stops mid-epoch.
     signal_after_batch(monkeypatch, 5, [signal_number])
@@ -49,7 +74,7 @@ def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
     resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
     for mine, theirs in zip(resumed.model.variables, reference.model.variables, strict=True):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
-    assert training_rows(tmp_path / "run") == training_rows(tmp_path / "reference")
+    assert training_rows(tmp_path / "run") == training_rows(reference.run_dir)
     status = json.loads((tmp_path / "run" / "run.json").read_text())
     assert status["status"] == "completed" and len(status["resumed"]) == 1
 
@@ -115,9 +140,8 @@ def test_checkpoints_every_n_updates_keep_the_newest(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path: Path) -> None:
-    path = tiny_config(tmp_path)
-    train(load_config(path), tmp_path / "run", quiet=True)
+def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path: Path, finished: Path) -> None:
+    path = copy_run(finished, tmp_path)
     with pytest.raises(ConfigError, match=r"differs from the run's in training\.batch_size \(10 -> 5\)"):
         load_resume_config(tmp_path / "run", path, ["training.batch_size=5"])
     for checkpoint in (tmp_path / "run" / "checkpoints").iterdir():
@@ -127,9 +151,8 @@ def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path:
 
 
 @pytest.mark.slow
-def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
-    path = tiny_config(tmp_path)
-    train(load_config(path), tmp_path / "run", quiet=True)
+def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path, finished: Path) -> None:
+    copy_run(finished, tmp_path)
     (tmp_path / "run" / "config.yaml").write_text((tmp_path / "run" / "config.yaml").read_text().replace("- 8", "- 9"))
     config = load_resume_config(tmp_path / "run", None, ["training.epochs=3"])
     with pytest.raises(ConfigError, match="does not match the configured model"):
@@ -137,9 +160,8 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_completed_run_is_replaced_only_with_overwrite(tmp_path: Path) -> None:
-    path = tiny_config(tmp_path)
-    train(load_config(path), tmp_path / "run", quiet=True)
+def test_a_completed_run_is_replaced_only_with_overwrite(tmp_path: Path, finished: Path) -> None:
+    path = copy_run(finished, tmp_path)
     before = (tmp_path / "run" / "metrics.jsonl").read_text()
     with pytest.raises(ConfigError, match="holds a completed run; pass --overwrite"):
         train(load_config(path), tmp_path / "run", quiet=True)
