@@ -4,6 +4,7 @@ weight, and ``sub_batch`` differs, as the control that lets the others fail."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,12 @@ def trained(mode: BatchNormMode, subdivisions: int, data: list[tuple[tf.Tensor, 
     return model
 
 
+@functools.cache
+def trained_on(mode: BatchNormMode, subdivisions: int, count: int, size: int) -> keras.Model:
+    """:func:`trained` on ``batches(count, size)``, once per module for the tests that share it (read only)."""
+    return trained(mode, subdivisions, batches(count, size))
+
+
 def moving(model: keras.Model, name: str) -> np.ndarray:
     layer = model.get_layer(name)
     return np.concatenate([layer.moving_mean.numpy(), layer.moving_variance.numpy()])
@@ -68,9 +75,9 @@ def moving(model: keras.Model, name: str) -> np.ndarray:
 @pytest.mark.slow
 def test_per_batch_moves_an_input_batch_norm_as_plain_training_does_on_uneven_splits() -> None:
     data = batches(3, 10)  # 10 in 3 sub-batches of 3, 3 and 4; in 4 of 2, 3, 2, 3
-    plain = trained(BatchNormMode.PER_BATCH, 1, data)
+    plain = trained_on(BatchNormMode.PER_BATCH, 1, 3, 10)
     for subdivisions in (3, 4):
-        subdivided = trained(BatchNormMode.PER_BATCH, subdivisions, data)
+        subdivided = trained_on(BatchNormMode.PER_BATCH, subdivisions, 3, 10)
         np.testing.assert_allclose(moving(subdivided, "input_bn"), moving(plain, "input_bn"), rtol=1e-6, atol=1e-6)
     # The control: sub_batch moves them once per sub-batch, with a different result.
     darknet = trained(BatchNormMode.SUB_BATCH, 3, data)
@@ -130,7 +137,7 @@ def test_frozen_training_is_the_same_with_subdivisions_in_every_weight() -> None
     np.testing.assert_array_equal(moving(plain, "input_bn"), moving(bn_model(), "input_bn"))
     assert not np.allclose(plain.get_layer("input_bn").gamma.numpy(), 1.0)
     # The control: with statistics from each sub-batch, the weights differ.
-    per_batch = [trained(BatchNormMode.PER_BATCH, subdivisions, data).get_weights() for subdivisions in (3, 1)]
+    per_batch = [trained_on(BatchNormMode.PER_BATCH, subdivisions, 3, 10).get_weights() for subdivisions in (3, 1)]
     assert max_difference(*per_batch) > 1e-4
 
 

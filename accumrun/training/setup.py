@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import keras
 import numpy as np
@@ -42,6 +43,8 @@ from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
 from accumrun.training.distribute import strategy_scope
 from accumrun.training.feed import choose_feed
+
+T = TypeVar("T")
 
 
 def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
@@ -106,22 +109,23 @@ class TrainingSetup:
 
     @property
     def strategy(self) -> tf.distribute.Strategy | None:
+        """The strategy the variables live under, or None for one device."""
         return self.spec.strategy
 
     @property
     def train_metrics(self) -> MetricSet:
-        assert self.spec.metrics is not None
-        return self.spec.metrics
+        """The training metrics the step updates (the spec of a setup always has them)."""
+        return _given(self.spec.metrics)
 
     @property
     def batch_norm(self) -> BatchNormStatistics:
-        assert self.spec.batch_norm is not None
-        return self.spec.batch_norm
+        """The BatchNorm mode and statistics the step keeps."""
+        return _given(self.spec.batch_norm)
 
     @property
     def draws(self) -> LayerDraws:
-        assert self.spec.draws is not None
-        return self.spec.draws
+        """How the random layers draw."""
+        return _given(self.spec.draws)
 
     @property
     def bucket(self) -> int | None:
@@ -254,7 +258,7 @@ def build_training(
         probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
         objective = fit_objective(config, dataset, model, _first(probe))
         optimizer = _optimizer(config, model)
-        train_metrics = objective.objective.new_metrics()
+        spec = _step_spec(config, model, optimizer, objective.objective.new_metrics(), feed, strategy)
         val_metrics = objective.objective.new_metrics()
     training = config.training
     return TrainingSetup(
@@ -274,16 +278,29 @@ def build_training(
         optimizer=optimizer,
         objective=objective,
         val_metrics=val_metrics,
-        spec=StepSpec(
-            feed=feed,
-            metrics=train_metrics,
-            batch_norm=BatchNormStatistics(model, training.batch_norm, strategy),
-            # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
-            draws=LayerDraws(model, optimizer.iterations, training.random_draws),
-            bucket=_bucket(config),
-            jit_compile=training.jit_compile,
-            strategy=strategy,
-        ),
+        spec=spec,
+    )
+
+
+def _step_spec(
+    config: Config,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    train_metrics: MetricSet,
+    feed: Feed,
+    strategy: tf.distribute.Strategy | None,
+) -> StepSpec:
+    """The train step's options as ``config`` sets them, but its subdivisions (created in the strategy's scope)."""
+    training = config.training
+    return StepSpec(
+        feed=feed,
+        metrics=train_metrics,
+        batch_norm=BatchNormStatistics(model, training.batch_norm, strategy),
+        # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
+        draws=LayerDraws(model, optimizer.iterations, training.random_draws),
+        bucket=_bucket(config),
+        jit_compile=training.jit_compile,
+        strategy=strategy,
     )
 
 
@@ -400,6 +417,12 @@ def _rescaling(config: Config, dataset: Dataset) -> tuple[float, Preprocess | No
     model = config.model
     preprocess = application_preprocessing(model) if isinstance(model, ApplicationConfig) else None
     return (1.0, preprocess) if preprocess is not None else (dataset.scale, None)
+
+
+def _given(value: T | None) -> T:
+    """A spec's optional field that a setup always sets."""
+    assert value is not None, "a setup's step spec sets its metrics, BatchNorm statistics and draws"
+    return value
 
 
 def _first(feeder: Feeder) -> tuple[tf.Tensor, tf.Tensor]:
