@@ -97,6 +97,7 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Plain:
     return Plain(config, folder / "plain", model.get_weights(), [v.numpy() for v in model.trainable_variables])
 
 
+@pytest.mark.slow
 def test_the_loss_divides_by_the_batch_real_tokens_as_a_hand_written_step_does(plain: Plain) -> None:
     config, run_dir, weights = plain.config, plain.run_dir, plain.trainable
     setup = build_training(load_config(config))
