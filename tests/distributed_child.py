@@ -2,9 +2,10 @@
 
 The CPU can only be split before TensorFlow creates its devices, which the test process has long done, so
 ``python -m tests.distributed_child OUT.json`` (from the repository root) does the measuring and writes the
-numbers to OUT.json: for each optimizer and subdivision count, how far the mirrored run's final weights are from
-the single-device run's without subdivisions; and, for several subdivision counts, the cross-replica reductions in
-the step's graph.
+numbers to OUT.json. First, before anything else touches TensorFlow, ``accumrun train`` on the digits config,
+mirrored, from the command line (in this process: one TensorFlow start for everything); then, for each optimizer and
+subdivision count, how far the mirrored run's final weights are from the single-device run's without subdivisions;
+and, for several subdivision counts, the cross-replica reductions in the step's graph.
 """
 
 from __future__ import annotations
@@ -16,25 +17,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import keras
+import numpy as np
+import tensorflow as tf
+from click.testing import CliRunner
+
+from accumrun import train
+from accumrun.cli import main as command_line
 from accumrun.config.schema import Config, DistributeConfig
+from accumrun.core.batch_norm import BatchNormStatistics
+from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.step import make_train_step
+from accumrun.data.examples import write_corpus
+from accumrun.kinds import BatchNormMode, RandomDraws
+from accumrun.models.builders import mlp
+from accumrun.training import distribute
+from accumrun.training.distribute import create_strategy
 
+REPO = Path(__file__).resolve().parent.parent
 REPLICAS = 2
-# Split the CPU first, before anything below makes TensorFlow create its devices.
-from accumrun.training.distribute import create_strategy  # noqa: E402
-
-STRATEGY = create_strategy(DistributeConfig(strategy="mirrored", logical_cpus=REPLICAS))
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from accumrun import train  # noqa: E402
-from accumrun.core.batch_norm import BatchNormStatistics  # noqa: E402
-from accumrun.core.losses import sparse_categorical_crossentropy  # noqa: E402
-from accumrun.core.step import make_train_step  # noqa: E402
-from accumrun.data.examples import write_corpus  # noqa: E402
-from accumrun.kinds import BatchNormMode, RandomDraws  # noqa: E402
-from accumrun.models.builders import mlp  # noqa: E402
+# The command line's, kept by main() (importing TensorFlow above creates no devices yet).
+STRATEGY: tf.distribute.Strategy
 
 OPTIMIZERS = {
     "sgd": {"name": "sgd", "learning_rate": 0.2, "momentum": 0.5},
@@ -240,8 +243,45 @@ def language_model_on_replicas(folder: Path) -> dict[str, float]:
     return {"max_difference": _max_difference(runs[0], runs[1])}
 
 
+def train_digits_from_the_command_line(folder: Path) -> tuple[dict[str, Any], tf.distribute.Strategy]:
+    """``accumrun train configs/digits.yaml`` mirrored on two logical CPUs for one epoch, run first in this fresh
+    process (in it, as the CLI runs in its own): so it is the command that splits the CPU before TensorFlow creates
+    its devices. Returns its exit code, output, last metrics row and whether it saved the model; and the strategy
+    the command made, for the rest of this process (a second MirroredStrategy in one process would reuse the
+    first one's collective keys)."""
+    made = []
+
+    def kept(config: DistributeConfig) -> tf.distribute.Strategy | None:
+        made.append(create_strategy(config))
+        return made[-1]
+
+    run = folder / "digits"
+    arguments = ["train", str(REPO / "configs" / "digits.yaml"), "--set", "distribute.strategy=mirrored"]
+    arguments += ["--set", f"distribute.logical_cpus={REPLICAS}", "--epochs", "1", "--run-dir", str(run)]
+    # The command imports create_strategy when it runs, from its module: the real one, watched.
+    distribute.create_strategy = kept
+    try:
+        result = CliRunner().invoke(command_line, arguments, prog_name="accumrun")
+    finally:
+        distribute.create_strategy = create_strategy
+    metrics = run / "metrics.jsonl"
+    outcome = {
+        "exit_code": result.exit_code,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "row": json.loads(metrics.read_text().splitlines()[-1]) if metrics.is_file() else None,
+        "model_saved": (run / "model.keras").is_file(),
+    }
+    strategy = made[0] if made else None
+    assert strategy is not None, outcome
+    return outcome, strategy
+
+
 def main(out: Path) -> None:
+    global STRATEGY
     results: dict[str, Any] = {"weights": {}, "reductions": {}}
+    with tempfile.TemporaryDirectory() as folder:
+        results["command_line"], STRATEGY = train_digits_from_the_command_line(Path(folder))
     modes = (BatchNormMode.PER_BATCH, BatchNormMode.SUB_BATCH)
     results["batch_norm"] = {mode: batch_norm_across_replicas(mode) for mode in modes}
     with tempfile.TemporaryDirectory() as folder:

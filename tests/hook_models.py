@@ -9,13 +9,17 @@ What the callback does is set per test through :data:`HOOKS`, which a fresh proc
 - ``broken_once_for``: fail once on a sub-batch of this size with another error, as a runtime left broken by an
   out-of-memory error does;
 - ``kill_at_forward``: SIGKILL the process on its N-th forward pass, in the middle of an update, as a machine that
-  goes down does; a fresh process reads it from the environment variable ``ACCUMRUN_TEST_KILL_AT_FORWARD``.
+  goes down does; a fresh process reads it from the environment variable ``ACCUMRUN_TEST_KILL_AT_FORWARD``;
+- ``pause_seconds``: sleep this long on every forward pass, so that a run in another process is still training
+  when a test signals it, however fast the machine; a fresh process reads it from
+  ``ACCUMRUN_TEST_PAUSE_AT_FORWARD``.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,11 +32,16 @@ def _kill_at_forward() -> int | None:
     return int(value) if value else None
 
 
+def _pause_seconds() -> float:
+    return float(os.environ.get("ACCUMRUN_TEST_PAUSE_AT_FORWARD") or 0)
+
+
 @dataclass
 class Hooks:
     largest_sub_batch: int | None = None
     broken_once_for: int | None = None
     kill_at_forward: int | None = field(default_factory=_kill_at_forward)
+    pause_seconds: float = field(default_factory=_pause_seconds)
     forwards: int = 0
 
 
@@ -42,6 +51,8 @@ HOOKS = Hooks()
 def _on_forward(size: tf.Tensor) -> None:
     samples = int(size)
     HOOKS.forwards += 1
+    if HOOKS.pause_seconds:
+        time.sleep(HOOKS.pause_seconds)
     if HOOKS.forwards == HOOKS.kill_at_forward:
         os.kill(os.getpid(), signal.SIGKILL)
     if HOOKS.largest_sub_batch is not None and samples > HOOKS.largest_sub_batch:

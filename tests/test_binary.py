@@ -50,6 +50,7 @@ def npz_config(tmp_path: Path, model: dict[str, Any], **data: Any) -> dict[str, 
     }
 
 
+@pytest.mark.slow
 def test_auto_trains_a_one_unit_model_on_0_1_labels_as_keras_fit_does(tmp_path: Path) -> None:
     """Two classes and a one-unit logits model: auto settles on binary, and the run equals Keras ``fit`` at B with
     binary cross-entropy, subdivided or not; a two-unit run of the same data stays classification."""
@@ -95,6 +96,7 @@ def csv_config(tmp_path: Path) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_task_binary_builds_one_unit_names_the_classes_and_predicts_a_class_and_its_probability(
     tmp_path: Path,
 ) -> None:

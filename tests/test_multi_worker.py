@@ -1,5 +1,6 @@
 """Multi-worker runs on local processes (``accumrun launch``): two workers train like one process, stop together
-on Ctrl-C or SIGTERM and resume to the same weights, survive a killed worker, and read a Slurm cluster.
+on Ctrl-C or SIGTERM and resume to the same weights, survive a killed worker (all in one run), and read a Slurm
+cluster.
 
 Each worker is one replica on the CPU, on free localhost ports; the runs are short (small data, a few epochs).
 """
@@ -24,29 +25,34 @@ from accumrun.training.distribute import cluster_resolver
 from tests.helpers import max_difference, write_config
 
 TIMEOUT = 240
+EPOCHS = 10
+GIVE_UP = 15  # distribute.timeout_seconds
 
 
-def config(
-    tmp_path: Path, epochs: int, samples: int = 21, batch: int = 9, checkpoint_every: str | None = "10min"
-) -> Path:
-    """An MLP without BatchNorm; batches dealt out to 2 workers, each in 3 sub-batches."""
+def config(tmp_path: Path) -> Path:
+    """An MLP without BatchNorm; 208 training samples in 23 batches of 9 and a last one of 1, each batch dealt out
+    to 2 workers (4 + 5 samples, the last 0 + 1), each cut in 3 sub-batches; 10 epochs, checkpoints at epoch ends.
+
+    A worker that stops answering is given up after 15 s: long enough for a loaded machine's slowest collective,
+    short enough that the test does not wait out the default 300 s (or 30 s)."""
     return write_config(
         tmp_path / "multi.yaml",
         seed=5,
-        data={"name": "synthetic", "samples": samples, "shape": [6], "classes": 3, "validation_split": 0.1},
+        data={"name": "synthetic", "samples": 231, "shape": [6], "classes": 3, "validation_split": 0.1},
         model={"name": "mlp", "hidden": [16], "dropout": 0.0},
-        training={"epochs": epochs, "batch_size": batch, "subdivisions": 3},
+        training={"epochs": EPOCHS, "batch_size": 9, "subdivisions": 3},
         optimizer={"name": "adam", "learning_rate": 0.02},
-        output={"tensorboard": False, "checkpoint_every": checkpoint_every},
-        distribute={"timeout_seconds": 30},
+        output={"tensorboard": False, "checkpoint_every": None},
+        distribute={"timeout_seconds": GIVE_UP},
     )
 
 
-def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    """``accumrun launch --workers 2 ARGS`` in the background, its output in ``tmp_path/launch-N.log``."""
+def start(tmp_path: Path, *args: str, scratch: str = "tmp") -> subprocess.Popen[str]:
+    """``accumrun launch --workers 2 ARGS`` in the background, its output in ``tmp_path/launch-N.log``, the system
+    temp folder (where the other worker keeps its scratch folder) at ``tmp_path/scratch``."""
     log = tmp_path / f"launch-{len(list(tmp_path.glob('launch-*.log')))}.log"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(tmp_path / "tmp")}
-    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(tmp_path / scratch)}
+    (tmp_path / scratch).mkdir(exist_ok=True)
     with log.open("w") as output:  # the child holds its own copy of the descriptor
         return subprocess.Popen(
             [sys.executable, "-m", "accumrun", "launch", "--workers", "2", *args],
@@ -85,33 +91,14 @@ def weights(run_dir: Path) -> list[np.ndarray]:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_two_launched_workers_train_like_one_process_and_only_the_chief_writes(tmp_path: Path) -> None:
-    path = config(tmp_path, epochs=2)
-    reference = train(path, tmp_path / "single", quiet=True)
-    code, output = finish(start(tmp_path, str(path), "--run-dir", str(tmp_path / "run")), tmp_path)
-    assert code == 0, output
-    assert re.search(
-        r"\[w0\] distribute multi_worker: 2 replicas on 2 workers \(cluster from TF_CONFIG; chief worker 0 "
-        r"at localhost:\d+\); this is worker 0 \(the chief",
-        output,
-    )
-    assert "[w1] distribute multi_worker" in output and "this is worker 1 (writes nothing" in output
-    assert "[w0] batch 9 = 2 replicas x 4-5 samples, each in 3 sub-batches x 1-2 samples" in output
-    assert max_difference(weights(tmp_path / "run"), reference.model.get_weights()) < 1e-5
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [row["replicas"] for row in rows] == [2, 2] and rows[-1]["optimizer_steps"] == 6
-    # The other worker wrote only into its scratch folder, which is gone.
-    assert list((tmp_path / "tmp").iterdir()) == []
+def test_two_launched_workers_stopped_three_ways_resume_to_the_weights_of_one_process(tmp_path: Path) -> None:
+    """One run on two launched workers, stopped three ways in turn (each launch resumes the last): Ctrl-C and
+    SIGTERM stop both workers at the same batch; a killed worker stops the other within the timeout. The last launch
+    finishes it, to one process's weights, and only the chief wrote anything.
 
-
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_ctrl_c_sigterm_and_a_killed_worker_each_stop_the_run_and_it_resumes_to_the_same_weights(
-    tmp_path: Path,
-) -> None:
-    """One run, stopped three ways in turn (each launch resumes the last): Ctrl-C and SIGTERM stop both workers
-    at the same batch; a killed worker stops the other within the timeout. The last launch finishes it."""
-    path = config(tmp_path, epochs=10, samples=240, batch=8, checkpoint_every=None)
+    One run for all of it: each launch starts three processes that import TensorFlow, and a stopped run resumed to
+    one process's weights also shows that two workers train like one process."""
+    path = config(tmp_path)
     reference = train(path, tmp_path / "single", quiet=True)
     run_dir = tmp_path / "run"
     for number, expected in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
@@ -127,6 +114,14 @@ def test_ctrl_c_sigterm_and_a_killed_worker_each_stop_the_run_and_it_resumes_to_
         stops = re.findall(rf"\[w(\d)\] {number.name} at epoch (\d+), batch (\d+); saved ", output)
         assert len(stops) == 2 and stops[0][1:] == stops[1][1:], output
         assert f"[launch] resume with: {sys.executable} -m accumrun launch --workers 2 --resume {run_dir}" in output
+        if number == signal.SIGINT:  # how the first launch set up its workers
+            assert re.search(
+                r"\[w0\] distribute multi_worker: 2 replicas on 2 workers \(cluster from TF_CONFIG; chief worker 0 "
+                r"at localhost:\d+\); this is worker 0 \(the chief",
+                output,
+            )
+            assert "[w1] distribute multi_worker" in output and "this is worker 1 (writes nothing" in output
+            assert "[w0] batch 9 = 2 replicas x 4-5 samples, each in 3 sub-batches x 1-2 samples" in output
 
     launcher = start(tmp_path, "--resume", str(run_dir))
     # Once this launch has logged an epoch (checkpointed at its end), past the workers' first collectives.
@@ -136,18 +131,23 @@ def test_ctrl_c_sigterm_and_a_killed_worker_each_stop_the_run_and_it_resumes_to_
     os.kill(worker, signal.SIGKILL)
     killed = time.monotonic()
     code, output = finish(launcher, tmp_path)
-    assert time.monotonic() - killed < 30 + 15
+    assert time.monotonic() - killed < GIVE_UP + 15
     assert code == 75, output
     assert re.search(
-        r"\[w0\] Error: worker 1 \(localhost:\d+\) stopped answering \(distribute\.timeout_seconds: 30\); the last "
-        rf"checkpoint is intact: restart every worker with --resume {run_dir}",
+        rf"\[w0\] Error: worker 1 \(localhost:\d+\) stopped answering \(distribute\.timeout_seconds: {GIVE_UP}\); the "
+        rf"last checkpoint is intact: restart every worker with --resume {run_dir}",
         output,
     ), output
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
 
-    code, output = finish(start(tmp_path, "--resume", str(run_dir)), tmp_path)
+    code, output = finish(start(tmp_path, "--resume", str(run_dir), scratch="last"), tmp_path)
     assert code == 0, output
     assert max_difference(weights(run_dir), reference.model.get_weights()) < 1e-5
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == list(range(1, EPOCHS + 1))
+    assert {row["replicas"] for row in rows} == {2} and rows[-1]["optimizer_steps"] == 24 * EPOCHS
+    # The other worker of the launch that finished wrote only into its scratch folder, which is gone.
+    assert list((tmp_path / "last").iterdir()) == []
 
 
 def test_a_slurm_job_step_resolves_to_one_worker_per_task(monkeypatch: pytest.MonkeyPatch) -> None:

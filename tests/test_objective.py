@@ -14,7 +14,7 @@ import yaml
 from accumrun import train
 from accumrun.config.loading import load_config
 from accumrun.errors import ConfigError
-from accumrun.training.setup import build_training
+from accumrun.training.setup import TrainingSetup, build_training
 from tests.helpers import max_difference, write_config
 
 # Rows whose values measure the machine, not the training.
@@ -240,9 +240,15 @@ def application_config(tmp_path: Path, **model: Any) -> Path:
     )
 
 
+@pytest.fixture(scope="module")
+def application(tmp_path_factory: pytest.TempPathFactory) -> TrainingSetup:
+    """The application config's setup (random weights), built once for the tests that only read it."""
+    return build_training(load_config(application_config(tmp_path_factory.mktemp("application"))))
+
+
 @pytest.mark.slow
-def test_an_application_gets_a_logits_head_sized_to_the_task(tmp_path: Path) -> None:
-    setup = build_training(load_config(application_config(tmp_path)))
+def test_an_application_gets_a_logits_head_sized_to_the_task(application: TrainingSetup) -> None:
+    setup = application
     assert setup.model.input_shape == (None, 32, 32, 3) and setup.model.output_shape == (None, 3)
     assert setup.objective.activation is None and setup.config.loss.from_logits is True
 
@@ -273,6 +279,7 @@ def test_an_input_smaller_than_the_application_takes_names_the_minimum(tmp_path:
         build_training(config)
 
 
+@pytest.mark.slow
 def test_imagenet_weights_without_a_network_is_one_line_with_what_to_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -293,7 +300,7 @@ def test_imagenet_weights_without_a_network_is_one_line_with_what_to_do(
 
 
 @pytest.mark.slow
-def test_a_pretrained_application_gets_its_own_preprocess_input(tmp_path: Path) -> None:
+def test_a_pretrained_application_gets_its_own_preprocess_input(tmp_path: Path, application: TrainingSetup) -> None:
     # Weights from a file this test saves (never imagenet): MobileNetV2 expects 0..255 mapped to [-1, 1].
     import keras
 
@@ -308,4 +315,4 @@ def test_a_pretrained_application_gets_its_own_preprocess_input(tmp_path: Path) 
     expected = inner(x / 127.5 - 1, training=False).numpy()
     np.testing.assert_allclose(setup.model(x, training=False).numpy(), expected, atol=1e-5)
     # Without pretrained weights, rescale: auto leaves float samples as they are.
-    assert build_training(load_config(application_config(tmp_path))).config.data.rescale == 1.0
+    assert application.config.data.rescale == 1.0

@@ -104,26 +104,36 @@ def test_a_streamed_text_folder_subdivided_trains_as_its_texts_in_memory_and_res
     assert [row["loss"] for row in resumed.metrics] == pytest.approx([row["loss"] for row in streamed.metrics], 1e-6)
 
 
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, keras.Model]:
+    """One epoch on the texts with the character tokenizer (300 ids), shared by predict and export: the run folder
+    and the trained model."""
+    folder = tmp_path_factory.mktemp("text-run")
+    config = text_config(folder, epochs=1)
+    config["data"]["tokenizer"] = {"name": "character", "vocabulary_size": 300}
+    return folder / "run", train(config, folder / "run", quiet=True).model
+
+
 @pytest.mark.slow
-def test_predict_reads_text_files_as_training_read_them(tmp_path: Path) -> None:
-    config = text_config(tmp_path, epochs=1)
-    result = train(config, tmp_path / "run", quiet=True)
-    files = sorted((tmp_path / "texts" / "positive").glob("*.txt"))[:3]
-    predictions = predict(tmp_path / "run", [str(tmp_path / "texts" / "positive")])
+def test_predict_reads_text_files_as_training_read_them(text_run: tuple[Path, keras.Model]) -> None:
+    run, model = text_run
+    texts = run.parent / "texts" / "positive"
+    files = sorted(texts.glob("*.txt"))[:3]
+    predictions = predict(run, [str(texts)])
     assert [row["input"] for row in predictions.records()][:3] == [str(path) for path in files]
-    tokens = ByteTokenizer().encode([path.read_text(encoding="utf-8") for path in files], 40)
-    expected = keras.ops.convert_to_numpy(keras.activations.softmax(result.model(tokens, training=False)))
+    tokens = CharacterTokenizer(300).encode([path.read_text(encoding="utf-8") for path in files], 40)
+    expected = keras.ops.convert_to_numpy(keras.activations.softmax(model(tokens, training=False)))
     got = [[row[f"top{i}_prob"] for i in (1, 2)] for row in predictions.records()[:3]]
     np.testing.assert_allclose(np.sort(expected, axis=1)[:, ::-1], got, atol=1e-6)
 
 
 @pytest.mark.slow
-def test_the_export_takes_strings_and_serves_what_predict_gives(tmp_path: Path) -> None:
-    config = text_config(tmp_path, epochs=1)
-    config["data"]["tokenizer"] = {"name": "character", "vocabulary_size": 300}
-    train(config, tmp_path / "run", quiet=True)
+def test_the_export_takes_strings_and_serves_what_predict_gives(
+    tmp_path: Path, text_run: tuple[Path, keras.Model]
+) -> None:
+    run, _ = text_run
     texts = ["a great film", "réussi, très réussi", "dull 😀 emoji, unknown", "tedious " * 10, "x"]
-    exported = export(tmp_path / "run")
+    exported = export(run)
     assert exported.describe().startswith(f"wrote {exported.path}: serving_default(texts string [None]) -> ")
     serve = tf.saved_model.load(str(exported.path)).signatures["serving_default"]
     served = {key: value.numpy() for key, value in serve(texts=tf.constant(texts)).items()}
@@ -132,7 +142,7 @@ def test_the_export_takes_strings_and_serves_what_predict_gives(tmp_path: Path) 
     folder.mkdir()
     for index, text in enumerate(texts):
         (folder / f"{index}.txt").write_text(text, encoding="utf-8")
-    rows = predict(tmp_path / "run", [str(folder / f"{index}.txt") for index in range(len(texts))]).records()
+    rows = predict(run, [str(folder / f"{index}.txt") for index in range(len(texts))]).records()
     labels = ["negative", "positive"]
     predicted = np.array([[row[f"top{i}_prob"] for i in (1, 2)] for row in rows])
     order = np.array([[labels.index(row[f"top{i}_class"]) for i in (1, 2)] for row in rows])
@@ -142,7 +152,7 @@ def test_the_export_takes_strings_and_serves_what_predict_gives(tmp_path: Path) 
 
     # The same texts as the lines of one file (CRLF, a blank line between): predict --lines reads each as an input.
     (folder / "lines.txt").write_text("\r\n".join([*texts[:2], " ", *texts[2:]]) + "\n", encoding="utf-8")
-    printed = invoke("predict", str(tmp_path / "run"), str(folder / "lines.txt"), "--lines", "--top-k", "1")
+    printed = invoke("predict", str(run), str(folder / "lines.txt"), "--lines", "--top-k", "1")
     assert printed.returncode == 0, printed.stderr
     table = [line.split() for line in printed.stdout.splitlines()[1:]]
     assert [row[0] for row in table] == [f"{folder / 'lines.txt'}:{n}" for n in (1, 2, 4, 5, 6)]
@@ -207,11 +217,12 @@ def test_a_transformer_on_samples_that_are_not_token_ids_says_what_it_reads(
 
 @pytest.mark.slow
 def test_the_text_example_trains_as_documented(tmp_path: Path) -> None:
-    made = invoke("make-example", "text", str(tmp_path / "reviews"), "--count", "100")
-    assert made.returncode == 0 and made.stdout.strip() == f"wrote 100 texts to {tmp_path / 'reviews'}"
+    # 80 texts: 64 for training, one whole batch of the config's 64 (a short last batch would be a second trace).
+    made = invoke("make-example", "text", str(tmp_path / "reviews"), "--count", "80")
+    assert made.returncode == 0 and made.stdout.strip() == f"wrote 80 texts to {tmp_path / 'reviews'}"
     config = Path(__file__).resolve().parent.parent / "configs" / "text_classification.yaml"
     overrides = ["--set", f"data.path={tmp_path / 'reviews'}", "--set", "data.sequence_length=32"]
     trained = invoke("train", str(config), "--run-dir", str(tmp_path / "run"), "--epochs", "1", *overrides)
     assert trained.returncode == 0, trained.stderr
-    assert "data text_folder: 80 training + 20 validation samples of shape 32, 2 classes" in trained.stdout
+    assert "data text_folder: 64 training + 16 validation samples of shape 32, 2 classes" in trained.stdout
     assert json.loads((tmp_path / "run" / "labels.json").read_text()) == ["negative", "positive"]
