@@ -240,7 +240,7 @@ def make_gradient_fn(
     ``gradients`` is the gradient of the batch's mean loss per unit (plus the model's regularization losses) with
     respect to ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses, each unit with the
     regularization added (so ``loss_sum / units`` is the objective minimized, as Keras ``fit`` logs its loss).
-    ``metrics``, when given, are updated with every sub-batch's samples. ``total`` is the unit count that the
+    ``spec.metrics``, when given, are updated with every sub-batch's samples. ``total`` is the unit count that the
     losses are divided by, ``y``'s own by default; a replica that holds one slice of a batch passes the whole
     batch's, so that the replicas' gradients sum to the batch's (see :func:`make_train_step`); an empty slice then
     gives zero gradients.
