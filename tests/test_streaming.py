@@ -24,7 +24,6 @@ from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import encode, shape_images, write_csv, write_image_folder, write_tfrecords
 from accumrun.data.feeder import Feeder
-from accumrun.data.readers import RecordReader
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import ConfigError, DataError, Interrupted
 from tests.helpers import assert_close, invoke, signal_after_batch
@@ -295,8 +294,8 @@ def record_config(pattern: str, **data: Any) -> DataSection:
 def test_tfrecord_epochs_visit_every_record_once_in_a_seeded_order(records: str) -> None:
     dataset = load_dataset(record_config(records), seed=0)
     assert (dataset.train_size, dataset.val_size, dataset.classes) == (21, 2, 3)
-    reader = RecordReader(dataset.train)
-    held_out = set(RecordReader(dataset.val).stream(0, 0, False).map(lambda i, x, y: i).as_numpy_iterator())
+    reader = dataset.train
+    held_out = set(dataset.val.stream(0, 0, False).map(lambda i, x, y: i).as_numpy_iterator())
 
     def order(epoch: int, seed: int = 0, skip: int = 0) -> list[int]:
         return [int(i) for i, _, _ in reader.stream(epoch, seed, True, skip).as_numpy_iterator()]
