@@ -249,3 +249,50 @@ def test_a_run_resumes_with_another_cache(tmp_path: Path) -> None:
     assert (resumed.data.cache, resumed.data.cache_dir) == ("disk", "/tmp/elsewhere")
     with pytest.raises(ConfigError, match=r"data\.color_mode"):
         load_resume_config(tmp_path, None, ["data.color_mode=grayscale"])
+
+
+_BUILDER = """
+import sys, time
+from pathlib import Path
+import numpy as np
+from accumrun.rundir.atomic import build_once
+
+folder, start = Path(sys.argv[1]), Path(sys.argv[2])
+rows = np.arange(4096, dtype=np.int64).reshape(64, 64)
+
+def complete(found):
+    try:
+        return np.array_equal(np.load(found / "x.npy", mmap_mode="r"), rows)
+    except (OSError, ValueError):
+        return False
+
+def build(partial):
+    partial.mkdir()
+    np.save(partial / "x.npy", rows)
+
+while not start.exists():  # both processes start building at once
+    time.sleep(0.001)
+build_once(folder, complete, build)
+assert complete(folder)
+"""
+
+
+def test_two_processes_that_build_one_cache_at_once_both_end_with_it_complete(tmp_path: Path) -> None:
+    """The race of two runs over the same files: each builds beside the name and renames into place; the loser
+    reads the winner's folder, and neither removes the other's. Twenty times in a row."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "build.py"
+    script.write_text(_BUILDER)
+    for attempt in range(20):
+        folder, start = tmp_path / "cache" / f"folder{attempt}", tmp_path / f"start{attempt}"
+        processes = [
+            subprocess.Popen([sys.executable, str(script), str(folder), str(start)], stderr=subprocess.PIPE)
+            for _ in range(2)
+        ]
+        start.touch()
+        errors = [process.communicate(timeout=60)[1].decode() for process in processes]
+        assert [process.returncode for process in processes] == [0, 0], errors
+        assert sorted(path.name for path in folder.iterdir()) == ["x.npy"]
+    assert not [path for path in (tmp_path / "cache").iterdir() if path.name.startswith(".")]  # no partial left
