@@ -147,6 +147,7 @@ def test_the_same_stream_for_a_seed_and_epoch_with_any_cache(
     assert_same(second, streamed(plain.train, 1))
     assert_same(first, streamed(dataset.train, 0))  # read again: the same
     assert sorted(first[0].tolist()) == sorted(second[0].tolist()) == sorted(dataset.train.indices.tolist())
+    assert first[0].tolist() == dataset.train.order(0, SEED, True).tolist()  # the order, known without reading
     assert first[0].tolist() != second[0].tolist()  # each epoch has an order of its own
     assert first[1].shape[1:] == dataset.sample_shape and first[1].dtype == dataset.dtype
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accumrun.data.source import AUTOTUNE, Source, in_blocks, read_spans
+from accumrun.data.source import AUTOTUNE, ReadsBlocks, Source, in_blocks, read_spans
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
@@ -53,7 +53,7 @@ _BATCH = 256
 
 
 @dataclass(frozen=True, eq=False)
-class Cached(Source):
+class Cached(ReadsBlocks):
     """The decoded samples of ``source``, kept in ``pixels`` (``memory``) or in the ``.npy`` file ``file``
     (``disk``). ``source`` still decides the order, the labels and each sample's index (the draw of its
     augmentation), so training sees exactly what decoding gives. Rows are matched to samples by their keys, so a
@@ -124,7 +124,7 @@ class Cached(Source):
         with tf.device("/CPU:0"):
             return tf.constant(rows), as_targets(labels, weights)
 
-    def read(self, order: np.ndarray) -> tf.data.Dataset:
+    def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
         """Samples ``order`` a block at a time: their rows looked up, then one gather in memory, or one read of the
         file."""
         import tensorflow as tf

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from accumrun.config.schema import TokenizerConfig
-from accumrun.data.source import Source, in_blocks, read_spans, taken
+from accumrun.data.source import ReadsBlocks, in_blocks, read_spans, taken
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
 from accumrun.rundir.atomic import build_once
@@ -66,7 +66,7 @@ class TokenFile:
 
 
 @dataclass(frozen=True, eq=False)
-class CorpusWindows(Source):
+class CorpusWindows(ReadsBlocks):
     """The windows of a corpus whose token ids lie in one file: int32 ids of every text, concatenated. A window is
     ``length`` tokens from ``begins`` (an absolute token offset) and the targets one token on, cut at ``ends`` (its
     text's end) and padded with 0; so windows never cross texts, and none is read before the epoch's order reaches
@@ -120,7 +120,7 @@ class CorpusWindows(Source):
         """The split itself: its targets are its own token ids, read from the token file."""
         return self
 
-    def read(self, order: np.ndarray) -> tf.data.Dataset:
+    def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
         import tensorflow as tf
 
         return in_blocks(tf.data.Dataset.from_tensor_slices(order.astype(np.int64)), self._read)

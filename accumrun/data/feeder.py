@@ -22,7 +22,7 @@ import tensorflow as tf
 from accumrun.data.augment import Augmentation
 from accumrun.data.grouping import LengthGroups
 from accumrun.data.resident import ResidentArrays
-from accumrun.data.source import AUTOTUNE, Source
+from accumrun.data.source import AUTOTUNE, BLOCK, Source
 from accumrun.errors import DataError
 
 
@@ -89,18 +89,23 @@ class Feeder:
             yield x, y
 
     def _pipeline(self, epoch: int, skip: int) -> tf.data.Dataset:
-        samples = self.source.stream(epoch, self._seed, self._shuffle, int(self._starts[skip]), self._groups)
-        augmentation, seed, training = self._augmentation, self._seed, self._training
-        if augmentation is not None:
-            samples = samples.map(
-                lambda index, x, y: (index, augmentation(x, index, seed, epoch, training), y),
-                num_parallel_calls=AUTOTUNE,
-                deterministic=True,
-            )
+        source, seed, start = self.source, self._seed, int(self._starts[skip])
+        augmentation, training = self._augmentation, self._training
         sizes = self._sizes[skip:]
+        if augmentation is None:  # the source's blocks, re-cut: no copy per sample
+            batches = source.blocks(epoch, seed, self._shuffle, start, self._groups)
+        else:
+            batches = (
+                source.stream(epoch, seed, self._shuffle, start, self._groups)
+                .map(
+                    lambda index, x, y: (index, augmentation(x, index, seed, epoch, training), y),
+                    num_parallel_calls=AUTOTUNE,
+                    deterministic=True,
+                )
+                .batch(max(sizes))
+            )
         return (
-            samples.batch(max(sizes))
-            .rebatch(tf.constant(sizes, tf.int64))
+            batches.rebatch(tf.constant(sizes, tf.int64))
             .take(len(sizes))
             .map(lambda index, x, y: (x, y))
             .prefetch(AUTOTUNE)
@@ -109,8 +114,9 @@ class Feeder:
     def _read_error(self, epoch: int, chunk: int, error: tf.errors.OpError) -> DataError:
         """The error for a chunk that could not be read: it names the sample that does not decode, found by
         decoding the chunk's samples one by one, or else says what TensorFlow reported. The chunks are cut from
-        batches of the largest chunk's size, so the culprit may lie up to that many samples past the chunk."""
-        start, count = int(self._starts[chunk]), self._sizes[chunk] + max(self._sizes)
+        batches of the largest chunk's size (or the source's blocks), so the culprit may lie up to that many samples
+        past the chunk."""
+        start, count = int(self._starts[chunk]), self._sizes[chunk] + max(*self._sizes, BLOCK)
         where = self.source.find_undecodable(epoch, self._seed, self._shuffle, start, count)
         detail = _reported(error)
         if where is None:

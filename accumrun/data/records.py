@@ -19,7 +19,7 @@ import numpy as np
 
 from accumrun.config.schema import TfrecordConfig
 from accumrun.data.files import decode_image
-from accumrun.data.source import AUTOTUNE, Source, taken
+from accumrun.data.source import AUTOTUNE, BLOCK, Source, taken
 from accumrun.data.splits import Splits
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
@@ -147,6 +147,11 @@ class RecordFiles(Source):
         if groups is not None:
             raise ValueError("TFRecord files are read in their own order: they cannot be grouped by length")
         return self._decoded(self._raw_stream(epoch, seed, shuffle, skip))
+
+    def blocks(
+        self, epoch: int, seed: int, shuffle: bool, skip: int = 0, groups: LengthGroups | None = None
+    ) -> tf.data.Dataset:
+        return self.stream(epoch, seed, shuffle, skip, groups).batch(BLOCK)
 
     def read(self, order: np.ndarray) -> tf.data.Dataset:
         raise ValueError("TFRecord files are read in their own order, not by index")

@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from accumrun.data.source import Source, in_blocks, read_spans, taken
+from accumrun.data.source import ReadsBlocks, in_blocks, read_spans, taken
 from accumrun.data.tokenizers import Tokenizer
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def record_text(record: bytes, text: str | int) -> str:
 
 
 @dataclass(frozen=True, eq=False)
-class TextRows(Source):
+class TextRows(ReadsBlocks):
     """The records of one text table (a JSON Lines file, a CSV with ``data.text``), by their byte spans in the
     file, and their labels: in the epoch's order, blocks of :data:`~accumrun.data.source.BLOCK` records are read
     from the file in one ``tf.numpy_function`` call (:func:`~accumrun.data.source.read_spans`;
@@ -133,7 +133,7 @@ class TextRows(Source):
     def subset(self, index: np.ndarray) -> TextRows:
         return replace(self, spans=self.spans[index], y=self.y[index], w=taken(self.w, index))
 
-    def read(self, order: np.ndarray) -> tf.data.Dataset:
+    def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
         """Records ``order`` as ``(index, x, y)``, tokenized a block at a time, in parallel, in order."""
         return in_blocks(self._raw(order), lambda index, rows, y: (index, self._tokens(rows), y))
 

@@ -128,14 +128,28 @@ class Source:
     ) -> tf.data.Dataset:
         """The epoch's samples as ``(index, x, y)`` after the first ``skip``; ``groups`` orders each batch's samples
         by length (:mod:`accumrun.data.grouping`)."""
+        return self.read(self._ordered(epoch, seed, shuffle, skip, groups))
+
+    def blocks(
+        self, epoch: int, seed: int, shuffle: bool, skip: int = 0, groups: LengthGroups | None = None
+    ) -> tf.data.Dataset:
+        """The same samples as :meth:`stream`, in batches of at most :data:`BLOCK`: as a kind that reads a block in
+        one call gives them, with no copy per sample, for the feeder to cut into chunks."""
+        return self.read_blocks(self._ordered(epoch, seed, shuffle, skip, groups))
+
+    def _ordered(self, epoch: int, seed: int, shuffle: bool, skip: int, groups: LengthGroups | None) -> np.ndarray:
         order = self.order(epoch, seed, shuffle)
         if groups is not None:
             order = groups(order)
-        return self.read(order[skip:].astype(np.int64))
+        return order[skip:].astype(np.int64)
 
     def read(self, order: np.ndarray) -> tf.data.Dataset:
         """Samples ``order`` as ``(index, x, y)``, in that order, decoded in parallel."""
         return self._decoded(self._raw(order))
+
+    def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
+        """Samples ``order`` in batches of at most :data:`BLOCK` (see :meth:`blocks`)."""
+        return self.read(order).batch(BLOCK)
 
     def _decoded(self, raw: tf.data.Dataset) -> tf.data.Dataset:
         return raw.map(
@@ -250,10 +264,17 @@ def epoch_order(size: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(size)
 
 
+class ReadsBlocks(Source):
+    """A kind that reads :data:`BLOCK` samples in one call (one ``tf.numpy_function`` call per block, rather than
+    one per sample): its stream is its blocks, unbatched."""
+
+    def read(self, order: np.ndarray) -> tf.data.Dataset:
+        return self.read_blocks(order).unbatch()
+
+
 def in_blocks(stream: tf.data.Dataset, read: Callable[..., Any]) -> tf.data.Dataset:
-    """``stream`` read :data:`BLOCK` elements at a time by ``read`` (one ``tf.numpy_function`` call inside it per
-    block, rather than one per sample), in parallel and in order, then unbatched to one element per sample."""
-    return stream.batch(BLOCK).map(read, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
+    """``stream`` read :data:`BLOCK` elements at a time by ``read``, in parallel and in order."""
+    return stream.batch(BLOCK).map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
 def read_spans(path: str, starts: np.ndarray, sizes: np.ndarray) -> list[bytes]:
