@@ -20,7 +20,7 @@ from accumrun.config.schema import AugmentConfig, DataSection, data_config
 from accumrun.data.augment import Augmentation
 from accumrun.data.cache import Cached
 from accumrun.data.dataset import load_dataset
-from accumrun.data.examples import encode, shape_images, write_image_folder, write_tfrecords
+from accumrun.data.examples import encode, shape_images, write_image_folder
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit, Split
 from accumrun.errors import ConfigError
@@ -138,32 +138,6 @@ def test_memory_and_disk_serve_the_decoded_images_in_the_same_order_and_draws(fo
     # A subset (batch_norm: precise samples one) still finds its rows.
     chosen = np.array([5, 1, 9])
     assert_same(epochs(disk.train.subset(chosen), (0,)), epochs(plain.train.subset(chosen), (0,)))
-
-
-def test_tfrecord_caches_keep_the_record_order_of_the_shuffle_buffer(tmp_path: Path) -> None:
-    files = write_tfrecords(tmp_path / "records" / "shapes", count=23, size=SIZE, seed=2, shards=3)
-    pattern = str(files[0].parent / "shapes-*")
-
-    def loaded(cache: str) -> Any:
-        config = data_config(
-            name="tfrecord",
-            path=pattern,
-            image_size=[SIZE, SIZE],
-            shuffle_buffer=6,
-            cache=cache,
-            cache_dir=str(tmp_path),
-        )
-        return load_dataset(config, seed=1)
-
-    plain = loaded("none")
-    numbers = [int(i) for i, _, _ in plain.train.stream(1, 1, True, 2).as_numpy_iterator()]
-    assert plain.train.order(1, 1, True)[2:].tolist() == numbers
-    for cache in ("memory", "disk"):
-        dataset = loaded(cache)
-        assert isinstance(dataset.train, Cached)
-        for split in ("train", "val"):
-            # Epoch 1: its files are permuted, and its shuffle buffer has a seed of its own.
-            assert_same(epochs(getattr(dataset, split), (1,)), epochs(getattr(plain, split), (1,)))
 
 
 # --- the key ----------------------------------------------------------------------------------------------------
