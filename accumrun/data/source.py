@@ -9,7 +9,11 @@ sample's weight when the split has weights (:func:`accumrun.core.targets.as_targ
 
 Most kinds read by index, in :meth:`Source.order` (:func:`epoch_order`, a seeded permutation per epoch); a kind
 that cannot read out of order (TFRecord) gives its own order and overrides :meth:`Source.stream`. Either way,
-``skip`` passes over the samples an interrupted epoch already trained on before anything is decoded.
+``skip`` passes over the samples an interrupted epoch already trained on before anything is decoded. A kind that
+reads a block of samples in one call (:class:`ReadsBlocks`) also gives its stream as those blocks
+(:meth:`Source.blocks`), which the feeder re-cuts into chunks without a copy per sample. ``data.cache`` wraps any
+kind whose samples have a fixed shape and a stable key (:mod:`accumrun.data.cache`); a split held in memory
+(:attr:`Source.in_memory`) may be held as one tensor for the run (:mod:`accumrun.data.resident`).
 
 Nothing here imports TensorFlow at import time: the file sources list and count their files, and the config loads,
 without it. The reading methods import it when they run.
@@ -49,10 +53,8 @@ class Source:
     """What an error says of a sample that does not decode (after the sample's description)."""
     labelled_files: ClassVar[bool] = False
     """Files listed under their class labels: they pose classification alone, and their hold-out is seeded."""
-    resident: ClassVar[bool] = False
     indexed: ClassVar[bool] = True
     """Whether the samples are read by index (in :meth:`order`), rather than in an order of the kind's own."""
-    """Whether the samples are arrays in host memory (``x``) that may be held as one tensor for the run."""
     streaming: ClassVar[str] = "this folder streams its files"
     """How the samples are read, for a message that needs them in memory."""
 
