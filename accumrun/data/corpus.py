@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from accumrun.config.schema import TokenizerConfig
-from accumrun.data.source import ReadsBlocks, in_blocks, read_spans, taken
+from accumrun.data.source import ReadsBlocks, TokenIds, in_blocks, read_spans, taken
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
 from accumrun.rundir.atomic import build_once
@@ -66,7 +66,7 @@ class TokenFile:
 
 
 @dataclass(frozen=True, eq=False)
-class CorpusWindows(ReadsBlocks):
+class CorpusWindows(ReadsBlocks, TokenIds):
     """The windows of a corpus whose token ids lie in one file: int32 ids of every text, concatenated. A window is
     ``length`` tokens from ``begins`` (an absolute token offset) and the targets one token on, cut at ``ends`` (its
     text's end) and padded with 0; so windows never cross texts, and none is read before the epoch's order reaches
@@ -86,14 +86,6 @@ class CorpusWindows(ReadsBlocks):
     @property
     def size(self) -> int:
         return len(self.begins)
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        return (self.length,)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(np.int32)
 
     @property
     def target_shape(self) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accumrun.data.source import Source, taken
+from accumrun.data.source import EncodedImages, Source, TokenIds, taken
 from accumrun.data.tokenizers import Tokenizer
 
 if TYPE_CHECKING:
@@ -53,14 +53,6 @@ class _LabelledFiles(Source):
     labelled_files = True
 
     @property
-    def size(self) -> int:
-        return len(self.y)
-
-    @property
-    def labels(self) -> np.ndarray:
-        return self.y
-
-    @property
     def keys(self) -> np.ndarray:
         return self.paths
 
@@ -80,20 +72,12 @@ class _LabelledFiles(Source):
 
 
 @dataclass(frozen=True, eq=False)
-class ImageFiles(_LabelledFiles):
+class ImageFiles(_LabelledFiles, EncodedImages):
     """Image files and their class indices; each is decoded and resized to ``image_size`` when it is read."""
 
     image_size: tuple[int, int]
     channels: int
     w: np.ndarray | None = None
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        return (*self.image_size, self.channels)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(np.uint8)
 
     def cache_identity(self) -> tuple[dict[str, Any], list[str]]:
         settings = {"source": "image files", "image_size": list(self.image_size), "channels": self.channels}
@@ -106,7 +90,7 @@ class ImageFiles(_LabelledFiles):
 
 
 @dataclass(frozen=True, eq=False)
-class TextFiles(_LabelledFiles):
+class TextFiles(_LabelledFiles, TokenIds):
     """UTF-8 text files and their class indices; each is read and tokenized to ``length`` int32 token ids (cut, or
     padded with 0) by the tokenizer's TensorFlow ops (the same ids as its host ``encode``) when it is read."""
 
@@ -115,14 +99,6 @@ class TextFiles(_LabelledFiles):
     w: np.ndarray | None = None
 
     fault = "cannot be read as text"
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        return (self.length,)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(np.int32)
 
     def _decode(self, raw: tf.Tensor) -> tf.Tensor:
         import tensorflow as tf

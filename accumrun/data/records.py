@@ -19,7 +19,7 @@ import numpy as np
 
 from accumrun.config.schema import TfrecordConfig
 from accumrun.data.files import decode_image
-from accumrun.data.source import AUTOTUNE, BLOCK, Source, taken
+from accumrun.data.source import AUTOTUNE, BLOCK, EncodedImages, taken
 from accumrun.data.splits import Splits
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
@@ -45,7 +45,7 @@ class RecordLayout:
 
 
 @dataclass(frozen=True, eq=False)
-class RecordFiles(Source):
+class RecordFiles(EncodedImages):
     """TFRecord files of ``tf.train.Example``: an encoded image and an int64 class label each.
 
     Records are numbered across the files in their sorted order; ``records`` is the numbers this split holds
@@ -72,24 +72,8 @@ class RecordFiles(Source):
     indexed = False
 
     @property
-    def size(self) -> int:
-        return len(self.y)
-
-    @property
     def indices(self) -> np.ndarray:
         return self.records
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        return (*self.image_size, self.channels)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(np.uint8)
-
-    @property
-    def labels(self) -> np.ndarray:
-        return self.y
 
     @property
     def keys(self) -> np.ndarray:

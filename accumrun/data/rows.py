@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from accumrun.data.source import ReadsBlocks, in_blocks, read_spans, taken
+from accumrun.data.source import ReadsBlocks, TokenIds, in_blocks, read_spans, taken
 from accumrun.data.tokenizers import Tokenizer
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def record_text(record: bytes, text: str | int) -> str:
 
 
 @dataclass(frozen=True, eq=False)
-class TextRows(ReadsBlocks):
+class TextRows(ReadsBlocks, TokenIds):
     """The records of one text table (a JSON Lines file, a CSV with ``data.text``), by their byte spans in the
     file, and their labels: in the epoch's order, blocks of :data:`~accumrun.data.source.BLOCK` records are read
     from the file in one ``tf.numpy_function`` call (:func:`~accumrun.data.source.read_spans`;
@@ -113,22 +113,6 @@ class TextRows(ReadsBlocks):
 
     fault = "cannot be read as text"
     streaming = "this table streams its rows"
-
-    @property
-    def size(self) -> int:
-        return len(self.y)
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        return (self.length,)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(np.int32)
-
-    @property
-    def labels(self) -> np.ndarray:
-        return self.y
 
     def subset(self, index: np.ndarray) -> TextRows:
         return replace(self, spans=self.spans[index], y=self.y[index], w=taken(self.w, index))

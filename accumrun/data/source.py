@@ -47,6 +47,8 @@ reading, few enough to keep the first batch quick."""
 class Source:
     """One split of data behind the one protocol; a subclass per kind of source (see the module's description)."""
 
+    y: np.ndarray
+    """The targets, where the kind holds them (see :attr:`labels`)."""
     w: np.ndarray | None
     """One weight per sample (``data.weight``, or ``training.class_weight`` for the training split), or None."""
     fault: ClassVar[str] = "does not decode as an image"
@@ -60,7 +62,7 @@ class Source:
 
     @property
     def size(self) -> int:
-        raise NotImplementedError
+        return len(self.labels)
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -77,7 +79,7 @@ class Source:
     @property
     def labels(self) -> np.ndarray:
         """The targets the split holds (class labels, values), one per sample."""
-        raise NotImplementedError
+        return self.y
 
     @property
     def lengths(self) -> np.ndarray | None:
@@ -196,20 +198,12 @@ class ArraySplit(Source):
     w: np.ndarray | None = None
 
     @property
-    def size(self) -> int:
-        return len(self.y)
-
-    @property
     def sample_shape(self) -> tuple[int, ...]:
         return tuple(self.x.shape[1:])
 
     @property
     def dtype(self) -> np.dtype:
         return self.x.dtype
-
-    @property
-    def labels(self) -> np.ndarray:
-        return self.y
 
     @property
     def lengths(self) -> np.ndarray:
@@ -264,6 +258,35 @@ def epoch_order(size: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     if not shuffle:
         return np.arange(size)
     return np.random.default_rng([seed, epoch]).permutation(size)
+
+
+class EncodedImages(Source):
+    """A kind whose samples are images, decoded to uint8 of ``image_size`` and ``channels`` as they are read."""
+
+    image_size: tuple[int, int]
+    channels: int
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return (*self.image_size, self.channels)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8)
+
+
+class TokenIds(Source):
+    """A kind whose samples are ``length`` int32 token ids (0 pads)."""
+
+    length: int
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return (self.length,)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.int32)
 
 
 class ReadsBlocks(Source):
