@@ -18,11 +18,11 @@ from accumrun import evaluate, load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.config.schema import AugmentConfig, DataSection, data_config
 from accumrun.data.augment import Augmentation
+from accumrun.data.cache import Cached
 from accumrun.data.dataset import load_dataset
-from accumrun.data.examples import encode, shape_images, write_image_folder, write_tfrecords
+from accumrun.data.examples import encode, shape_images, write_image_folder
 from accumrun.data.feeder import Feeder
-from accumrun.data.readers import RecordReader
-from accumrun.data.splits import ArraySplit, CachedImages, Split
+from accumrun.data.splits import ArraySplit, Split
 from accumrun.errors import ConfigError
 from tests.helpers import invoke
 
@@ -130,7 +130,7 @@ def test_memory_and_disk_serve_the_decoded_images_in_the_same_order_and_draws(fo
 
     plain, memory, disk = loaded("none"), loaded("memory"), loaded("disk")
     assert isinstance(memory.train, ArraySplit) and not memory.streamed
-    assert isinstance(disk.train, CachedImages) and disk.streamed and disk.train.folder is not None
+    assert isinstance(disk.train, Cached) and disk.streamed and disk.train.file is not None
     for split in ("train", "val"):
         expected = epochs(getattr(plain, split))
         assert_same(epochs(getattr(memory, split)), expected)
@@ -138,33 +138,6 @@ def test_memory_and_disk_serve_the_decoded_images_in_the_same_order_and_draws(fo
     # A subset (batch_norm: precise samples one) still finds its rows.
     chosen = np.array([5, 1, 9])
     assert_same(epochs(disk.train.subset(chosen), (0,)), epochs(plain.train.subset(chosen), (0,)))
-
-
-def test_tfrecord_caches_keep_the_record_order_of_the_shuffle_buffer(tmp_path: Path) -> None:
-    files = write_tfrecords(tmp_path / "records" / "shapes", count=23, size=SIZE, seed=2, shards=3)
-    pattern = str(files[0].parent / "shapes-*")
-
-    def loaded(cache: str) -> Any:
-        config = data_config(
-            name="tfrecord",
-            path=pattern,
-            image_size=[SIZE, SIZE],
-            shuffle_buffer=6,
-            cache=cache,
-            cache_dir=str(tmp_path),
-        )
-        return load_dataset(config, seed=1)
-
-    plain = loaded("none")
-    reader = RecordReader(plain.train)
-    numbers = [int(i) for i, _, _ in reader.raw_stream(1, 1, True, 2).as_numpy_iterator()]
-    assert [int(i) for i in reader.indices(1, 1, True, 2).as_numpy_iterator()] == numbers
-    for cache in ("memory", "disk"):
-        dataset = loaded(cache)
-        assert isinstance(dataset.train, CachedImages)
-        for split in ("train", "val"):
-            # Epoch 1: its files are permuted, and its shuffle buffer has a seed of its own.
-            assert_same(epochs(getattr(dataset, split), (1,)), epochs(getattr(plain, split), (1,)))
 
 
 # --- the key ----------------------------------------------------------------------------------------------------
@@ -183,10 +156,10 @@ def test_a_changed_folder_gets_a_new_cache_and_an_unchanged_one_reuses_its_own(
 
     before = first_epoch()
     [built] = folders(cache_dir)
-    marker = (cache_dir / built / "complete").stat().st_mtime_ns
+    marker = (cache_dir / built / "x.npy").stat().st_mtime_ns
     np.testing.assert_array_equal(first_epoch(), before)
     assert folders(cache_dir) == [built]  # reused: no new folder, the old one not rewritten
-    assert (cache_dir / built / "complete").stat().st_mtime_ns == marker
+    assert (cache_dir / built / "x.npy").stat().st_mtime_ns == marker
 
     # One pixel of one image changes: the file's size or time changes, so the key does, and training sees it.
     changed = images / "disc" / "00002.png"
@@ -208,16 +181,15 @@ def test_a_build_that_did_not_finish_is_never_read(tmp_path: Path) -> None:
     config = disk_cached(images, str(cache_dir))
     plain = epochs(load_dataset(config.model_copy(update={"cache": "none"}), seed=0).train, (0,))
     assert_same(epochs(load_dataset(config, seed=0).train, (0,)), plain)
-    # As a build that was killed would leave it: its folder without the marker (here renamed into place by
-    # hand, with wrong pixels), and a partial folder beside it.
+    # As a build that was killed would leave it: its samples cut short (here renamed into place by hand), and a
+    # partial folder beside it.
     [built] = folders(cache_dir)
-    (cache_dir / built / "complete").unlink()
-    for raw in (cache_dir / built).iterdir():
-        raw.write_bytes(bytes(len(raw.read_bytes())))
+    samples = cache_dir / built / "x.npy"
+    samples.write_bytes(samples.read_bytes()[:-5])
     (cache_dir / f".{built}.123-0badcafe.partial").mkdir()
-    (cache_dir / f".{built}.123-0badcafe.partial" / "00000000.u8").write_bytes(b"\xff" * 3)
+    (cache_dir / f".{built}.123-0badcafe.partial" / "x.npy").write_bytes(b"\xff" * 3)
     assert_same(epochs(load_dataset(config, seed=0).train, (0,)), plain)
-    assert (cache_dir / built / "complete").is_file() and folders(cache_dir) == [built]
+    assert samples.stat().st_size > 5 and folders(cache_dir) == [built]
 
 
 # --- errors and config ------------------------------------------------------------------------------------------
@@ -251,3 +223,50 @@ def test_a_run_resumes_with_another_cache(tmp_path: Path) -> None:
     assert (resumed.data.cache, resumed.data.cache_dir) == ("disk", "/tmp/elsewhere")
     with pytest.raises(ConfigError, match=r"data\.color_mode"):
         load_resume_config(tmp_path, None, ["data.color_mode=grayscale"])
+
+
+_BUILDER = """
+import sys, time
+from pathlib import Path
+import numpy as np
+from accumrun.rundir.atomic import build_once
+
+folder, start = Path(sys.argv[1]), Path(sys.argv[2])
+rows = np.arange(4096, dtype=np.int64).reshape(64, 64)
+
+def complete(found):
+    try:
+        return np.array_equal(np.load(found / "x.npy", mmap_mode="r"), rows)
+    except (OSError, ValueError):
+        return False
+
+def build(partial):
+    partial.mkdir()
+    np.save(partial / "x.npy", rows)
+
+while not start.exists():  # both processes start building at once
+    time.sleep(0.001)
+build_once(folder, complete, build)
+assert complete(folder)
+"""
+
+
+def test_two_processes_that_build_one_cache_at_once_both_end_with_it_complete(tmp_path: Path) -> None:
+    """The race of two runs over the same files: each builds beside the name and renames into place; the loser
+    reads the winner's folder, and neither removes the other's. Twenty times in a row."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "build.py"
+    script.write_text(_BUILDER)
+    for attempt in range(20):
+        folder, start = tmp_path / "cache" / f"folder{attempt}", tmp_path / f"start{attempt}"
+        processes = [
+            subprocess.Popen([sys.executable, str(script), str(folder), str(start)], stderr=subprocess.PIPE)
+            for _ in range(2)
+        ]
+        start.touch()
+        errors = [process.communicate(timeout=60)[1].decode() for process in processes]
+        assert [process.returncode for process in processes] == [0, 0], errors
+        assert sorted(path.name for path in folder.iterdir()) == ["x.npy"]
+    assert not [path for path in (tmp_path / "cache").iterdir() if path.name.startswith(".")]  # no partial left

@@ -18,13 +18,12 @@ from accumrun.config.schema import (
     WordPieceTokenizerConfig,
     data_config,
 )
-from accumrun.data.corpus import file_ids, token_file
+from accumrun.data.corpus import CorpusWindows, file_ids, token_file
 from accumrun.data.dataset import epoch_order, load_dataset
 from accumrun.data.examples import write_corpus
 from accumrun.data.feeder import Feeder
 from accumrun.data.grouping import LengthGroups
-from accumrun.data.readers import reader_for
-from accumrun.data.splits import ArraySplit, CorpusWindows, Split
+from accumrun.data.splits import ArraySplit, Split
 from accumrun.data.tokenizers import tokenizer_for
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import DataError
@@ -55,7 +54,7 @@ def samples(split: Split) -> tuple[np.ndarray, np.ndarray]:
     """Every sample and target of a split, in index order, as its reader gives them."""
     if isinstance(split, ArraySplit):
         return split.x, split.y
-    streamed = list(reader_for(split).stream(0, 0, shuffle=False).as_numpy_iterator())
+    streamed = list(split.stream(0, 0, shuffle=False).as_numpy_iterator())
     assert [int(index) for index, _, _ in streamed] == list(range(split.size))
     return np.stack([x for _, x, _ in streamed]), np.stack([y for _, _, y in streamed])
 
@@ -102,13 +101,12 @@ def test_windows_read_from_the_token_file_are_the_windows_held_in_memory(tmp_pat
     # (skipping the first windows) reads on where it left off.
     assert isinstance(disk.train, CorpusWindows)
     groups = LengthGroups(disk.train.lengths, (10,) * (disk.train_size // 10))
-    reader = reader_for(disk.train, groups)
-    grouped = [int(index) for index, _, _ in reader.stream(1, 3, shuffle=True).as_numpy_iterator()]
+    grouped = [int(index) for index, _, _ in disk.train.stream(1, 3, True, 0, groups).as_numpy_iterator()]
     order = epoch_order(disk.train_size, 3, 1, True)
     for start in range(0, len(order) - 9, 10):
         assert sorted(grouped[start : start + 10]) == sorted(order[start : start + 10])
         assert np.all(np.diff(disk.train.lengths[grouped[start : start + 10]]) >= 0)
-    resumed = [int(index) for index, _, _ in reader.stream(1, 3, shuffle=True, skip=13).as_numpy_iterator()]
+    resumed = [int(index) for index, _, _ in disk.train.stream(1, 3, True, 13, groups).as_numpy_iterator()]
     assert resumed == grouped[13:] and grouped != list(order)
 
     lengths = np.count_nonzero(np.concatenate([held.train.y, held.val.y]), axis=1)

@@ -20,7 +20,8 @@ from accumrun.data.class_weights import with_class_weights
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
-from accumrun.data.splits import ArraySplit, TextRows
+from accumrun.data.rows import TextRows
+from accumrun.data.splits import ArraySplit
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
 from accumrun.errors import DataError
 from accumrun.training.setup import build_training

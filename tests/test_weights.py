@@ -141,13 +141,6 @@ def test_a_weighted_run_equals_keras_fit_in_weights_losses_and_metrics(tmp_path:
 # --- every source and feed: subdivided equals plain -------------------------------------------------------------
 
 
-def csv_config(tmp_path: Path, config: dict[str, Any]) -> dict[str, Any]:
-    x, y, w = arrays(23, seed=4)
-    lines = ["a,b,c,d,e,weight,label", *(",".join(f"{v:.6f}" for v in (*x[i], w[i])) + f",{y[i]}" for i in range(23))]
-    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
-    return {**config, "data": {"name": "csv", "path": str(tmp_path / "t.csv"), "label": "label", "weight": "weight"}}
-
-
 def tfrecord_config(tmp_path: Path, config: dict[str, Any]) -> dict[str, Any]:
     write_weighted_records(tmp_path / "shapes", count=23)
     data = {"name": "tfrecord", "path": str(tmp_path / "shapes"), "image_size": [8, 8], "weight": "weight"}
@@ -179,10 +172,11 @@ def image_folder_config(tmp_path: Path, config: dict[str, Any]) -> dict[str, Any
 SOURCES = {
     "npz": lambda tmp, config: with_data(config, weight="w"),
     "npz-streamed": lambda tmp, config: with_data(config, weight="w", feed="sub_batch"),
-    "csv": csv_config,
     "tfrecord": tfrecord_config,
     "image_folder-class_weight": image_folder_config,
 }
+"""Each feed once, a weight feature streamed with its record, and a cache: that every kind of source's weights stay
+with their samples (a CSV's weight column among them) is tests/test_sources.py's."""
 
 
 @pytest.mark.parametrize("source", list(SOURCES))

@@ -10,6 +10,9 @@ This module imports nothing of accumrun but ``errors`` and ``kinds``, and neithe
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
@@ -93,6 +96,10 @@ class DataSection(_Section):
 
     reads_path: ClassVar[bool] = True
     """Whether ``data.path`` means anything to this source; where it does not, a path is refused."""
+    labelled_files: ClassVar[bool] = False
+    """Whether the source lists files under their class labels (its hold-out is always seeded)."""
+    images: ClassVar[bool] = False
+    """Whether the source's samples are encoded images (predict then reads image files)."""
     needs: ClassVar[dict[str, str]] = {}
     """What each required key of this source holds, for the message when it is missing."""
 
@@ -143,6 +150,37 @@ class DataSection(_Section):
         """The same source reading ``path`` instead, all of it (no validation split): what ``evaluate --data``
         scores."""
         return self.model_copy(update={"path": path, "validation_split": 0.0})
+
+    @property
+    def cache_wrapper(self) -> tuple[CacheMode, str]:
+        """``data.cache`` where a cache wraps the source's splits (:mod:`accumrun.data.cache`): its mode and
+        ``cache_dir``; ``none`` where the source takes no cache or its loader reads it (a table, a corpus)."""
+        return CacheMode.NONE, ""
+
+    @property
+    def validation_file(self) -> str | None:
+        """``data.validation_path``, where the source reads one."""
+        return None
+
+    @property
+    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
+        """The tokenizer and sequence length of a source whose samples are text; None for any other."""
+        return None
+
+    @property
+    def token_bucket(self) -> int | None:
+        """``bucket`` of a source of token ids (bucketed padding), else None."""
+        return None
+
+    @property
+    def id_column(self) -> str | None:
+        """The column that names each row (a CSV's ``id``), else None."""
+        return None
+
+    @property
+    def named_columns(self) -> tuple[str | None, ...]:
+        """The columns that hold something else than a feature (a CSV's labels and id)."""
+        return ()
 
 
 class DigitsConfig(DataSection):
@@ -195,9 +233,15 @@ class FileSourceConfig(DataSection):
     def reading(self, path: str) -> DataSection:
         return self.model_copy(update={"path": path, "validation_path": None, "validation_split": 0.0})
 
+    @property
+    def validation_file(self) -> str | None:
+        return self.validation_path
+
 
 class ImageSourceConfig(DataSection):
     """A source of encoded images, decoded and resized to ``image_size`` as they stream."""
+
+    images = True
 
     needs = {"image_size": "[height, width] to resize images to"}
     image_size: list[int]
@@ -232,6 +276,10 @@ class ImageSourceConfig(DataSection):
         """Channels of a decoded image: 3 for ``rgb``, 1 for ``grayscale``."""
         return 3 if self.color_mode == ColorMode.RGB else 1
 
+    @property
+    def cache_wrapper(self) -> tuple[CacheMode, str]:
+        return self.cache, self.cache_dir
+
 
 class ImageFolderConfig(FileSourceConfig, ImageSourceConfig):
     """``name: image_folder``: one subfolder of images per class."""
@@ -251,13 +299,28 @@ class TfrecordConfig(SampleWeights, FileSourceConfig, ImageSourceConfig):
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
 
 
-class ByteTokenizerConfig(_Section):
+class _Tokenizer(_Section):
+    """What every ``data.tokenizer`` section tells a cache of its ids (:mod:`accumrun.data.corpus`)."""
+
+    keras_hub: ClassVar[bool] = False
+    """Whether the ids are KerasHub's (its version then decides them too)."""
+
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        """What decides the ids this tokenizer gives: its settings, and the content of the files it reads (hashed
+        by ``file_hash``)."""
+        raise NotImplementedError
+
+
+class ByteTokenizerConfig(_Tokenizer):
     """``tokenizer: {name: byte}``: each UTF-8 byte is a token (ids 1 to 256; 0 pads), no vocabulary to learn."""
 
     name: Literal["byte"]
 
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        return {"name": self.name}
 
-class CharacterTokenizerConfig(_Section):
+
+class CharacterTokenizerConfig(_Tokenizer):
     """``tokenizer: {name: character}``: each Unicode code point ``c`` is a token, id ``c + 2`` when that is below
     ``vocabulary_size``, else 1 (unknown); 0 pads. No vocabulary to learn: the default 258 ids cover Latin-1
     (U+0000 to U+00FF); 65,538 would cover the Basic Multilingual Plane."""
@@ -266,18 +329,22 @@ class CharacterTokenizerConfig(_Section):
     vocabulary_size: int = Field(258, ge=3)
     """Ids in all, padding's 0 and unknown's 1 among them."""
 
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        return {"name": self.name, "vocabulary_size": self.vocabulary_size}
+
 
 MIN_LEARNED_VOCABULARY = 100
 """The least ``vocabulary_size`` a learned WordPiece vocabulary may have: the learner keeps the single characters
 first (with and without ``##``), and below about this many ids it cuts them, and text becomes unknown tokens."""
 
 
-class WordPieceTokenizerConfig(_Section):
+class WordPieceTokenizerConfig(_Tokenizer):
     """``tokenizer: {name: word_piece, vocabulary: FILE}``: KerasHub's WordPiece over a vocabulary file, one token
     per line, its first line the padding token (id 0, as ``[PAD]`` is in BERT's); or ``{name: word_piece,
     vocabulary_size: N}``: a vocabulary of at most N tokens learned from the training split's texts (``[PAD]``
     first, then ``[UNK]``) and saved in the run folder (:mod:`accumrun.data.vocabulary`)."""
 
+    keras_hub = True
     name: Literal["word_piece"]
     vocabulary: str | None = Field(None, min_length=1)
     vocabulary_size: int | None = Field(None, ge=MIN_LEARNED_VOCABULARY)
@@ -310,13 +377,28 @@ class WordPieceTokenizerConfig(_Section):
         settled._tokens = tokens
         return settled
 
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        identity: dict[str, object] = {"name": self.name, "lowercase": self.lowercase}
+        if self.tokens is not None:
+            identity["tokens"] = hashlib.sha256("\n".join(self.tokens).encode()).hexdigest()
+        else:
+            assert self.vocabulary is not None  # the schema takes one of the two
+            identity["vocabulary"] = file_hash(Path(self.vocabulary))
+        return identity
 
-class PresetTokenizerConfig(_Section):
+
+class PresetTokenizerConfig(_Tokenizer):
     """``tokenizer: {name: preset, path: FOLDER}``: the tokenizer of a KerasHub preset saved in a local folder (its
     ``tokenizer.json`` and assets); its id 0 must be its padding token."""
 
+    keras_hub = True
     name: Literal["preset"]
     path: str = Field(min_length=1)
+
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        folder = Path(self.path)
+        files = [folder / "tokenizer.json", *sorted((folder / "assets").rglob("*"))]
+        return {"name": self.name, "files": {str(f.relative_to(folder)): file_hash(f) for f in files if f.is_file()}}
 
 
 TOKENIZERS: dict[str, type[_Section]] = {
@@ -328,7 +410,7 @@ TOKENIZERS: dict[str, type[_Section]] = {
 """Every ``data.tokenizer.name`` and its section."""
 
 
-class _UnknownTokenizerConfig(BaseModel):
+class _UnknownTokenizerConfig(_Tokenizer):
     model_config = ConfigDict(extra="allow")
     name: Any
 
@@ -430,6 +512,25 @@ class CsvConfig(SampleWeights, FileSourceConfig):
         """``label`` as a list of columns."""
         return [self.label] if isinstance(self.label, str) else list(self.label)
 
+    @property
+    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
+        if self.text is None:
+            return None
+        assert self.tokenizer is not None and self.sequence_length is not None  # filled in with data.text
+        return self.tokenizer, self.sequence_length
+
+    @property
+    def token_bucket(self) -> int | None:
+        return self.bucket
+
+    @property
+    def id_column(self) -> str | None:
+        return self.id
+
+    @property
+    def named_columns(self) -> tuple[str | None, ...]:
+        return (*self.label_columns, self.id)
+
 
 class TfdsConfig(ImageSourceConfig):
     """``name: tfds``: a TensorFlow Datasets image-classification dataset already prepared in ``data_dir``."""
@@ -464,12 +565,21 @@ class TextSourceConfig(FileSourceConfig):
         _refuse_image_keys(self)
         return self
 
+    @property
+    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
+        return self.tokenizer, self.sequence_length
+
+    @property
+    def token_bucket(self) -> int | None:
+        return self.bucket
+
 
 class TextFolderConfig(TextSourceConfig):
     """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class (the layout
     ``keras.utils.text_dataset_from_directory`` reads), tokenized to ``sequence_length`` token ids."""
 
     needs = {"path": "a folder with one subfolder of .txt files per class"}
+    labelled_files = True
     name: Literal["text_folder"]
     cache: Annotated[CacheMode, _words(CacheMode)] = CacheMode.NONE
     """``none`` streams: each file is read and tokenized as the epoch's order reaches it. ``memory`` tokenizes each
@@ -479,6 +589,10 @@ class TextFolderConfig(TextSourceConfig):
     @classmethod
     def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
         return _none_or_memory(value, "text_folder", "files")
+
+    @property
+    def cache_wrapper(self) -> tuple[CacheMode, str]:
+        return self.cache, ""
 
 
 class JsonlConfig(TextSourceConfig):
@@ -1039,7 +1153,7 @@ class Config(_Section):
     def to_yaml(self) -> str:
         """The resolved configuration as YAML, loadable again by :func:`load_config`."""
         resolved = self.model_dump(mode="json")
-        if isinstance(self.data, FileSourceConfig) and self.data.validation_path:
+        if self.data.validation_file:
             # The second file validates; a split would be refused beside it on loading.
             resolved["data"]["validation_split"] = 0.0
         return yaml.safe_dump(resolved, sort_keys=False)
@@ -1077,7 +1191,7 @@ def _batch_problems(training: TrainingConfig) -> list[str]:
 
 def _data_problems(data: DataSection) -> list[str]:
     """A validation file and a validation split at once: which would validate?"""
-    files = isinstance(data, FileSourceConfig) and bool(data.validation_path)
+    files = bool(data.validation_file)
     if files and "validation_split" in data.model_fields_set and data.validation_split != 0:
         return [
             describe(
@@ -1103,7 +1217,7 @@ def _weight_problems(config: Config) -> list[str]:
             )
         )
     data = config.data
-    if isinstance(data, CsvConfig) and weight is not None and weight in (*data.label_columns, data.id):
+    if weight is not None and weight in data.named_columns:
         problems.append(describe("data.weight", "must be a column of its own, not the label or id column", weight))
     return problems
 

@@ -1,24 +1,25 @@
-"""``data.cache``: an image split's decoded, resized images kept, so that later epochs and later runs skip decoding.
+"""``data.cache``: a split's decoded samples kept, so that later epochs and later runs skip decoding; a wrapper over
+any source whose samples have a fixed shape and that names them by a stable key (image files, TFRecord records).
 
-- ``memory``: the split is decoded once, at load, in one parallel ``tf.data`` pass. An image folder's split becomes
-  an :class:`~accumrun.data.splits.ArraySplit`, visited as its files were (the same ``epoch_order`` over the same
-  positions); a TFRecord split keeps its records' order and numbers, with its rows in memory.
-- ``disk``: each image is one raw uint8 file in a folder under ``data.cache_dir``, read back as the epoch's order
-  reaches it (so memory stays flat as the data grows). The folder is named by a hash of what decides the pixels:
-  the split's files (sorted), each file's size and modification time in nanoseconds, ``image_size``, the channels,
-  for TFRecord the image key and the records chosen, the layout's version and TensorFlow's. A file added, removed
-  or changed gives another folder, so a cache is never served stale; an unchanged split, in a later run, finds
-  its folder and starts warm.
+- ``memory``: the split is decoded once, at load, in one parallel ``tf.data`` pass. A split read by index (an image
+  folder, a text folder) becomes an :class:`~accumrun.data.splits.ArraySplit`, visited as its files were (the same
+  ``epoch_order`` over the same positions); a TFRecord split keeps its records' order and numbers, with its rows in
+  memory (:class:`Cached`).
+- ``disk``: the decoded samples are one ``x.npy`` in a folder under ``data.cache_dir``, rows in the order of the
+  samples' sorted keys, read back a block of the epoch's order at a time by one gather (the block's rows sorted,
+  read by positioned reads, unsorted), so memory stays flat as the data grows. The folder is named by a hash of
+  what decides the samples: the split's files, each file's size and modification time in nanoseconds, the
+  source's decode settings, the samples' keys, the layout's version and TensorFlow's. A file added, removed or
+  changed gives another folder, so a cache is never served stale; an unchanged split, in a later run, finds its
+  folder and starts warm. Weights are never cached (``training.class_weight`` stays out of the key).
 
-A folder is built beside its final name (a hidden ``.NAME.<pid>-<hex>.partial``), gets a ``complete`` marker last,
-and is renamed into place (:func:`accumrun.rundir.atomic.build_once`): a build that is killed leaves only a
-partial folder, which is never read (delete it freely). The pixels are those of
-:func:`~accumrun.data.readers.decode_image`, byte for byte, so a run with any cache trains exactly as one without.
+A folder is built beside its final name and renamed into place (:func:`accumrun.rundir.atomic.build_once`): a build
+that is killed leaves only a partial folder, which is never read, and two processes that build the same folder at
+once both end with the complete one. The samples are those the source decodes, byte for byte, so a run with any
+cache trains exactly as one without.
 
-A text folder takes ``memory`` alone: its files are tokenized once, at load, by the reader training would stream
-them with (the same ids), into an :class:`~accumrun.data.splits.ArraySplit` of int32 token ids. A text corpus
-takes ``disk`` alone (``none`` holds its windows in memory already): its loader tokenizes it into one token file
-under ``data.cache_dir``, keyed and written as these folders are (:mod:`accumrun.data.corpus`).
+A text corpus takes ``disk`` through its own token file (:mod:`accumrun.data.corpus`): its ids, flat, and the
+windows' bounds.
 """
 
 from __future__ import annotations
@@ -27,72 +28,186 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tensorflow as tf
 
-from accumrun.config.schema import ImageSourceConfig, TextFolderConfig
-from accumrun.data.readers import AUTOTUNE, reader_for
-from accumrun.data.splits import (
-    ArraySplit,
-    CachedImages,
-    ImageFiles,
-    RecordFiles,
-    Split,
-    TextFiles,
-    cached_file,
-    identities,
-)
+from accumrun.data.source import AUTOTUNE, ReadsBlocks, Source, in_blocks, read_spans
+from accumrun.data.splits import ArraySplit
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
 from accumrun.rundir.atomic import build_once
 
-LAYOUT_VERSION = 1
-"""Part of every key: a change of the layout, or of how images are decoded and resized, makes new folders."""
-MARKER = "complete"
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+
+LAYOUT_VERSION = 2
+"""Part of every key: a change of the layout, or of how samples are decoded, makes new folders (1: a raw file per
+image, now ignored)."""
+SAMPLES = "x.npy"
 _BATCH = 256
 
 
-def cached(split: Split, config: ImageSourceConfig | TextFolderConfig) -> Split:
-    """``split`` with its decoded images (or token ids) kept as ``data.cache`` says (``split`` itself for ``none``).
+@dataclass(frozen=True, eq=False)
+class Cached(ReadsBlocks):
+    """The decoded samples of ``source``, kept in ``pixels`` (``memory``) or in the ``.npy`` file ``file``
+    (``disk``). ``source`` still decides the order, the labels and each sample's index (the draw of its
+    augmentation), so training sees exactly what decoding gives. Rows are matched to samples by their keys, so a
+    subset of the split still finds its rows."""
+
+    source: Source
+    keys_cached: np.ndarray
+    """The cached samples' keys, sorted: row ``r`` holds ``keys_cached[r]``."""
+    file: str | None = None
+    pixels: np.ndarray | None = None
+
+    @property
+    def w(self) -> np.ndarray | None:  # type: ignore[override]
+        return self.source.w
+
+    @property
+    def size(self) -> int:
+        return self.source.size
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return self.source.sample_shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.source.dtype
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.source.labels
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self.source.indices
+
+    @property
+    def streamed(self) -> bool:
+        return self.pixels is None
+
+    def subset(self, index: np.ndarray) -> Cached:
+        return replace(self, source=self.source.subset(index))
+
+    def with_weights(self, w: np.ndarray) -> Cached:
+        return replace(self, source=self.source.with_weights(w))
+
+    def with_targets(self, check: Any) -> Cached:
+        return replace(self, source=self.source.with_targets(check))
+
+    def order(self, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
+        return self.source.order(epoch, seed, shuffle)
+
+    @cached_property
+    def _lookups(self) -> tuple[tf.Tensor, Any]:
+        """The row and the targets of each index the source's order gives (a position, or a record's number)."""
+        import tensorflow as tf
+
+        from accumrun.core.targets import as_targets
+
+        index = self.source.indices
+        slots = int(index.max()) + 1 if len(index) else 0
+        rows, labels = np.zeros(slots, np.int64), np.zeros(slots, self.labels.dtype)
+        rows[index] = np.searchsorted(self.keys_cached, np.asarray(self.source.keys))
+        labels[index] = self.labels
+        weights = None
+        if self.w is not None:
+            weights = np.zeros(slots, np.float32)
+            weights[index] = self.w
+        with tf.device("/CPU:0"):
+            return tf.constant(rows), as_targets(labels, weights)
+
+    def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
+        """Samples ``order`` a block at a time: their rows looked up, then one gather in memory, or one read of the
+        file."""
+        import tensorflow as tf
+
+        from accumrun.core.targets import each
+
+        rows, labels = self._lookups  # made here, eagerly: not inside the function that the map traces
+        pixels = None if self.pixels is None else self._pixels
+
+        def block(index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
+            row = tf.gather(rows, index)
+            if pixels is not None:
+                x = tf.gather(pixels, row)
+            else:
+                x = tf.numpy_function(self._gathered, [row], tf.as_dtype(self.dtype), stateful=False)
+                x = tf.ensure_shape(x, (None, *self.sample_shape))
+            return index, x, each(lambda t: tf.gather(t, index), labels)
+
+        return in_blocks(tf.data.Dataset.from_tensor_slices(order.astype(np.int64)), block)
+
+    @cached_property
+    def _pixels(self) -> tf.Tensor:
+        import tensorflow as tf
+
+        with tf.device("/CPU:0"):
+            return tf.constant(self.pixels)
+
+    @cached_property
+    def _layout(self) -> tuple[int, int]:
+        """Where the rows of the ``.npy`` file start, and the bytes of one row."""
+        # Opening the map reads the header alone; the rows are read by positioned reads (see _gathered).
+        start = int(np.load(str(self.file), mmap_mode="r").offset)
+        return start, int(np.prod(self.sample_shape)) * self.dtype.itemsize
+
+    def _gathered(self, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` of the file: read in ascending order (one positioned read each), put back in order."""
+        start, row_bytes = self._layout
+        ascending = np.argsort(rows, kind="stable")
+        spans = read_spans(str(self.file), start + rows[ascending] * row_bytes, np.full(len(rows), row_bytes))
+        out = np.empty((len(rows), *self.sample_shape), self.dtype)
+        out[ascending] = np.frombuffer(b"".join(spans), self.dtype).reshape(out.shape)
+        return out
+
+    def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int, count: int) -> str | None:
+        """None: the samples are read from one file (or memory), so a failure is the file's, not one sample's."""
+        return None
+
+
+def cached(split: Source, mode: CacheMode, cache_dir: str) -> Source:
+    """``split`` with its decoded samples kept as ``mode`` says (``split`` itself for ``none``).
 
     Raises:
-        DataError: an image does not decode, a file went missing, or ``data.cache_dir`` cannot be written.
+        DataError: a sample does not decode, a file went missing, or ``cache_dir`` cannot be written.
     """
-    if config.cache is CacheMode.NONE or not isinstance(split, ImageFiles | RecordFiles | TextFiles):
+    if mode is CacheMode.NONE:
         return split
-    if config.cache is CacheMode.MEMORY:
+    if mode is CacheMode.MEMORY:
         samples = np.empty((split.size, *split.sample_shape), split.dtype)
         for start, x in _decoded(split):
             samples[start : start + len(x)] = x
-        if isinstance(split, RecordFiles):
-            return CachedImages(split, keys=split.records, pixels=samples)
-        return ArraySplit(samples, split.y, split.w)
-    assert isinstance(config, ImageSourceConfig) and not isinstance(split, TextFiles)  # text takes memory alone
-    keys = np.sort(identities(split))
-    folder = _disk_folder(split, keys, config)
-    return CachedImages(split, keys=keys, folder=str(folder))
+        if split.indexed:
+            return ArraySplit(samples, split.labels, split.w)
+        return Cached(split, keys_cached=np.asarray(split.keys), pixels=samples)
+    keys = np.sort(np.asarray(split.keys))
+    folder = Path(cache_dir).expanduser() / cache_key(split, keys)
+    try:
+        build_once(folder, lambda found: _is_complete(found, split), lambda partial: _write(split, partial))
+    except OSError as error:
+        raise _unwritable(error, cache_dir) from None
+    return Cached(split, keys_cached=keys, file=str(folder / SAMPLES))
 
 
-def cache_key(split: ImageFiles | RecordFiles, keys: np.ndarray) -> str:
+def cache_key(split: Source, keys: np.ndarray) -> str:
     """The name of ``split``'s disk cache: its size and sample shape, then a hash of everything that decides its
-    pixels (see the module's description).
+    samples (see the module's description).
 
     Raises:
         DataError: a file cannot be read.
     """
-    settings = {
-        "layout": LAYOUT_VERSION,
-        "tensorflow": tf.__version__,
-        "source": type(split).__name__,
-        "image_size": list(split.image_size),
-        "channels": split.channels,
-    }
-    files = [str(path) for path in keys] if isinstance(split, ImageFiles) else list(split.files)
-    if isinstance(split, RecordFiles):
-        settings["image_key"] = split.image_key
+    import tensorflow as tf
+
+    settings, files = split.cache_identity()
+    settings = {**settings, "layout": LAYOUT_VERSION, "tensorflow": tf.__version__}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for file in files:
         try:
@@ -100,57 +215,46 @@ def cache_key(split: ImageFiles | RecordFiles, keys: np.ndarray) -> str:
         except OSError as error:
             raise DataError("data", f"cannot read {file} to cache it: {error.strerror}") from None
         digest.update(f"{os.path.abspath(file)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    if isinstance(split, RecordFiles):
-        digest.update(np.asarray(keys, np.int64).tobytes())
+    digest.update("\0".join(str(key) for key in keys).encode())
     shape = "x".join(str(d) for d in split.sample_shape)
     return f"{split.size}x{shape}-{digest.hexdigest()[:32]}"
 
 
-def _disk_folder(split: ImageFiles | RecordFiles, keys: np.ndarray, config: ImageSourceConfig) -> Path:
-    """The complete cache folder of ``split``: found, or built and renamed into place."""
-    folder = Path(config.cache_dir).expanduser() / cache_key(split, keys)
-    try:
-        build_once(folder, lambda found: _is_complete(found, split), lambda partial: _write(split, partial))
-    except OSError as error:
-        raise _unwritable(error, config) from None
-    return folder
-
-
-def _write(split: ImageFiles | RecordFiles, partial: Path) -> None:
-    """Decode ``split`` into one raw file per row in a new folder ``partial``, rows in the order of its sorted
-    identities, and write the marker last."""
+def _write(split: Source, partial: Path) -> None:
+    """Decode ``split`` into a new folder ``partial``: ``x.npy``, rows in the order of the sorted keys, written a
+    batch at a time after its header."""
     partial.mkdir()
-    # Images are decoded from the sorted paths, so their rows come in order; records already stream in order.
-    if isinstance(split, ImageFiles):
-        split = replace(split, paths=np.sort(split.paths))
-    for start, x in _decoded(split):
-        for row, image in enumerate(x, start):
-            Path(cached_file(str(partial), row)).write_bytes(image.tobytes())
-    (partial / MARKER).write_text(json.dumps(_marker(split)) + "\n")
+    ordered = split.subset(np.argsort(np.asarray(split.keys), kind="stable"))
+    header = {"descr": np.lib.format.dtype_to_descr(split.dtype), "fortran_order": False}
+    with (partial / SAMPLES).open("wb") as out:
+        np.lib.format.write_array_header_2_0(out, {**header, "shape": (split.size, *split.sample_shape)})
+        for _, x in _decoded(ordered):
+            out.write(np.ascontiguousarray(x, split.dtype).tobytes())
+        out.flush()
+        os.fsync(out.fileno())
 
 
-def _is_complete(folder: Path, split: ImageFiles | RecordFiles) -> bool:
-    """Whether ``folder`` holds a finished cache of ``split``'s size and shape."""
+def _is_complete(folder: Path, split: Source) -> bool:
+    """Whether ``folder`` holds a finished cache of ``split``'s size, shape and dtype (the rename puts only a
+    finished folder at the name, so a readable header of the right shape and a file of its size is one)."""
     try:
-        marker = json.loads((folder / MARKER).read_text())
+        samples = np.load(folder / SAMPLES, mmap_mode="r")
     except (OSError, ValueError):
         return False
-    return marker == _marker(split)
+    expected = (split.size, *split.sample_shape)
+    return samples.shape == expected and samples.dtype == split.dtype
 
 
-def _marker(split: ImageFiles | RecordFiles) -> dict[str, object]:
-    return {"samples": split.size, "shape": list(split.sample_shape), "layout": LAYOUT_VERSION}
-
-
-def _decoded(split: ImageFiles | RecordFiles | TextFiles) -> Iterator[tuple[int, np.ndarray]]:
-    """The split's images (or token ids) in its stored order (a folder's list, a TFRecord split's record numbers),
-    in batches, each with the position of its first sample.
+def _decoded(split: Source) -> Iterator[tuple[int, np.ndarray]]:
+    """The split's samples in its stored order (a folder's list, a TFRecord split's record numbers), in batches,
+    each with the position of its first sample.
 
     Raises:
         DataError: a sample does not decode; the message names it.
     """
-    reader = reader_for(split)
-    batches = reader.stream(0, 0, shuffle=False).map(lambda index, x, y: x).batch(_BATCH).prefetch(AUTOTUNE)
+    import tensorflow as tf
+
+    batches = split.stream(0, 0, shuffle=False).map(lambda index, x, y: x).batch(_BATCH).prefetch(AUTOTUNE)
     start = 0
     iterator = iter(batches)
     while True:
@@ -159,15 +263,15 @@ def _decoded(split: ImageFiles | RecordFiles | TextFiles) -> Iterator[tuple[int,
         except StopIteration:
             return
         except tf.errors.OpError as error:
-            where = reader.find_undecodable(0, 0, False, start, _BATCH)
+            where = split.find_undecodable(0, 0, False, start, _BATCH)
             detail = (error.message or type(error).__name__).strip().splitlines()[0]
             if where is None:
                 raise DataError("data", f"reading the data to cache failed: {detail}") from None
-            raise DataError("data", f"{where} {reader.fault} ({detail})") from None
+            raise DataError("data", f"{where} {split.fault} ({detail})") from None
         yield start, x.numpy()
         start += len(x)
 
 
-def _unwritable(error: OSError, config: ImageSourceConfig) -> DataError:
+def _unwritable(error: OSError, cache_dir: str) -> DataError:
     reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
-    return DataError("data.cache_dir", f"cannot write the image cache there ({reason})", config.cache_dir)
+    return DataError("data.cache_dir", f"cannot write the image cache there ({reason})", cache_dir)

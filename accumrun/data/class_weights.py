@@ -13,7 +13,6 @@ from typing import Literal
 import numpy as np
 
 from accumrun.data.dataset import Dataset
-from accumrun.data.splits import targets_held, with_weights
 from accumrun.errors import ConfigError
 
 _KEY = "training.class_weight"
@@ -32,7 +31,7 @@ def per_class(setting: dict[str, float] | Literal["balanced"], dataset: Dataset)
         raise ConfigError(_KEY, f"needs class labels; the targets are {dataset.describe_targets()}")
     weights = np.ones(len(names), np.float64)
     if setting == "balanced":
-        counts = np.bincount(targets_held(dataset.train), minlength=len(names))
+        counts = np.bincount(dataset.train.labels, minlength=len(names))
         present = counts > 0
         weights[present] = dataset.train_size / (present.sum() * counts[present])
         return weights
@@ -54,4 +53,4 @@ def with_class_weights(dataset: Dataset, setting: dict[str, float] | Literal["ba
     if setting is None:
         return dataset
     weights = per_class(setting, dataset).astype(np.float32)
-    return dataclasses.replace(dataset, train=with_weights(dataset.train, weights[targets_held(dataset.train)]))
+    return dataclasses.replace(dataset, train=dataset.train.with_weights(weights[dataset.train.labels]))

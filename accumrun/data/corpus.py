@@ -27,23 +27,21 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from accumrun.config.schema import (
-    CharacterTokenizerConfig,
-    PresetTokenizerConfig,
-    TokenizerConfig,
-    WordPieceTokenizerConfig,
-)
-from accumrun.data.splits import CorpusWindows
+from accumrun.config.schema import TokenizerConfig
+from accumrun.data.source import ReadsBlocks, TokenIds, in_blocks, read_spans, taken
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
 from accumrun.rundir.atomic import build_once
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 LAYOUT_VERSION = 1
 """Part of every key: a change of the layout, or of how texts are cut into pieces, makes new folders."""
@@ -65,6 +63,89 @@ class TokenFile:
     @property
     def begins(self) -> np.ndarray:
         return np.concatenate([[0], self.ends[:-1]]).astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class CorpusWindows(ReadsBlocks, TokenIds):
+    """The windows of a corpus whose token ids lie in one file: int32 ids of every text, concatenated. A window is
+    ``length`` tokens from ``begins`` (an absolute token offset) and the targets one token on, cut at ``ends`` (its
+    text's end) and padded with 0; so windows never cross texts, and none is read before the epoch's order reaches
+    it. They are read :data:`~accumrun.data.source.BLOCK` at a time in one call, each window's bytes alone
+    (:func:`~accumrun.data.source.read_spans`): memory grows by the windows' bounds and order (about 40 bytes a
+    window), not with the text."""
+
+    file: str
+    """The token file: little-endian int32 ids."""
+    begins: np.ndarray
+    ends: np.ndarray
+    length: int
+    w: np.ndarray | None = None
+
+    fault = "cannot be read from the corpus's token file"
+
+    @property
+    def size(self) -> int:
+        return len(self.begins)
+
+    @property
+    def target_shape(self) -> tuple[int, ...]:
+        return (self.length,)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """None held: a corpus's targets are its token ids, read with its samples.
+
+        Raises:
+            ValueError: always.
+        """
+        raise ValueError("a corpus's windows on disk read their targets with their samples")
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each window's real input tokens (its ids that are not padding), known without reading the file."""
+        return np.minimum(self.ends - self.begins - 1, self.length)
+
+    def subset(self, index: np.ndarray) -> CorpusWindows:
+        return replace(self, begins=self.begins[index], ends=self.ends[index], w=taken(self.w, index))
+
+    def with_targets(self, check: Any) -> CorpusWindows:
+        """The split itself: its targets are its own token ids, read from the token file."""
+        return self
+
+    def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
+        import tensorflow as tf
+
+        return in_blocks(tf.data.Dataset.from_tensor_slices(order.astype(np.int64)), self._read)
+
+    def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int, count: int) -> str | None:
+        """None: the windows are read from one file, so a failure is the file's, not one sample's."""
+        return None
+
+    def _read(self, index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
+        import tensorflow as tf
+
+        from accumrun.core.targets import as_targets
+
+        x, y = tf.numpy_function(self._windows, [index], [tf.int32, tf.int32], stateful=False)
+        x, y = tf.ensure_shape(x, (None, self.length)), tf.ensure_shape(y, (None, self.length))
+        weights = None if self.w is None else tf.gather(tf.constant(self.w, tf.float32), index)
+        return index, x, as_targets(y, weights)
+
+    def _windows(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The samples and targets of windows ``index``: ``length + 1`` tokens from each begin, cut at its end; a
+        sample's token is kept where a target follows it (a short window's last token is a target alone).
+
+        Raises:
+            OSError: the token file cannot be read, or is shorter than its windows (changed since it was written).
+        """
+        begins = self.begins[index]
+        counts = np.minimum(self.ends[index] - begins, self.length + 1)
+        window = np.zeros((len(index), self.length + 1), np.int32)
+        spans = read_spans(self.file, 4 * begins, 4 * counts)
+        for row, (data, count) in enumerate(zip(spans, counts, strict=True)):
+            window[row, :count] = np.frombuffer(data, "<i4")
+        targets = np.arange(1, self.length + 1) < counts[:, None]
+        return np.where(targets, window[:, :-1], 0), window[:, 1:]
 
 
 def window_starts(count: int, length: int, stride: int) -> np.ndarray:
@@ -144,22 +225,10 @@ def corpus_key(files: list[Path], key: str, config: TokenizerConfig) -> str:
 
 
 def tokenizer_identity(config: TokenizerConfig) -> dict[str, object]:
-    """What decides the ids a tokenizer gives: its settings, and the content of what it reads."""
-    identity: dict[str, object] = {"name": config.name}
-    if isinstance(config, CharacterTokenizerConfig):
-        identity["vocabulary_size"] = config.vocabulary_size
-    elif isinstance(config, WordPieceTokenizerConfig):
-        identity["lowercase"] = config.lowercase
-        if config.tokens is not None:
-            identity["tokens"] = hashlib.sha256("\n".join(config.tokens).encode()).hexdigest()
-        else:
-            assert config.vocabulary is not None  # the schema takes one of the two
-            identity["vocabulary"] = _file_hash(Path(config.vocabulary))
-        identity["keras_hub"] = _version("keras-hub")
-    elif isinstance(config, PresetTokenizerConfig):
-        folder = Path(config.path)
-        files = [folder / "tokenizer.json", *sorted((folder / "assets").rglob("*"))]
-        identity["files"] = {str(f.relative_to(folder)): _file_hash(f) for f in files if f.is_file()}
+    """What decides the ids a tokenizer gives: its settings, the content of the files it reads, and KerasHub's
+    version for a tokenizer of KerasHub's."""
+    identity = config.identity(_file_hash)
+    if config.keras_hub:
         identity["keras_hub"] = _version("keras-hub")
     return identity
 

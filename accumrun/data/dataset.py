@@ -17,28 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumrun.config.schema import DataSection, FileSourceConfig, ImageSourceConfig, TextFolderConfig
+from accumrun.config.schema import DataSection
 from accumrun.data.sources import SOURCES
-from accumrun.data.splits import (
-    ArraySplit,
-    CachedImages,
-    CorpusWindows,
-    ImageFiles,
-    RecordFiles,
-    Split,
-    Splits,
-    TextFiles,
-    hold_out,
-    seeded_hold_out,
-    targets_held,
-)
+from accumrun.data.splits import ArraySplit, Split, Splits, hold_out, seeded_hold_out
 from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
-
-_LABELLED_FILES = (ImageFiles, TextFiles, RecordFiles)
-"""The splits of files listed under their class labels: they pose classification (or binary) alone, and their
-hold-out is drawn by the seed (see :func:`~accumrun.data.splits.seeded_hold_out`)."""
 
 # Far beyond any classifier head this tool builds, and well inside int32, to which labels are cast.
 _MAX_CLASSES = 1_000_000
@@ -110,8 +94,7 @@ class Dataset:
     def streamed(self) -> bool:
         """Whether the samples are read as they are needed (files, a text table's rows, a cache's files, a corpus's
         token file) rather than arrays in memory."""
-        held = isinstance(self.train, CachedImages) and self.train.pixels is not None
-        return not (isinstance(self.train, ArraySplit) or held)
+        return self.train.streamed
 
     def settled_by_output(self, width: int | None) -> Dataset:
         """``task: auto``'s last word, once the model is built: two classes and a model of one output unit (of
@@ -152,7 +135,7 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """
     splits = SOURCES[config.name].load(config, seed)
     task = _task(config, splits)
-    if isinstance(splits.train, _LABELLED_FILES) and not task.class_labels:
+    if splits.train.labelled_files and not task.class_labels:
         raise ConfigError(
             "data.task",
             f"data.name: {config.name} gives class labels, so it poses classification (or binary)",
@@ -172,12 +155,13 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
             "data", f"{held_out} targets have shape {val.target_shape}, training targets {train.target_shape}"
         )
     classes = _classes(splits, task, train, val)
-    if isinstance(config, ImageSourceConfig | TextFolderConfig) and config.cache is not CacheMode.NONE:
+    mode, cache_dir = config.cache_wrapper
+    if mode is not CacheMode.NONE and train.keys is not None:
         # Imported here: it decodes with TensorFlow, which listing and checking the files does not need.
         from accumrun.data.cache import cached
 
-        train = cached(train, config)
-        val = None if val is None else cached(val, config)
+        train = cached(train, mode, cache_dir)
+        val = None if val is None else cached(val, mode, cache_dir)
     scale = splits.scale if splits.scale is not None else _FULL_SCALE.get(train.dtype, 1.0)
     return Dataset(
         config.name,
@@ -204,7 +188,7 @@ def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int
     """
     tokens = splits.vocabulary_size is not None
     train = _checked("train", splits.train, task, tokens)
-    validation_file = isinstance(config, FileSourceConfig) and bool(config.validation_path)
+    validation_file = bool(config.validation_file)
     held_out = "validation" if validation_file else "test"
     if validation_file and splits.test is not None:  # the loaders give data.validation_path as the test split
         return train, _checked(held_out, splits.test, task, tokens), held_out
@@ -215,7 +199,7 @@ def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int
     if config.validation_split > 0:
         # A corpus's windows and a table's rows are numbered in their files' order, streamed or held: the same
         # hold-out either way.
-        seeded = seeded_hold_out(config.shuffle, files=isinstance(train, _LABELLED_FILES))
+        seeded = seeded_hold_out(config.shuffle, files=train.labelled_files)
         train, val = _split_off_validation(train, config.validation_split, seed, seeded)
         return train, val, held_out
     return train, None, held_out
@@ -227,7 +211,7 @@ def _classes(splits: Splits, task: Task, train: Split, val: Split | None) -> int
     if splits.class_names is not None:
         return len(splits.class_names)
     if task is Task.CLASSIFICATION:
-        labels = targets_held(train) if val is None else np.concatenate([targets_held(train), targets_held(val)])
+        labels = train.labels if val is None else np.concatenate([train.labels, val.labels])
         return max(int(labels.max()) + 1, 2)
     if task is Task.BINARY:
         return 2
@@ -245,7 +229,7 @@ def _task(config: DataSection, splits: Splits) -> Task:
         ConfigError: a task that the source cannot pose: a corpus is for ``causal_lm``, and ``causal_lm`` needs one.
     """
     if config.task == "auto":
-        return splits.task if splits.task is not None else infer_task(np.asarray(targets_held(splits.train)))
+        return splits.task if splits.task is not None else infer_task(np.asarray(splits.train.labels))
     if splits.task is not None and config.task is not splits.task:
         raise ConfigError(
             "data.task",
@@ -284,13 +268,10 @@ def _split_off_validation(split: Split, fraction: float, seed: int, shuffle: boo
 def _checked(name: str, split: Split, task: Task, tokens: bool = False) -> Split:
     """Validate one split's targets for the task; arrays also get compact samples (see :func:`_compact`), but
     ``tokens``, int32 token ids, which an embedding takes as they are."""
-    if isinstance(split, CachedImages):  # kept after the checks (see load_dataset): its labels are checked
-        return split
-    if isinstance(split, CorpusWindows):  # its targets are its own token ids, read from the token file
-        return split
-    if not isinstance(split, ArraySplit):
-        return dataclasses.replace(split, y=_TARGET_CHECKS[task](name, np.asarray(split.y)))
-    x, y = np.asarray(split.x), np.asarray(split.y)
+    held = split.in_memory
+    if held is None:  # a corpus's windows keep their targets, their own token ids, in the token file
+        return split.with_targets(lambda y: _TARGET_CHECKS[task](name, np.asarray(y)))
+    x, y = np.asarray(held.x), np.asarray(held.y)
     if x.ndim < 2:
         raise DataError(f"data.x_{name}", "needs one row per sample (at least 2 dimensions)", x.shape)
     if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
@@ -303,13 +284,13 @@ def _checked(name: str, split: Split, task: Task, tokens: bool = False) -> Split
         raise DataError(f"data.x_{name}", "is empty")
     y = _TARGET_CHECKS[task](name, y)
     if tokens:
-        return ArraySplit(x, y, split.w)
+        return ArraySplit(x, y, held.w)
     x = _compact(x)
     if x.dtype == np.float32 and not np.all(np.isfinite(x)):
         raise DataError(f"data.x_{name}", "samples contain NaN or Inf")
     if x.ndim == 3:
         x = x[..., np.newaxis]
-    return ArraySplit(x, y, split.w)
+    return ArraySplit(x, y, held.w)
 
 
 def _compact(x: np.ndarray) -> np.ndarray:

@@ -2,13 +2,13 @@
 
 A chunk is what one call of the step takes: a whole batch (``data.feed: batch``) or one sub-batch of it
 (``data.feed: sub_batch``, when the batch itself does not fit). The caller gives the sizes of an epoch's chunks,
-the same every epoch; the feeder fills them in the epoch's order (see :mod:`accumrun.data.readers`), augmented
-per sample when training asks for it, prefetched, in the stored dtype. Each chunk goes to the device whole, in
-one transfer, when the step is called with it. Arrays without augmentation are held as one tensor instead (see
-:mod:`accumrun.data.resident`), on the device for training and validation: a chunk is a gather there, and no
-``tf.data`` pipeline is built. Token ids for bucketed padding come with each batch's samples ordered by length
-(:mod:`accumrun.data.grouping`), in that order: grouped where arrays are held, or by the reader of a corpus's
-windows on disk.
+the same every epoch; the feeder fills them in the epoch's order (the source's stream, see
+:mod:`accumrun.data.source`), augmented per sample when training asks for it, prefetched, in the stored dtype.
+Each chunk goes to the device whole, in one transfer, when the step is called with it. Arrays without
+augmentation are held as one tensor instead (see :mod:`accumrun.data.resident`), on the device for training and
+validation: a chunk is a gather there, and no ``tf.data`` pipeline is built. Token ids for bucketed padding come
+with each batch's samples ordered by length (:mod:`accumrun.data.grouping`), in that order: grouped where arrays
+are held, or in the source's stream.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import tensorflow as tf
 
 from accumrun.data.augment import Augmentation
 from accumrun.data.grouping import LengthGroups
-from accumrun.data.readers import AUTOTUNE, Reader, reader_for
 from accumrun.data.resident import ResidentArrays
-from accumrun.data.splits import ArraySplit, CorpusWindows, Split
+from accumrun.data.source import AUTOTUNE, BLOCK, Source
 from accumrun.errors import DataError
 
 
@@ -40,7 +39,7 @@ class Feeder:
 
     def __init__(
         self,
-        split: Split,
+        split: Source,
         chunk_sizes: list[int],
         *,
         seed: int,
@@ -58,20 +57,13 @@ class Feeder:
         self._augmentation, self._training = augmentation, training
         self.resident: ResidentArrays | None = None
         """The arrays on the device, when the split is held there; else None (it is read through ``tf.data``)."""
-        self._groups = None if group_by_length is None else _length_groups(split, group_by_length, augmentation)
-        if isinstance(split, ArraySplit) and not augmentation:
+        self._groups = None if group_by_length is None else _length_groups(split, group_by_length)
+        held = split.in_memory
+        if held is not None and not augmentation:
             self.resident = ResidentArrays(
-                split, self._starts, seed=seed, shuffle=shuffle, on_device=on_device, groups=self._groups
+                held, self._starts, seed=seed, shuffle=shuffle, on_device=on_device, groups=self._groups
             )
-        self._split = split
-        self._reader: Reader | None = None
-
-    @property
-    def reader(self) -> Reader:
-        """The split's ``tf.data`` reader, made when first needed (a resident split never needs it)."""
-        if self._reader is None:
-            self._reader = reader_for(self._split, self._groups)
-        return self._reader
+        self.source = split
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
         """The chunks of ``epoch`` (0-based) as ``(x, y)``, less the first ``skip`` (to resume an epoch).
@@ -97,18 +89,23 @@ class Feeder:
             yield x, y
 
     def _pipeline(self, epoch: int, skip: int) -> tf.data.Dataset:
-        samples = self.reader.stream(epoch, self._seed, self._shuffle, int(self._starts[skip]))
-        augmentation, seed, training = self._augmentation, self._seed, self._training
-        if augmentation is not None:
-            samples = samples.map(
-                lambda index, x, y: (index, augmentation(x, index, seed, epoch, training), y),
-                num_parallel_calls=AUTOTUNE,
-                deterministic=True,
-            )
+        source, seed, start = self.source, self._seed, int(self._starts[skip])
+        augmentation, training = self._augmentation, self._training
         sizes = self._sizes[skip:]
+        if augmentation is None:  # the source's blocks, re-cut: no copy per sample
+            batches = source.blocks(epoch, seed, self._shuffle, start, self._groups)
+        else:
+            batches = (
+                source.stream(epoch, seed, self._shuffle, start, self._groups)
+                .map(
+                    lambda index, x, y: (index, augmentation(x, index, seed, epoch, training), y),
+                    num_parallel_calls=AUTOTUNE,
+                    deterministic=True,
+                )
+                .batch(max(sizes))
+            )
         return (
-            samples.batch(max(sizes))
-            .rebatch(tf.constant(sizes, tf.int64))
+            batches.rebatch(tf.constant(sizes, tf.int64))
             .take(len(sizes))
             .map(lambda index, x, y: (x, y))
             .prefetch(AUTOTUNE)
@@ -117,13 +114,14 @@ class Feeder:
     def _read_error(self, epoch: int, chunk: int, error: tf.errors.OpError) -> DataError:
         """The error for a chunk that could not be read: it names the sample that does not decode, found by
         decoding the chunk's samples one by one, or else says what TensorFlow reported. The chunks are cut from
-        batches of the largest chunk's size, so the culprit may lie up to that many samples past the chunk."""
-        start, count = int(self._starts[chunk]), self._sizes[chunk] + max(self._sizes)
-        where = self.reader.find_undecodable(epoch, self._seed, self._shuffle, start, count)
+        batches of the largest chunk's size (or the source's blocks), so the culprit may lie up to that many samples
+        past the chunk."""
+        start, count = int(self._starts[chunk]), self._sizes[chunk] + max(*self._sizes, BLOCK)
+        where = self.source.find_undecodable(epoch, self._seed, self._shuffle, start, count)
         detail = _reported(error)
         if where is None:
             return DataError("data", f"reading the data failed: {detail}")
-        return DataError("data", f"{where} {self.reader.fault} ({detail})")
+        return DataError("data", f"{where} {self.source.fault} ({detail})")
 
 
 _PIPELINE_PREFIX = re.compile(
@@ -140,12 +138,12 @@ def _reported(error: tf.errors.OpError) -> str:
     return _PIPELINE_PREFIX.sub("", message[0]) if message else type(error).__name__
 
 
-def _length_groups(split: Split, batch_sizes: list[int], augmentation: Augmentation | None) -> LengthGroups:
-    """The grouping by length of ``split``'s samples: token ids held as arrays (grouped where they are held), or a
-    corpus's windows on disk, whose lengths their bounds give (grouped in the order their reader visits)."""
-    if isinstance(split, ArraySplit) and not augmentation:
-        return LengthGroups.of(split.x, batch_sizes)
-    if isinstance(split, CorpusWindows):
-        return LengthGroups(split.lengths, tuple(int(size) for size in batch_sizes))
-    # Token ids are always one of these; the readers of files and of augmented arrays keep the epoch's order.
-    raise ValueError("length grouping needs token ids held as arrays without augmentation, or a corpus's windows")
+def _length_groups(split: Source, batch_sizes: list[int]) -> LengthGroups:
+    """The grouping by length of ``split``'s samples (token ids, whose real lengths are known before the epoch).
+
+    Raises:
+        ValueError: the split does not know its samples' lengths before reading them.
+    """
+    if split.lengths is None:
+        raise ValueError("length grouping needs the samples' lengths before the epoch (token ids, a corpus's windows)")
+    return LengthGroups(split.lengths, tuple(int(size) for size in batch_sizes))

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumrun.core.tokens import PADDING_ID
-
 
 @dataclass(frozen=True)
 class LengthGroups:
@@ -31,12 +29,6 @@ class LengthGroups:
     """Each sample's real length, by its index in the split."""
     batch_sizes: tuple[int, ...]
     """The sample count of each batch of an epoch; samples past their sum (a dropped remainder) stay in order."""
-
-    @classmethod
-    def of(cls, tokens: np.ndarray, batch_sizes: list[int]) -> LengthGroups:
-        """The grouping of token ids ``tokens`` (one row per sample) into batches of ``batch_sizes``."""
-        real = np.count_nonzero(tokens.reshape(len(tokens), -1) != PADDING_ID, axis=1)
-        return cls(real, tuple(int(size) for size in batch_sizes))
 
     def __call__(self, order: np.ndarray) -> np.ndarray:
         """``order`` (an epoch's, of sample indices) with each batch's samples in the order of their lengths."""

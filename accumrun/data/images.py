@@ -1,7 +1,7 @@
 """``data.name: image_folder``: one subfolder per class, as ``keras.utils.image_dataset_from_directory`` reads.
 
 Listing the folder is all that happens at startup: the files are decoded as they stream (see
-:mod:`accumrun.data.readers`), so a folder bigger than memory trains. Class names are the sorted subfolder names;
+:mod:`accumrun.data.files`), so a folder bigger than memory trains. Class names are the sorted subfolder names;
 a file whose extension is not an image's is passed over and counted.
 """
 

@@ -7,7 +7,7 @@ with both keys and a non-empty text, or the error names the file and the line.
 
 ``data.cache: none`` (the default) streams, as a text folder does: startup reads and checks every line, keeps each
 record's label and byte span but not its text, and the texts are read back from the file and tokenized as the
-epoch's order reaches them (a :class:`~accumrun.data.splits.TextRows`; see :mod:`accumrun.data.rows`). ``memory``
+epoch's order reaches them (a :class:`~accumrun.data.rows.TextRows`; see :mod:`accumrun.data.rows`). ``memory``
 tokenizes every text at load and trains from the token ids in memory (which ``data.bucket`` needs).
 """
 

@@ -9,15 +9,25 @@ decoded), so that the batch plan and the classes are known; the images stream wh
 from __future__ import annotations
 
 import glob
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from accumrun.config.schema import TfrecordConfig
-from accumrun.data.splits import RecordFiles, Splits
+from accumrun.data.files import decode_image
+from accumrun.data.source import AUTOTUNE, BLOCK, EncodedImages, taken
+from accumrun.data.splits import Splits
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from accumrun.data.grouping import LengthGroups
 
 _LABEL_BATCH = 4096
 
@@ -32,6 +42,161 @@ class RecordLayout:
     channels: int
     shuffle_buffer: int
     weight_key: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RecordFiles(EncodedImages):
+    """TFRecord files of ``tf.train.Example``: an encoded image and an int64 class label each.
+
+    Records are numbered across the files in their sorted order; ``records`` is the numbers this split holds
+    (all of them, or one side of the validation hold-out), and ``y`` their labels, read once at startup.
+    TFRecord files cannot be read out of order, so an epoch's order is a seeded permutation of the files, read
+    one after another, through a seeded shuffle buffer of ``shuffle_buffer`` records, the hold-out (when the split
+    is one side of it) filtered out by record number.
+    """
+
+    files: tuple[str, ...]
+    counts: tuple[int, ...]
+    """Records per file."""
+    records: np.ndarray
+    y: np.ndarray
+    image_key: str
+    label_key: str
+    image_size: tuple[int, int]
+    channels: int
+    shuffle_buffer: int
+    w: np.ndarray | None = None
+    """The records' weights (``data.weight``, read at startup with the labels, or class weights), or None."""
+
+    labelled_files = True
+    indexed = False
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self.records
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self.records
+
+    def cache_identity(self) -> tuple[dict[str, Any], list[str]]:
+        settings = {
+            "source": "tfrecord",
+            "image_size": list(self.image_size),
+            "channels": self.channels,
+            "image_key": self.image_key,
+        }
+        return settings, list(self.files)
+
+    def subset(self, index: np.ndarray) -> RecordFiles:
+        chosen = np.sort(index)
+        return replace(self, records=self.records[chosen], y=self.y[chosen], w=taken(self.w, chosen))
+
+    @cached_property
+    def _offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+
+    @cached_property
+    def _lookups(self) -> tuple[tf.Tensor, tf.Tensor | None]:
+        """Whether each record number is held, and its weight (by record number, as the stream numbers them)."""
+        import tensorflow as tf
+
+        held = np.zeros(sum(self.counts), dtype=bool)
+        held[self.records] = True
+        weights = None
+        if self.w is not None:
+            weights = np.zeros(len(held), np.float32)
+            weights[self.records] = self.w
+            weights = tf.constant(weights)
+        return tf.constant(held), weights
+
+    def order(self, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
+        """The record numbers in the epoch's order, from the counts alone: no file is read."""
+        import tensorflow as tf
+
+        def numbers(name: tf.Tensor, offset: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+            return tf.data.Dataset.range(offset, offset + count).map(lambda i: (i, i))
+
+        numbered = self._numbered(epoch, seed, shuffle, numbers).map(lambda index, _: index)
+        return np.concatenate([np.zeros(0, np.int64), *numbered.batch(1 << 16).as_numpy_iterator()])
+
+    def stream(
+        self, epoch: int, seed: int, shuffle: bool, skip: int = 0, groups: LengthGroups | None = None
+    ) -> tf.data.Dataset:
+        """The epoch's records as ``(record number, image, y)``, decoded in parallel, after the first ``skip``.
+
+        Raises:
+            ValueError: ``groups``: records are read in their files' order, not by index.
+        """
+        if groups is not None:
+            raise ValueError("TFRecord files are read in their own order: they cannot be grouped by length")
+        return self._decoded(self._raw_stream(epoch, seed, shuffle, skip))
+
+    def blocks(
+        self, epoch: int, seed: int, shuffle: bool, skip: int = 0, groups: LengthGroups | None = None
+    ) -> tf.data.Dataset:
+        return self.stream(epoch, seed, shuffle, skip, groups).batch(BLOCK)
+
+    def read(self, order: np.ndarray) -> tf.data.Dataset:
+        raise ValueError("TFRecord files are read in their own order, not by index")
+
+    def _raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
+        import tensorflow as tf
+
+        from accumrun.core.targets import as_targets
+
+        def records(name: tf.Tensor, offset: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+            return tf.data.TFRecordDataset(name).enumerate().map(lambda i, r: (offset + i, r))
+
+        weights = self._lookups[1]  # made here, eagerly: not inside the function that the map traces
+
+        def label_of(index: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
+            # Every record's label was read at startup, so this cannot fail; the image is parsed with the decode.
+            label = tf.io.parse_single_example(record, {self.label_key: tf.io.FixedLenFeature([], tf.int64)})
+            weight = None if weights is None else tf.gather(weights, index)
+            return index, record, as_targets(tf.cast(label[self.label_key], tf.int32), weight)
+
+        numbered = self._numbered(epoch, seed, shuffle, records)
+        return numbered.skip(skip).map(label_of, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    def _numbered(
+        self,
+        epoch: int,
+        seed: int,
+        shuffle: bool,
+        per_file: Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.data.Dataset],
+    ) -> tf.data.Dataset:
+        """``(record number, what per_file gives)`` for the epoch: the files in their order, the hold-out filtered
+        out, through the shuffle buffer. A shuffle buffer's order depends on its seed and the count of elements,
+        not on what they hold, so the records and their numbers alone come out in the same order."""
+        import tensorflow as tf
+
+        files = np.arange(len(self.files))
+        if shuffle:
+            files = np.random.default_rng([seed, epoch]).permutation(files)
+        names = tf.constant(np.array(self.files)[files])
+        offsets = tf.constant(self._offsets[files])
+        counts = tf.constant(np.array(self.counts, dtype=np.int64)[files])
+        records = tf.data.Dataset.from_tensor_slices((names, offsets, counts)).flat_map(per_file)
+        if self.size != sum(self.counts):  # one side of the hold-out: filter the other out
+            held = self._lookups[0]
+            records = records.filter(lambda index, _: held[index])
+        if shuffle:
+            # One seed per epoch, from the run's seed: the same records in the same order, run after run.
+            epoch_seed = int(np.random.default_rng([seed, epoch, 1]).integers(2**31))
+            records = records.shuffle(self.shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+        return records
+
+    def _decode(self, raw: tf.Tensor) -> tf.Tensor:
+        """``raw`` is the record: its image is parsed (a record without it fails here) and decoded."""
+        import tensorflow as tf
+
+        image = tf.io.parse_single_example(raw, {self.image_key: tf.io.FixedLenFeature([], tf.string)})
+        return decode_image(image[self.image_key], self.image_size, self.channels)
+
+    def describe(self, index: int) -> str:
+        file = int(np.searchsorted(self._offsets, index, side="right")) - 1
+        return f"{self.files[file]}, record {index - int(self._offsets[file])}"
 
 
 def load_tfrecord(config: TfrecordConfig, seed: int) -> Splits:

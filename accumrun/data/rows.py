@@ -3,7 +3,7 @@
 
 Startup reads the file once, as the in-memory table is read (the same checks, the same errors), and keeps each
 record's byte span ``[start, end)`` instead of its text. A reader then reads a record's bytes from the file when
-the epoch's order reaches it (:func:`accumrun.data.readers.read_spans`), and :func:`record_text` takes its text:
+the epoch's order reaches it (:func:`accumrun.data.source.read_spans`), and :func:`record_text` takes its text:
 ``json.loads`` for JSON Lines, ``csv.reader`` over the one record for a CSV, so quoting, escaped quotes and line
 breaks inside a quoted cell read as they did at startup.
 
@@ -21,8 +21,17 @@ import csv
 import io
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+import numpy as np
+
+from accumrun.data.source import ReadsBlocks, TokenIds, in_blocks, read_spans, taken
+from accumrun.data.tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def json_lines(file: IO[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
@@ -82,3 +91,71 @@ def record_text(record: bytes, text: str | int) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("not the record read at startup (its text is not a string, or empty)")
     return value
+
+
+@dataclass(frozen=True, eq=False)
+class TextRows(ReadsBlocks, TokenIds):
+    """The records of one text table (a JSON Lines file, a CSV with ``data.text``), by their byte spans in the
+    file, and their labels: in the epoch's order, blocks of :data:`~accumrun.data.source.BLOCK` records are read
+    from the file in one ``tf.numpy_function`` call (:func:`~accumrun.data.source.read_spans`;
+    :func:`record_text` takes each one's text) and tokenized together to ``length`` int32 ids by the tokenizer's
+    TensorFlow ops (the same ids as its host ``encode``), so no text is held in memory."""
+
+    path: str
+    spans: np.ndarray
+    """One row ``[start, end)`` per record: its bytes in the file, int64."""
+    y: np.ndarray
+    tokenizer: Tokenizer
+    length: int
+    text: str | int
+    """Where a record's text is: a JSON object's key (a str), or a CSV record's column index (an int)."""
+    w: np.ndarray | None = None
+
+    fault = "cannot be read as text"
+    streaming = "this table streams its rows"
+
+    def subset(self, index: np.ndarray) -> TextRows:
+        return replace(self, spans=self.spans[index], y=self.y[index], w=taken(self.w, index))
+
+    def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
+        """Records ``order`` as ``(index, x, y)``, tokenized a block at a time, in parallel, in order."""
+        return in_blocks(self._raw(order), lambda index, rows, y: (index, self._tokens(rows), y))
+
+    def _raw(self, order: np.ndarray) -> tf.data.Dataset:
+        import tensorflow as tf
+
+        from accumrun.core.targets import as_targets
+
+        order = order.astype(np.int64)
+        targets = as_targets(self.y[order], taken(self.w, order))
+        return tf.data.Dataset.from_tensor_slices((order, order, targets))
+
+    def _decode(self, raw: tf.Tensor) -> tf.Tensor:
+        """``raw`` is the sample's index: its record's text, tokenized to ``length`` ids."""
+        import tensorflow as tf
+
+        return tf.reshape(self._tokens(tf.reshape(raw, [1])), [self.length])
+
+    def _tokens(self, rows: tf.Tensor) -> tf.Tensor:
+        import tensorflow as tf
+
+        texts = tf.numpy_function(self._texts, [rows], tf.string, stateful=False)
+        texts = tf.reshape(texts, tf.shape(rows))  # numpy_function knows no shape
+        ids = self.tokenizer.encode_tensor(texts, self.length)
+        return tf.ensure_shape(ids, (None, self.length))
+
+    def _texts(self, rows: np.ndarray) -> np.ndarray:
+        import tensorflow as tf
+
+        spans = self.spans[rows]
+        try:
+            records = read_spans(self.path, spans[:, 0], spans[:, 1] - spans[:, 0])
+            texts = [record_text(record, self.text) for record in records]
+        except (OSError, ValueError) as error:
+            # An error of the op, in a pipeline and eagerly alike (where find_undecodable decodes one by one).
+            raise tf.errors.InvalidArgumentError(None, None, str(error)) from None
+        return np.array([text.encode("utf-8") for text in texts], dtype=object)
+
+    def describe(self, index: int) -> str:
+        start = int(self.spans[index, 0])
+        return f"{self.path}, the record at byte {start}"

@@ -11,7 +11,7 @@ they are a multi-label task's labels, named by their columns; else the targets o
 A text column streams by default (``data.cache: none``), as a text folder does: startup reads and checks every row
 (the same checks and errors as in memory), keeps the labels, weights and each row's byte span in the file, but no
 text, and each text is read back from the file and tokenized as the epoch's order reaches it (a
-:class:`~accumrun.data.splits.TextRows`; see :mod:`accumrun.data.rows`). ``data.cache: memory`` tokenizes every
+:class:`~accumrun.data.rows.TextRows`; see :mod:`accumrun.data.rows`). ``data.cache: memory`` tokenizes every
 text at load instead and trains from the token ids in memory (which ``data.bucket`` needs).
 """
 
@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from accumrun.config.schema import CsvConfig
-from accumrun.data.rows import CsvRecords
-from accumrun.data.splits import ArraySplit, Splits, TextRows
+from accumrun.data.rows import CsvRecords, TextRows
+from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.text import TextColumn, checked_cells
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.data.weights import checked_weights
@@ -132,7 +132,7 @@ class Table:
 
     @property
     def split(self) -> ArraySplit | TextRows:
-        if isinstance(self.x, TextRows):
+        if not isinstance(self.x, np.ndarray):
             return replace(self.x, y=self.y, w=self.w)
         return ArraySplit(self.x, self.y, self.w)
 

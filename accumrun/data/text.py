@@ -8,7 +8,7 @@ id 0, which the models mask. ``data.tokenizer`` picks the tokenizer (:mod:`accum
 
 A text folder streams as an image folder does: startup lists its files and checks each (read once, UTF-8, not
 empty, and let go), and each file is read and tokenized as TensorFlow ops when the epoch's order reaches it (see
-:mod:`accumrun.data.readers`), so a folder bigger than memory trains.
+:mod:`accumrun.data.files`), so a folder bigger than memory trains.
 
 A corpus is cut file by file into windows of ``sequence_length + 1`` tokens, ``stride`` apart: a window's first
 ``sequence_length`` tokens are the sample, and its last ``sequence_length`` the targets, each the token that follows
@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from accumrun.config.schema import CsvConfig, TextCorpusConfig, TextFolderConfig
-from accumrun.data.corpus import corpus_windows, window_starts
-from accumrun.data.splits import ArraySplit, CorpusWindows, Splits, TextFiles
+from accumrun.data.corpus import CorpusWindows, corpus_windows, window_starts
+from accumrun.data.splits import ArraySplit, Splits, TextFiles
 from accumrun.data.tokenizers import Tokenizer, text_input, tokenizer_for
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode, Task

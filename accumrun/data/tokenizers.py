@@ -18,22 +18,13 @@ TensorFlow is imported inside :meth:`Tokenizer.encode_tensor` alone, so the sour
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accumrun.config.schema import (
-    ByteTokenizerConfig,
-    CharacterTokenizerConfig,
-    CsvConfig,
-    DataSection,
-    PresetTokenizerConfig,
-    TextSourceConfig,
-    TokenizerConfig,
-    WordPieceTokenizerConfig,
-)
+from accumrun.config.schema import DataSection, PresetTokenizerConfig, TokenizerConfig, WordPieceTokenizerConfig
 from accumrun.core.tokens import PADDING_ID
 from accumrun.errors import ConfigError
 from accumrun.lookup import import_keras_hub
@@ -167,64 +158,76 @@ def tokenizer_for(config: TokenizerConfig) -> Tokenizer:
         ConfigError: a vocabulary file or preset folder that is missing, holds no tokenizer, or whose id 0 is a
             real token; KerasHub is not installed (the message names the extra).
     """
-    if isinstance(config, CharacterTokenizerConfig):
-        return CharacterTokenizer(config.vocabulary_size)
-    if isinstance(config, WordPieceTokenizerConfig):
-        if config.learned:
-            # accumrun.data.vocabulary settles the tokens before any data is read: a tokenizer never learns on its own,
-            # from texts that could be validation texts or no longer the run's.
-            if config.tokens is None:
-                raise ValueError("a learned vocabulary is read only after accumrun.data.vocabulary settles it")
-            return _keras_hub_tokenizer(config, list(config.tokens), "data.tokenizer.vocabulary_size")
-        assert config.vocabulary is not None  # the schema takes one of the two
-        return _keras_hub_tokenizer(config, Path(config.vocabulary), "data.tokenizer.vocabulary")
-    if isinstance(config, PresetTokenizerConfig):
-        return _keras_hub_tokenizer(config, Path(config.path), "data.tokenizer.path")
-    assert isinstance(config, ByteTokenizerConfig)  # the schema refuses any other name
-    return ByteTokenizer()
+    return _TOKENIZERS[config.name](config)
 
 
-def _keras_hub_tokenizer(
-    config: WordPieceTokenizerConfig | PresetTokenizerConfig, source: Path | list[str], key: str
-) -> Tokenizer:
-    """KerasHub's tokenizer over a vocabulary file, a learned vocabulary's tokens (``source`` a list), or a preset
-    folder."""
-    keras_hub = import_keras_hub(key)
-    if isinstance(config, WordPieceTokenizerConfig):
-        if isinstance(source, Path) and not source.is_file():
-            raise ConfigError(key, "vocabulary file not found", str(source))
-        vocabulary = str(source) if isinstance(source, Path) else source
-        try:
-            tokenizer = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocabulary, lowercase=config.lowercase)
-        except (RuntimeError, ValueError) as error:  # tensorflow-text refuses a repeated token, say
-            where = source if isinstance(source, Path) else "the learned vocabulary"
-            raise ConfigError(key, f"{where} cannot be read: {' '.join(str(error).split())}") from None
+def _word_piece(config: WordPieceTokenizerConfig) -> Tokenizer:
+    """KerasHub's WordPiece over a vocabulary file or a learned vocabulary's tokens."""
+    vocabulary: str | list[str]
+    if config.learned:
+        # accumrun.data.vocabulary settles the tokens before any data is read: a tokenizer never learns on its own,
+        # from texts that could be validation texts or no longer the run's.
+        if config.tokens is None:
+            raise ValueError("a learned vocabulary is read only after accumrun.data.vocabulary settles it")
+        key, source, vocabulary = "data.tokenizer.vocabulary_size", "the learned vocabulary", list(config.tokens)
+        keras_hub = import_keras_hub(key)
     else:
-        assert isinstance(source, Path)  # a preset is a folder
-        if not (source / "tokenizer.json").is_file():
-            where = "folder not found" if not source.is_dir() else "holds no KerasHub tokenizer (tokenizer.json)"
-            raise ConfigError(key, where, str(source))
-        try:
-            tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(source))
-        except (ValueError, OSError, TypeError) as error:
-            raise ConfigError(key, f"cannot be loaded: {' '.join(str(error).split())}") from None
+        assert config.vocabulary is not None  # the schema takes one of the two
+        key = "data.tokenizer.vocabulary"
+        source = vocabulary = str(Path(config.vocabulary))
+        keras_hub = import_keras_hub(key)
+        if not Path(source).is_file():
+            raise ConfigError(key, "vocabulary file not found", source)
+    try:
+        tokenizer = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocabulary, lowercase=config.lowercase)
+    except (RuntimeError, ValueError) as error:  # tensorflow-text refuses a repeated token, say
+        raise ConfigError(key, f"{source} cannot be read: {' '.join(str(error).split())}") from None
+    # WordPiece splits at whitespace before it looks up pieces: its tokens never span a line break.
+    return _padded_first(tokenizer, key, None if config.learned else source, line_local=True)
+
+
+def _preset(config: PresetTokenizerConfig) -> Tokenizer:
+    """The tokenizer of a KerasHub preset folder."""
+    key, source = "data.tokenizer.path", Path(config.path)
+    keras_hub = import_keras_hub(key)
+    if not (source / "tokenizer.json").is_file():
+        where = "folder not found" if not source.is_dir() else "holds no KerasHub tokenizer (tokenizer.json)"
+        raise ConfigError(key, where, str(source))
+    try:
+        tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(source))
+    except (ValueError, OSError, TypeError) as error:
+        raise ConfigError(key, f"cannot be loaded: {' '.join(str(error).split())}") from None
+    # A preset's tokenizer (a BPE) may merge across lines.
+    return _padded_first(tokenizer, key, str(source), line_local=False)
+
+
+def _padded_first(tokenizer: Any, key: str, source: str | None, line_local: bool) -> Tokenizer:
+    """``tokenizer`` wrapped, once its id 0 is known to be padding.
+
+    Raises:
+        ConfigError: its id 0 is a real token (named by ``source``, or by the token itself).
+    """
     first = tokenizer.id_to_token(PADDING_ID)
     if first not in ("[PAD]", "<pad>", "<PAD>", getattr(tokenizer, "pad_token", None)):
         raise ConfigError(
             key,
             f"its id 0 is {first!r}, a real token; accumrun pads with id 0: put the padding token ([PAD]) first",
-            str(source) if isinstance(source, Path) else first,
+            source if source is not None else first,
         )
-    # WordPiece splits at whitespace before it looks up pieces; a preset's tokenizer (a BPE) may merge across lines.
-    return KerasHubTokenizer(tokenizer, line_local=isinstance(config, WordPieceTokenizerConfig))
+    return KerasHubTokenizer(tokenizer, line_local=line_local)
+
+
+_TOKENIZERS: dict[str, Callable[[Any], Tokenizer]] = {
+    "byte": lambda config: ByteTokenizer(),
+    "character": lambda config: CharacterTokenizer(config.vocabulary_size),
+    "word_piece": _word_piece,
+    "preset": _preset,
+}
+"""The tokenizer of each ``data.tokenizer.name`` (the schema refuses any other), from its section."""
 
 
 def text_input(config: DataSection) -> tuple[Tokenizer, int] | None:
     """The tokenizer and sequence length of a source whose samples are text (a text source, or a CSV with
     ``data.text``); None for any other."""
-    if isinstance(config, TextSourceConfig):
-        return tokenizer_for(config.tokenizer), config.sequence_length
-    if isinstance(config, CsvConfig) and config.text is not None:
-        assert config.tokenizer is not None and config.sequence_length is not None  # filled in with data.text
-        return tokenizer_for(config.tokenizer), config.sequence_length
-    return None
+    settings = config.text_settings
+    return None if settings is None else (tokenizer_for(settings[0]), settings[1])

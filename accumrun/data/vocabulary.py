@@ -21,16 +21,11 @@ first (id 0 pads) and ``[UNK]`` second, and it lowercases as the tokenizer does 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from accumrun.config.schema import (
-    CsvConfig,
-    DataSection,
-    JsonlConfig,
-    TextCorpusConfig,
-    TextFolderConfig,
-    WordPieceTokenizerConfig,
-)
+from accumrun.config.schema import DataSection, WordPieceTokenizerConfig
 from accumrun.data.jsonl import read_records
 from accumrun.data.splits import hold_out, seeded_hold_out
 from accumrun.data.tables import read_texts
@@ -83,24 +78,29 @@ def training_texts(data: DataSection, seed: int) -> list[str]:
     Raises:
         DataError: the texts cannot be read, or the hold-out leaves no validation sample.
     """
-    if isinstance(data, TextCorpusConfig):
-        return corpus_texts(data.path, "data.path")
-    if isinstance(data, TextFolderConfig):
-        texts = folder_texts(Path(data.path), "data.path")[0]
-    elif isinstance(data, JsonlConfig):
-        texts = read_records(Path(data.path), "data.path", data)[0]
-    else:
-        assert isinstance(data, CsvConfig) and data.text is not None  # the sources a learned tokenizer reads
-        texts = read_texts(Path(data.path), "data.path", data.text)
+    read, samples = _TEXTS[data.name]
+    texts = read(data)
+    if not samples:  # a corpus, cut into windows once there is a vocabulary: all of its texts (see above)
+        return texts
     # load_dataset's rule: a validation file (or the test split, or none) leaves data.path whole.
     fraction = data.validation_split
-    if data.validation_path or fraction == "test" or fraction == 0:
+    if data.validation_file or fraction == "test" or fraction == 0:
         return texts
     # A text folder streams its files: load_dataset draws their hold-out seeded, whatever data.shuffle says. A
     # table's rows hold out by the table's rule, streamed or in memory.
-    seeded = seeded_hold_out(data.shuffle, files=isinstance(data, TextFolderConfig))
+    seeded = seeded_hold_out(data.shuffle, files=data.labelled_files)
     kept, _ = hold_out(len(texts), fraction, seed, seeded)
     return [texts[i] for i in kept]
+
+
+_TEXTS: dict[str, tuple[Callable[[Any], list[str]], bool]] = {
+    "text_corpus": (lambda data: corpus_texts(data.path, "data.path"), False),
+    "text_folder": (lambda data: folder_texts(Path(data.path), "data.path")[0], True),
+    "jsonl": (lambda data: read_records(Path(data.path), "data.path", data)[0], True),
+    "csv": (lambda data: read_texts(Path(data.path), "data.path", data.text), True),
+}
+"""The texts of ``data.path`` in sample order, for each source that a learned tokenizer reads, and whether each
+text is one sample (so the hold-out picks them)."""
 
 
 def learn_vocabulary(texts: list[str], config: WordPieceTokenizerConfig) -> tuple[str, ...]:

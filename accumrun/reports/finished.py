@@ -87,8 +87,7 @@ class FinishedRun:
     @property
     def id_column(self) -> str | None:
         """The column that names a CSV run's rows (``data.id``), for predict's ``input`` column."""
-        data = self.config.data
-        return data.id if isinstance(data, CsvConfig) else None
+        return self.config.data.id_column
 
     @property
     def sub_batch_size(self) -> int:

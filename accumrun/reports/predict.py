@@ -22,7 +22,6 @@ import numpy as np
 import progressbar
 import tensorflow as tf
 
-from accumrun.config.schema import ImageSourceConfig
 from accumrun.core.split import batch_sizes
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputGroup, InputKind, read_inputs
@@ -153,7 +152,7 @@ def _input_kind(run: FinishedRun, model: keras.Model) -> InputKind:
         # Tokenized to the training length (a model of bucketed padding takes any length).
         sample_shape=(text[1],) if text is not None else tuple(model.input_shape[1:]),
         dtype=np.dtype(model.inputs[0].dtype),
-        images=isinstance(run.config.data, ImageSourceConfig),
+        images=run.config.data.images,
         tokenizer=text[0] if text is not None else None,
         features=run.features,
         id_column=run.id_column,

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.config.schema import ApplicationConfig, Config, CsvConfig, TextSourceConfig, TrainingConfig
+from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import MetricSet
 from accumrun.core.seeds import LayerDraws
@@ -28,7 +28,6 @@ from accumrun.data.augment import Augmentation
 from accumrun.data.class_weights import with_class_weights
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
-from accumrun.data.splits import ArraySplit, CorpusWindows, TextRows
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Precision, Task
@@ -146,7 +145,7 @@ class TrainingSetup:
     def several_updates_per_call(self) -> bool:
         """Whether one compiled call may run several updates: the training arrays are held as one tensor (arrays
         without augmentation, see :mod:`accumrun.data.resident`) and batches come whole."""
-        return isinstance(self.dataset.train, ArraySplit) and self.augmentation is None and self.feed is Feed.BATCH
+        return self.dataset.train.in_memory is not None and self.augmentation is None and self.feed is Feed.BATCH
 
     def make_step(self, subdivisions: int) -> TrainStep:
         """Compile the train step for ``subdivisions`` (see :func:`accumrun.core.step.make_train_step`)."""
@@ -366,7 +365,7 @@ def _build_model(
 
 def _bucket(config: Config) -> int | None:
     """``data.bucket`` of a source of token ids (a text source, or a csv with a text column), else None."""
-    return config.data.bucket if isinstance(config.data, TextSourceConfig | CsvConfig) else None
+    return config.data.token_bucket
 
 
 def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
@@ -381,10 +380,8 @@ def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
     bucket = _bucket(config)
     if bucket is None:
         return
-    if not isinstance(dataset.train, ArraySplit | CorpusWindows):
-        streams = (
-            "this table streams its rows" if isinstance(dataset.train, TextRows) else "this folder streams its files"
-        )
+    if dataset.train.lengths is None:
+        streams = dataset.train.streaming
         raise ConfigError(
             "data.bucket",
             f"orders each batch's texts by length, which needs their token ids in memory, and {streams}: set "
