@@ -600,7 +600,7 @@ def download(dataset: str, folder: str | None, base_url: str | None) -> None:
 
 
 @main.command("make-example")
-@click.argument("kind", type=click.Choice(["images", "tfrecord", "csv", "text", "corpus"]))
+@click.argument("kind", type=click.Choice(["images", "tfrecord", "csv", "text", "corpus", "tokens"]))
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option(
     "--count", type=click.IntRange(min=6), default=600, show_default=True, help="Images, rows, texts or files to make."
@@ -609,14 +609,22 @@ def download(dataset: str, folder: str | None, base_url: str | None) -> None:
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> None:
     """Make example data in TARGET: an image folder (images), TFRecord files named TARGET-0000i-of-00002
-    (tfrecord), a CSV table (csv), a folder of short reviews, one .txt file each (text), or a folder of .txt files of
-    simple sentences for a language model (corpus). Nothing is downloaded."""
+    (tfrecord), a CSV table (csv), a folder of short reviews, one .txt file each (text), a folder of .txt files of
+    simple sentences for a language model (corpus), or those sentences' bytes as nanoGPT's train.bin and val.bin of
+    uint16 token ids (tokens). Nothing is downloaded."""
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         from accumrun.errors import DataError
 
         raise DataError(str(target), "already exists; choose another target or remove it")
     _start_tensorflow()
-    from accumrun.data.examples import write_corpus, write_csv, write_image_folder, write_text_folder, write_tfrecords
+    from accumrun.data.examples import (
+        write_corpus,
+        write_csv,
+        write_image_folder,
+        write_text_folder,
+        write_tfrecords,
+        write_tokens,
+    )
 
     if kind == "images":
         write_image_folder(target, count, size, seed)
@@ -629,6 +637,13 @@ def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> N
         write_text_folder(target, count, seed)
     elif kind == "corpus":
         write_corpus(target, count, seed)
+    elif kind == "tokens":
+        train, val = write_tokens(target, count, seed)
+        click.echo(f"wrote the bytes of {count:,} texts as uint16 token ids to {train} and {val}")
+        click.echo(
+            f"train on them with data: {{name: tokens, path: {train}, validation_path: {val}, vocabulary_size: 256}}"
+        )
+        return
     else:
         write_csv(target, count, seed=seed)
     noun = {"csv": "rows", "text": "texts", "corpus": "text files"}.get(kind, "images")

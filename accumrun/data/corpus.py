@@ -67,7 +67,7 @@ class TokenFile:
 
 @dataclass(frozen=True, eq=False)
 class CorpusWindows(ReadsBlocks, TokenIds):
-    """The windows of a corpus whose token ids lie in one file: int32 ids of every text, concatenated. A window is
+    """The windows of a corpus whose token ids lie in one file: the ids of every text, concatenated. A window is
     ``length`` tokens from ``begins`` (an absolute token offset) and the targets one token on, cut at ``ends`` (its
     text's end) and padded with 0; so windows never cross texts, and none is read before the epoch's order reaches
     it. They are read :data:`~accumrun.data.source.BLOCK` at a time in one call, each window's bytes alone
@@ -75,11 +75,15 @@ class CorpusWindows(ReadsBlocks, TokenIds):
     window), not with the text."""
 
     file: str
-    """The token file: little-endian int32 ids."""
+    """The token file: ids of ``stored`` dtype."""
     begins: np.ndarray
     ends: np.ndarray
     length: int
     w: np.ndarray | None = None
+    stored: str = "<i4"
+    """The file's ids' dtype: little-endian int32 for a corpus's token file, uint16 or uint32 for ``tokens``."""
+    shift: int = 0
+    """Added to every id read: 1 for a file whose ids start at 0 (``tokens``), where accumrun's 0 is padding."""
 
     fault = "cannot be read from the corpus's token file"
 
@@ -141,9 +145,11 @@ class CorpusWindows(ReadsBlocks, TokenIds):
         begins = self.begins[index]
         counts = np.minimum(self.ends[index] - begins, self.length + 1)
         window = np.zeros((len(index), self.length + 1), np.int32)
-        spans = read_spans(self.file, 4 * begins, 4 * counts)
+        width = np.dtype(self.stored).itemsize
+        spans = read_spans(self.file, width * begins, width * counts)
         for row, (data, count) in enumerate(zip(spans, counts, strict=True)):
-            window[row, :count] = np.frombuffer(data, "<i4")
+            # int32 before the shift: uint16's top id plus one does not fit in uint16.
+            window[row, :count] = np.frombuffer(data, self.stored).astype(np.int32) + self.shift
         targets = np.arange(1, self.length + 1) < counts[:, None]
         return np.where(targets, window[:, :-1], 0), window[:, 1:]
 

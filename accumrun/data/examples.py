@@ -134,3 +134,20 @@ def write_corpus(folder: Path, count: int = 600, seed: int = 0) -> Path:
             sentences.append(" ".join(str(part) for part in parts).capitalize() + ".")
         (folder / f"{index:05d}.txt").write_text(" ".join(sentences) + "\n", encoding="utf-8")
     return folder
+
+
+def write_tokens(folder: Path, count: int = 600, seed: int = 0) -> tuple[Path, Path]:
+    """nanoGPT's ``train.bin`` and ``val.bin`` for :func:`write_corpus`'s sentences (``count`` texts, a tenth of
+    them for validation): each text's UTF-8 bytes as uint16 ids 0..255, so ``vocabulary_size: 256``."""
+    texts = write_corpus(folder / "texts", count, seed)
+    files = sorted(texts.glob("*.txt"))
+    held = max(1, count // 10)
+    written = []
+    for name, part in (("train.bin", files[:-held]), ("val.bin", files[-held:])):
+        data = b"".join(file.read_bytes() for file in part)
+        (folder / name).write_bytes(np.frombuffer(data, np.uint8).astype("<u2").tobytes())
+        written.append(folder / name)
+    for file in files:
+        file.unlink()
+    texts.rmdir()
+    return written[0], written[1]

@@ -27,6 +27,7 @@ from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.tables import load_csv
 from accumrun.data.text import load_text_corpus, load_text_folder
 from accumrun.data.tfds_source import load_tfds
+from accumrun.data.tokens import load_tokens
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 from accumrun.kinds import Task
@@ -219,6 +220,7 @@ SOURCES: dict[str, Source[Any]] = {
     "text_folder": Source(load_text_folder),
     "text_corpus": Source(load_text_corpus),
     "jsonl": Source(load_jsonl),
+    "tokens": Source(load_tokens),
 }
 """Every dataset name the config accepts (the names of ``DATA_SECTIONS``, in its order)."""
 

@@ -67,7 +67,13 @@ def generate_text(
             max_tokens if max_tokens < 0 else temperature,
         )
     text = run.text_input
-    assert text is not None  # a language model's source is a text corpus
+    if text is None:  # a token file's run decodes only with data.tokenizer
+        raise ConfigError(
+            "data.tokenizer",
+            f"generate reads the prompt and writes text with the run's tokenizer; this run's data.name: "
+            f"{run.config.data.name} has none (set data.tokenizer to the one that made its ids)",
+            str(run_dir),
+        )
     # The training windows' length, from the config: a model of bucketed padding takes any length.
     tokenizer, length = text
     model = run.load_model(which)
