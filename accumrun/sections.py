@@ -1,0 +1,36 @@
+"""What the config's sections share, in ``config`` and in the data sources that hold their own sections: the
+strict pydantic base, and the parsing of a closed set's words. TensorFlow-free, importing only ``kinds``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+from accumrun.kinds import Kind
+
+
+class Section(BaseModel):
+    """A config section: strict types (YAML already typed the values) and no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def listed(words: list[str]) -> str:
+    """``'a', 'b' or 'c'``: the allowed words, as an error message lists them."""
+    *others, last = (repr(word) for word in words)
+    return f"{', '.join(others)} or {last}" if others else last
+
+
+def words(kind: type[Kind], *, auto: bool = False) -> BeforeValidator:
+    """Parse a member of ``kind`` from its word (and ``auto`` where the key allows it), naming every allowed word
+    when the value is none of them."""
+    allowed = ["auto", *kind.words()] if auto else kind.words()
+
+    def parse(value: Any) -> Any:
+        if not isinstance(value, str) or value not in allowed:
+            raise ValueError(f"input should be {listed(allowed)}")
+        return value if value == "auto" else kind(value)
+
+    return BeforeValidator(parse)
