@@ -12,13 +12,13 @@ from accumrun.config.schema import (
     Config,
     CustomModelConfig,
     DarknetCnnConfig,
-    DigitsConfig,
     MlpConfig,
     OptimizerConfig,
     OutputConfig,
     TrainingConfig,
     data_config,
 )
+from accumrun.data.arrays import DigitsConfig
 from accumrun.errors import ConfigError, ConfigProblems
 from accumrun.kinds import BatchNormMode, Cluster, Direction, Feed, OnNonFinite, Precision, Strategy, Task
 

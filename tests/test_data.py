@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accumrun.config.schema import DATA_SECTIONS, CsvConfig, data_config
+from accumrun.config.schema import data_config
 from accumrun.data import arrays, dataset, sources
+from accumrun.data.sources import DATA_SECTIONS
+from accumrun.data.tables import CsvConfig
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import Task
 from tests.helpers import idx_bytes, write_idx, write_idx_folder

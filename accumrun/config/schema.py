@@ -2,12 +2,11 @@
 
 ``data`` and ``model`` are unions chosen by ``name``: each data source and each kind of model has its own
 section, so a key that the chosen one does not read is refused here. The data sources' sections live beside their
-loaders and are registered in :data:`accumrun.data.sources.SOURCES`, from which the ``data`` union is built; they
-are imported here too, so that ``accumrun.config.schema`` names every section. The closed sets (task, BatchNorm
-mode, feed, ...) parse into the enums of :mod:`accumrun.kinds`, with ``auto`` beside them where a key allows it,
-and are written back as their words. Loading, overrides and error messages are in :mod:`accumrun.config.loading`.
-Neither this module nor the data modules it imports load TensorFlow or Keras, so ``check`` and ``--help`` stay
-fast.
+loaders and are registered in :data:`accumrun.data.sources.SOURCES`, from which the ``data`` union is built. The
+closed sets (task, BatchNorm mode, feed, ...) parse into the enums of :mod:`accumrun.kinds`, with ``auto`` beside
+them where a key allows it, and are written back as their words. Loading, overrides and error messages are in
+:mod:`accumrun.config.loading`. Neither this module nor the data modules it imports load TensorFlow or Keras, so
+``check`` and ``--help`` stay fast.
 """
 
 from __future__ import annotations
@@ -17,28 +16,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator, model_validator
 
-from accumrun.data.arrays import DigitsConfig as DigitsConfig
-from accumrun.data.arrays import IdxConfig as IdxConfig
-from accumrun.data.arrays import NpzConfig as NpzConfig
-from accumrun.data.arrays import SyntheticConfig as SyntheticConfig
-from accumrun.data.images import ImageFolderConfig as ImageFolderConfig
-from accumrun.data.jsonl import JsonlConfig as JsonlConfig
-from accumrun.data.records import TfrecordConfig as TfrecordConfig
-from accumrun.data.section import AugmentConfig as AugmentConfig
-from accumrun.data.section import DataSection as DataSection
-from accumrun.data.section import NormalizeConfig as NormalizeConfig
-from accumrun.data.sources import DATA_SECTIONS as DATA_SECTIONS
-from accumrun.data.tables import CsvConfig as CsvConfig
-from accumrun.data.text import TextCorpusConfig as TextCorpusConfig
-from accumrun.data.text import TextFolderConfig as TextFolderConfig
-from accumrun.data.tfds_source import TfdsConfig as TfdsConfig
+from accumrun.data.arrays import DigitsConfig
+from accumrun.data.section import DataSection
+from accumrun.data.sources import DATA_SECTIONS
 from accumrun.data.tokenizer_sections import TOKENIZERS, UnknownTokenizerConfig
-from accumrun.data.tokenizer_sections import ByteTokenizerConfig as ByteTokenizerConfig
-from accumrun.data.tokenizer_sections import CharacterTokenizerConfig as CharacterTokenizerConfig
-from accumrun.data.tokenizer_sections import PresetTokenizerConfig as PresetTokenizerConfig
-from accumrun.data.tokenizer_sections import TokenizerConfig as TokenizerConfig
-from accumrun.data.tokenizer_sections import WordPieceTokenizerConfig as WordPieceTokenizerConfig
-from accumrun.data.tokens import TokensConfig as TokensConfig
 from accumrun.errors import describe
 from accumrun.kinds import BatchNormMode, Cluster, Direction, Feed, OnNonFinite, Precision, RandomDraws, Strategy
 from accumrun.sections import Section, listed, words
