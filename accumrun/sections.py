@@ -1,5 +1,6 @@
-"""What the config's sections share, in ``config`` and in the data sources that hold their own sections: the
-strict pydantic base, and the parsing of a closed set's words. TensorFlow-free, importing only ``kinds``.
+"""What every config section shares, whether it lives in :mod:`accumrun.config.schema` or beside a data source's
+loader: the strict pydantic base, and the parsing of a closed set's words. It imports only ``kinds``, so that both
+``config`` and ``data`` can sit above it.
 """
 
 from __future__ import annotations

@@ -214,4 +214,5 @@ DOWNLOADS = {
         },
     ),
 }
-"""Where the IDX sources' files are published; ``accumrun download`` offers these names."""
+"""Where the IDX sources' files are published: their registrations in :mod:`accumrun.data.sources` carry them,
+which ``accumrun download`` reads."""
