@@ -591,8 +591,8 @@ def plot(run_dirs: tuple[Path, ...], out: str) -> None:
 )
 def download(dataset: str, folder: str | None, base_url: str | None) -> None:
     """Download the four IDX files of DATASET, verify their checksums and write them atomically."""
+    from accumrun.data.arrays import DATASETS_DIR
     from accumrun.data.download import download_dataset
-    from accumrun.data.sources import DATASETS_DIR
 
     target = Path(folder) if folder else DATASETS_DIR / dataset
     download_dataset(dataset, target, base_url=base_url, echo=click.echo)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from accumrun.data.sources import IDX_FILES
+from accumrun.data.arrays import IDX_FILES
 
 FEATURES, CLASSES = 5, 3
 

@@ -19,9 +19,12 @@ LAYERS: list[set[str]] = [
     {"__init__", "launcher"},
     {"reports", "training"},
     {"objective", "optim"},
-    {"models", "data"},
-    {"config", "rundir"},
+    {"models"},
+    {"config"},
+    {"data"},
+    {"rundir"},
     {"core", "lookup"},
+    {"sections"},
     {"errors", "kinds", "_version"},
 ]
 

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from accumrun.config.schema import OptimizerConfig, data_config
+from accumrun.data.arrays import IDX_FILES
 from accumrun.data.dataset import load_dataset
-from accumrun.data.sources import IDX_FILES
 from accumrun.errors import ConfigError, DataError
 from tests.helpers import idx_bytes, invoke, tiny_config, write_config, write_idx_folder
 
@@ -218,7 +218,7 @@ CASES = [
         "keras_hub.models.<Name>Backbone, saved or 'package.module:function' (got 'resnet')"),
     row("dataset-unknown", lambda t: config_with(t, data={"name": "imagenet"}), 1,
         "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist', 'synthetic', 'image_folder', "
-        "'tfrecord', 'csv', 'tfds', 'text_folder', 'text_corpus' or 'jsonl'"),
+        "'tfrecord', 'csv', 'tfds', 'text_folder', 'text_corpus', 'jsonl' or 'tokens'"),
     row("digits-with-a-path", lambda t: config_with(t, data={"name": "digits", "path": str(t / "nowhere")}), 1,
         "data.path: is not used by data.name: digits"),
     row("set-unknown-key", tiny_config, 1, "training.subdivison: unknown key (did you mean 'subdivisions'?)",

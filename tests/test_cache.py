@@ -16,12 +16,13 @@ import yaml
 
 from accumrun import evaluate, load_config, train
 from accumrun.config.loading import load_resume_config
-from accumrun.config.schema import AugmentConfig, DataSection, data_config
+from accumrun.config.schema import data_config
 from accumrun.data.augment import Augmentation
 from accumrun.data.cache import Cached
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import encode, shape_images, write_image_folder
 from accumrun.data.feeder import Feeder
+from accumrun.data.section import AugmentConfig, DataSection
 from accumrun.data.splits import ArraySplit, Split
 from accumrun.errors import ConfigError
 from tests.helpers import invoke

@@ -12,13 +12,13 @@ from accumrun.config.schema import (
     Config,
     CustomModelConfig,
     DarknetCnnConfig,
-    DigitsConfig,
     MlpConfig,
     OptimizerConfig,
     OutputConfig,
     TrainingConfig,
     data_config,
 )
+from accumrun.data.arrays import DigitsConfig
 from accumrun.errors import ConfigError, ConfigProblems
 from accumrun.kinds import BatchNormMode, Cluster, Direction, Feed, OnNonFinite, Precision, Strategy, Task
 
@@ -349,7 +349,7 @@ def test_a_source_names_the_key_it_needs(tmp_path: Path, data: str, message: str
 def test_unknown_data_name_lists_the_sources(tmp_path: Path) -> None:
     assert message_of(write(tmp_path, "data:\n  name: imagenet\n  image_size: [8, 8]\n")) == (
         "data.name: input should be 'digits', 'npz', 'mnist', 'fashion_mnist', 'synthetic', 'image_folder', "
-        "'tfrecord', 'csv', 'tfds', 'text_folder', 'text_corpus' or 'jsonl' (got 'imagenet')"
+        "'tfrecord', 'csv', 'tfds', 'text_folder', 'text_corpus', 'jsonl' or 'tokens' (got 'imagenet')"
     )
 
 

@@ -12,18 +12,14 @@ import numpy as np
 import pytest
 
 from accumrun import train
-from accumrun.config.schema import (
-    ByteTokenizerConfig,
-    CharacterTokenizerConfig,
-    WordPieceTokenizerConfig,
-    data_config,
-)
+from accumrun.config.schema import data_config
 from accumrun.data.corpus import CorpusWindows, file_ids, token_file
 from accumrun.data.dataset import epoch_order, load_dataset
 from accumrun.data.examples import write_corpus
 from accumrun.data.feeder import Feeder
 from accumrun.data.grouping import LengthGroups
 from accumrun.data.splits import ArraySplit, Split
+from accumrun.data.tokenizer_sections import ByteTokenizerConfig, CharacterTokenizerConfig, WordPieceTokenizerConfig
 from accumrun.data.tokenizers import tokenizer_for
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import DataError

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accumrun.config.schema import DATA_SECTIONS, CsvConfig, data_config
-from accumrun.data import dataset, sources
+from accumrun.config.schema import data_config
+from accumrun.data import arrays, dataset, sources
+from accumrun.data.sources import DATA_SECTIONS
+from accumrun.data.tables import CsvConfig
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import Task
 from tests.helpers import idx_bytes, write_idx, write_idx_folder
@@ -233,7 +235,7 @@ def test_idx_folder_with_fraction_split(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
 def test_idx_missing_file_names_it_the_download_command_and_the_source(tmp_path: Path, name: str) -> None:
     write_idx_folder(tmp_path)
-    (tmp_path / sources.IDX_FILES["y_test"]).unlink()
+    (tmp_path / arrays.IDX_FILES["y_test"]).unlink()
     with pytest.raises(DataError) as info:
         dataset.load_dataset(data_config(name=name, path=str(tmp_path), validation_split="test"), seed=0)
     message = info.value.message
@@ -251,7 +253,7 @@ def test_idx_empty_folder(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["a.gz", "a"], ids=["gzip", "plain"])
 def test_read_idx_roundtrip(tmp_path: Path, name: str) -> None:
     array = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
-    result = sources.read_idx(write_idx(tmp_path / name, array))
+    result = arrays.read_idx(write_idx(tmp_path / name, array))
     assert result.dtype == np.uint8 and result.shape == (2, 3, 4)
     np.testing.assert_array_equal(result, array)
 
@@ -265,7 +267,7 @@ def test_read_idx_bad_magic(tmp_path: Path, magic: bytes) -> None:
     path = tmp_path / "bad.gz"
     path.write_bytes(gzip.compress(magic + (b"\x00\x00\x00\x02\x05\x06" if len(magic) == 4 else b"")))
     with pytest.raises(DataError, match=r"is not an IDX file of unsigned bytes \(bad magic number\)") as info:
-        sources.read_idx(path)
+        arrays.read_idx(path)
     assert repr(magic.hex()) in info.value.message
 
 
@@ -274,40 +276,40 @@ def test_read_idx_truncated_data(tmp_path: Path) -> None:
     path = tmp_path / "short.gz"
     path.write_bytes(gzip.compress(raw[:-3]))
     with pytest.raises(DataError, match=r"holds 17 data bytes; its header \(5, 4\) needs 20"):
-        sources.read_idx(path)
+        arrays.read_idx(path)
 
 
 def test_read_idx_trailing_data(tmp_path: Path) -> None:
     path = tmp_path / "long"
     path.write_bytes(idx_bytes(np.zeros((2, 2), dtype=np.uint8)) + b"\x01")
     with pytest.raises(DataError, match=r"holds 5 data bytes; its header \(2, 2\) needs 4"):
-        sources.read_idx(path)
+        arrays.read_idx(path)
 
 
 def test_read_idx_truncated_header(tmp_path: Path) -> None:
     path = tmp_path / "header.gz"
     path.write_bytes(gzip.compress(bytes([0, 0, 8, 3]) + struct.pack(">I", 5)))  # rank 3, one dim given
     with pytest.raises(DataError, match=r"is truncated inside its header"):
-        sources.read_idx(path)
+        arrays.read_idx(path)
 
 
 def test_read_idx_not_gzip(tmp_path: Path) -> None:
     path = tmp_path / "plain.gz"
     path.write_bytes(idx_bytes(np.zeros((2, 2), dtype=np.uint8)))  # uncompressed bytes under a .gz name
     with pytest.raises(DataError, match=r"plain\.gz is not a readable gzip file"):
-        sources.read_idx(path)
+        arrays.read_idx(path)
 
 
 def test_read_idx_truncated_gzip(tmp_path: Path) -> None:
     path = tmp_path / "cut.gz"
     path.write_bytes(gzip.compress(idx_bytes(np.arange(100, dtype=np.uint8)))[:-10])
     with pytest.raises(DataError, match=r"cut\.gz is not a readable gzip file"):
-        sources.read_idx(path)
+        arrays.read_idx(path)
 
 
 def test_idx_corrupt_file_in_folder_is_reported(tmp_path: Path) -> None:
     write_idx_folder(tmp_path)
-    (tmp_path / sources.IDX_FILES["x_test"]).write_bytes(gzip.compress(b"\x00\x00\x08\x03\x00\x00\x00\x01"))
+    (tmp_path / arrays.IDX_FILES["x_test"]).write_bytes(gzip.compress(b"\x00\x00\x08\x03\x00\x00\x00\x01"))
     with pytest.raises(DataError, match=r"t10k-images-idx3-ubyte\.gz is truncated inside its header"):
         dataset.load_dataset(data_config(name="mnist", path=str(tmp_path)), seed=0)
 
@@ -471,7 +473,7 @@ def test_read_idx_damaged_gzip_stream(tmp_path: Path) -> None:
     path = tmp_path / "damaged-idx3-ubyte.gz"
     path.write_bytes(bytes(compressed))
     with pytest.raises(DataError, match="is not a readable gzip file"):
-        sources.read_idx(path)
+        arrays.read_idx(path)
 
 
 def test_npy_file_given_as_npz(tmp_path: Path) -> None:

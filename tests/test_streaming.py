@@ -19,11 +19,12 @@ import yaml
 
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
-from accumrun.config.schema import AugmentConfig, DataSection, data_config
+from accumrun.config.schema import data_config
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import encode, shape_images, write_csv, write_image_folder, write_tfrecords
 from accumrun.data.feeder import Feeder
+from accumrun.data.section import AugmentConfig, DataSection
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import ConfigError, DataError, Interrupted
 from tests.helpers import assert_close, invoke, signal_after_batch

@@ -12,10 +12,11 @@ import pytest
 import tensorflow as tf
 
 from accumrun import evaluate, export, load_config, predict, train
-from accumrun.config.schema import PresetTokenizerConfig, WordPieceTokenizerConfig, data_config
+from accumrun.config.schema import data_config
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
+from accumrun.data.tokenizer_sections import PresetTokenizerConfig, WordPieceTokenizerConfig
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer, Tokenizer, tokenizer_for
 from accumrun.data.vocabulary import settle_vocabulary, training_texts
 from accumrun.errors import ConfigError

@@ -21,11 +21,11 @@ from accumrun.config.schema import (
     UNION_SECTIONS,
     UNION_TAGS,
     Config,
-    DataSection,
-    NpzConfig,
     cross_field_problems,
     readers_of,
 )
+from accumrun.data.arrays import NpzConfig
+from accumrun.data.section import DataSection
 from accumrun.errors import ConfigError, ConfigProblems, describe
 from accumrun.kinds import BatchNormMode, RandomDraws
 

@@ -1,708 +1,28 @@
 """The config schema: one pydantic model per YAML section, with the per-key rules, and the rules that span keys.
 
 ``data`` and ``model`` are unions chosen by ``name``: each data source and each kind of model has its own
-section, so a key that the chosen one does not read is refused here. The closed sets (task, BatchNorm mode,
-feed, ...) parse into the enums of :mod:`accumrun.kinds`, with ``auto`` beside them where a key allows it, and
-are written back as their words. Loading, overrides and error messages are in :mod:`accumrun.config.loading`.
-This module imports nothing of accumrun but ``errors`` and ``kinds``, and neither TensorFlow nor Keras, so
+section, so a key that the chosen one does not read is refused here. The data sources' sections live beside their
+loaders and are registered in :data:`accumrun.data.sources.SOURCES`, from which the ``data`` union is built. The
+closed sets (task, BatchNorm mode, feed, ...) parse into the enums of :mod:`accumrun.kinds`, with ``auto`` beside
+them where a key allows it, and are written back as their words. Loading, overrides and error messages are in
+:mod:`accumrun.config.loading`. Neither this module nor the data modules it imports load TensorFlow or Keras, so
 ``check`` and ``--help`` stay fast.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Discriminator,
-    Field,
-    PrivateAttr,
-    Tag,
-    TypeAdapter,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator, model_validator
 
+from accumrun.data.arrays import DigitsConfig
+from accumrun.data.section import DataSection
+from accumrun.data.sources import DATA_SECTIONS
+from accumrun.data.tokenizer_sections import TOKENIZERS, UnknownTokenizerConfig
 from accumrun.errors import describe
-from accumrun.kinds import (
-    BatchNormMode,
-    CacheMode,
-    Cluster,
-    ColorMode,
-    Direction,
-    Feed,
-    Kind,
-    OnNonFinite,
-    Precision,
-    RandomDraws,
-    Strategy,
-    Task,
-)
-
-
-class _Section(BaseModel):
-    """A config section: strict types (YAML already typed the values) and no unknown keys."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class NormalizeConfig(_Section):
-    """``(x - mean) / std`` per channel, after ``rescale``: one value per channel, or one for all."""
-
-    mean: list[float] = Field(min_length=1)
-    std: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-
-
-class AugmentConfig(BaseModel):
-    """A Keras image preprocessing layer by name (``random_flip``, ``random_crop``, ...); other keys are its
-    keywords (``mode: horizontal``, ``height: 56``)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-    name: str
-
-    @property
-    def keywords(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-
-def _listed(words: list[str]) -> str:
-    """``'a', 'b' or 'c'``: the allowed words, as an error message lists them."""
-    *others, last = (repr(word) for word in words)
-    return f"{', '.join(others)} or {last}" if others else last
-
-
-def _words(kind: type[Kind], *, auto: bool = False) -> BeforeValidator:
-    """Parse a member of ``kind`` from its word (and ``auto`` where the key allows it), naming every allowed word
-    when the value is none of them."""
-    allowed = ["auto", *kind.words()] if auto else kind.words()
-
-    def parse(value: Any) -> Any:
-        if not isinstance(value, str) or value not in allowed:
-            raise ValueError(f"input should be {_listed(allowed)}")
-        return value if value == "auto" else kind(value)
-
-    return BeforeValidator(parse)
-
-
-class DataSection(_Section):
-    """The ``data`` keys that every source reads; each source's section adds its own (see :data:`DATA_SECTIONS`)."""
-
-    reads_path: ClassVar[bool] = True
-    """Whether ``data.path`` means anything to this source; where it does not, a path is refused."""
-    labelled_files: ClassVar[bool] = False
-    """Whether the source lists files under their class labels (its hold-out is always seeded)."""
-    images: ClassVar[bool] = False
-    """Whether the source's samples are encoded images (predict then reads image files)."""
-    needs: ClassVar[dict[str, str]] = {}
-    """What each required key of this source holds, for the message when it is missing."""
-
-    name: str
-    path: str | None = None
-    """The npz file, IDX folder, image folder, TFRecord glob or CSV file the source reads."""
-    validation_split: float | Literal["test"] = 0.1
-    shuffle: bool = True
-    task: Annotated[Literal["auto"] | Task, _words(Task, auto=True)] = "auto"
-    """What the targets are; ``auto`` reads them (see :func:`accumrun.data.dataset.infer_task`), and makes two
-    classes binary when the model has one output unit."""
-    rescale: float | Literal["auto"] | bool = "auto"
-    """A factor the raw samples are multiplied by on the device: ``auto`` is 1/255 for uint8 images (1/16 for the
-    bundled digits' counts, none for floats), ``false`` none."""
-    normalize: NormalizeConfig | None = None
-    augment: list[AugmentConfig] = Field(default_factory=list)
-    """Training only: Keras image preprocessing layers by name, drawn per (seed, epoch, sample)."""
-    feed: Annotated[Literal["auto"] | Feed, _words(Feed, auto=True)] = "auto"
-    """How batches reach the step: whole (``batch``), or streamed one sub-batch at a time (``sub_batch``), when
-    the batch itself does not fit; ``auto`` follows the memory estimate."""
-
-    @field_validator("path")
-    @classmethod
-    def _read_by_the_source(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is not None and not cls.reads_path:
-            raise ValueError(f"is not used by data.name: {info.data.get('name')}")
-        return value
-
-    @field_validator("rescale", mode="before")
-    @classmethod
-    def _factor(cls, value: Any) -> Any:
-        if value is False or value == "auto":  # not `in`: 0 == False would let a factor of 0 through
-            return value
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ValueError("must be 'auto', false, or a positive factor such as 0.00392156862745098 (1/255)")
-        return float(value)
-
-    @field_validator("validation_split", mode="before")
-    @classmethod
-    def _fraction_or_test(cls, value: Any) -> Any:
-        if value == "test":
-            return value
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-            raise ValueError("must be a fraction in [0, 1) or 'test' (the dataset's test split)")
-        return float(value)
-
-    def reading(self, path: str) -> DataSection:
-        """The same source reading ``path`` instead, all of it (no validation split): what ``evaluate --data``
-        scores."""
-        return self.model_copy(update={"path": path, "validation_split": 0.0})
-
-    @property
-    def cache_wrapper(self) -> tuple[CacheMode, str]:
-        """``data.cache`` where a cache wraps the source's splits (:mod:`accumrun.data.cache`): its mode and
-        ``cache_dir``; ``none`` where the source takes no cache or its loader reads it (a table, a corpus)."""
-        return CacheMode.NONE, ""
-
-    @property
-    def validation_file(self) -> str | None:
-        """``data.validation_path``, where the source reads one."""
-        return None
-
-    @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        """The tokenizer and sequence length of a source whose samples are text; None for any other."""
-        return None
-
-    @property
-    def token_bucket(self) -> int | None:
-        """``bucket`` of a source of token ids (bucketed padding), else None."""
-        return None
-
-    @property
-    def id_column(self) -> str | None:
-        """The column that names each row (a CSV's ``id``), else None."""
-        return None
-
-    @property
-    def named_columns(self) -> tuple[str | None, ...]:
-        """The columns that hold something else than a feature (a CSV's labels and id)."""
-        return ()
-
-
-class DigitsConfig(DataSection):
-    """``name: digits``: the bundled 8x8 digits."""
-
-    reads_path = False
-    name: Literal["digits"] = "digits"
-
-
-class SampleWeights(_Section):
-    """``data.weight``, for the sources whose samples can carry a weight each."""
-
-    weight: str | None = Field(None, min_length=1)
-    """Where each sample's weight is: an npz array (``w``, or ``w_train`` and ``w_test`` beside ``x_train``), a
-    CSV column (then no feature), a TFRecord float feature. Each sample's loss is multiplied by it."""
-
-
-class NpzConfig(SampleWeights, DataSection):
-    """``name: npz``: arrays ``x`` and ``y`` (or ``x_train``, ``y_train`` and optionally a test pair) in a file."""
-
-    needs = {"path": "the path of an .npz file"}
-    name: Literal["npz"]
-    path: str = Field(min_length=1)
-
-
-class IdxConfig(DataSection):
-    """``name: mnist`` or ``fashion_mnist``: the four IDX files, from ``path`` or ``datasets/NAME``."""
-
-    name: Literal["mnist", "fashion_mnist"]
-
-
-class SyntheticConfig(DataSection):
-    """``name: synthetic``: learnable data of any task, made from the seed."""
-
-    reads_path = False
-    name: Literal["synthetic"]
-    samples: int = Field(2048, ge=1)
-    shape: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [28, 28, 1], min_length=1)
-    classes: int = Field(10, ge=2)
-
-
-class FileSourceConfig(DataSection):
-    """A source that reads files the user names: ``path``, and ``validation_path`` to validate on instead of
-    ``validation_split``."""
-
-    path: str = Field(min_length=1)
-    validation_path: str | None = None
-    """A second folder or file of the same kind to validate on, instead of ``validation_split``."""
-
-    def reading(self, path: str) -> DataSection:
-        return self.model_copy(update={"path": path, "validation_path": None, "validation_split": 0.0})
-
-    @property
-    def validation_file(self) -> str | None:
-        return self.validation_path
-
-
-class ImageSourceConfig(DataSection):
-    """A source of encoded images, decoded and resized to ``image_size`` as they stream."""
-
-    images = True
-
-    needs = {"image_size": "[height, width] to resize images to"}
-    image_size: list[int]
-    """``[height, width]`` to resize every image to after decoding."""
-    color_mode: Annotated[ColorMode, _words(ColorMode)] = ColorMode.RGB
-    cache: Annotated[CacheMode, _words(CacheMode)] = CacheMode.NONE
-    """Keep the decoded, resized images: ``memory`` decodes each split once at load, ``disk`` writes them under
-    ``cache_dir`` for this run and the next ones over the same files (see :mod:`accumrun.data.cache`)."""
-    cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
-    """Where ``cache: disk`` writes (``~`` is expanded): one folder per split, named by its files and the decode
-    settings."""
-
-    @field_validator("image_size", mode="before")
-    @classmethod
-    def _two_positive_integers(cls, value: Any) -> Any:
-        if (
-            not isinstance(value, list)
-            or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
-        ):
-            raise ValueError("must be two positive integers [height, width]")
-        return value
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """``image_size`` as ``(height, width)``."""
-        height, width = self.image_size
-        return height, width
-
-    @property
-    def channels(self) -> int:
-        """Channels of a decoded image: 3 for ``rgb``, 1 for ``grayscale``."""
-        return 3 if self.color_mode == ColorMode.RGB else 1
-
-    @property
-    def cache_wrapper(self) -> tuple[CacheMode, str]:
-        return self.cache, self.cache_dir
-
-
-class ImageFolderConfig(FileSourceConfig, ImageSourceConfig):
-    """``name: image_folder``: one subfolder of images per class."""
-
-    needs = {**ImageSourceConfig.needs, "path": "a folder with one subfolder of images per class"}
-    name: Literal["image_folder"]
-
-
-class TfrecordConfig(SampleWeights, FileSourceConfig, ImageSourceConfig):
-    """``name: tfrecord``: ``tf.train.Example`` records of an encoded image and an int64 label."""
-
-    needs = {**ImageSourceConfig.needs, "path": "a TFRecord file or a glob of them"}
-    name: Literal["tfrecord"]
-    image_key: str = "image/encoded"
-    label_key: str = "image/class/label"
-    shuffle_buffer: int = Field(10_000, ge=1)
-    """The seeded shuffle buffer after the per-epoch permutation of the files."""
-
-
-class _Tokenizer(_Section):
-    """What every ``data.tokenizer`` section tells a cache of its ids (:mod:`accumrun.data.corpus`)."""
-
-    keras_hub: ClassVar[bool] = False
-    """Whether the ids are KerasHub's (its version then decides them too)."""
-
-    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
-        """What decides the ids this tokenizer gives: its settings, and the content of the files it reads (hashed
-        by ``file_hash``)."""
-        raise NotImplementedError
-
-
-class ByteTokenizerConfig(_Tokenizer):
-    """``tokenizer: {name: byte}``: each UTF-8 byte is a token (ids 1 to 256; 0 pads), no vocabulary to learn."""
-
-    name: Literal["byte"]
-
-    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
-        return {"name": self.name}
-
-
-class CharacterTokenizerConfig(_Tokenizer):
-    """``tokenizer: {name: character}``: each Unicode code point ``c`` is a token, id ``c + 2`` when that is below
-    ``vocabulary_size``, else 1 (unknown); 0 pads. No vocabulary to learn: the default 258 ids cover Latin-1
-    (U+0000 to U+00FF); 65,538 would cover the Basic Multilingual Plane."""
-
-    name: Literal["character"]
-    vocabulary_size: int = Field(258, ge=3)
-    """Ids in all, padding's 0 and unknown's 1 among them."""
-
-    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
-        return {"name": self.name, "vocabulary_size": self.vocabulary_size}
-
-
-MIN_LEARNED_VOCABULARY = 100
-"""The least ``vocabulary_size`` a learned WordPiece vocabulary may have: the learner keeps the single characters
-first (with and without ``##``), and below about this many ids it cuts them, and text becomes unknown tokens."""
-
-
-class WordPieceTokenizerConfig(_Tokenizer):
-    """``tokenizer: {name: word_piece, vocabulary: FILE}``: KerasHub's WordPiece over a vocabulary file, one token
-    per line, its first line the padding token (id 0, as ``[PAD]`` is in BERT's); or ``{name: word_piece,
-    vocabulary_size: N}``: a vocabulary of at most N tokens learned from the training split's texts (``[PAD]``
-    first, then ``[UNK]``) and saved in the run folder (:mod:`accumrun.data.vocabulary`)."""
-
-    keras_hub = True
-    name: Literal["word_piece"]
-    vocabulary: str | None = Field(None, min_length=1)
-    vocabulary_size: int | None = Field(None, ge=MIN_LEARNED_VOCABULARY)
-    lowercase: bool = True
-    _tokens: tuple[str, ...] | None = PrivateAttr(None)
-
-    @model_validator(mode="after")
-    def _one_vocabulary(self) -> WordPieceTokenizerConfig:
-        if (self.vocabulary is None) == (self.vocabulary_size is None):
-            raise ValueError(
-                "set one of vocabulary (a file) and vocabulary_size (learned from the training texts)"
-                + (", not both" if self.vocabulary is not None else "")
-            )
-        return self
-
-    @property
-    def learned(self) -> bool:
-        """Whether the vocabulary is learned from the training texts (``vocabulary_size``), not read from a file."""
-        return self.vocabulary_size is not None
-
-    @property
-    def tokens(self) -> tuple[str, ...] | None:
-        """A learned vocabulary's tokens, once :func:`accumrun.data.vocabulary.settle_vocabulary` has learned or
-        read them (never from YAML: ``config.yaml`` records ``vocabulary_size``); None before, and for a file."""
-        return self._tokens
-
-    def with_tokens(self, tokens: tuple[str, ...]) -> WordPieceTokenizerConfig:
-        """This section with its learned vocabulary's ``tokens`` settled."""
-        settled = self.model_copy()
-        settled._tokens = tokens
-        return settled
-
-    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
-        identity: dict[str, object] = {"name": self.name, "lowercase": self.lowercase}
-        if self.tokens is not None:
-            identity["tokens"] = hashlib.sha256("\n".join(self.tokens).encode()).hexdigest()
-        else:
-            assert self.vocabulary is not None  # the schema takes one of the two
-            identity["vocabulary"] = file_hash(Path(self.vocabulary))
-        return identity
-
-
-class PresetTokenizerConfig(_Tokenizer):
-    """``tokenizer: {name: preset, path: FOLDER}``: the tokenizer of a KerasHub preset saved in a local folder (its
-    ``tokenizer.json`` and assets); its id 0 must be its padding token."""
-
-    keras_hub = True
-    name: Literal["preset"]
-    path: str = Field(min_length=1)
-
-    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
-        folder = Path(self.path)
-        files = [folder / "tokenizer.json", *sorted((folder / "assets").rglob("*"))]
-        return {"name": self.name, "files": {str(f.relative_to(folder)): file_hash(f) for f in files if f.is_file()}}
-
-
-TOKENIZERS: dict[str, type[_Section]] = {
-    "byte": ByteTokenizerConfig,
-    "character": CharacterTokenizerConfig,
-    "word_piece": WordPieceTokenizerConfig,
-    "preset": PresetTokenizerConfig,
-}
-"""Every ``data.tokenizer.name`` and its section."""
-
-
-class _UnknownTokenizerConfig(_Tokenizer):
-    model_config = ConfigDict(extra="allow")
-    name: Any
-
-    @field_validator("name")
-    @classmethod
-    def _reject(cls, value: Any) -> Any:
-        raise ValueError(f"input should be {_listed(list(TOKENIZERS))}")
-
-
-def _tokenizer_kind(value: Any) -> str:
-    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
-    return name if isinstance(name, str) and name in TOKENIZERS else "unknown"
-
-
-TokenizerConfig = Annotated[
-    Annotated[ByteTokenizerConfig, Tag("byte")]
-    | Annotated[CharacterTokenizerConfig, Tag("character")]
-    | Annotated[WordPieceTokenizerConfig, Tag("word_piece")]
-    | Annotated[PresetTokenizerConfig, Tag("preset")]
-    | Annotated[_UnknownTokenizerConfig, Tag("unknown")],
-    Discriminator(_tokenizer_kind),
-]
-"""``data.tokenizer``: one section per tokenizer, chosen by ``name``."""
-
-DEFAULT_SEQUENCE_LENGTH = 256
-
-
-def _none_or_memory(value: Any, source: str, samples: str) -> Any:
-    """``cache`` of a text source: token ids in memory, or the ``samples`` streamed; never on disk."""
-    if value is CacheMode.DISK:
-        raise ValueError(f"{source} keeps token ids in memory or streams its {samples}: none or memory")
-    return value
-
-
-def _refuse_image_keys(section: DataSection) -> None:
-    for key in ("normalize", "augment"):
-        if getattr(section, key):
-            raise ValueError(f"{key} applies to images and arrays, not to text")
-
-
-class CsvConfig(SampleWeights, FileSourceConfig):
-    """``name: csv``: a table with a header row; the other numeric columns are the features."""
-
-    needs = {"path": "the path of a .csv file", "label": "the name of the label column"}
-    name: Literal["csv"]
-    label: (
-        Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
-    )
-    """The label column, or several: 0/1 columns are the labels of a multi-label task (named by their columns),
-    other numbers the targets of a regression."""
-    id: str | None = None
-    """A column that names each row (not a feature); ``predict`` on a CSV writes it as the ``input`` column."""
-    text: str | None = Field(None, min_length=1)
-    """A text column: set, each sample is its cell's ``sequence_length`` tokens, and no column is a feature."""
-    tokenizer: TokenizerConfig | None = None
-    """With ``text``: how its cells become token ids (default ``{name: byte}``)."""
-    sequence_length: int | None = Field(None, ge=1)
-    """With ``text``: tokens per sample (default 256), cut or padded with id 0."""
-    bucket: int | None = Field(None, ge=1)
-    """With ``text``: bucketed padding, as for the text sources (:attr:`TextSourceConfig.bucket`); it needs
-    ``cache: memory``."""
-    cache: Annotated[CacheMode, _words(CacheMode)] | None = None
-    """With ``text`` (default ``none``): ``none`` streams, each row's text read back from the file and tokenized
-    as the epoch's order reaches it; ``memory`` tokenizes every text at load and trains from the token ids in
-    memory. A table of numbers is always held in memory and takes no ``cache``."""
-
-    @field_validator("cache")
-    @classmethod
-    def _cache_none_or_memory(cls, value: CacheMode | None) -> CacheMode | None:
-        return _none_or_memory(value, "csv", "rows")
-
-    @field_validator("bucket")
-    @classmethod
-    def _bucket_needs_text(cls, value: int | None, info: ValidationInfo) -> int | None:
-        # ``text`` is validated before ``bucket`` (declared first); when it failed, its own error says so.
-        if value is not None and "text" in info.data and info.data["text"] is None:
-            raise ValueError("pads token ids: it applies to a text column; set data.text too")
-        return value
-
-    @model_validator(mode="after")
-    def _text_keys(self) -> CsvConfig:
-        if self.text is None:
-            if self.tokenizer is not None or self.sequence_length is not None:
-                raise ValueError("tokenizer and sequence_length apply to a text column: set data.text too")
-            if self.cache is not None:
-                raise ValueError(
-                    "cache applies to a text column (a table of numbers is held in memory): set data.text too"
-                )
-            return self
-        _refuse_image_keys(self)
-        # Filled in here, not as field defaults, so a table of numbers records no tokenizer in its config.yaml.
-        self.tokenizer = self.tokenizer or ByteTokenizerConfig(name="byte")
-        self.sequence_length = self.sequence_length or DEFAULT_SEQUENCE_LENGTH
-        self.cache = self.cache or CacheMode.NONE
-        return self
-
-    @property
-    def label_columns(self) -> list[str]:
-        """``label`` as a list of columns."""
-        return [self.label] if isinstance(self.label, str) else list(self.label)
-
-    @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        if self.text is None:
-            return None
-        assert self.tokenizer is not None and self.sequence_length is not None  # filled in with data.text
-        return self.tokenizer, self.sequence_length
-
-    @property
-    def token_bucket(self) -> int | None:
-        return self.bucket
-
-    @property
-    def id_column(self) -> str | None:
-        return self.id
-
-    @property
-    def named_columns(self) -> tuple[str | None, ...]:
-        return (*self.label_columns, self.id)
-
-
-class TfdsConfig(ImageSourceConfig):
-    """``name: tfds``: a TensorFlow Datasets image-classification dataset already prepared in ``data_dir``."""
-
-    reads_path = False
-    needs = {**ImageSourceConfig.needs, "dataset": "the name of a prepared dataset"}
-    name: Literal["tfds"]
-    dataset: str = Field(min_length=1)
-    """The name of a dataset prepared in ``data_dir`` (accumrun never downloads it)."""
-    data_dir: str | None = None
-    shuffle_buffer: int = Field(10_000, ge=1)
-    """The seeded shuffle buffer after the per-epoch permutation of the files."""
-
-
-class TextSourceConfig(FileSourceConfig):
-    """A source of UTF-8 text, each sample tokenized to ``sequence_length`` token ids."""
-
-    tokenizer: TokenizerConfig = Field(default_factory=lambda: ByteTokenizerConfig(name="byte"))
-    sequence_length: int = Field(DEFAULT_SEQUENCE_LENGTH, ge=1)
-    """Tokens per sample: a longer text is cut, a shorter one padded with id 0 (masked in the model)."""
-    bucket: int | None = Field(None, ge=1)
-    """Pad each training sub-batch only to its longest text, rounded up to a multiple of this (at most
-    ``sequence_length``), so that short sub-batches cost less; unset, every sub-batch keeps ``sequence_length``.
-    With it, the samples within each batch are also ordered by their real length (a stable sort) before the batch
-    is cut, so that each sub-batch holds texts of similar length (:mod:`accumrun.data.grouping`). Each batch holds
-    the same samples either way, and padding is masked, so the update is the same. Dropout draws by a sample's row
-    in the batch (:mod:`accumrun.core.draws`), so its masks differ with ``bucket`` and without; with ``bucket``,
-    subdivided and plain training still draw alike."""
-
-    @model_validator(mode="after")
-    def _no_image_keys(self) -> TextSourceConfig:
-        _refuse_image_keys(self)
-        return self
-
-    @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        return self.tokenizer, self.sequence_length
-
-    @property
-    def token_bucket(self) -> int | None:
-        return self.bucket
-
-
-class TextFolderConfig(TextSourceConfig):
-    """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class (the layout
-    ``keras.utils.text_dataset_from_directory`` reads), tokenized to ``sequence_length`` token ids."""
-
-    needs = {"path": "a folder with one subfolder of .txt files per class"}
-    labelled_files = True
-    name: Literal["text_folder"]
-    cache: Annotated[CacheMode, _words(CacheMode)] = CacheMode.NONE
-    """``none`` streams: each file is read and tokenized as the epoch's order reaches it. ``memory`` tokenizes each
-    split once, at load, and trains from the token ids in memory: faster, for a folder whose ids fit."""
-
-    @field_validator("cache")
-    @classmethod
-    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
-        return _none_or_memory(value, "text_folder", "files")
-
-    @property
-    def cache_wrapper(self) -> tuple[CacheMode, str]:
-        return self.cache, ""
-
-
-class JsonlConfig(TextSourceConfig):
-    """``name: jsonl``: one JSON object per line, its ``text`` key tokenized and its ``label`` key the target."""
-
-    needs = {"path": "the path of a .jsonl file", "label": "the key of each object's label"}
-    name: Literal["jsonl"]
-    text: str = Field("text", min_length=1)
-    """The key of each object's text."""
-    label: str = Field(min_length=1)
-    """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
-    cache: Annotated[CacheMode, _words(CacheMode)] = CacheMode.NONE
-    """``none`` streams: each line's text is read back from the file and tokenized as the epoch's order reaches
-    it. ``memory`` tokenizes every text once, at load, and trains from the token ids in memory (``bucket`` needs
-    it)."""
-
-    @field_validator("cache")
-    @classmethod
-    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
-        return _none_or_memory(value, "jsonl", "lines")
-
-
-class TextCorpusConfig(TextSourceConfig):
-    """``name: text_corpus``: plain UTF-8 ``.txt`` files (a file, a folder of them, or a glob) for a language model,
-    each cut into windows of ``sequence_length`` input tokens, ``stride`` tokens apart; the targets are the same
-    tokens one position on."""
-
-    needs = {"path": "a .txt file, a folder of .txt files, or a glob of them"}
-    stride: int | None = Field(None, ge=1)
-    """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
-    cache: Annotated[CacheMode, _words(CacheMode)] = CacheMode.NONE
-    """``none`` tokenizes the corpus at load and holds its windows in memory. ``disk`` tokenizes it once into a
-    token file under ``cache_dir``, found again by later runs over the same files, and reads each window from it as
-    the epoch's order reaches it: memory grows by about 40 bytes a window, not with the text (see
-    :mod:`accumrun.data.corpus`)."""
-    cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
-    """Where ``cache: disk`` writes (``~`` is expanded): one folder per corpus, named by its files and the
-    tokenizer."""
-
-    @field_validator("cache")
-    @classmethod
-    def _none_or_disk(cls, value: CacheMode) -> CacheMode:
-        if value is CacheMode.MEMORY:
-            raise ValueError(
-                "text_corpus holds its windows in memory (none) or reads them from a token file under "
-                "data.cache_dir (disk)"
-            )
-        return value
-
-    @property
-    def window_stride(self) -> int:
-        """``stride``, or ``sequence_length`` when it is unset."""
-        return self.stride if self.stride is not None else self.sequence_length
-
-
-class TokensConfig(FileSourceConfig):
-    """``name: tokens``: a flat binary file of token ids (nanoGPT's ``train.bin``), ids 0 to ``vocabulary_size - 1``,
-    cut into windows as ``text_corpus`` cuts its texts (see :mod:`accumrun.data.tokens`)."""
-
-    needs = {
-        "path": "a flat binary file of token ids, such as nanoGPT's train.bin",
-        "vocabulary_size": "how many ids the file's vocabulary has (every id is below it)",
-    }
-    name: Literal["tokens"]
-    dtype: Literal["uint16", "uint32"] = "uint16"
-    """How each id is stored: little-endian ``uint16`` (nanoGPT's), or ``uint32`` for a larger vocabulary."""
-    vocabulary_size: int = Field(ge=1)
-    """The file's vocabulary; the model's embedding gets one id more, accumrun's padding id 0."""
-    sequence_length: int = Field(DEFAULT_SEQUENCE_LENGTH, ge=1)
-    stride: int | None = Field(None, ge=1)
-    """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
-    tokenizer: TokenizerConfig | None = None
-    """For decoding only (``generate``, ``predict``): the tokenizer whose ids, shifted up by one, the file holds."""
-
-    @model_validator(mode="after")
-    def _no_image_keys(self) -> TokensConfig:
-        _refuse_image_keys(self)
-        if getattr(self.tokenizer, "learned", False):
-            raise ValueError(
-                "tokenizer: the file is tokenized already; a tokenizer here only decodes, so it needs its vocabulary "
-                "(a file or a preset), not a size to learn"
-            )
-        return self
-
-    @property
-    def window_stride(self) -> int:
-        """``stride``, or ``sequence_length`` when it is unset."""
-        return self.stride if self.stride is not None else self.sequence_length
-
-    @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        return None if self.tokenizer is None else (self.tokenizer, self.sequence_length)
-
-
-DATA_SECTIONS: dict[str, type[DataSection]] = {
-    "digits": DigitsConfig,
-    "npz": NpzConfig,
-    "mnist": IdxConfig,
-    "fashion_mnist": IdxConfig,
-    "synthetic": SyntheticConfig,
-    "image_folder": ImageFolderConfig,
-    "tfrecord": TfrecordConfig,
-    "csv": CsvConfig,
-    "tfds": TfdsConfig,
-    "text_folder": TextFolderConfig,
-    "text_corpus": TextCorpusConfig,
-    "jsonl": JsonlConfig,
-    "tokens": TokensConfig,
-}
-"""Every ``data.name`` and its section, in the order the docs list them."""
+from accumrun.kinds import BatchNormMode, Cluster, Direction, Feed, OnNonFinite, Precision, RandomDraws, Strategy
+from accumrun.sections import Section, listed, words
 
 
 class _UnknownDataConfig(DataSection):
@@ -712,7 +32,7 @@ class _UnknownDataConfig(DataSection):
     @field_validator("name")
     @classmethod
     def _reject(cls, value: Any) -> Any:
-        raise ValueError(f"input should be {_listed(list(DATA_SECTIONS))}")
+        raise ValueError(f"input should be {listed(list(DATA_SECTIONS))}")
 
 
 def _data_kind(value: Any) -> str:
@@ -720,24 +40,17 @@ def _data_kind(value: Any) -> str:
     return name if isinstance(name, str) and name in DATA_SECTIONS else "unknown"
 
 
-DataConfig = Annotated[
-    Annotated[DigitsConfig, Tag("digits")]
-    | Annotated[NpzConfig, Tag("npz")]
-    | Annotated[IdxConfig, Tag("mnist")]
-    | Annotated[IdxConfig, Tag("fashion_mnist")]
-    | Annotated[SyntheticConfig, Tag("synthetic")]
-    | Annotated[ImageFolderConfig, Tag("image_folder")]
-    | Annotated[TfrecordConfig, Tag("tfrecord")]
-    | Annotated[CsvConfig, Tag("csv")]
-    | Annotated[TfdsConfig, Tag("tfds")]
-    | Annotated[TextFolderConfig, Tag("text_folder")]
-    | Annotated[TextCorpusConfig, Tag("text_corpus")]
-    | Annotated[JsonlConfig, Tag("jsonl")]
-    | Annotated[TokensConfig, Tag("tokens")]
-    | Annotated[_UnknownDataConfig, Tag("unknown")],
-    Discriminator(_data_kind),
-]
-"""The ``data`` section: one section per source, chosen by ``name`` (``digits`` when it is unset)."""
+_DATA_UNION: dict[str, type[DataSection]] = {**DATA_SECTIONS, "unknown": _UnknownDataConfig}
+
+if TYPE_CHECKING:
+    # mypy cannot follow a union built at run time; every member is a DataSection.
+    DataConfig: TypeAlias = DataSection
+else:
+    DataConfig = Annotated[
+        Union[tuple(Annotated[section, Tag(name)] for name, section in _DATA_UNION.items())],  # noqa: UP007
+        Discriminator(_data_kind),
+    ]
+    """The ``data`` section: one section per source, chosen by ``name`` (``digits`` when it is unset)."""
 
 _DATA_ADAPTER: TypeAdapter[DataConfig] = TypeAdapter(DataConfig)
 
@@ -756,21 +69,21 @@ def readers_of(key: str) -> list[str]:
     return [name for name, section in DATA_SECTIONS.items() if key in section.model_fields]
 
 
-class DarknetCnnConfig(_Section):
+class DarknetCnnConfig(Section):
     name: Literal["darknet_cnn"] = "darknet_cnn"
     filters: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [32, 64, 96], min_length=1)
     strides: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [2, 2, 1], min_length=1)
     leaky_alpha: float = Field(0.1, ge=0)
 
 
-class MlpConfig(_Section):
+class MlpConfig(Section):
     name: Literal["mlp"]
     hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [256, 256])
     activation: str = "relu"
     dropout: float = Field(0.0, ge=0, lt=1)
 
 
-class TransformerConfig(_Section):
+class TransformerConfig(Section):
     """``name: transformer``: a Transformer encoder over token ids (a text source's), pooled over the real tokens
     into logits."""
 
@@ -851,7 +164,7 @@ class KerasHubConfig(BaseModel):
         return self
 
 
-class SavedModelConfig(_Section):
+class SavedModelConfig(Section):
     """``name: saved``: a model a user saved with Keras (``.keras`` or ``.h5``), trained as it is."""
 
     name: Literal["saved"]
@@ -942,11 +255,11 @@ MetricEntry = str | MetricConfig
 
 UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
     "model": MODEL_SECTIONS,
-    "data": {**DATA_SECTIONS, "unknown": _UnknownDataConfig},
+    "data": {**_DATA_UNION},
 }
 """The sections of each union by their tag, which pydantic adds to an error's location."""
 KEY_UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
-    "tokenizer": {**TOKENIZERS, "unknown": _UnknownTokenizerConfig}
+    "tokenizer": {**TOKENIZERS, "unknown": UnknownTokenizerConfig}
 }
 """The sections of the unions nested inside a section, by their key (``data.tokenizer``), then by their tag."""
 UNION_TAGS = {
@@ -955,12 +268,12 @@ UNION_TAGS = {
 }
 
 
-class Watched(_Section):
+class Watched(Section):
     """A logged figure to watch (``loss``, ``val_accuracy``, ...): ``auto`` minimizes names with "loss" or
     "error" in them and maximizes the others."""
 
     monitor: str = "val_loss"
-    mode: Annotated[Literal["auto"] | Direction, _words(Direction, auto=True)] = "auto"
+    mode: Annotated[Literal["auto"] | Direction, words(Direction, auto=True)] = "auto"
 
     @property
     def minimize(self) -> bool:
@@ -993,20 +306,20 @@ class KeepBestConfig(Watched):
     """Keep ``model.best.keras`` from the epoch with the best ``monitor``."""
 
 
-class TrainingConfig(_Section):
+class TrainingConfig(Section):
     epochs: int = Field(10, ge=1)
     batch_size: int | Literal["full"] = 256
     subdivisions: int | Literal["auto"] = 1
     max_sub_batch: int | None = Field(None, ge=1)
     drop_remainder: bool = False
-    on_nonfinite: Annotated[OnNonFinite, _words(OnNonFinite)] = OnNonFinite.STOP
+    on_nonfinite: Annotated[OnNonFinite, words(OnNonFinite)] = OnNonFinite.STOP
     jit_compile: bool = False
-    precision: Annotated[Precision, _words(Precision)] = Precision.FLOAT32
+    precision: Annotated[Precision, words(Precision)] = Precision.FLOAT32
     early_stopping: EarlyStoppingConfig | None = None
-    batch_norm: Annotated[BatchNormMode, _words(BatchNormMode)] = BatchNormMode.PER_BATCH
+    batch_norm: Annotated[BatchNormMode, words(BatchNormMode)] = BatchNormMode.PER_BATCH
     """What BatchNorm layers normalize with and when their moving statistics move (see
     :mod:`accumrun.core.batch_norm`)."""
-    random_draws: Annotated[RandomDraws, _words(RandomDraws)] = RandomDraws.PER_SAMPLE
+    random_draws: Annotated[RandomDraws, words(RandomDraws)] = RandomDraws.PER_SAMPLE
     """How dropout and noise layers draw in training (see :mod:`accumrun.core.seeds`): ``per_sample`` makes
     subdivided training equal plain training with them; ``per_sub_batch`` is how runs before it drew."""
     precise_bn_samples: int | None = Field(None, ge=1)
@@ -1135,7 +448,7 @@ def duration_seconds(text: str) -> float:
     raise ValueError("must be a duration such as 90s, 10min or 1h, or null for the ends of epochs only")
 
 
-class OutputConfig(_Section):
+class OutputConfig(Section):
     run_dir: str = "runs/{config_name}-{timestamp}"
     tensorboard: bool = True
     log_every_updates: int | None = Field(None, ge=1)
@@ -1166,20 +479,20 @@ class OutputConfig(_Section):
         return KeepBestConfig(monitor=self.keep_best) if isinstance(self.keep_best, str) else self.keep_best
 
 
-class DistributeConfig(_Section):
+class DistributeConfig(Section):
     """Where the replicas of the step run: one device (``none``), the local GPUs (``mirrored``), or several hosts
     (``multi_worker``, cluster from ``TF_CONFIG`` or Slurm). ``auto`` is ``mirrored`` with more than one GPU, else
     ``none``."""
 
-    strategy: Annotated[Literal["auto"] | Strategy, _words(Strategy, auto=True)] = Strategy.NONE
+    strategy: Annotated[Literal["auto"] | Strategy, words(Strategy, auto=True)] = Strategy.NONE
     logical_cpus: int | None = Field(None, ge=1)
-    cluster: Annotated[Literal["auto"] | Cluster, _words(Cluster, auto=True)] = "auto"
+    cluster: Annotated[Literal["auto"] | Cluster, words(Cluster, auto=True)] = "auto"
     """``multi_worker``: where the cluster is described: ``TF_CONFIG``, Slurm's variables, or whichever is set."""
     timeout_seconds: int = Field(300, ge=1)
     """``multi_worker``: how long a collective waits for a worker that stopped answering before the run ends."""
 
 
-class Config(_Section):
+class Config(Section):
     seed: int = Field(0, ge=0)
     data: DataConfig = Field(default_factory=DigitsConfig)
     model: ModelConfig = Field(default_factory=DarknetCnnConfig)

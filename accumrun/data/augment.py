@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.config.schema import AugmentConfig
+from accumrun.data.section import AugmentConfig
 from accumrun.errors import ConfigError
 from accumrun.lookup import check_keywords, find, normalized
 

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from accumrun.config.schema import TokenizerConfig
 from accumrun.data.source import ReadsBlocks, TokenIds, in_blocks, read_spans, taken
+from accumrun.data.tokenizer_sections import TokenizerConfig
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
 from accumrun.rundir.atomic import build_once

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumrun.config.schema import DataSection
+from accumrun.data.section import DataSection
 from accumrun.data.sources import SOURCES
 from accumrun.data.splits import ArraySplit, Split, Splits, hold_out, seeded_hold_out
 from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too

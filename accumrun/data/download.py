@@ -15,7 +15,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from accumrun.data.sources import DOWNLOADABLE, IDX_FILES, SOURCES
+from accumrun.data.arrays import IDX_FILES
+from accumrun.data.sources import DOWNLOADABLE, SOURCES
 from accumrun.errors import ConfigError, DataError
 from accumrun.rundir.atomic import write_atomically
 
@@ -48,7 +49,7 @@ def download_dataset(
         timeout: seconds to wait for the server on each blocking network operation.
 
     Returns:
-        The paths of the four files, in the order of ``accumrun.data.sources.IDX_FILES``.
+        The paths of the four files, in the order of ``accumrun.data.arrays.IDX_FILES``.
 
     Raises:
         ConfigError: ``name`` is not a known dataset.

@@ -8,12 +8,20 @@ a file whose extension is not an image's is passed over and counted.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from accumrun.config.schema import ImageFolderConfig
+from accumrun.data.section import FileSourceConfig, ImageSourceConfig
 from accumrun.data.splits import IMAGE_EXTENSIONS, ImageFiles, Splits
 from accumrun.errors import DataError
+
+
+class ImageFolderConfig(FileSourceConfig, ImageSourceConfig):
+    """``name: image_folder``: one subfolder of images per class."""
+
+    needs = {**ImageSourceConfig.needs, "path": "a folder with one subfolder of images per class"}
+    name: Literal["image_folder"]
 
 
 def load_image_folder(config: ImageFolderConfig, seed: int) -> Splits:

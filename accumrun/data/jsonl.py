@@ -15,17 +15,40 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Field, field_validator
 
-from accumrun.config.schema import JsonlConfig
 from accumrun.data.rows import json_lines
+from accumrun.data.section import none_or_memory
 from accumrun.data.splits import Splits
 from accumrun.data.tables import Table, labelled_splits, streamed_rows
+from accumrun.data.text import TextSourceConfig
 from accumrun.data.tokenizers import Tokenizer, tokenizer_for
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
+from accumrun.sections import words
+
+
+class JsonlConfig(TextSourceConfig):
+    """``name: jsonl``: one JSON object per line, its ``text`` key tokenized and its ``label`` key the target."""
+
+    needs = {"path": "the path of a .jsonl file", "label": "the key of each object's label"}
+    name: Literal["jsonl"]
+    text: str = Field("text", min_length=1)
+    """The key of each object's text."""
+    label: str = Field(min_length=1)
+    """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
+    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
+    """``none`` streams: each line's text is read back from the file and tokenized as the epoch's order reaches
+    it. ``memory`` tokenizes every text once, at load, and trains from the token ids in memory (``bucket`` needs
+    it)."""
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
+        return none_or_memory(value, "jsonl", "lines")
 
 
 def load_jsonl(config: JsonlConfig, seed: int) -> Splits:

@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from accumrun.config.schema import TfrecordConfig
 from accumrun.data.files import decode_image
+from accumrun.data.section import FileSourceConfig, ImageSourceConfig, SampleWeights
 from accumrun.data.source import AUTOTUNE, BLOCK, EncodedImages, taken
 from accumrun.data.splits import Splits
 from accumrun.data.weights import checked_weights
@@ -28,6 +29,18 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
     from accumrun.data.grouping import LengthGroups
+
+
+class TfrecordConfig(SampleWeights, FileSourceConfig, ImageSourceConfig):
+    """``name: tfrecord``: ``tf.train.Example`` records of an encoded image and an int64 label."""
+
+    needs = {**ImageSourceConfig.needs, "path": "a TFRecord file or a glob of them"}
+    name: Literal["tfrecord"]
+    image_key: str = "image/encoded"
+    label_key: str = "image/class/label"
+    shuffle_buffer: int = Field(10_000, ge=1)
+    """The seeded shuffle buffer after the per-epoch permutation of the files."""
+
 
 _LABEL_BATCH = 4096
 

@@ -1,227 +1,72 @@
-"""The data sources: for each ``data.name``, how it loads and where its files can be downloaded from.
+"""The data sources, registered once: for each ``data.name``, its config section, its loader and where its files
+can be downloaded from.
 
-Which keys each source reads is its section in the config (:data:`accumrun.config.schema.DATA_SECTIONS`); this
-table holds the same names. :func:`accumrun.data.dataset.load_dataset` calls their loaders, and ``accumrun
-download`` offers the ones with a :class:`Download`. Loaders return splits as the files hold them (arrays in
-their stored dtype, or lists of files to stream); :mod:`accumrun.data.dataset` checks them. This module imports
-no TensorFlow, so ``accumrun download`` stays fast.
+Each kind of source lives in its own module, with its section and its reading; this table names them, in the order
+the docs list them and errors name them. The config's ``data`` union and key table
+(:mod:`accumrun.config.schema`), :func:`accumrun.data.dataset.load_dataset` and ``accumrun download`` all read it.
+Loaders return splits as the files hold them (arrays in their stored dtype, or lists of files to stream);
+:mod:`accumrun.data.dataset` checks them. No module here imports TensorFlow, so loading a config stays fast.
 """
 
 from __future__ import annotations
 
-import gzip
-import struct
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import numpy as np
-
-from accumrun.config.schema import DataSection, DigitsConfig, IdxConfig, NpzConfig, SyntheticConfig
-from accumrun.data.images import load_image_folder
-from accumrun.data.jsonl import load_jsonl
-from accumrun.data.records import load_tfrecord
-from accumrun.data.splits import ArraySplit, Splits
-from accumrun.data.tables import load_csv
-from accumrun.data.text import load_text_corpus, load_text_folder
-from accumrun.data.tfds_source import load_tfds
-from accumrun.data.tokens import load_tokens
-from accumrun.data.weights import checked_weights
-from accumrun.errors import DataError
-from accumrun.kinds import Task
-
-DATASETS_DIR = Path(__file__).resolve().parent.parent.parent / "datasets"
-"""Where bundled data lives, and where ``accumrun download`` puts files by default."""
-DIGITS_FILE = DATASETS_DIR / "digits.npz"
-
-IDX_FILES = {
-    "x_train": "train-images-idx3-ubyte.gz",
-    "y_train": "train-labels-idx1-ubyte.gz",
-    "x_test": "t10k-images-idx3-ubyte.gz",
-    "y_test": "t10k-labels-idx1-ubyte.gz",
-}
-_IDX_UBYTE = 0x08
-_ZIP_MAGIC = b"PK"
-_NPY_MAGIC = b"\x93NUMPY"
-
-
-@dataclass(frozen=True)
-class Download:
-    """Where a source's four IDX files are published, with each file's MD5."""
-
-    url: str
-    md5: dict[str, str]
-
+from accumrun.data.arrays import (
+    DOWNLOADS,
+    DigitsConfig,
+    Download,
+    IdxConfig,
+    NpzConfig,
+    SyntheticConfig,
+    load_digits,
+    load_idx_folder,
+    load_npz,
+    load_synthetic,
+)
+from accumrun.data.images import ImageFolderConfig, load_image_folder
+from accumrun.data.jsonl import JsonlConfig, load_jsonl
+from accumrun.data.records import TfrecordConfig, load_tfrecord
+from accumrun.data.section import DataSection
+from accumrun.data.splits import Splits
+from accumrun.data.tables import CsvConfig, load_csv
+from accumrun.data.text import TextCorpusConfig, TextFolderConfig, load_text_corpus, load_text_folder
+from accumrun.data.tfds_source import TfdsConfig, load_tfds
+from accumrun.data.tokens import TokensConfig, load_tokens
 
 SectionT = TypeVar("SectionT", bound=DataSection)
 
 
 @dataclass(frozen=True)
 class Source(Generic[SectionT]):
-    """One dataset name: its loader, which takes the source's config section and the seed, and its download."""
+    """One ``data.name``: the section of keys it reads, its loader (which takes that section and the seed), and
+    its download."""
 
+    section: type[SectionT]
     load: Callable[[SectionT, int], Splits]
     download: Download | None = None
 
 
-def load_digits(config: DigitsConfig, seed: int) -> Splits:
-    """The bundled 8x8 digits (``datasets/digits.npz``): uint8 counts of 0..16, which ``rescale: auto`` maps to
-    [0, 1]."""
-    if not DIGITS_FILE.is_file():
-        raise DataError("data.name", f"the bundled file {DIGITS_FILE} is missing; run datasets/make_digits.py")
-    with np.load(DIGITS_FILE) as arrays:
-        return Splits(ArraySplit(arrays["x"], arrays["y"]), scale=1 / 16)
-
-
-def load_npz(config: NpzConfig, seed: int) -> Splits:
-    """Arrays ``x`` and ``y``, or ``x_train``, ``y_train`` (and optionally ``x_test``, ``y_test``); with
-    ``data.weight: w``, the weights ``w``, or ``w_train`` (and ``w_test`` beside a test pair)."""
-    path = Path(config.path)
-    if not path.is_file():
-        raise DataError("data.path", "npz file not found", config.path)
-    try:
-        with path.open("rb") as file:
-            magic = file.read(len(_NPY_MAGIC))
-        # Without this, numpy takes any other file for a pickle and advises loading it unsafely.
-        if not magic.startswith((_ZIP_MAGIC, _NPY_MAGIC)):
-            raise DataError("data.path", "cannot read as .npz: not a zip of arrays, as numpy.savez writes", config.path)
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise DataError("data.path", "is a single array, not an .npz archive of named arrays", config.path)
-        with loaded as arrays:
-            keys = set(arrays.files)
-            if {"x_train", "y_train"} <= keys:
-                train = _npz_split(arrays, config, "_train")
-                test = _npz_split(arrays, config, "_test") if {"x_test", "y_test"} <= keys else None
-                return Splits(train, test)
-            if {"x", "y"} <= keys:
-                return Splits(_npz_split(arrays, config, ""))
-    except (OSError, ValueError) as error:
-        raise DataError("data.path", f"cannot read as .npz: {error}", config.path) from None
-    raise DataError("data.path", f"needs arrays 'x' and 'y' (or 'x_train' and 'y_train'); it has {sorted(keys)}")
-
-
-def _npz_split(arrays: np.lib.npyio.NpzFile, config: NpzConfig, suffix: str) -> ArraySplit:
-    """The arrays ``x<suffix>`` and ``y<suffix>``, and the weights ``<data.weight><suffix>`` when it is set."""
-    x, y = arrays[f"x{suffix}"], arrays[f"y{suffix}"]
-    if config.weight is None:
-        return ArraySplit(x, y)
-    name = f"{config.weight}{suffix}"
-    if name not in arrays.files:
-        raise DataError("data.weight", f"{config.path} has no array {name!r}; it has {sorted(arrays.files)}")
-    return ArraySplit(x, y, checked_weights(arrays[name], f"{config.path}, array {name!r}", len(y)))
-
-
-def load_idx_folder(config: IdxConfig, seed: int) -> Splits:
-    """The four IDX files of MNIST or Fashion-MNIST, from ``data.path`` or ``datasets/NAME``, as uint8."""
-    folder = Path(config.path) if config.path else DATASETS_DIR / config.name
-    download = SOURCES[config.name].download
-    arrays = {}
-    for key, filename in IDX_FILES.items():
-        file = folder / filename
-        if not file.is_file() and (folder / filename.removesuffix(".gz")).is_file():
-            file = folder / filename.removesuffix(".gz")
-        if not file.is_file():
-            origin = f" (or get them from {download.url})" if download else ""
-            raise DataError(
-                "data.path",
-                f"{file} not found; fetch the four IDX files with `accumrun download {config.name} --to {folder}`"
-                f"{origin}",
-            )
-        arrays[key] = read_idx(file)
-    return Splits(ArraySplit(arrays["x_train"], arrays["y_train"]), ArraySplit(arrays["x_test"], arrays["y_test"]))
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file of unsigned bytes (gzip-compressed when its name ends in ``.gz``).
-
-    Raises:
-        DataError: the file is not gzip when it should be, has a bad magic number or is truncated.
-    """
-    try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, zlib.error) as error:
-        raise DataError("data.path", f"{path} is not a readable gzip file: {error}") from None
-    if len(raw) < 4 or raw[0:2] != b"\x00\x00" or raw[2] != _IDX_UBYTE:
-        raise DataError("data.path", f"{path} is not an IDX file of unsigned bytes (bad magic number)", raw[:4].hex())
-    rank = raw[3]
-    header = 4 + 4 * rank
-    if len(raw) < header:
-        raise DataError("data.path", f"{path} is truncated inside its header")
-    shape = struct.unpack(f">{rank}I", raw[4:header])
-    expected = int(np.prod(shape))
-    if len(raw) - header != expected:
-        raise DataError(
-            "data.path",
-            f"{path} holds {len(raw) - header:,} data bytes; its header {shape} needs {expected:,}",
-        )
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
-
-
-def load_synthetic(config: SyntheticConfig, seed: int) -> Splits:
-    """Learnable data of any task, made from the seed, for tests and benchmarks without files.
-
-    Classification: Gaussian blobs around one random prototype per class (two for binary), learnable yet not
-    separable by a glance. Multi-label: ``classes`` labels per sample, each set where a random linear function of
-    the sample is positive. Regression: one value per sample, a smooth random function of it.
-    """
-    rng = np.random.default_rng(seed)
-    shape = tuple(config.shape)
-    if config.task == "auto" or config.task.class_labels:
-        classes = 2 if config.task is Task.BINARY else config.classes
-        prototypes = rng.normal(size=(classes, *shape)).astype(np.float32)
-        labels = rng.integers(classes, size=config.samples)
-        noise = rng.normal(scale=2.0, size=(config.samples, *shape)).astype(np.float32)
-        return Splits(ArraySplit(prototypes[labels] + noise, labels))
-    x = rng.normal(size=(config.samples, *shape)).astype(np.float32)
-    flat = x.reshape(config.samples, -1)
-    if config.task is Task.MULTI_LABEL:
-        weights = rng.normal(size=(flat.shape[1], config.classes)) / np.sqrt(flat.shape[1])
-        return Splits(ArraySplit(x, (flat @ weights > 0).astype(np.int64)))
-    weights = rng.normal(size=flat.shape[1]) / np.sqrt(flat.shape[1])
-    return Splits(ArraySplit(x, (np.tanh(flat @ weights) * 2.0).astype(np.float32)))
-
-
-# The published checksums: torchvision's MNIST/FashionMNIST ``resources`` and the Fashion-MNIST README.
 SOURCES: dict[str, Source[Any]] = {
-    "digits": Source(load_digits),
-    "npz": Source(load_npz),
-    "mnist": Source(
-        load_idx_folder,
-        download=Download(
-            "https://storage.googleapis.com/cvdf-datasets/mnist/",
-            {
-                "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
-                "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
-                "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
-                "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
-            },
-        ),
-    ),
-    "fashion_mnist": Source(
-        load_idx_folder,
-        download=Download(
-            "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
-            {
-                "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-                "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
-                "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
-                "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
-            },
-        ),
-    ),
-    "synthetic": Source(load_synthetic),
-    "image_folder": Source(load_image_folder),
-    "tfrecord": Source(load_tfrecord),
-    "csv": Source(load_csv),
-    "tfds": Source(load_tfds),
-    "text_folder": Source(load_text_folder),
-    "text_corpus": Source(load_text_corpus),
-    "jsonl": Source(load_jsonl),
-    "tokens": Source(load_tokens),
+    "digits": Source(DigitsConfig, load_digits),
+    "npz": Source(NpzConfig, load_npz),
+    "mnist": Source(IdxConfig, load_idx_folder, DOWNLOADS["mnist"]),
+    "fashion_mnist": Source(IdxConfig, load_idx_folder, DOWNLOADS["fashion_mnist"]),
+    "synthetic": Source(SyntheticConfig, load_synthetic),
+    "image_folder": Source(ImageFolderConfig, load_image_folder),
+    "tfrecord": Source(TfrecordConfig, load_tfrecord),
+    "csv": Source(CsvConfig, load_csv),
+    "tfds": Source(TfdsConfig, load_tfds),
+    "text_folder": Source(TextFolderConfig, load_text_folder),
+    "text_corpus": Source(TextCorpusConfig, load_text_corpus),
+    "jsonl": Source(JsonlConfig, load_jsonl),
+    "tokens": Source(TokensConfig, load_tokens),
 }
-"""Every dataset name the config accepts (the names of ``DATA_SECTIONS``, in its order)."""
+"""Every dataset name the config accepts, in the order the docs list them."""
+
+DATA_SECTIONS: dict[str, type[DataSection]] = {name: source.section for name, source in SOURCES.items()}
+"""Every ``data.name`` and its section: the config's ``data`` union is built from it."""
 
 DOWNLOADABLE = [name for name, source in SOURCES.items() if source.download is not None]

@@ -20,17 +20,108 @@ from __future__ import annotations
 import csv
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from accumrun.config.schema import CsvConfig
 from accumrun.data.rows import CsvRecords, TextRows
+from accumrun.data.section import (
+    DEFAULT_SEQUENCE_LENGTH,
+    FileSourceConfig,
+    SampleWeights,
+    none_or_memory,
+    refuse_image_keys,
+)
 from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.text import TextColumn, checked_cells
-from accumrun.data.tokenizers import Tokenizer
+from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
+from accumrun.data.tokenizers import Tokenizer, text_input
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
+from accumrun.kinds import CacheMode
+from accumrun.sections import words
+
+
+class CsvConfig(SampleWeights, FileSourceConfig):
+    """``name: csv``: a table with a header row; the other numeric columns are the features."""
+
+    needs = {"path": "the path of a .csv file", "label": "the name of the label column"}
+    name: Literal["csv"]
+    label: (
+        Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    )
+    """The label column, or several: 0/1 columns are the labels of a multi-label task (named by their columns),
+    other numbers the targets of a regression."""
+    id: str | None = None
+    """A column that names each row (not a feature); ``predict`` on a CSV writes it as the ``input`` column."""
+    text: str | None = Field(None, min_length=1)
+    """A text column: set, each sample is its cell's ``sequence_length`` tokens, and no column is a feature."""
+    tokenizer: TokenizerConfig | None = None
+    """With ``text``: how its cells become token ids (default ``{name: byte}``)."""
+    sequence_length: int | None = Field(None, ge=1)
+    """With ``text``: tokens per sample (default 256), cut or padded with id 0."""
+    bucket: int | None = Field(None, ge=1)
+    """With ``text``: bucketed padding, as for the text sources (:attr:`TextSourceConfig.bucket`); it needs
+    ``cache: memory``."""
+    cache: Annotated[CacheMode, words(CacheMode)] | None = None
+    """With ``text`` (default ``none``): ``none`` streams, each row's text read back from the file and tokenized
+    as the epoch's order reaches it; ``memory`` tokenizes every text at load and trains from the token ids in
+    memory. A table of numbers is always held in memory and takes no ``cache``."""
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_none_or_memory(cls, value: CacheMode | None) -> CacheMode | None:
+        return none_or_memory(value, "csv", "rows")
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket_needs_text(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # ``text`` is validated before ``bucket`` (declared first); when it failed, its own error says so.
+        if value is not None and "text" in info.data and info.data["text"] is None:
+            raise ValueError("pads token ids: it applies to a text column; set data.text too")
+        return value
+
+    @model_validator(mode="after")
+    def _text_keys(self) -> CsvConfig:
+        if self.text is None:
+            if self.tokenizer is not None or self.sequence_length is not None:
+                raise ValueError("tokenizer and sequence_length apply to a text column: set data.text too")
+            if self.cache is not None:
+                raise ValueError(
+                    "cache applies to a text column (a table of numbers is held in memory): set data.text too"
+                )
+            return self
+        refuse_image_keys(self)
+        # Filled in here, not as field defaults, so a table of numbers records no tokenizer in its config.yaml.
+        self.tokenizer = self.tokenizer or ByteTokenizerConfig(name="byte")
+        self.sequence_length = self.sequence_length or DEFAULT_SEQUENCE_LENGTH
+        self.cache = self.cache or CacheMode.NONE
+        return self
+
+    @property
+    def label_columns(self) -> list[str]:
+        """``label`` as a list of columns."""
+        return [self.label] if isinstance(self.label, str) else list(self.label)
+
+    @property
+    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
+        if self.text is None:
+            return None
+        assert self.tokenizer is not None and self.sequence_length is not None  # filled in with data.text
+        return self.tokenizer, self.sequence_length
+
+    @property
+    def token_bucket(self) -> int | None:
+        return self.bucket
+
+    @property
+    def id_column(self) -> str | None:
+        return self.id
+
+    @property
+    def named_columns(self) -> tuple[str | None, ...]:
+        return (*self.label_columns, self.id)
 
 
 def load_csv(config: CsvConfig, seed: int) -> Splits:
@@ -41,7 +132,7 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
         DataError: a file is missing or empty, lacks a label, id, weight or text column, has a non-numeric
             feature cell or an empty text cell.
     """
-    text = TextColumn.of(config)
+    text = _text_column(config)
     labels, id_column, weight = config.label_columns, config.id, config.weight
     train = read_table(Path(config.path), "data.path", labels, id_column=id_column, weight_column=weight, text=text)
     test = None
@@ -51,6 +142,14 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
     if text is not None:
         return labelled_splits(train, test, vocabulary_size=text.tokenizer.vocabulary_size)
     return labelled_splits(train, test, features=train.features)
+
+
+def _text_column(config: CsvConfig) -> TextColumn | None:
+    """The CSV's text column, or None for a table of numbers."""
+    text = text_input(config)
+    if config.text is None or text is None:
+        return None
+    return TextColumn(config.text, *text, stream=config.cache is CacheMode.NONE)
 
 
 def labelled_splits(train: Table, test: Table | None, **keys: Any) -> Splits:

@@ -29,15 +29,102 @@ import glob
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import Field, field_validator, model_validator
 
-from accumrun.config.schema import CsvConfig, TextCorpusConfig, TextFolderConfig
 from accumrun.data.corpus import CorpusWindows, corpus_windows, window_starts
+from accumrun.data.section import DEFAULT_SEQUENCE_LENGTH, FileSourceConfig, none_or_memory, refuse_image_keys
 from accumrun.data.splits import ArraySplit, Splits, TextFiles
-from accumrun.data.tokenizers import Tokenizer, text_input, tokenizer_for
+from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
+from accumrun.data.tokenizers import Tokenizer, tokenizer_for
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode, Task
+from accumrun.sections import words
+
+
+class TextSourceConfig(FileSourceConfig):
+    """A source of UTF-8 text, each sample tokenized to ``sequence_length`` token ids."""
+
+    tokenizer: TokenizerConfig = Field(default_factory=lambda: ByteTokenizerConfig(name="byte"))
+    sequence_length: int = Field(DEFAULT_SEQUENCE_LENGTH, ge=1)
+    """Tokens per sample: a longer text is cut, a shorter one padded with id 0 (masked in the model)."""
+    bucket: int | None = Field(None, ge=1)
+    """Pad each training sub-batch only to its longest text, rounded up to a multiple of this (at most
+    ``sequence_length``), so that short sub-batches cost less; unset, every sub-batch keeps ``sequence_length``.
+    With it, the samples within each batch are also ordered by their real length (a stable sort) before the batch
+    is cut, so that each sub-batch holds texts of similar length (:mod:`accumrun.data.grouping`). Each batch holds
+    the same samples either way, and padding is masked, so the update is the same. Dropout draws by a sample's row
+    in the batch (:mod:`accumrun.core.draws`), so its masks differ with ``bucket`` and without; with ``bucket``,
+    subdivided and plain training still draw alike."""
+
+    @model_validator(mode="after")
+    def _no_image_keys(self) -> TextSourceConfig:
+        refuse_image_keys(self)
+        return self
+
+    @property
+    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
+        return self.tokenizer, self.sequence_length
+
+    @property
+    def token_bucket(self) -> int | None:
+        return self.bucket
+
+
+class TextFolderConfig(TextSourceConfig):
+    """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class (the layout
+    ``keras.utils.text_dataset_from_directory`` reads), tokenized to ``sequence_length`` token ids."""
+
+    needs = {"path": "a folder with one subfolder of .txt files per class"}
+    labelled_files = True
+    name: Literal["text_folder"]
+    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
+    """``none`` streams: each file is read and tokenized as the epoch's order reaches it. ``memory`` tokenizes each
+    split once, at load, and trains from the token ids in memory: faster, for a folder whose ids fit."""
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
+        return none_or_memory(value, "text_folder", "files")
+
+    @property
+    def cache_wrapper(self) -> tuple[CacheMode, str]:
+        return self.cache, ""
+
+
+class TextCorpusConfig(TextSourceConfig):
+    """``name: text_corpus``: plain UTF-8 ``.txt`` files (a file, a folder of them, or a glob) for a language model,
+    each cut into windows of ``sequence_length`` input tokens, ``stride`` tokens apart; the targets are the same
+    tokens one position on."""
+
+    needs = {"path": "a .txt file, a folder of .txt files, or a glob of them"}
+    stride: int | None = Field(None, ge=1)
+    """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
+    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
+    """``none`` tokenizes the corpus at load and holds its windows in memory. ``disk`` tokenizes it once into a
+    token file under ``cache_dir``, found again by later runs over the same files, and reads each window from it as
+    the epoch's order reaches it: memory grows by about 40 bytes a window, not with the text (see
+    :mod:`accumrun.data.corpus`)."""
+    cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
+    """Where ``cache: disk`` writes (``~`` is expanded): one folder per corpus, named by its files and the
+    tokenizer."""
+
+    @field_validator("cache")
+    @classmethod
+    def _none_or_disk(cls, value: CacheMode) -> CacheMode:
+        if value is CacheMode.MEMORY:
+            raise ValueError(
+                "text_corpus holds its windows in memory (none) or reads them from a token file under "
+                "data.cache_dir (disk)"
+            )
+        return value
+
+    @property
+    def window_stride(self) -> int:
+        """``stride``, or ``sequence_length`` when it is unset."""
+        return self.stride if self.stride is not None else self.sequence_length
 
 
 def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
@@ -73,14 +160,6 @@ class TextColumn:
     tokenizer: Tokenizer
     length: int
     stream: bool = False
-
-    @classmethod
-    def of(cls, config: CsvConfig) -> TextColumn | None:
-        """The CSV's text column, or None for a table of numbers."""
-        text = text_input(config)
-        if config.text is None or text is None:
-            return None
-        return cls(config.text, *text, stream=config.cache is CacheMode.NONE)
 
     def tokens(self, path: Path, cells: Sequence[str], lines: Sequence[int]) -> np.ndarray:
         """The cells' token ids, one row each.

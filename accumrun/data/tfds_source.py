@@ -10,12 +10,28 @@ point ``data.data_dir`` at that folder. A prepared image-classification dataset 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from accumrun.config.schema import TfdsConfig
+from pydantic import Field
+
 from accumrun.data.records import RecordLayout, read_record_files
+from accumrun.data.section import ImageSourceConfig
 from accumrun.data.splits import Splits
 from accumrun.errors import ConfigError, DataError
+
+
+class TfdsConfig(ImageSourceConfig):
+    """``name: tfds``: a TensorFlow Datasets image-classification dataset already prepared in ``data_dir``."""
+
+    reads_path = False
+    needs = {**ImageSourceConfig.needs, "dataset": "the name of a prepared dataset"}
+    name: Literal["tfds"]
+    dataset: str = Field(min_length=1)
+    """The name of a dataset prepared in ``data_dir`` (accumrun never downloads it)."""
+    data_dir: str | None = None
+    shuffle_buffer: int = Field(10_000, ge=1)
+    """The seeded shuffle buffer after the per-epoch permutation of the files."""
+
 
 IMAGE_FEATURE, LABEL_FEATURE = "image", "label"
 

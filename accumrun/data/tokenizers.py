@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accumrun.config.schema import DataSection, PresetTokenizerConfig, TokenizerConfig, WordPieceTokenizerConfig
 from accumrun.core.tokens import PADDING_ID
+from accumrun.data.section import DataSection
+from accumrun.data.tokenizer_sections import PresetTokenizerConfig, TokenizerConfig, WordPieceTokenizerConfig
 from accumrun.errors import ConfigError
 from accumrun.lookup import import_keras_hub
 

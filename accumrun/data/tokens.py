@@ -15,14 +15,57 @@ what the config says fails at once, naming it, rather than inside an epoch.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
-from accumrun.config.schema import TokensConfig
 from accumrun.data.corpus import CorpusWindows, window_starts
+from accumrun.data.section import DEFAULT_SEQUENCE_LENGTH, FileSourceConfig, refuse_image_keys
 from accumrun.data.splits import Splits
+from accumrun.data.tokenizer_sections import TokenizerConfig
 from accumrun.errors import DataError
 from accumrun.kinds import Task
+
+
+class TokensConfig(FileSourceConfig):
+    """``name: tokens``: a flat binary file of token ids (nanoGPT's ``train.bin``), ids 0 to ``vocabulary_size - 1``,
+    cut into windows as ``text_corpus`` cuts its texts (see :mod:`accumrun.data.tokens`)."""
+
+    needs = {
+        "path": "a flat binary file of token ids, such as nanoGPT's train.bin",
+        "vocabulary_size": "how many ids the file's vocabulary has (every id is below it)",
+    }
+    name: Literal["tokens"]
+    dtype: Literal["uint16", "uint32"] = "uint16"
+    """How each id is stored: little-endian ``uint16`` (nanoGPT's), or ``uint32`` for a larger vocabulary."""
+    vocabulary_size: int = Field(ge=1)
+    """The file's vocabulary; the model's embedding gets one id more, accumrun's padding id 0."""
+    sequence_length: int = Field(DEFAULT_SEQUENCE_LENGTH, ge=1)
+    stride: int | None = Field(None, ge=1)
+    """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
+    tokenizer: TokenizerConfig | None = None
+    """For decoding only (``generate``, ``predict``): the tokenizer whose ids, shifted up by one, the file holds."""
+
+    @model_validator(mode="after")
+    def _no_image_keys(self) -> TokensConfig:
+        refuse_image_keys(self)
+        if getattr(self.tokenizer, "learned", False):
+            raise ValueError(
+                "tokenizer: the file is tokenized already; a tokenizer here only decodes, so it needs its vocabulary "
+                "(a file or a preset), not a size to learn"
+            )
+        return self
+
+    @property
+    def window_stride(self) -> int:
+        """``stride``, or ``sequence_length`` when it is unset."""
+        return self.stride if self.stride is not None else self.sequence_length
+
+    @property
+    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
+        return None if self.tokenizer is None else (self.tokenizer, self.sequence_length)
+
 
 CHECK_BLOCK = 1 << 22
 """Ids checked against the vocabulary at once: 8 MiB of uint16, so the check's memory does not grow with the file."""

@@ -4,7 +4,8 @@ from there by a resumed run and by ``evaluate``, ``predict``, ``export`` and ``g
 tokenize as training did, whatever has become of the data since.
 
 :func:`settle_vocabulary` is the one way to a learned vocabulary: it returns the data section with the tokens
-settled (:meth:`~accumrun.config.schema.WordPieceTokenizerConfig.with_tokens`), which every tokenizer then reads.
+settled (:meth:`~accumrun.data.tokenizer_sections.WordPieceTokenizerConfig.with_tokens`), which every tokenizer
+then reads.
 
 The training texts are the samples that the validation hold-out keeps for training: the source's own readers give
 ``data.path``'s texts in sample order (read from the file here, whether the source then streams them or holds their
@@ -25,11 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accumrun.config.schema import DataSection, WordPieceTokenizerConfig
 from accumrun.data.jsonl import read_records
+from accumrun.data.section import DataSection
 from accumrun.data.splits import hold_out, seeded_hold_out
 from accumrun.data.tables import read_texts
 from accumrun.data.text import corpus_texts, folder_texts
+from accumrun.data.tokenizer_sections import WordPieceTokenizerConfig
 from accumrun.errors import ConfigError
 from accumrun.lookup import import_keras_hub
 from accumrun.rundir.layout import VOCABULARY_FILE, read_vocabulary

@@ -15,7 +15,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from accumrun.config.schema import ApplicationConfig, NormalizeConfig
+from accumrun.config.schema import ApplicationConfig
+from accumrun.data.section import NormalizeConfig
 from accumrun.errors import ConfigError
 from accumrun.lookup import normalized
 

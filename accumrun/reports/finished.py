@@ -11,8 +11,8 @@ import keras
 import tensorflow as tf
 
 from accumrun.config.loading import load_config
-from accumrun.config.schema import Config, CsvConfig
-from accumrun.data.tables import read_table
+from accumrun.config.schema import Config
+from accumrun.data.tables import CsvConfig, read_table
 from accumrun.data.tokenizers import Tokenizer, text_input
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError

@@ -1,0 +1,212 @@
+"""The ``data`` keys that every source reads (:class:`DataSection`), and the pieces that several sources' sections
+share: files the user names, sample weights, encoded images, and the rules for text's keys. Each source's own
+section lives in its module beside its loader, and is registered in :mod:`accumrun.data.sources`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from accumrun.kinds import CacheMode, ColorMode, Feed, Task
+from accumrun.sections import Section, words
+
+if TYPE_CHECKING:
+    from accumrun.data.tokenizer_sections import TokenizerConfig
+
+
+class NormalizeConfig(Section):
+    """``(x - mean) / std`` per channel, after ``rescale``: one value per channel, or one for all."""
+
+    mean: list[float] = Field(min_length=1)
+    std: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+
+
+class AugmentConfig(BaseModel):
+    """A Keras image preprocessing layer by name (``random_flip``, ``random_crop``, ...); other keys are its
+    keywords (``mode: horizontal``, ``height: 56``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: str
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class DataSection(Section):
+    """The ``data`` keys that every source reads; each source's section adds its own (see
+    :data:`accumrun.data.sources.SOURCES`)."""
+
+    reads_path: ClassVar[bool] = True
+    """Whether ``data.path`` means anything to this source; where it does not, a path is refused."""
+    labelled_files: ClassVar[bool] = False
+    """Whether the source lists files under their class labels (its hold-out is always seeded)."""
+    images: ClassVar[bool] = False
+    """Whether the source's samples are encoded images (predict then reads image files)."""
+    needs: ClassVar[dict[str, str]] = {}
+    """What each required key of this source holds, for the message when it is missing."""
+
+    name: str
+    path: str | None = None
+    """The npz file, IDX folder, image folder, TFRecord glob or CSV file the source reads."""
+    validation_split: float | Literal["test"] = 0.1
+    shuffle: bool = True
+    task: Annotated[Literal["auto"] | Task, words(Task, auto=True)] = "auto"
+    """What the targets are; ``auto`` reads them (see :func:`accumrun.data.dataset.infer_task`), and makes two
+    classes binary when the model has one output unit."""
+    rescale: float | Literal["auto"] | bool = "auto"
+    """A factor the raw samples are multiplied by on the device: ``auto`` is 1/255 for uint8 images (1/16 for the
+    bundled digits' counts, none for floats), ``false`` none."""
+    normalize: NormalizeConfig | None = None
+    augment: list[AugmentConfig] = Field(default_factory=list)
+    """Training only: Keras image preprocessing layers by name, drawn per (seed, epoch, sample)."""
+    feed: Annotated[Literal["auto"] | Feed, words(Feed, auto=True)] = "auto"
+    """How batches reach the step: whole (``batch``), or streamed one sub-batch at a time (``sub_batch``), when
+    the batch itself does not fit; ``auto`` follows the memory estimate."""
+
+    @field_validator("path")
+    @classmethod
+    def _read_by_the_source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not cls.reads_path:
+            raise ValueError(f"is not used by data.name: {info.data.get('name')}")
+        return value
+
+    @field_validator("rescale", mode="before")
+    @classmethod
+    def _factor(cls, value: Any) -> Any:
+        if value is False or value == "auto":  # not `in`: 0 == False would let a factor of 0 through
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError("must be 'auto', false, or a positive factor such as 0.00392156862745098 (1/255)")
+        return float(value)
+
+    @field_validator("validation_split", mode="before")
+    @classmethod
+    def _fraction_or_test(cls, value: Any) -> Any:
+        if value == "test":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+            raise ValueError("must be a fraction in [0, 1) or 'test' (the dataset's test split)")
+        return float(value)
+
+    def reading(self, path: str) -> DataSection:
+        """The same source reading ``path`` instead, all of it (no validation split): what ``evaluate --data``
+        scores."""
+        return self.model_copy(update={"path": path, "validation_split": 0.0})
+
+    @property
+    def cache_wrapper(self) -> tuple[CacheMode, str]:
+        """``data.cache`` where a cache wraps the source's splits (:mod:`accumrun.data.cache`): its mode and
+        ``cache_dir``; ``none`` where the source takes no cache or its loader reads it (a table, a corpus)."""
+        return CacheMode.NONE, ""
+
+    @property
+    def validation_file(self) -> str | None:
+        """``data.validation_path``, where the source reads one."""
+        return None
+
+    @property
+    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
+        """The tokenizer and sequence length of a source whose samples are text; None for any other."""
+        return None
+
+    @property
+    def token_bucket(self) -> int | None:
+        """``bucket`` of a source of token ids (bucketed padding), else None."""
+        return None
+
+    @property
+    def id_column(self) -> str | None:
+        """The column that names each row (a CSV's ``id``), else None."""
+        return None
+
+    @property
+    def named_columns(self) -> tuple[str | None, ...]:
+        """The columns that hold something else than a feature (a CSV's labels and id)."""
+        return ()
+
+
+class SampleWeights(Section):
+    """``data.weight``, for the sources whose samples can carry a weight each."""
+
+    weight: str | None = Field(None, min_length=1)
+    """Where each sample's weight is: an npz array (``w``, or ``w_train`` and ``w_test`` beside ``x_train``), a
+    CSV column (then no feature), a TFRecord float feature. Each sample's loss is multiplied by it."""
+
+
+class FileSourceConfig(DataSection):
+    """A source that reads files the user names: ``path``, and ``validation_path`` to validate on instead of
+    ``validation_split``."""
+
+    path: str = Field(min_length=1)
+    validation_path: str | None = None
+    """A second folder or file of the same kind to validate on, instead of ``validation_split``."""
+
+    def reading(self, path: str) -> DataSection:
+        return self.model_copy(update={"path": path, "validation_path": None, "validation_split": 0.0})
+
+    @property
+    def validation_file(self) -> str | None:
+        return self.validation_path
+
+
+class ImageSourceConfig(DataSection):
+    """A source of encoded images, decoded and resized to ``image_size`` as they stream."""
+
+    images = True
+
+    needs = {"image_size": "[height, width] to resize images to"}
+    image_size: list[int]
+    """``[height, width]`` to resize every image to after decoding."""
+    color_mode: Annotated[ColorMode, words(ColorMode)] = ColorMode.RGB
+    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
+    """Keep the decoded, resized images: ``memory`` decodes each split once at load, ``disk`` writes them under
+    ``cache_dir`` for this run and the next ones over the same files (see :mod:`accumrun.data.cache`)."""
+    cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
+    """Where ``cache: disk`` writes (``~`` is expanded): one folder per split, named by its files and the decode
+    settings."""
+
+    @field_validator("image_size", mode="before")
+    @classmethod
+    def _two_positive_integers(cls, value: Any) -> Any:
+        if (
+            not isinstance(value, list)
+            or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+        ):
+            raise ValueError("must be two positive integers [height, width]")
+        return value
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``image_size`` as ``(height, width)``."""
+        height, width = self.image_size
+        return height, width
+
+    @property
+    def channels(self) -> int:
+        """Channels of a decoded image: 3 for ``rgb``, 1 for ``grayscale``."""
+        return 3 if self.color_mode == ColorMode.RGB else 1
+
+    @property
+    def cache_wrapper(self) -> tuple[CacheMode, str]:
+        return self.cache, self.cache_dir
+
+
+DEFAULT_SEQUENCE_LENGTH = 256
+
+
+def none_or_memory(value: Any, source: str, samples: str) -> Any:
+    """``cache`` of a text source: token ids in memory, or the ``samples`` streamed; never on disk."""
+    if value is CacheMode.DISK:
+        raise ValueError(f"{source} keeps token ids in memory or streams its {samples}: none or memory")
+    return value
+
+
+def refuse_image_keys(section: DataSection) -> None:
+    """Refuse ``normalize`` and ``augment`` on a source of text or token ids."""
+    for key in ("normalize", "augment"):
+        if getattr(section, key):
+            raise ValueError(f"{key} applies to images and arrays, not to text")

@@ -1,0 +1,151 @@
+"""The ``data.tokenizer`` sections: one per tokenizer, chosen by ``name``, each saying what decides its ids (for
+a cache of them, :mod:`accumrun.data.corpus`). The tokenizers themselves are in :mod:`accumrun.data.tokenizers`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
+
+from accumrun.sections import Section, listed
+
+
+class _Tokenizer(Section):
+    """What every ``data.tokenizer`` section tells a cache of its ids (:mod:`accumrun.data.corpus`)."""
+
+    keras_hub: ClassVar[bool] = False
+    """Whether the ids are KerasHub's (its version then decides them too)."""
+
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        """What decides the ids this tokenizer gives: its settings, and the content of the files it reads (hashed
+        by ``file_hash``)."""
+        raise NotImplementedError
+
+
+class ByteTokenizerConfig(_Tokenizer):
+    """``tokenizer: {name: byte}``: each UTF-8 byte is a token (ids 1 to 256; 0 pads), no vocabulary to learn."""
+
+    name: Literal["byte"]
+
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        return {"name": self.name}
+
+
+class CharacterTokenizerConfig(_Tokenizer):
+    """``tokenizer: {name: character}``: each Unicode code point ``c`` is a token, id ``c + 2`` when that is below
+    ``vocabulary_size``, else 1 (unknown); 0 pads. No vocabulary to learn: the default 258 ids cover Latin-1
+    (U+0000 to U+00FF); 65,538 would cover the Basic Multilingual Plane."""
+
+    name: Literal["character"]
+    vocabulary_size: int = Field(258, ge=3)
+    """Ids in all, padding's 0 and unknown's 1 among them."""
+
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        return {"name": self.name, "vocabulary_size": self.vocabulary_size}
+
+
+MIN_LEARNED_VOCABULARY = 100
+"""The least ``vocabulary_size`` a learned WordPiece vocabulary may have: the learner keeps the single characters
+first (with and without ``##``), and below about this many ids it cuts them, and text becomes unknown tokens."""
+
+
+class WordPieceTokenizerConfig(_Tokenizer):
+    """``tokenizer: {name: word_piece, vocabulary: FILE}``: KerasHub's WordPiece over a vocabulary file, one token
+    per line, its first line the padding token (id 0, as ``[PAD]`` is in BERT's); or ``{name: word_piece,
+    vocabulary_size: N}``: a vocabulary of at most N tokens learned from the training split's texts (``[PAD]``
+    first, then ``[UNK]``) and saved in the run folder (:mod:`accumrun.data.vocabulary`)."""
+
+    keras_hub = True
+    name: Literal["word_piece"]
+    vocabulary: str | None = Field(None, min_length=1)
+    vocabulary_size: int | None = Field(None, ge=MIN_LEARNED_VOCABULARY)
+    lowercase: bool = True
+    _tokens: tuple[str, ...] | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _one_vocabulary(self) -> WordPieceTokenizerConfig:
+        if (self.vocabulary is None) == (self.vocabulary_size is None):
+            raise ValueError(
+                "set one of vocabulary (a file) and vocabulary_size (learned from the training texts)"
+                + (", not both" if self.vocabulary is not None else "")
+            )
+        return self
+
+    @property
+    def learned(self) -> bool:
+        """Whether the vocabulary is learned from the training texts (``vocabulary_size``), not read from a file."""
+        return self.vocabulary_size is not None
+
+    @property
+    def tokens(self) -> tuple[str, ...] | None:
+        """A learned vocabulary's tokens, once :func:`accumrun.data.vocabulary.settle_vocabulary` has learned or
+        read them (never from YAML: ``config.yaml`` records ``vocabulary_size``); None before, and for a file."""
+        return self._tokens
+
+    def with_tokens(self, tokens: tuple[str, ...]) -> WordPieceTokenizerConfig:
+        """This section with its learned vocabulary's ``tokens`` settled."""
+        settled = self.model_copy()
+        settled._tokens = tokens
+        return settled
+
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        identity: dict[str, object] = {"name": self.name, "lowercase": self.lowercase}
+        if self.tokens is not None:
+            identity["tokens"] = hashlib.sha256("\n".join(self.tokens).encode()).hexdigest()
+        else:
+            assert self.vocabulary is not None  # the schema takes one of the two
+            identity["vocabulary"] = file_hash(Path(self.vocabulary))
+        return identity
+
+
+class PresetTokenizerConfig(_Tokenizer):
+    """``tokenizer: {name: preset, path: FOLDER}``: the tokenizer of a KerasHub preset saved in a local folder (its
+    ``tokenizer.json`` and assets); its id 0 must be its padding token."""
+
+    keras_hub = True
+    name: Literal["preset"]
+    path: str = Field(min_length=1)
+
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        folder = Path(self.path)
+        files = [folder / "tokenizer.json", *sorted((folder / "assets").rglob("*"))]
+        return {"name": self.name, "files": {str(f.relative_to(folder)): file_hash(f) for f in files if f.is_file()}}
+
+
+TOKENIZERS: dict[str, type[Section]] = {
+    "byte": ByteTokenizerConfig,
+    "character": CharacterTokenizerConfig,
+    "word_piece": WordPieceTokenizerConfig,
+    "preset": PresetTokenizerConfig,
+}
+"""Every ``data.tokenizer.name`` and its section."""
+
+
+class UnknownTokenizerConfig(_Tokenizer):
+    model_config = ConfigDict(extra="allow")
+    name: Any
+
+    @field_validator("name")
+    @classmethod
+    def _reject(cls, value: Any) -> Any:
+        raise ValueError(f"input should be {listed(list(TOKENIZERS))}")
+
+
+def _tokenizer_kind(value: Any) -> str:
+    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+    return name if isinstance(name, str) and name in TOKENIZERS else "unknown"
+
+
+TokenizerConfig = Annotated[
+    Annotated[ByteTokenizerConfig, Tag("byte")]
+    | Annotated[CharacterTokenizerConfig, Tag("character")]
+    | Annotated[WordPieceTokenizerConfig, Tag("word_piece")]
+    | Annotated[PresetTokenizerConfig, Tag("preset")]
+    | Annotated[UnknownTokenizerConfig, Tag("unknown")],
+    Discriminator(_tokenizer_kind),
+]
+"""``data.tokenizer``: one section per tokenizer, chosen by ``name``."""
