@@ -13,7 +13,7 @@ from accumrun import train
 from accumrun.config.schema import data_config
 from accumrun.data.dataset import load_dataset
 from accumrun.data.splits import Split
-from accumrun.errors import DataError
+from accumrun.errors import ConfigError, DataError
 from tests.helpers import invoke, max_difference, write_config
 
 TEXT = "The cat sees the moon. Naïve café, crème brûlée; emoji 😀 and Ωμέγα ≈ √2 €.\n" * 3
@@ -130,3 +130,11 @@ def test_make_example_tokens_writes_files_that_load(tmp_path: Path) -> None:
 def test_missing_token_file_is_a_data_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="token file not found"):
         load_dataset(data_config(name="tokens", path=str(tmp_path / "none.bin"), vocabulary_size=9), seed=0)
+
+
+def test_a_decoding_tokenizer_must_have_one_id_more_than_the_file(tmp_path: Path) -> None:
+    _, tokens = byte_files(tmp_path)
+    section = {"name": "tokens", "path": str(tokens), "vocabulary_size": 256, "sequence_length": 8}
+    assert load_dataset(data_config(**section, tokenizer={"name": "byte"}), seed=0).vocabulary_size == 257
+    with pytest.raises(ConfigError, match=r"has 300 ids with padding; .* decoded by one of 257 \(got 'character'\)"):
+        load_dataset(data_config(**section, tokenizer={"name": "character", "vocabulary_size": 300}), seed=0)

@@ -20,7 +20,7 @@ import numpy as np
 from accumrun.data.section import DataSection
 from accumrun.data.sources import SOURCES
 from accumrun.data.splits import ArraySplit, Split, Splits, hold_out, seeded_hold_out
-from accumrun.data.splits import epoch_order as epoch_order  # the feeder reads the order from here too
+from accumrun.data.splits import epoch_order as epoch_order  # tests read the order from here
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
 

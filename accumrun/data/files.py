@@ -81,7 +81,8 @@ class ImageFiles(_LabelledFiles, EncodedImages):
 
     def cache_identity(self) -> tuple[dict[str, Any], list[str]]:
         settings = {"source": "image files", "image_size": list(self.image_size), "channels": self.channels}
-        return settings, [str(path) for path in self.paths]
+        # Sorted: the key names the files, whichever side of the hold-out listed them in which order.
+        return settings, sorted(str(path) for path in self.paths)
 
     def _decode(self, raw: tf.Tensor) -> tf.Tensor:
         import tensorflow as tf

@@ -12,7 +12,6 @@ device as such; the model's input layers cast and rescale them, one sub-batch at
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,10 +23,6 @@ from accumrun.data.source import Source
 from accumrun.data.source import epoch_order as epoch_order
 from accumrun.errors import DataError
 from accumrun.kinds import Task
-
-if TYPE_CHECKING:
-    pass
-
 
 Split = Source
 """One split of a dataset, as a source gives it (or ``data.cache`` keeps it)."""

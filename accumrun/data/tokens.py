@@ -24,7 +24,8 @@ from accumrun.data.corpus import CorpusWindows, window_starts
 from accumrun.data.section import DEFAULT_SEQUENCE_LENGTH, FileSourceConfig, refuse_image_keys
 from accumrun.data.splits import Splits
 from accumrun.data.tokenizer_sections import TokenizerConfig
-from accumrun.errors import DataError
+from accumrun.data.tokenizers import tokenizer_for
+from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import Task
 
 
@@ -45,7 +46,8 @@ class TokensConfig(FileSourceConfig):
     stride: int | None = Field(None, ge=1)
     """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
     tokenizer: TokenizerConfig | None = None
-    """For decoding only (``generate``, ``predict``): the tokenizer whose ids, shifted up by one, the file holds."""
+    """For decoding only (``generate``): the tokenizer whose ids are the file's shifted up by one (its 0 pads), so
+    of ``vocabulary_size + 1`` ids."""
 
     @model_validator(mode="after")
     def _no_image_keys(self) -> TokensConfig:
@@ -77,7 +79,17 @@ def load_tokens(config: TokensConfig, seed: int) -> Splits:
     Raises:
         DataError: a file is missing, empty, not a whole number of ids, shorter than one window, or holds an id at
             or above ``vocabulary_size``.
+        ConfigError: ``data.tokenizer`` has not ``vocabulary_size + 1`` ids, so it would not decode the file's.
     """
+    if config.tokenizer is not None:
+        ids = tokenizer_for(config.tokenizer).vocabulary_size
+        if ids != config.vocabulary_size + 1:
+            raise ConfigError(
+                "data.tokenizer",
+                f"has {ids:,} ids with padding; a file of data.vocabulary_size {config.vocabulary_size:,} is decoded "
+                f"by one of {config.vocabulary_size + 1:,}",
+                config.tokenizer.name,
+            )
     train = token_windows(config, config.path, "data.path")
     test = token_windows(config, config.validation_path, "data.validation_path") if config.validation_path else None
     return Splits(train, test, vocabulary_size=config.vocabulary_size + 1, task=Task.CAUSAL_LM)

@@ -58,18 +58,21 @@ def build_trainer(
     hooks: list[Hook] = [PreciseStatistics(recompute)] if recompute is not None else []
     if setup.dataset.val_size:
         hooks.append(Validation(_validation(setup, sub_batch_size), cadence))
+    metric_names = setup.objective.metric_names
+    output = config.output
+    # Before the non-finite policy, which may stop the run: the good updates of its call are logged first.
+    hooks.append(TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates, metric_names))
     hooks.append(
         NonFinitePolicy(config.training.on_nonfinite, loss_scaled=setup.loss_scaled, store=run.store, echo=echo)
     )
     if show_progress:
         hooks.append(ProgressBars(len(plan), cadence.epochs))
-    metric_names = setup.objective.metric_names
     epoch_log = EpochLog(run.folder, epochs=cadence.epochs, metric_names=metric_names, echo=echo)
-    output = config.output
+    controlling = Controlling(controls, setup.optimizer, save_best)
     hooks += [
-        Controlling(controls, setup.optimizer, save_best),
-        TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates, metric_names),
+        controlling,
         epoch_log,
+        controlling.acting,
         Checkpointing(
             run.store,
             seconds=output.checkpoint_seconds,

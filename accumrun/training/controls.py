@@ -135,8 +135,9 @@ class Controls:
 
 
 class Controlling(Hook):
-    """The controls as a hook: after each epoch's row, stop the run, keep the best model (``save_best``) and set
-    the next epoch's learning rate, as ``controls`` decide; their notes print after the row's line."""
+    """The controls as a hook: after each epoch's row is built, stop the run as ``controls`` decide, with their
+    notes to print after the row's line; once the row is written and shown, :attr:`acting` keeps the best model
+    (``save_best``) and sets the next epoch's learning rate, so a failed save never loses the row."""
 
     def __init__(
         self, controls: Controls, optimizer: keras.optimizers.Optimizer, save_best: Callable[[], object]
@@ -144,16 +145,34 @@ class Controlling(Hook):
         self._controls = controls
         self._optimizer = optimizer
         self._save_best = save_best
+        self._decided: Decision | None = None
+        self.acting: Hook = _Acting(self)
+        """The hook that carries out the decision: placed after the epoch log."""
 
     def on_epoch_end(self, end: EpochEnd) -> None:
         decision = self._controls.after_epoch(end.row, end.row.learning_rate)
         if decision.stop is not None:
             end.stop(decision.stop)
         end.notes.extend(decision.notes)
+        self._decided = decision
+
+    def act(self) -> None:
+        """Keep the best model and set the learning rate, as the last epoch's decision says."""
+        decision, self._decided = self._decided, None
+        if decision is None:
+            return
         if decision.keep_best:
             self._save_best()
         if decision.learning_rate is not None:
             self._optimizer.learning_rate = decision.learning_rate
+
+
+class _Acting(Hook):
+    def __init__(self, controlling: Controlling) -> None:
+        self._controlling = controlling
+
+    def on_epoch_end(self, end: EpochEnd) -> None:
+        self._controlling.act()
 
 
 def _watch(watched: Watched | None, min_delta: float) -> Watch | None:

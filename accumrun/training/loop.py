@@ -12,6 +12,7 @@ folder.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -71,8 +72,12 @@ class Trainer:
                 updates, seconds = self._call(position)
                 position, stopped = self._take(updates, seconds, position)
                 self._host(CallEnd(position=position, updates=updates, ended=self._ended(position, stopped)))
-        finally:
-            self.hooks.on_stop(stopped)
+        except BaseException:
+            # The hooks still let go (bars, signal handlers, files), but the run's own exception is what surfaces.
+            with contextlib.suppress(Exception):
+                self.hooks.on_stop(None)
+            raise
+        self.hooks.on_stop(stopped)
         return self.rows
 
     def _ended(self, position: Position, stopped: str | None) -> bool:
