@@ -113,10 +113,12 @@ def datasets(files: dict[str, str]) -> Callable[[str, str], Dataset]:
     return dataset
 
 
-def streamed(split: Source, epoch: int, skip: int = 0, shuffle: bool = True) -> Stream:
-    """The split's stream for ``epoch`` of :data:`SEED`, as arrays."""
+def streamed(split: Source, epoch: int, skip: int = 0, shuffle: bool = True, blocks: bool = False) -> Stream:
+    """The split's stream for ``epoch`` of :data:`SEED`, as arrays; with ``blocks``, read as its blocks (what the
+    feeder cuts into chunks) instead."""
     indices, x, y, w = [], [], [], []
-    for index, sample, target in split.stream(epoch, SEED, shuffle, skip).batch(64).as_numpy_iterator():
+    read = split.blocks(epoch, SEED, shuffle, skip) if blocks else split.stream(epoch, SEED, shuffle, skip).batch(64)
+    for index, sample, target in read.as_numpy_iterator():
         weighted = hasattr(target, "weights")
         indices.append(index)
         x.append(sample)
@@ -148,6 +150,7 @@ def test_the_same_stream_for_a_seed_and_epoch_with_any_cache(
     assert_same(first, streamed(plain.train, 0))
     assert_same(second, streamed(plain.train, 1))
     assert_same(first, streamed(dataset.train, 0))  # read again: the same
+    assert_same(first, streamed(dataset.train, 0, blocks=True))  # and as the feeder reads it, in blocks
     assert sorted(first[0].tolist()) == sorted(second[0].tolist()) == sorted(dataset.train.indices.tolist())
     assert first[0].tolist() == dataset.train.order(0, SEED, True).tolist()  # the order, known without reading
     assert first[0].tolist() != second[0].tolist()  # each epoch has an order of its own
@@ -172,6 +175,7 @@ def test_a_stream_continued_from_a_skip_reads_on(
     whole = streamed(split, 1)
     resumed = streamed(split, 1, skip=3)
     assert_same(resumed, tuple(None if part is None else part[3:] for part in whole))  # type: ignore[arg-type]
+    assert_same(streamed(split, 1, skip=3, blocks=True), resumed)
 
 
 @pytest.mark.parametrize(("kind", "cache"), CASES)

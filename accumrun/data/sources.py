@@ -40,7 +40,7 @@ SectionT = TypeVar("SectionT", bound=DataSection)
 
 
 @dataclass(frozen=True)
-class Source(Generic[SectionT]):
+class Registered(Generic[SectionT]):
     """One ``data.name``: the section of keys it reads, its loader (which takes that section and the seed), and
     its download."""
 
@@ -49,20 +49,20 @@ class Source(Generic[SectionT]):
     download: Download | None = None
 
 
-SOURCES: dict[str, Source[Any]] = {
-    "digits": Source(DigitsConfig, load_digits),
-    "npz": Source(NpzConfig, load_npz),
-    "mnist": Source(IdxConfig, load_idx_folder, DOWNLOADS["mnist"]),
-    "fashion_mnist": Source(IdxConfig, load_idx_folder, DOWNLOADS["fashion_mnist"]),
-    "synthetic": Source(SyntheticConfig, load_synthetic),
-    "image_folder": Source(ImageFolderConfig, load_image_folder),
-    "tfrecord": Source(TfrecordConfig, load_tfrecord),
-    "csv": Source(CsvConfig, load_csv),
-    "tfds": Source(TfdsConfig, load_tfds),
-    "text_folder": Source(TextFolderConfig, load_text_folder),
-    "text_corpus": Source(TextCorpusConfig, load_text_corpus),
-    "jsonl": Source(JsonlConfig, load_jsonl),
-    "tokens": Source(TokensConfig, load_tokens),
+SOURCES: dict[str, Registered[Any]] = {
+    "digits": Registered(DigitsConfig, load_digits),
+    "npz": Registered(NpzConfig, load_npz),
+    "mnist": Registered(IdxConfig, load_idx_folder, DOWNLOADS["mnist"]),
+    "fashion_mnist": Registered(IdxConfig, load_idx_folder, DOWNLOADS["fashion_mnist"]),
+    "synthetic": Registered(SyntheticConfig, load_synthetic),
+    "image_folder": Registered(ImageFolderConfig, load_image_folder),
+    "tfrecord": Registered(TfrecordConfig, load_tfrecord),
+    "csv": Registered(CsvConfig, load_csv),
+    "tfds": Registered(TfdsConfig, load_tfds),
+    "text_folder": Registered(TextFolderConfig, load_text_folder),
+    "text_corpus": Registered(TextCorpusConfig, load_text_corpus),
+    "jsonl": Registered(JsonlConfig, load_jsonl),
+    "tokens": Registered(TokensConfig, load_tokens),
 }
 """Every dataset name the config accepts, in the order the docs list them."""
 
