@@ -1,7 +1,5 @@
-"""Loading a config: YAML file (or mapping) < ``--set`` overrides, validated, with every problem listed at once.
-
-Each problem names its key path, what is wrong and the value given. Resuming a run loads its saved
-``config.yaml`` and refuses changes to anything the run's updates depend on.
+"""Loading a config: YAML file (or mapping) < ``--set`` overrides, validated, with every problem listed at once,
+each naming its key path, what is wrong and the value given. Resuming refuses changes the run's updates depend on.
 """
 
 from __future__ import annotations
@@ -34,11 +32,8 @@ if TYPE_CHECKING:
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 as PyYAML reads it, except that ``1e-3`` is a float, as YAML 1.2 and most YAML-based tools have it.
-
-    PyYAML's 1.1 float pattern needs a dot in the mantissa and a sign in the exponent, so it reads ``1e-3`` and
-    ``5e4`` as strings, and a learning rate written that way would be refused as "not a number".
-    """
+    """YAML 1.1 as PyYAML reads it, except that ``1e-3`` and ``5e4`` are floats (as in YAML 1.2), not strings: a
+    learning rate written that way would be refused as "not a number"."""
 
 
 _Loader.add_implicit_resolver(
@@ -71,17 +66,15 @@ def load_config(source: str | Path | dict[str, Any], overrides: Sequence[str] = 
     return config
 
 
-# What may change when a run is resumed: more epochs, where and how often it writes, the devices it runs on
-# (the replicas share each global batch, so the updates do not depend on how many there are), how many updates a
-# compiled call runs (the same updates, bit for bit), and where decoded images are kept (data.cache gives the
+# What may change on resuming, as the updates do not depend on it: the epochs, what is written, the devices (the
+# replicas share each global batch), the updates per compiled call (bit for bit the same) and data.cache (the
 # pixels decoding gives, byte for byte).
 _RESUMABLE_CHANGES = ("training.epochs", "training.updates_per_call", "output.", "distribute.", "data.cache")
 
 
 def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
     """The config to resume the run in ``run_dir`` with: its saved ``config.yaml``, or ``config_path``, plus
-    ``overrides``. Only ``training.epochs``, ``training.updates_per_call``, ``output.*``, ``distribute.*``,
-    ``data.cache`` and ``data.cache_dir`` may differ from the config the run started with.
+    ``overrides``; only the keys of ``_RESUMABLE_CHANGES`` may differ from the config the run started with.
 
     Raises:
         ConfigError: ``run_dir`` is not a run directory, or the config changes something the run depends on.
@@ -96,8 +89,8 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     if isinstance(saved.data, NpzConfig) and "rescale" not in (raw.get("data") or {}):
         # A run from before data.rescale, when npz samples reached the model as the file held them.
         saved = saved.model_copy(update={"data": saved.data.model_copy(update={"rescale": False})})
-    # A run from before a training mode key trained as its old behaviour, which it resumes with: BatchNorm as
-    # sub_batch does, and random layers drawing per sub-batch.
+    # A run from before a training mode key trained, and resumes, as before it: BatchNorm as sub_batch does, and
+    # random layers drawing per sub-batch.
     before_the_key = {"batch_norm": BatchNormMode.SUB_BATCH, "random_draws": RandomDraws.PER_SUB_BATCH}
     old = {key: mode for key, mode in before_the_key.items() if key not in (raw.get("training") or {})}
     saved = saved.model_copy(update={"training": saved.training.model_copy(update=old)})
@@ -129,9 +122,8 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
 
 
 def _with_settled(config: Config, saved: Config) -> Config:
-    """``config`` with what it leaves to accumrun (``auto`` or unset) taken from the run's ``saved`` config, which
-    records what the run settled on: the subdivisions, the task, the rescale factor, the feed, the loss and its
-    ``from_logits``, the metrics."""
+    """``config`` with what it leaves to accumrun (``auto`` or unset) taken from what the run settled on, as its
+    ``saved`` config records it."""
     if config.training.fixed_subdivisions is None:
         config = config.with_subdivisions(saved.training.subdivisions)
     data = config.data.model_copy(

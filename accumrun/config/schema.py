@@ -1,23 +1,22 @@
 """The config schema: one pydantic model per YAML section, with the per-key rules, and the rules that span keys.
 
-``data`` and ``model`` are unions chosen by ``name``: each data source and each kind of model has its own
-section, so a key that the chosen one does not read is refused here. The data sources' sections live beside their
-loaders and are registered in :data:`accumrun.data.sources.SOURCES`, from which the ``data`` union is built. The
-closed sets (task, BatchNorm mode, feed, ...) parse into the enums of :mod:`accumrun.kinds`, with ``auto`` beside
-them where a key allows it, and are written back as their words. Loading, overrides and error messages are in
-:mod:`accumrun.config.loading`. Neither this module nor the data modules it imports load TensorFlow or Keras, so
-``check`` and ``--help`` stay fast.
+``data`` and ``model`` are unions chosen by ``name``, so a key the chosen section does not read is refused; the data
+sections live beside their loaders, registered in :data:`accumrun.data.sources.SOURCES`. Closed sets parse into the
+enums of :mod:`accumrun.kinds` and are written back as their words. Loading and messages are in
+:mod:`accumrun.config.loading`. Nothing here imports TensorFlow, so ``check`` and ``--help`` stay fast.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator, model_validator
+from pydantic.functional_validators import BeforeValidator
 
 from accumrun.data.arrays import DigitsConfig
-from accumrun.data.section import DataSection
+from accumrun.data.section import DataSection, Keywords
 from accumrun.data.sources import DATA_SECTIONS
 from accumrun.data.tokenizer_sections import TOKENIZERS, UnknownTokenizerConfig
 from accumrun.errors import describe
@@ -84,8 +83,7 @@ class MlpConfig(Section):
 
 
 class TransformerConfig(Section):
-    """``name: transformer``: a Transformer encoder over token ids (a text source's), pooled over the real tokens
-    into logits."""
+    """``name: transformer``: a Transformer encoder over token ids, pooled over the real tokens into logits."""
 
     name: Literal["transformer"]
     layers: int = Field(2, ge=1)
@@ -100,21 +98,19 @@ class TransformerConfig(Section):
         return self
 
 
-class CustomModelConfig(BaseModel):
+class CustomModelConfig(Keywords):
     """``name: package.module:function``; every other key is passed to the function as a keyword."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
     name: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 APPLICATION_PREFIX = "keras.applications."
 
 
-class ApplicationConfig(BaseModel):
+class ApplicationConfig(Keywords):
     """``name: keras.applications.<Constructor>``: a Keras application, by default without its classifier and
     with a new head sized to the task; every other key is passed to the constructor (``alpha``, ...)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
     name: str = Field(pattern=r"^keras\.applications\.[A-Za-z_]\w*$")
     weights: str | None = None
     """None (random), ``imagenet`` (Keras downloads them) or the path of a weights file."""
@@ -127,22 +123,16 @@ class ApplicationConfig(BaseModel):
         """The constructor's name in ``keras.applications``, such as ``MobileNetV2``."""
         return self.name.removeprefix(APPLICATION_PREFIX)
 
-    @property
-    def keywords(self) -> dict[str, Any]:
-        """The constructor's other keyword arguments."""
-        return dict(self.model_extra or {})
-
 
 KERAS_HUB_PREFIX = "keras_hub.models."
 
 
-class KerasHubConfig(BaseModel):
+class KerasHubConfig(Keywords):
     """``name: keras_hub.models.<Name>Backbone``: a KerasHub backbone over token ids, with a head for the task;
     ``preset`` loads one from a local folder, else every other key is passed to the constructor (randomly
     initialized; ``vocabulary_size`` and ``max_sequence_length`` default to the tokenizer's and
     ``data.sequence_length``)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
     name: str = Field(pattern=r"^keras_hub\.models\.[A-Za-z_]\w*$")
     preset: str | None = None
     """A folder that ``save_to_preset`` wrote (nothing is downloaded)."""
@@ -151,11 +141,6 @@ class KerasHubConfig(BaseModel):
     def constructor(self) -> str:
         """The class name in ``keras_hub.models``, such as ``GPT2Backbone``."""
         return self.name.removeprefix(KERAS_HUB_PREFIX)
-
-    @property
-    def keywords(self) -> dict[str, Any]:
-        """The constructor's keyword arguments."""
-        return dict(self.model_extra or {})
 
     @model_validator(mode="after")
     def _preset_or_keys(self) -> KerasHubConfig:
@@ -198,15 +183,15 @@ MODEL_SECTIONS: dict[str, type[BaseModel]] = {
 
 def _model_kind(value: Any) -> str:
     name = value.get("name", "darknet_cnn") if isinstance(value, dict) else getattr(value, "name", None)
+    if not isinstance(name, str):
+        return "unknown"
     if name in ("darknet_cnn", "mlp", "saved", "transformer"):
-        return str(name)
-    if isinstance(name, str) and name.startswith(APPLICATION_PREFIX):
+        return name
+    if name.startswith(APPLICATION_PREFIX):
         return "application"
-    if isinstance(name, str) and name.startswith(KERAS_HUB_PREFIX):
+    if name.startswith(KERAS_HUB_PREFIX):
         return "keras_hub"
-    if isinstance(name, str) and ":" in name:
-        return "custom"
-    return "unknown"
+    return "custom" if ":" in name else "unknown"
 
 
 ModelConfig = Annotated[
@@ -222,41 +207,27 @@ ModelConfig = Annotated[
 ]
 
 
-class LossConfig(BaseModel):
+class LossConfig(Keywords):
     """The loss: any ``keras.losses`` loss by snake_case or class name, or ``package.module:function`` returning
-    one value per sample; other keys (``label_smoothing``, ``delta``, ``from_logits``, ...) are its keywords.
-    Unset, it follows the task: sparse categorical cross-entropy for class labels, binary cross-entropy for
-    multi-label targets; regression needs one named."""
+    one value per sample; other keys (``label_smoothing``, ``delta``, ...) are its keywords. Unset, it follows the
+    task: sparse categorical cross-entropy for class labels, binary cross-entropy for multi-label targets;
+    regression needs one named."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
     name: str | None = None
     from_logits: bool | None = None
     """Unset, it is read from the model: False when its output layer is a softmax or sigmoid."""
 
-    @property
-    def keywords(self) -> dict[str, Any]:
-        """The loss's other keyword arguments (``from_logits`` is decided separately)."""
-        return dict(self.model_extra or {})
 
-
-class MetricConfig(BaseModel):
+class MetricConfig(Keywords):
     """A ``keras.metrics`` metric by name, with its keyword arguments: ``{name: top_k_categorical_accuracy, k: 5}``."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
     name: str
-
-    @property
-    def keywords(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
 
 
 MetricEntry = str | MetricConfig
 
 
-UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
-    "model": MODEL_SECTIONS,
-    "data": {**_DATA_UNION},
-}
+UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {"model": MODEL_SECTIONS, "data": {**_DATA_UNION}}
 """The sections of each union by their tag, which pydantic adds to an error's location."""
 KEY_UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
     "tokenizer": {**TOKENIZERS, "unknown": UnknownTokenizerConfig}
@@ -292,8 +263,7 @@ class EarlyStoppingConfig(Watched):
 
 class ReduceOnPlateauConfig(Watched):
     """Multiply the learning rate by ``factor`` when ``monitor`` has not improved by more than ``min_delta`` for
-    ``patience`` epochs; then wait ``cooldown`` epochs; never below ``min_lr``. A change applies from the next
-    epoch's first update."""
+    ``patience`` epochs, then wait ``cooldown`` epochs; never below ``min_lr``. It applies from the next epoch."""
 
     factor: float = Field(0.5, gt=0, lt=1)
     patience: int = Field(3, ge=1)
@@ -306,10 +276,21 @@ class KeepBestConfig(Watched):
     """Keep ``model.best.keras`` from the epoch with the best ``monitor``."""
 
 
+def _int_or(word: str, meaning: str) -> BeforeValidator:
+    """A positive integer or ``word``, whose ``meaning`` the message gives."""
+
+    def check(value: Any) -> Any:
+        if value != word and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"must be a positive integer or {word!r} ({meaning})")
+        return value
+
+    return BeforeValidator(check)
+
+
 class TrainingConfig(Section):
     epochs: int = Field(10, ge=1)
-    batch_size: int | Literal["full"] = 256
-    subdivisions: int | Literal["auto"] = 1
+    batch_size: Annotated[int | Literal["full"], _int_or("full", "the whole training set")] = 256
+    subdivisions: Annotated[int | Literal["auto"], _int_or("auto", "find the fewest that fit in memory")] = 1
     max_sub_batch: int | None = Field(None, ge=1)
     drop_remainder: bool = False
     on_nonfinite: Annotated[OnNonFinite, words(OnNonFinite)] = OnNonFinite.STOP
@@ -317,24 +298,21 @@ class TrainingConfig(Section):
     precision: Annotated[Precision, words(Precision)] = Precision.FLOAT32
     early_stopping: EarlyStoppingConfig | None = None
     batch_norm: Annotated[BatchNormMode, words(BatchNormMode)] = BatchNormMode.PER_BATCH
-    """What BatchNorm layers normalize with and when their moving statistics move (see
-    :mod:`accumrun.core.batch_norm`)."""
+    """What BatchNorm layers normalize with, and when their moving statistics move (:mod:`accumrun.core.batch_norm`)."""
     random_draws: Annotated[RandomDraws, words(RandomDraws)] = RandomDraws.PER_SAMPLE
-    """How dropout and noise layers draw in training (see :mod:`accumrun.core.seeds`): ``per_sample`` makes
-    subdivided training equal plain training with them; ``per_sub_batch`` is how runs before it drew."""
+    """How dropout and noise layers draw (:mod:`accumrun.core.seeds`): ``per_sample`` makes subdivided training
+    equal plain training; ``per_sub_batch`` is how runs before it drew."""
     precise_bn_samples: int | None = Field(None, ge=1)
-    """``batch_norm: precise``: the training samples (a seeded subset) that each epoch's population statistics
-    are computed over; all of them by default."""
-    updates_per_call: int | Literal["auto"] = "auto"
-    """The most updates one compiled call may run, where the training data is held on the device; ``auto`` sizes
-    a call to about half a second of work. A call always ends where the host is needed (a checkpoint, a log point,
-    validation, an epoch's end that a control decides at)."""
+    """``batch_norm: precise``: how many training samples (a seeded subset) each epoch's population statistics are
+    computed over; all by default."""
+    updates_per_call: Annotated[int | Literal["auto"], _int_or("auto", "about half a second of work per call")] = "auto"
+    """The most updates one compiled call may run where the training data is on the device (``auto``: about half a
+    second of work). A call always ends where the host is needed (a checkpoint, a log point, validation, ...)."""
     validate_every: int = Field(1, ge=1)
     """Validate after every N-th epoch, and after the last."""
     class_weight: dict[str, float] | Literal["balanced"] | None = None
-    """Class labels only: each class's name (as ``labels.json`` records it) and the weight its samples' losses
-    are multiplied by in training (unnamed classes 1.0), or ``balanced``: n_samples / (n_classes * count) over the
-    training split. Not applied to validation, as Keras' ``class_weight``."""
+    """Class labels only: each class's weight by its name in ``labels.json`` (unnamed classes 1.0), or ``balanced``
+    (n_samples / (n_classes * count)). Training only, as Keras' ``class_weight``."""
 
     @field_validator("class_weight", mode="before")
     @classmethod
@@ -354,43 +332,15 @@ class TrainingConfig(Section):
             weights[key] = float(weight)
         return weights
 
-    @field_validator("batch_size", mode="before")
-    @classmethod
-    def _positive_or_full(cls, value: Any) -> Any:
-        if value == "full":
-            return value
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError("must be a positive integer or 'full' (the whole training set)")
-        return value
-
-    @field_validator("subdivisions", mode="before")
-    @classmethod
-    def _positive_or_auto(cls, value: Any) -> Any:
-        if value == "auto":
-            return value
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError("must be a positive integer or 'auto' (find the fewest that fit in memory)")
-        return value
-
-    @field_validator("updates_per_call", mode="before")
-    @classmethod
-    def _updates_positive_or_auto(cls, value: Any) -> Any:
-        if value == "auto":
-            return value
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError("must be a positive integer or 'auto' (about half a second of work per call)")
-        return value
-
     @property
     def fixed_subdivisions(self) -> int | None:
         """``subdivisions`` when it is a number; None while it is ``auto`` (not settled yet)."""
         return self.subdivisions if isinstance(self.subdivisions, int) else None
 
 
-class ScheduleConfig(BaseModel):
+class ScheduleConfig(Keywords):
     """A Keras learning-rate schedule by name; other keys are its keyword arguments."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
     name: str
 
 
@@ -404,10 +354,9 @@ LearningRate = Annotated[
 ]
 
 
-class OptimizerConfig(BaseModel):
+class OptimizerConfig(Keywords):
     """A Keras optimizer by name; other keys are its keyword arguments, checked when it is built."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
     name: str = "adam"
     learning_rate: LearningRate = 0.001
     reduce_on_plateau: ReduceOnPlateauConfig | None = None
@@ -420,11 +369,6 @@ class OptimizerConfig(BaseModel):
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ValueError("must be a positive number or a schedule mapping with a 'name'")
         return float(value)
-
-    @property
-    def keywords(self) -> dict[str, Any]:
-        """The keyword arguments for the optimizer besides ``name``, ``learning_rate`` and ``reduce_on_plateau``."""
-        return dict(self.model_extra or {})
 
 
 _DURATION_UNITS = {"s": 1, "min": 60, "h": 3600}
@@ -453,8 +397,8 @@ class OutputConfig(Section):
     tensorboard: bool = True
     log_every_updates: int | None = Field(None, ge=1)
     checkpoint_every: str | None = "10min"
-    """How often a checkpoint is written, as a duration; None at the end of every epoch. Whatever it says, one is
-    also written at every stop, signal and the end of the run."""
+    """How often a checkpoint is written, as a duration; None at the end of every epoch. One is also written at
+    every stop, signal and the end of the run."""
     checkpoint_every_updates: int | None = Field(None, ge=1)
     keep_checkpoints: int = Field(3, ge=1)
     keep_best: str | KeepBestConfig | None = None
@@ -481,8 +425,7 @@ class OutputConfig(Section):
 
 class DistributeConfig(Section):
     """Where the replicas of the step run: one device (``none``), the local GPUs (``mirrored``), or several hosts
-    (``multi_worker``, cluster from ``TF_CONFIG`` or Slurm). ``auto`` is ``mirrored`` with more than one GPU, else
-    ``none``."""
+    (``multi_worker``). ``auto`` is ``mirrored`` with more than one GPU, else ``none``."""
 
     strategy: Annotated[Literal["auto"] | Strategy, words(Strategy, auto=True)] = Strategy.NONE
     logical_cpus: int | None = Field(None, ge=1)
@@ -521,117 +464,41 @@ class Config(Section):
 def cross_field_problems(config: Config) -> list[str]:
     """Rules that span several keys; the per-key rules, and which keys each data source reads, live in the
     sections."""
-    return [
-        *_batch_problems(config.training),
-        *_data_problems(config.data),
-        *_weight_problems(config),
-        *_model_problems(config),
-        *_distribute_problems(config),
-    ]
+    return [describe(key, what, value) for key, what, value in _broken_rules(config)]
 
 
-def _batch_problems(training: TrainingConfig) -> list[str]:
+def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
+    """Each broken rule as the key to blame, what is wrong and the value given."""
+    training, data, model, optimizer = config.training, config.data, config.model, config.optimizer
     subdivisions = training.fixed_subdivisions
     if isinstance(training.batch_size, int) and subdivisions is not None and subdivisions > training.batch_size:
-        return [
-            describe(
-                "training.subdivisions",
-                f"cannot exceed training.batch_size ({training.batch_size}); each sub-batch needs a sample",
-                training.subdivisions,
-            )
-        ]
-    return []
-
-
-def _data_problems(data: DataSection) -> list[str]:
-    """A validation file and a validation split at once: which would validate?"""
-    files = bool(data.validation_file)
-    if files and "validation_split" in data.model_fields_set and data.validation_split != 0:
-        return [
-            describe(
-                "data.validation_split",
-                "cannot be set with data.validation_path; use one",
-                data.validation_split,
-            )
-        ]
-    return []
-
-
-def _weight_problems(config: Config) -> list[str]:
-    """Sample weights and class weights at once (Keras refuses both too), and a weight column that is already
-    the label or the id."""
-    weight = getattr(config.data, "weight", None)
-    problems = []
-    if weight is not None and config.training.class_weight is not None:
-        problems.append(
-            describe(
-                "training.class_weight",
-                "cannot be set with data.weight; multiply the class weights into the weight column or array",
-                config.training.class_weight,
-            )
-        )
-    data = config.data
+        message = f"cannot exceed training.batch_size ({training.batch_size}); each sub-batch needs a sample"
+        yield "training.subdivisions", message, subdivisions
+    # A validation file and a validation split at once: which would validate?
+    if data.validation_file and "validation_split" in data.model_fields_set and data.validation_split != 0:
+        yield "data.validation_split", "cannot be set with data.validation_path; use one", data.validation_split
+    weight = getattr(data, "weight", None)
+    if weight is not None and training.class_weight is not None:
+        # Keras refuses both too.
+        message = "cannot be set with data.weight; multiply the class weights into the weight column or array"
+        yield "training.class_weight", message, training.class_weight
     if weight is not None and weight in data.named_columns:
-        problems.append(describe("data.weight", "must be a column of its own, not the label or id column", weight))
-    return problems
-
-
-def _model_problems(config: Config) -> list[str]:
-    """The model's keys against each other, and the learning rate against the plateau control."""
-    problems = []
-    model = config.model
+        yield "data.weight", "must be a column of its own, not the label or id column", weight
     if isinstance(model, DarknetCnnConfig) and len(model.filters) != len(model.strides):
-        problems.append(
-            describe(
-                "model.strides",
-                f"needs one stride per entry of model.filters ({len(model.filters)})",
-                model.strides,
-            )
-        )
+        yield "model.strides", f"needs one stride per entry of model.filters ({len(model.filters)})", model.strides
     if isinstance(model, ApplicationConfig) and model.freeze_base and model.include_top:
-        problems.append(
-            describe("model.freeze_base", "trains a new head on a frozen base; it needs include_top: false", True)
-        )
-    optimizer = config.optimizer
+        yield "model.freeze_base", "trains a new head on a frozen base; it needs include_top: false", True
     if optimizer.reduce_on_plateau is not None and isinstance(optimizer.learning_rate, ScheduleConfig):
-        problems.append(
-            describe(
-                "optimizer.reduce_on_plateau",
-                f"cannot change a learning-rate schedule ({optimizer.learning_rate.name}); use a number",
-                optimizer.reduce_on_plateau.monitor,
-            )
-        )
-    return problems
-
-
-def _distribute_problems(config: Config) -> list[str]:
-    """What cannot run with the chosen ``distribute.strategy``."""
-    problems = []
+        message = f"cannot change a learning-rate schedule ({optimizer.learning_rate.name}); use a number"
+        yield "optimizer.reduce_on_plateau", message, optimizer.reduce_on_plateau.monitor
     distribute = config.distribute
     strategy = str(distribute.strategy)
-    if config.data.feed == Feed.SUB_BATCH and distribute.strategy not in ("auto", Strategy.NONE):
-        problems.append(
-            describe(
-                "data.feed",
-                f"sub_batch streams on one device, not with distribute.strategy: {strategy}",
-                Feed.SUB_BATCH.value,
-            )
-        )
+    if data.feed == Feed.SUB_BATCH and distribute.strategy not in ("auto", Strategy.NONE):
+        yield "data.feed", f"sub_batch streams on one device, not with distribute.strategy: {strategy}", "sub_batch"
     if distribute.logical_cpus is not None and distribute.strategy != Strategy.MIRRORED:
-        problems.append(
-            describe(
-                "distribute.logical_cpus",
-                f"splits the CPU into replicas for distribute.strategy: mirrored, not {strategy}",
-                distribute.logical_cpus,
-            )
-        )
-    if config.training.precision == Precision.MIXED_FLOAT16 and distribute.strategy != Strategy.NONE:
+        message = f"splits the CPU into replicas for distribute.strategy: mirrored, not {strategy}"
+        yield "distribute.logical_cpus", message, distribute.logical_cpus
+    if training.precision == Precision.MIXED_FLOAT16 and distribute.strategy != Strategy.NONE:
         # The replicated step does not scale the loss; float16 gradients would underflow unnoticed.
-        problems.append(
-            describe(
-                "training.precision",
-                "mixed_float16 (loss scaling) runs on one device only; use mixed_bfloat16 with distribute",
-                Precision.MIXED_FLOAT16.value,
-            )
-        )
-    return problems
+        message = "mixed_float16 (loss scaling) runs on one device only; use mixed_bfloat16 with distribute"
+        yield "training.precision", message, "mixed_float16"

@@ -1,6 +1,5 @@
 """The ``data`` keys that every source reads (:class:`DataSection`), and the pieces that several sources' sections
-share: files the user names, sample weights, encoded images, and the rules for text's keys. Each source's own
-section lives in its module beside its loader, and is registered in :mod:`accumrun.data.sources`.
+share. Each source's own section lives beside its loader, registered in :mod:`accumrun.data.sources`.
 """
 
 from __future__ import annotations
@@ -16,6 +15,17 @@ if TYPE_CHECKING:
     from accumrun.data.tokenizer_sections import TokenizerConfig
 
 
+class Keywords(BaseModel):
+    """A section naming a Keras object (or a function) whose keys besides the declared ones are its keywords."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        """The keys besides the declared ones: the keyword arguments."""
+        return dict(self.model_extra or {})
+
+
 class NormalizeConfig(Section):
     """``(x - mean) / std`` per channel, after ``rescale``: one value per channel, or one for all."""
 
@@ -23,21 +33,14 @@ class NormalizeConfig(Section):
     std: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
 
 
-class AugmentConfig(BaseModel):
-    """A Keras image preprocessing layer by name (``random_flip``, ``random_crop``, ...); other keys are its
-    keywords (``mode: horizontal``, ``height: 56``)."""
+class AugmentConfig(Keywords):
+    """A Keras image preprocessing layer by name (``random_flip``, ...); other keys are its keywords."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
     name: str
-
-    @property
-    def keywords(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
 
 
 class DataSection(Section):
-    """The ``data`` keys that every source reads; each source's section adds its own (see
-    :data:`accumrun.data.sources.SOURCES`)."""
+    """The ``data`` keys that every source reads; each source's section adds its own."""
 
     reads_path: ClassVar[bool] = True
     """Whether ``data.path`` means anything to this source; where it does not, a path is refused."""
@@ -50,21 +53,20 @@ class DataSection(Section):
 
     name: str
     path: str | None = None
-    """The npz file, IDX folder, image folder, TFRecord glob or CSV file the source reads."""
     validation_split: float | Literal["test"] = 0.1
     shuffle: bool = True
     task: Annotated[Literal["auto"] | Task, words(Task, auto=True)] = "auto"
-    """What the targets are; ``auto`` reads them (see :func:`accumrun.data.dataset.infer_task`), and makes two
-    classes binary when the model has one output unit."""
+    """``auto`` reads it from the targets (:func:`accumrun.data.dataset.infer_task`), and makes two classes binary
+    when the model has one output unit."""
     rescale: float | Literal["auto"] | bool = "auto"
-    """A factor the raw samples are multiplied by on the device: ``auto`` is 1/255 for uint8 images (1/16 for the
-    bundled digits' counts, none for floats), ``false`` none."""
+    """The factor samples are multiplied by on the device: ``auto`` is 1/255 for uint8 images (1/16 for the bundled
+    digits, none for floats), ``false`` none."""
     normalize: NormalizeConfig | None = None
     augment: list[AugmentConfig] = Field(default_factory=list)
-    """Training only: Keras image preprocessing layers by name, drawn per (seed, epoch, sample)."""
+    """Training only: Keras image preprocessing layers, drawn per (seed, epoch, sample)."""
     feed: Annotated[Literal["auto"] | Feed, words(Feed, auto=True)] = "auto"
-    """How batches reach the step: whole (``batch``), or streamed one sub-batch at a time (``sub_batch``), when
-    the batch itself does not fit; ``auto`` follows the memory estimate."""
+    """Whole batches (``batch``), or one sub-batch at a time (``sub_batch``) when a batch does not fit; ``auto``
+    follows the memory estimate."""
 
     @field_validator("path")
     @classmethod
@@ -92,14 +94,13 @@ class DataSection(Section):
         return float(value)
 
     def reading(self, path: str) -> DataSection:
-        """The same source reading ``path`` instead, all of it (no validation split): what ``evaluate --data``
-        scores."""
+        """The same source reading all of ``path`` (no validation split): what ``evaluate --data`` scores."""
         return self.model_copy(update={"path": path, "validation_split": 0.0})
 
     @property
     def cache_wrapper(self) -> tuple[CacheMode, str]:
-        """``data.cache`` where a cache wraps the source's splits (:mod:`accumrun.data.cache`): its mode and
-        ``cache_dir``; ``none`` where the source takes no cache or its loader reads it (a table, a corpus)."""
+        """The mode and ``cache_dir`` of a cache around the source's splits (:mod:`accumrun.data.cache`); ``none``
+        where the source takes no cache or its loader reads it."""
         return CacheMode.NONE, ""
 
     @property
@@ -132,8 +133,8 @@ class SampleWeights(Section):
     """``data.weight``, for the sources whose samples can carry a weight each."""
 
     weight: str | None = Field(None, min_length=1)
-    """Where each sample's weight is: an npz array (``w``, or ``w_train`` and ``w_test`` beside ``x_train``), a
-    CSV column (then no feature), a TFRecord float feature. Each sample's loss is multiplied by it."""
+    """Each sample's loss weight: an npz array (``w``, or ``w_train`` and ``w_test``), a CSV column (then no
+    feature), or a TFRecord float feature."""
 
 
 class FileSourceConfig(DataSection):
@@ -142,7 +143,6 @@ class FileSourceConfig(DataSection):
 
     path: str = Field(min_length=1)
     validation_path: str | None = None
-    """A second folder or file of the same kind to validate on, instead of ``validation_split``."""
 
     def reading(self, path: str) -> DataSection:
         return self.model_copy(update={"path": path, "validation_path": None, "validation_split": 0.0})
@@ -156,17 +156,13 @@ class ImageSourceConfig(DataSection):
     """A source of encoded images, decoded and resized to ``image_size`` as they stream."""
 
     images = True
-
     needs = {"image_size": "[height, width] to resize images to"}
     image_size: list[int]
-    """``[height, width]`` to resize every image to after decoding."""
     color_mode: Annotated[ColorMode, words(ColorMode)] = ColorMode.RGB
     cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
     """Keep the decoded, resized images: ``memory`` decodes each split once at load, ``disk`` writes them under
-    ``cache_dir`` for this run and the next ones over the same files (see :mod:`accumrun.data.cache`)."""
+    ``cache_dir`` (``~`` expanded), one folder per split, for this run and the next (:mod:`accumrun.data.cache`)."""
     cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
-    """Where ``cache: disk`` writes (``~`` is expanded): one folder per split, named by its files and the decode
-    settings."""
 
     @field_validator("image_size", mode="before")
     @classmethod

@@ -1,11 +1,8 @@
-"""The data sources, registered once: for each ``data.name``, its config section, its loader and where its files
-can be downloaded from.
+"""The data sources, registered once: for each ``data.name``, its config section, its loader and its download.
 
-Each kind of source lives in its own module, with its section and its reading; this table names them, in the order
-the docs list them and errors name them. The config's ``data`` union and key table
-(:mod:`accumrun.config.schema`), :func:`accumrun.data.dataset.load_dataset` and ``accumrun download`` all read it.
-Loaders return splits as the files hold them (arrays in their stored dtype, or lists of files to stream);
-:mod:`accumrun.data.dataset` checks them. No module here imports TensorFlow, so loading a config stays fast.
+The config's ``data`` union and key table, :func:`accumrun.data.dataset.load_dataset` and ``accumrun download`` read
+this table, in the order the docs list the sources. Loaders return splits as the files hold them, which
+:mod:`accumrun.data.dataset` checks. No module here imports TensorFlow, so loading a config stays fast.
 """
 
 from __future__ import annotations
@@ -41,8 +38,7 @@ SectionT = TypeVar("SectionT", bound=DataSection)
 
 @dataclass(frozen=True)
 class Registered(Generic[SectionT]):
-    """One ``data.name``: the section of keys it reads, its loader (which takes that section and the seed), and
-    its download."""
+    """One ``data.name``: its section, its loader (which takes that section and the seed), and its download."""
 
     section: type[SectionT]
     load: Callable[[SectionT, int], Splits]
