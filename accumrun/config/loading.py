@@ -14,14 +14,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from accumrun.config.schema import (
-    KEY_UNION_SECTIONS,
-    UNION_SECTIONS,
-    UNION_TAGS,
-    Config,
-    cross_field_problems,
-    readers_of,
-)
+from accumrun.config.schema import UNION_SECTIONS, UNION_TAGS, Config, cross_field_problems, readers_of
 from accumrun.data.arrays import NpzConfig
 from accumrun.data.section import DataSection
 from accumrun.errors import ConfigError, ConfigProblems, describe
@@ -193,11 +186,10 @@ def _dotted(loc: tuple[Any, ...]) -> str:
 
 def _describe_pydantic_error(error: ErrorDetails) -> str:
     loc = tuple(error["loc"])
-    section_classes = _section_classes_along(loc)
+    section = _section_at(loc)
     # Tagged unions add their tag to the location; users never wrote it, so drop it.
     loc = tuple(part for i, part in enumerate(loc) if not (i > 0 and part in UNION_TAGS.get(str(loc[i - 1]), ())))
     path = _dotted(loc)
-    section = section_classes[-1]
     data = section if issubclass(section, DataSection) else None
     key = str(loc[-1])
     if error["type"] == "extra_forbidden":
@@ -217,20 +209,15 @@ def _describe_pydantic_error(error: ErrorDetails) -> str:
     return describe(path, message[0].lower() + message[1:], error["input"])
 
 
-def _section_classes_along(loc: tuple[Any, ...]) -> list[type[BaseModel]]:
-    """The schema classes that the error location passes through (its last one holds the offending key)."""
-    classes: list[type[BaseModel]] = [Config]
+def _section_at(loc: tuple[Any, ...]) -> type[BaseModel]:
+    """The schema class that holds the key at the end of an error's location."""
+    section: type[BaseModel] = Config
     for i, part in enumerate(loc[:-1]):
-        tagged = UNION_SECTIONS.get(str(loc[0]), {})
-        if i == 1 and part in tagged:
-            classes.append(tagged[part])
-            continue
-        nested = KEY_UNION_SECTIONS.get(str(loc[i - 1]), {}) if i > 0 else {}
-        if part in nested:
-            classes.append(nested[part])
-            continue
-        field = classes[-1].model_fields.get(part) if isinstance(part, str) else None
+        tagged = UNION_SECTIONS.get(str(loc[i - 1]), {}) if i else {}
+        field = section.model_fields.get(part) if isinstance(part, str) else None
         annotation = getattr(field, "annotation", None)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            classes.append(annotation)
-    return classes
+        if part in tagged:
+            section = tagged[part]
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            section = annotation
+    return section

@@ -227,16 +227,14 @@ class MetricConfig(Keywords):
 MetricEntry = str | MetricConfig
 
 
-UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {"model": MODEL_SECTIONS, "data": {**_DATA_UNION}}
-"""The sections of each union by their tag, which pydantic adds to an error's location."""
-KEY_UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
-    "tokenizer": {**TOKENIZERS, "unknown": UnknownTokenizerConfig}
+UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
+    "model": MODEL_SECTIONS,
+    "data": {**_DATA_UNION},
+    "tokenizer": {**TOKENIZERS, "unknown": UnknownTokenizerConfig},
 }
-"""The sections of the unions nested inside a section, by their key (``data.tokenizer``), then by their tag."""
-UNION_TAGS = {
-    **{key: set(sections) for key, sections in (UNION_SECTIONS | KEY_UNION_SECTIONS).items()},
-    "learning_rate": {"rate", "schedule"},
-}
+"""The sections of each union (``data.tokenizer`` too) by their key, then by their tag, which pydantic adds to an
+error's location."""
+UNION_TAGS = {**{key: set(sections) for key, sections in UNION_SECTIONS.items()}, "learning_rate": {"rate", "schedule"}}
 
 
 class Watched(Section):
