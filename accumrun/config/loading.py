@@ -88,17 +88,10 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     old = {key: mode for key, mode in before_the_key.items() if key not in (raw.get("training") or {})}
     saved = saved.model_copy(update={"training": saved.training.model_copy(update=old)})
     config = load_config(config_path or saved_path, overrides)
-    config = _with_settled(config, saved)
     given = raw if config_path is None else _read_yaml(Path(config_path))
     # Unset, a mode is the run's: the one it trained with.
-    unset = [
-        key
-        for key in before_the_key
-        if key not in (given.get("training") or {})
-        and not any(override.startswith(f"training.{key}=") for override in overrides)
-    ]
-    training = config.training.model_copy(update={key: getattr(saved.training, key) for key in unset})
-    config = config.model_copy(update={"training": training})
+    written = {*(given.get("training") or {}), *(o.partition("=")[0].removeprefix("training.") for o in overrides)}
+    config = _with_settled(config, saved, [key for key in before_the_key if key not in written])
     changed = [
         f"{key} ({before!r} -> {after!r})"
         for key, (before, after) in _differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
@@ -114,11 +107,12 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     return config
 
 
-def _with_settled(config: Config, saved: Config) -> Config:
-    """``config`` with what it leaves to accumrun (``auto`` or unset) taken from what the run settled on, as its
-    ``saved`` config records it."""
-    if config.training.fixed_subdivisions is None:
-        config = config.with_subdivisions(saved.training.subdivisions)
+def _with_settled(config: Config, saved: Config, unset_modes: list[str]) -> Config:
+    """``config`` with what it leaves to accumrun (``auto`` or unset, and the training modes ``unset_modes``) taken
+    from what the run settled on, as its ``saved`` config records it."""
+    training = config.training.model_copy(update={key: getattr(saved.training, key) for key in unset_modes})
+    if training.fixed_subdivisions is None:
+        training = training.model_copy(update={"subdivisions": saved.training.subdivisions})
     data = config.data.model_copy(
         update={
             key: getattr(saved.data, key) for key in ("task", "rescale", "feed") if getattr(config.data, key) == "auto"
@@ -128,7 +122,7 @@ def _with_settled(config: Config, saved: Config) -> Config:
         update={key: getattr(saved.loss, key) for key in ("name", "from_logits") if getattr(config.loss, key) is None}
     )
     metrics = saved.metrics if config.metrics is None else config.metrics
-    return config.model_copy(update={"data": data, "loss": loss, "metrics": metrics})
+    return config.model_copy(update={"training": training, "data": data, "loss": loss, "metrics": metrics})
 
 
 def _differences(before: Any, after: Any, prefix: str = "") -> list[tuple[str, tuple[Any, Any]]]:

@@ -128,10 +128,9 @@ KERAS_HUB_PREFIX = "keras_hub.models."
 
 
 class KerasHubConfig(Keywords):
-    """``name: keras_hub.models.<Name>Backbone``: a KerasHub backbone over token ids, with a head for the task;
-    ``preset`` loads one from a local folder, else every other key is passed to the constructor (randomly
-    initialized; ``vocabulary_size`` and ``max_sequence_length`` default to the tokenizer's and
-    ``data.sequence_length``)."""
+    """``name: keras_hub.models.<Name>Backbone``: a KerasHub backbone over token ids, with a head for the task; a
+    local ``preset``, or built at random from the other keys (``vocabulary_size`` and ``max_sequence_length``
+    default to the tokenizer's and ``data.sequence_length``)."""
 
     name: str = Field(pattern=r"^keras_hub\.models\.[A-Za-z_]\w*$")
     preset: str | None = None
@@ -208,10 +207,8 @@ ModelConfig = Annotated[
 
 
 class LossConfig(Keywords):
-    """The loss: any ``keras.losses`` loss by snake_case or class name, or ``package.module:function`` returning
-    one value per sample; other keys (``label_smoothing``, ``delta``, ...) are its keywords. Unset, it follows the
-    task: sparse categorical cross-entropy for class labels, binary cross-entropy for multi-label targets;
-    regression needs one named."""
+    """A ``keras.losses`` loss by snake_case or class name, or ``package.module:function`` returning one value per
+    sample; other keys are its keywords. Unset, it follows the task (regression needs one named)."""
 
     name: str | None = None
     from_logits: bool | None = None
@@ -238,8 +235,7 @@ UNION_TAGS = {**{key: set(sections) for key, sections in UNION_SECTIONS.items()}
 
 
 class Watched(Section):
-    """A logged figure to watch (``loss``, ``val_accuracy``, ...): ``auto`` minimizes names with "loss" or
-    "error" in them and maximizes the others."""
+    """A logged figure to watch: ``auto`` minimizes names with "loss" or "error" in them, maximizes the others."""
 
     monitor: str = "val_loss"
     mode: Annotated[Literal["auto"] | Direction, words(Direction, auto=True)] = "auto"
@@ -301,11 +297,9 @@ class TrainingConfig(Section):
     """How dropout and noise layers draw (:mod:`accumrun.core.seeds`): ``per_sample`` makes subdivided training
     equal plain training; ``per_sub_batch`` is how runs before it drew."""
     precise_bn_samples: int | None = Field(None, ge=1)
-    """``batch_norm: precise``: how many training samples (a seeded subset) each epoch's population statistics are
-    computed over; all by default."""
+    """``batch_norm: precise``: the training samples (a seeded subset) its statistics use; all by default."""
     updates_per_call: Annotated[int | Literal["auto"], _int_or("auto", "about half a second of work per call")] = "auto"
-    """The most updates one compiled call may run where the training data is on the device (``auto``: about half a
-    second of work). A call always ends where the host is needed (a checkpoint, a log point, validation, ...)."""
+    """The most updates one compiled call runs where the data is on the device; a call ends where the host is needed."""
     validate_every: int = Field(1, ge=1)
     """Validate after every N-th epoch, and after the last."""
     class_weight: dict[str, float] | Literal["balanced"] | None = None
@@ -395,13 +389,11 @@ class OutputConfig(Section):
     tensorboard: bool = True
     log_every_updates: int | None = Field(None, ge=1)
     checkpoint_every: str | None = "10min"
-    """How often a checkpoint is written, as a duration; None at the end of every epoch. One is also written at
-    every stop, signal and the end of the run."""
+    """How often a checkpoint is written (None: at each epoch's end); also at every stop, signal and the run's end."""
     checkpoint_every_updates: int | None = Field(None, ge=1)
     keep_checkpoints: int = Field(3, ge=1)
     keep_best: str | KeepBestConfig | None = None
-    """A logged figure (``val_loss``), or ``{monitor: ..., mode: ...}``: keep ``model.best.keras`` from its best
-    epoch."""
+    """A logged figure (``val_loss``) or ``{monitor, mode}``: keep ``model.best.keras`` from its best epoch."""
 
     @field_validator("checkpoint_every", mode="before")
     @classmethod
@@ -460,8 +452,7 @@ class Config(Section):
 
 
 def cross_field_problems(config: Config) -> list[str]:
-    """Rules that span several keys; the per-key rules, and which keys each data source reads, live in the
-    sections."""
+    """The problems with the rules that span several keys (the per-key rules live in the sections)."""
     return [describe(key, what, value) for key, what, value in _broken_rules(config)]
 
 

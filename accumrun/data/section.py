@@ -56,17 +56,14 @@ class DataSection(Section):
     validation_split: float | Literal["test"] = 0.1
     shuffle: bool = True
     task: Annotated[Literal["auto"] | Task, words(Task, auto=True)] = "auto"
-    """``auto`` reads it from the targets (:func:`accumrun.data.dataset.infer_task`), and makes two classes binary
-    when the model has one output unit."""
+    """``auto`` reads it from the targets, and makes two classes binary when the model has one output unit."""
     rescale: float | Literal["auto"] | bool = "auto"
-    """The factor samples are multiplied by on the device: ``auto`` is 1/255 for uint8 images (1/16 for the bundled
-    digits, none for floats), ``false`` none."""
+    """A factor on the device: ``auto`` is 1/255 for uint8 images (1/16 for digits, none for floats), ``false`` none."""
     normalize: NormalizeConfig | None = None
     augment: list[AugmentConfig] = Field(default_factory=list)
     """Training only: Keras image preprocessing layers, drawn per (seed, epoch, sample)."""
     feed: Annotated[Literal["auto"] | Feed, words(Feed, auto=True)] = "auto"
-    """Whole batches (``batch``), or one sub-batch at a time (``sub_batch``) when a batch does not fit; ``auto``
-    follows the memory estimate."""
+    """``sub_batch`` streams one sub-batch at a time when a batch does not fit; ``auto`` follows the memory estimate."""
 
     @field_validator("path")
     @classmethod
@@ -99,8 +96,7 @@ class DataSection(Section):
 
     @property
     def cache_wrapper(self) -> tuple[CacheMode, str]:
-        """The mode and ``cache_dir`` of a cache around the source's splits (:mod:`accumrun.data.cache`); ``none``
-        where the source takes no cache or its loader reads it."""
+        """The mode and ``cache_dir`` of a cache that wraps the splits (:mod:`accumrun.data.cache`), else ``none``."""
         return CacheMode.NONE, ""
 
     @property
@@ -138,8 +134,7 @@ class SampleWeights(Section):
 
 
 class FileSourceConfig(DataSection):
-    """A source that reads files the user names: ``path``, and ``validation_path`` to validate on instead of
-    ``validation_split``."""
+    """A source that reads files the user names: ``path``, and ``validation_path`` to validate on, if any."""
 
     path: str = Field(min_length=1)
     validation_path: str | None = None
