@@ -105,6 +105,7 @@ class CustomModelConfig(Keywords):
 
 
 APPLICATION_PREFIX = "keras.applications."
+KERAS_HUB_PREFIX = "keras_hub.models."
 
 
 class ApplicationConfig(Keywords):
@@ -122,9 +123,6 @@ class ApplicationConfig(Keywords):
     def constructor(self) -> str:
         """The constructor's name in ``keras.applications``, such as ``MobileNetV2``."""
         return self.name.removeprefix(APPLICATION_PREFIX)
-
-
-KERAS_HUB_PREFIX = "keras_hub.models."
 
 
 class KerasHubConfig(Keywords):
@@ -222,7 +220,6 @@ class MetricConfig(Keywords):
 
 
 MetricEntry = str | MetricConfig
-
 
 UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
     "model": MODEL_SECTIONS,
@@ -363,16 +360,13 @@ class OptimizerConfig(Keywords):
         return float(value)
 
 
-_DURATION_UNITS = {"s": 1, "min": 60, "h": 3600}
-
-
 def duration_seconds(text: str) -> float:
     """``90s``, ``10min``, ``1.5h`` in seconds.
 
     Raises:
         ValueError: not a positive number followed by ``s``, ``min`` or ``h``.
     """
-    for unit, seconds in _DURATION_UNITS.items():
+    for unit, seconds in {"s": 1, "min": 60, "h": 3600}.items():
         number = text.strip().removesuffix(unit)
         if number != text.strip():
             try:
