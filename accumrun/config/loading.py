@@ -184,10 +184,9 @@ def _describe_pydantic_error(error: ErrorDetails) -> str:
     # Tagged unions add their tag to the location; users never wrote it, so drop it.
     loc = tuple(part for i, part in enumerate(loc) if not (i > 0 and part in UNION_TAGS.get(str(loc[i - 1]), ())))
     path = _dotted(loc)
-    data = section if issubclass(section, DataSection) else None
     key = str(loc[-1])
     if error["type"] == "extra_forbidden":
-        if data is not None and readers_of(key):
+        if issubclass(section, DataSection) and readers_of(key):
             # Another source's key: say which sources read it rather than calling it unknown.
             return describe(path, f"only applies to data.name: {' or '.join(readers_of(key))}", error["input"])
         known = list(section.model_fields)
@@ -195,9 +194,9 @@ def _describe_pydantic_error(error: ErrorDetails) -> str:
         hint = f" (did you mean '{close[0]}'?)" if close else f"; known keys: {', '.join(known)}"
         return describe(path, f"unknown key{hint}")
     if error["type"] == "missing":
-        if data is not None and key in data.needs:
+        if issubclass(section, DataSection) and key in section.needs:
             # The location's second part is the union's tag: the source's name.
-            return describe(path, f"data.name: {error['loc'][1]} needs {data.needs[key]}")
+            return describe(path, f"data.name: {error['loc'][1]} needs {section.needs[key]}")
         return describe(path, "required key is missing")
     message = error["msg"].removeprefix("Value error, ")
     return describe(path, message[0].lower() + message[1:], error["input"])
