@@ -1,13 +1,9 @@
-"""A text corpus (``text_corpus`` with ``data.cache: disk``) tokenized once into a token file under
-``data.cache_dir``, so that a corpus bigger than memory trains and a later run starts warm.
+"""A text corpus (``text_corpus``, ``data.cache: disk``) tokenized once into a token file under ``data.cache_dir``:
+every text's int32 ids, in sorted order, and where each text ends, so windows never cross texts.
 
-The file holds every text's int32 ids (little-endian) in the texts' sorted order, and beside it where each text
-ends, so windows never cross texts. A text is tokenized in pieces that end at a line break, so only a piece is
-ever in memory; a tokenizer that may merge across lines (a preset's BPE ``"\\n\\n"``) gets each text whole.
-The folder is named by a hash of the files (paths, sizes, mtimes), the tokenizer's identity and the layout, so ids
-are never served stale; it is built beside its final name and renamed into place
-(:func:`accumrun.rundir.atomic.build_once`). The windows are an in-memory corpus's, start for start
-(:func:`window_starts`). No TensorFlow here.
+A text is tokenized in pieces that end at a line break, so only a piece is ever in memory; a tokenizer that may
+merge across lines (a preset's BPE ``"\n\n"``) gets each text whole. The folder is named by a hash of what decides
+the ids (:func:`corpus_key`), so ids are never stale, and is renamed into place once complete (:func:`build_once`).
 """
 
 from __future__ import annotations
@@ -85,11 +81,7 @@ class CorpusWindows(ReadsBlocks, TokenIds):
 
     @property
     def labels(self) -> np.ndarray:
-        """None held: the targets are the token ids, read with the samples.
-
-        Raises:
-            ValueError: always.
-        """
+        """None held (raises ValueError): the targets are the token ids, read with the samples."""
         raise ValueError("a corpus's windows on disk read their targets with their samples")
 
     @property
@@ -124,11 +116,8 @@ class CorpusWindows(ReadsBlocks, TokenIds):
         return index, x, as_targets(y, weights)
 
     def _windows(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The samples and targets of windows ``index``; a short window's last token is a target alone.
-
-        Raises:
-            OSError: the token file cannot be read, or is shorter than its windows (changed since it was written).
-        """
+        """The samples and targets of windows ``index`` (a short window's last token is a target alone); OSError
+        where the token file cannot be read or is shorter than its windows (changed since it was written)."""
         begins = self.begins[index]
         counts = np.minimum(self.ends[index] - begins, self.length + 1)
         window = np.zeros((len(index), self.length + 1), np.int32)
@@ -165,8 +154,7 @@ def corpus_windows(
     """The windows of ``files`` (those ``path`` names), read from their token file under ``cache_dir``.
 
     Raises:
-        DataError: under ``key``, a file is empty or not UTF-8, or no file has two tokens; ``data.cache_dir``
-            cannot be written.
+        DataError: a file is empty or not UTF-8, no file has two tokens, or ``data.cache_dir`` cannot be written.
     """
     tokens = token_file(files, key, tokenizer, config, cache_dir)
     windows = CorpusWindows.over(str(tokens.path), tokens.ends, length, stride)
@@ -176,11 +164,8 @@ def corpus_windows(
 
 
 def token_file(files: list[Path], key: str, tokenizer: Tokenizer, config: TokenizerConfig, cache_dir: str) -> TokenFile:
-    """The token file of ``files``: found under ``cache_dir`` by its key, or tokenized and renamed into place.
-
-    Raises:
-        DataError: see :func:`corpus_windows`.
-    """
+    """The token file of ``files``: found under ``cache_dir`` by its key, or tokenized and renamed into place
+    (raises DataError as :func:`corpus_windows` does)."""
     folder = Path(cache_dir).expanduser() / f"corpus-{corpus_key(files, key, config)}"
     try:
         build_once(
@@ -197,11 +182,7 @@ def token_file(files: list[Path], key: str, tokenizer: Tokenizer, config: Tokeni
 
 def corpus_key(files: list[Path], key: str, config: TokenizerConfig) -> str:
     """A hash of what decides the token file: the layout, the tokenizer's identity (with the content of the files
-    it reads, and KerasHub's version for one of KerasHub's), and each file's path, size and mtime.
-
-    Raises:
-        DataError: a file cannot be read.
-    """
+    it reads, and KerasHub's version for one of KerasHub's), and each file's path, size and mtime."""
     identity = config.identity(_file_hash)
     if config.keras_hub:
         try:
@@ -220,20 +201,13 @@ def corpus_key(files: list[Path], key: str, config: TokenizerConfig) -> str:
 
 
 def _file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as file:
-        for block in iter(lambda: file.read(PIECE_BYTES), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterator[str]:
     """A UTF-8 file's text in pieces of at most ``piece_bytes`` that end at a line break (a longer line is one
-    piece; the last piece ends where the file does).
-
-    Raises:
-        DataError: under ``key``, the file is empty or not UTF-8 (with the byte's offset in the file).
-    """
+    piece; the last piece ends where the file does); DataError where it is empty or not UTF-8."""
     offset = 0
     try:
         with path.open("rb") as file:
@@ -263,16 +237,10 @@ def _line_pieces(file: BinaryIO, piece_bytes: int) -> Iterator[bytes]:
 
 
 def file_ids(path: Path, key: str, tokenizer: Tokenizer, piece_bytes: int = PIECE_BYTES) -> Iterator[np.ndarray]:
-    """A file's token ids, piece by piece; a tokenizer that may merge across lines gets the whole text at once.
-
-    Raises:
-        DataError: see :func:`text_pieces`.
-    """
-    if not tokenizer.line_local:
-        yield tokenizer.ids("".join(text_pieces(path, key, piece_bytes)))
-        return
-    for text in text_pieces(path, key, piece_bytes):
-        yield tokenizer.ids(text)
+    """A file's token ids, piece by piece (:func:`text_pieces`); a tokenizer that may merge across lines gets the
+    whole text at once."""
+    pieces = text_pieces(path, key, piece_bytes)
+    yield from map(tokenizer.ids, pieces if tokenizer.line_local else ["".join(pieces)])
 
 
 def _write(files: list[Path], key: str, tokenizer: Tokenizer, partial: Path) -> None:
