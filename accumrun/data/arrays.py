@@ -139,11 +139,8 @@ def load_idx_folder(config: IdxConfig, seed: int) -> Splits:
 
 
 def read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file of unsigned bytes (gzip-compressed when its name ends in ``.gz``).
-
-    Raises:
-        DataError: the file is not gzip when it should be, has a bad magic number or is truncated.
-    """
+    """Read an IDX file of unsigned bytes (gzip-compressed when its name ends in ``.gz``); DataError where it is
+    not gzip when it should be, has a bad magic number or is truncated."""
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (OSError, EOFError, zlib.error) as error:
@@ -158,8 +155,7 @@ def read_idx(path: Path) -> np.ndarray:
     expected = int(np.prod(shape))
     if len(raw) - header != expected:
         raise DataError(
-            "data.path",
-            f"{path} holds {len(raw) - header:,} data bytes; its header {shape} needs {expected:,}",
+            "data.path", f"{path} holds {len(raw) - header:,} data bytes; its header {shape} needs {expected:,}"
         )
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
 

@@ -201,8 +201,11 @@ def corpus_key(files: list[Path], key: str, config: TokenizerConfig) -> str:
 
 
 def _file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
     with path.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
+        while block := file.read(PIECE_BYTES):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterator[str]:

@@ -97,8 +97,11 @@ def _fetch_verified(url: str, path: Path, expected: str) -> None:
 
 
 def _file_md5(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
     with path.open("rb") as file:
-        return hashlib.file_digest(file, lambda: hashlib.md5(usedforsecurity=False)).hexdigest()
+        while chunk := file.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _reason(error: BaseException) -> str:

@@ -63,10 +63,9 @@ def write_tfrecords(path: Path, count: int = 300, size: int = 32, seed: int = 0,
     for shard, file in enumerate(files):
         with tf.io.TFRecordWriter(str(file)) as writer:
             for index in range(shard, count, shards):
-                feature = {
-                    "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encode(images[index])])),
-                    "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(labels[index])])),
-                }
+                image = tf.train.Feature(bytes_list=tf.train.BytesList(value=[encode(images[index])]))
+                label = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(labels[index])]))
+                feature = {"image/encoded": image, "image/class/label": label}
                 writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
     return files
 

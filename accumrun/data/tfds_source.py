@@ -30,9 +30,6 @@ class TfdsConfig(ImageSourceConfig):
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
 
 
-IMAGE_FEATURE, LABEL_FEATURE = "image", "label"
-
-
 def load_tfds(config: TfdsConfig, seed: int) -> Splits:
     """The prepared ``train`` split of ``data.dataset`` (and ``test``, for ``validation_split: test``).
 
@@ -59,15 +56,13 @@ def load_tfds(config: TfdsConfig, seed: int) -> Splits:
             f"{config.dataset} --data_dir DIR) and copy DIR here; accumrun never downloads",
         )
     features: Any = builder.info.features
-    if IMAGE_FEATURE not in features or LABEL_FEATURE not in features:
-        raise DataError(
-            "data.dataset", f"needs '{IMAGE_FEATURE}' and '{LABEL_FEATURE}' features; it has {sorted(features)}"
-        )
-    layout = RecordLayout(IMAGE_FEATURE, LABEL_FEATURE, config.size, config.channels, config.shuffle_buffer)
+    if "image" not in features or "label" not in features:
+        raise DataError("data.dataset", f"needs 'image' and 'label' features; it has {sorted(features)}")
+    layout = RecordLayout("image", "label", config.size, config.channels, config.shuffle_buffer)
     splits = {name: _files(builder, name) for name in ("train", "test") if name in builder.info.splits}
     train = read_record_files(splits["train"], "data.dataset", layout)
     test = read_record_files(splits["test"], "data.dataset", layout) if "test" in splits else None
-    names = list(getattr(features[LABEL_FEATURE], "names", []) or [])
+    names = list(getattr(features["label"], "names", []) or [])
     return Splits(train, test, class_names=names or None)
 
 

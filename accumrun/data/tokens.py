@@ -87,7 +87,9 @@ def token_windows(config: TokensConfig, path: str, key: str) -> CorpusWindows:
     Raises:
         DataError: under ``key``, naming the file and what is wrong with it.
     """
-    file, stored, length = Path(path), np.dtype(config.dtype).newbyteorder("<"), config.sequence_length
+    file = Path(path)
+    stored = np.dtype(config.dtype).newbyteorder("<")
+    length = config.sequence_length
     if not file.is_file():
         raise DataError(key, "token file not found", str(file))
     size = file.stat().st_size
