@@ -161,8 +161,8 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def load_synthetic(config: SyntheticConfig, seed: int) -> Splits:
-    """Learnable data of any task, made from the seed: Gaussian blobs around a prototype per class, labels set
-    where a random linear function is positive (multi-label), or a smooth random function (regression)."""
+    """Learnable data of any task, made from the seed: Gaussian blobs around a prototype per class (two for
+    binary), labels set where a random linear function is positive (multi-label), or a smooth random function."""
     rng = np.random.default_rng(seed)
     shape = tuple(config.shape)
     if config.task == "auto" or config.task.class_labels:

@@ -19,8 +19,7 @@ from accumrun.errors import ConfigError, DataError
 from accumrun.rundir.atomic import write_atomically
 
 _CHUNK = 1 << 20
-_TIMEOUT = 60.0
-"""Seconds to wait for the server on each blocking network operation."""
+_TIMEOUT = 60.0  # seconds to wait for the server on each blocking network operation
 # What a failed fetch can raise: HTTPError < URLError < OSError (TimeoutError and connection resets are OSErrors
 # too); a body cut short raises http.client.IncompleteRead; a malformed base URL raises ValueError in urlopen.
 _FETCH_ERRORS = (OSError, http.client.HTTPException, ValueError)
