@@ -168,9 +168,7 @@ def token_file(files: list[Path], key: str, tokenizer: Tokenizer, config: Tokeni
     (raises DataError as :func:`corpus_windows` does)."""
     folder = Path(cache_dir).expanduser() / f"corpus-{corpus_key(files, key, config)}"
     try:
-        build_once(
-            folder, lambda found: _complete(found) is not None, lambda partial: _write(files, key, tokenizer, partial)
-        )
+        build_once(folder, lambda found: _complete(found) is not None, lambda into: _write(files, key, tokenizer, into))
     except OSError as error:
         reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
         raise DataError("data.cache_dir", f"cannot write the corpus's token file there ({reason})", cache_dir) from None

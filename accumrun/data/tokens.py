@@ -109,9 +109,8 @@ def token_windows(config: TokensConfig, path: str, key: str) -> CorpusWindows:
             "and its next token)",
         )
     with file.open("rb") as reader:
-        start = 0
-        while block := reader.read(CHECK_BLOCK * stored.itemsize):
-            ids = np.frombuffer(block, stored)
+        for start in range(0, count, CHECK_BLOCK):
+            ids = np.fromfile(reader, stored, CHECK_BLOCK)
             if int(ids.max()) >= config.vocabulary_size:
                 at = int(np.argmax(ids >= config.vocabulary_size))
                 raise DataError(
@@ -119,6 +118,5 @@ def token_windows(config: TokensConfig, path: str, key: str) -> CorpusWindows:
                     f"{file}: token {start + at:,} is id {int(ids[at]):,}, not below data.vocabulary_size "
                     f"{config.vocabulary_size:,}",
                 )
-            start += len(ids)
     stride = config.stride or length
     return CorpusWindows.over(path, np.array([count]), length, stride, stored=stored.str, shift=1)
