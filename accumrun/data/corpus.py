@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +34,7 @@ MARKER = "complete"
 TOKENS = "tokens.i32"
 SPANS = "ends.npy"
 PIECE_BYTES = 1 << 20
-"""The most bytes tokenized at once (but a longer line, read whole)."""
+"""About the most bytes tokenized at once: a piece's lines end with the first to pass it (a long line, whole)."""
 
 
 @dataclass(frozen=True)
@@ -151,11 +151,8 @@ def corpus_windows(
     stride: int,
     path: str,
 ) -> CorpusWindows:
-    """The windows of ``files`` (those ``path`` names), read from their token file under ``cache_dir``.
-
-    Raises:
-        DataError: a file is empty or not UTF-8, no file has two tokens, or ``data.cache_dir`` cannot be written.
-    """
+    """The windows of ``files`` (those ``path`` names), read from their token file under ``cache_dir``; DataError
+    where a file is empty or not UTF-8, no file has two tokens, or ``data.cache_dir`` cannot be written."""
     tokens = token_file(files, key, tokenizer, config, cache_dir)
     windows = CorpusWindows.over(str(tokens.path), tokens.ends, length, stride)
     if not windows.size:
@@ -207,12 +204,14 @@ def _file_hash(path: Path) -> str:
 
 
 def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterator[str]:
-    """A UTF-8 file's text in pieces of at most ``piece_bytes`` that end at a line break (a longer line is one
-    piece; the last piece ends where the file does); DataError where it is empty or not UTF-8."""
+    """A UTF-8 file's text in pieces of whole lines, each the first to pass ``piece_bytes`` (the last piece ends
+    where the file does); DataError where it is empty or not UTF-8."""
     offset = 0
     try:
         with path.open("rb") as file:
-            for piece in _line_pieces(file, piece_bytes):
+            # A line break is one byte that no other UTF-8 character contains: a piece never splits a character.
+            while lines := file.readlines(piece_bytes):
+                piece = b"".join(lines)
                 try:
                     yield piece.decode("utf-8")
                 except UnicodeDecodeError as error:
@@ -222,19 +221,6 @@ def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterato
         raise DataError(key, f"cannot read {path}: {error.strerror}") from None
     if offset == 0:
         raise DataError(key, f"{path} is empty")
-
-
-def _line_pieces(file: BinaryIO, piece_bytes: int) -> Iterator[bytes]:
-    rest = bytearray()
-    # Fill a piece up to piece_bytes; a line longer than that reads on a piece at a time to its end.
-    while block := file.read(piece_bytes - len(rest) if len(rest) < piece_bytes else piece_bytes):
-        rest += block
-        # A line break is one byte that no other UTF-8 character contains: a piece never splits a character.
-        if cut := rest.rfind(b"\n") + 1:
-            yield bytes(rest[:cut])
-            del rest[:cut]
-    if rest:
-        yield bytes(rest)
 
 
 def file_ids(path: Path, key: str, tokenizer: Tokenizer, piece_bytes: int = PIECE_BYTES) -> Iterator[np.ndarray]:

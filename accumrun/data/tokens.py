@@ -60,12 +60,8 @@ class TokensConfig(FileSourceConfig):
 
 
 def load_tokens(config: TokensConfig, seed: int) -> Splits:
-    """The windows of ``data.path`` (and of ``data.validation_path``), each file checked first.
-
-    Raises:
-        DataError: see :func:`token_windows`.
-        ConfigError: ``data.tokenizer`` has not ``vocabulary_size + 1`` ids, so it would not decode the file's.
-    """
+    """The windows of ``data.path`` (and of ``data.validation_path``), each file checked first; ConfigError where
+    ``data.tokenizer`` has not ``vocabulary_size + 1`` ids, so it would not decode the file's."""
     if config.tokenizer is not None:
         ids = tokenizer_for(config.tokenizer).vocabulary_size
         if ids != config.vocabulary_size + 1:
@@ -82,11 +78,7 @@ def load_tokens(config: TokensConfig, seed: int) -> Splits:
 
 def token_windows(config: TokensConfig, path: str, key: str) -> CorpusWindows:
     """The windows of the token file ``path``, once it is known to hold whole ids, at least one window of them,
-    and none at or above ``vocabulary_size``.
-
-    Raises:
-        DataError: under ``key``, naming the file and what is wrong with it.
-    """
+    and none at or above ``vocabulary_size`` (else a DataError under ``key`` says what is wrong)."""
     file = Path(path)
     stored = np.dtype(config.dtype).newbyteorder("<")
     length = config.sequence_length
