@@ -1,7 +1,5 @@
 """Sources of arrays: ``digits`` (bundled), ``npz``, ``mnist`` and ``fashion_mnist`` (IDX files, downloadable) and
-``synthetic`` (made from the seed). Loaders return the arrays in their stored dtype; :mod:`accumrun.data.dataset`
-checks them.
-"""
+``synthetic`` (made from the seed), loaded in their stored dtype (:mod:`accumrun.data.dataset` checks them)."""
 
 from __future__ import annotations
 

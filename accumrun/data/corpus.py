@@ -64,12 +64,12 @@ class CorpusWindows(ReadsBlocks, TokenIds):
     fault = "cannot be read from the corpus's token file"
 
     @classmethod
-    def over(cls, file: str, ends: np.ndarray, length: int, stride: int, **stored: Any) -> CorpusWindows:
+    def over(cls, file: str, ends: np.ndarray, length: int, stride: int) -> CorpusWindows:
         """The windows (:func:`window_starts`) of each text in ``file``, the texts ending at ``ends`` (cumulative)."""
         begins = np.concatenate([[0], ends[:-1]]).astype(np.int64)
         starts = [b + window_starts(int(e - b), length, stride) for b, e in zip(begins, ends, strict=True)]
         counts = [len(text) for text in starts]
-        return cls(file, np.concatenate(starts), np.repeat(ends.astype(np.int64), counts), length, **stored)
+        return cls(file, np.concatenate(starts), np.repeat(ends.astype(np.int64), counts), length)
 
     @property
     def size(self) -> int:

@@ -40,7 +40,6 @@ def download_dataset(
     Args:
         base_url: where the files are served; defaults to the dataset's official source.
         checksums: expected MD5 per file name, overriding the published ones for the files it names.
-        echo: receives one progress line per file.
 
     Raises:
         ConfigError: ``name`` is not a known dataset.
@@ -56,7 +55,6 @@ def download_dataset(
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise DataError("download", f"cannot create {folder}: {error}") from None
-    paths = []
     for filename in IDX_FILES.values():
         path = folder / filename
         expected = expected_md5[filename].lower()
@@ -65,8 +63,7 @@ def download_dataset(
         else:
             _fetch_verified(f"{base}/{filename}", path, expected)
             echo(f"downloaded {path} ({path.stat().st_size:,} bytes)")
-        paths.append(path)
-    return paths
+    return [folder / filename for filename in IDX_FILES.values()]
 
 
 def _fetch_verified(url: str, path: Path, expected: str) -> None:

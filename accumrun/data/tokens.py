@@ -8,6 +8,7 @@ model has ``vocabulary_size + 1`` ids: a file of raw bytes (``vocabulary_size: 2
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -27,8 +28,7 @@ CHECK_BLOCK = 1 << 22
 
 
 class TokensConfig(FileSourceConfig):
-    """``name: tokens``: a flat binary file of token ids (nanoGPT's ``train.bin``), ids 0 to ``vocabulary_size - 1``,
-    cut into windows as ``text_corpus`` cuts its texts."""
+    """``name: tokens``: a flat file of token ids 0 to ``vocabulary_size - 1`` (see the module's description)."""
 
     needs = {
         "path": "a flat binary file of token ids, such as nanoGPT's train.bin",
@@ -110,5 +110,5 @@ def token_windows(config: TokensConfig, path: str, key: str) -> CorpusWindows:
                     f"{file}: token {start + at:,} is id {int(ids[at]):,}, not below data.vocabulary_size "
                     f"{config.vocabulary_size:,}",
                 )
-    stride = config.stride or length
-    return CorpusWindows.over(path, np.array([count]), length, stride, stored=stored.str, shift=1)
+    windows = CorpusWindows.over(path, np.array([count]), length, config.stride or length)
+    return replace(windows, stored=stored.str, shift=1)
