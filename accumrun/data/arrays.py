@@ -1,7 +1,5 @@
 """Sources of arrays: ``digits`` (bundled), ``npz``, ``mnist`` and ``fashion_mnist`` (IDX files, downloadable) and
-``synthetic`` (made from the seed): their sections and loaders. Loaders return the arrays in their stored dtype;
-:mod:`accumrun.data.dataset` checks them.
-"""
+``synthetic`` (made from the seed), loaded in their stored dtype (:mod:`accumrun.data.dataset` checks them)."""
 
 from __future__ import annotations
 
@@ -31,9 +29,6 @@ IDX_FILES = {
     "x_test": "t10k-images-idx3-ubyte.gz",
     "y_test": "t10k-labels-idx1-ubyte.gz",
 }
-_IDX_UBYTE = 0x08
-_ZIP_MAGIC = b"PK"
-_NPY_MAGIC = b"\x93NUMPY"
 
 
 class DigitsConfig(DataSection):
@@ -92,9 +87,9 @@ def load_npz(config: NpzConfig, seed: int) -> Splits:
         raise DataError("data.path", "npz file not found", config.path)
     try:
         with path.open("rb") as file:
-            magic = file.read(len(_NPY_MAGIC))
-        # Without this, numpy takes any other file for a pickle and advises loading it unsafely.
-        if not magic.startswith((_ZIP_MAGIC, _NPY_MAGIC)):
+            magic = file.read(6)
+        # A zip or a .npy, else numpy takes the file for a pickle and advises loading it unsafely.
+        if not magic.startswith((b"PK", b"\x93NUMPY")):
             raise DataError("data.path", "cannot read as .npz: not a zip of arrays, as numpy.savez writes", config.path)
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
@@ -126,34 +121,29 @@ def _npz_split(arrays: np.lib.npyio.NpzFile, config: NpzConfig, suffix: str) -> 
 def load_idx_folder(config: IdxConfig, seed: int) -> Splits:
     """The four IDX files of MNIST or Fashion-MNIST, from ``data.path`` or ``datasets/NAME``, as uint8."""
     folder = Path(config.path) if config.path else DATASETS_DIR / config.name
-    download = DOWNLOADS.get(config.name)
     arrays = {}
     for key, filename in IDX_FILES.items():
         file = folder / filename
         if not file.is_file() and (folder / filename.removesuffix(".gz")).is_file():
             file = folder / filename.removesuffix(".gz")
         if not file.is_file():
-            origin = f" (or get them from {download.url})" if download else ""
             raise DataError(
                 "data.path",
-                f"{file} not found; fetch the four IDX files with `accumrun download {config.name} --to {folder}`"
-                f"{origin}",
+                f"{file} not found; fetch the four IDX files with `accumrun download {config.name} --to {folder}` "
+                f"(or get them from {DOWNLOADS[config.name].url})",
             )
         arrays[key] = read_idx(file)
     return Splits(ArraySplit(arrays["x_train"], arrays["y_train"]), ArraySplit(arrays["x_test"], arrays["y_test"]))
 
 
 def read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file of unsigned bytes (gzip-compressed when its name ends in ``.gz``).
-
-    Raises:
-        DataError: the file is not gzip when it should be, has a bad magic number or is truncated.
-    """
+    """Read an IDX file of unsigned bytes (gzip-compressed when its name ends in ``.gz``); DataError where it is
+    not gzip when it should be, has a bad magic number or is truncated."""
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (OSError, EOFError, zlib.error) as error:
         raise DataError("data.path", f"{path} is not a readable gzip file: {error}") from None
-    if len(raw) < 4 or raw[0:2] != b"\x00\x00" or raw[2] != _IDX_UBYTE:
+    if len(raw) < 4 or raw[0:2] != b"\x00\x00" or raw[2] != 0x08:
         raise DataError("data.path", f"{path} is not an IDX file of unsigned bytes (bad magic number)", raw[:4].hex())
     rank = raw[3]
     header = 4 + 4 * rank
@@ -163,19 +153,14 @@ def read_idx(path: Path) -> np.ndarray:
     expected = int(np.prod(shape))
     if len(raw) - header != expected:
         raise DataError(
-            "data.path",
-            f"{path} holds {len(raw) - header:,} data bytes; its header {shape} needs {expected:,}",
+            "data.path", f"{path} holds {len(raw) - header:,} data bytes; its header {shape} needs {expected:,}"
         )
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
 
 
 def load_synthetic(config: SyntheticConfig, seed: int) -> Splits:
-    """Learnable data of any task, made from the seed, for tests and benchmarks without files.
-
-    Classification: Gaussian blobs around one random prototype per class (two for binary), learnable yet not
-    separable by a glance. Multi-label: ``classes`` labels per sample, each set where a random linear function of
-    the sample is positive. Regression: one value per sample, a smooth random function of it.
-    """
+    """Learnable data of any task, made from the seed: Gaussian blobs around a prototype per class (two for
+    binary), labels set where a random linear function is positive (multi-label), or a smooth random function."""
     rng = np.random.default_rng(seed)
     shape = tuple(config.shape)
     if config.task == "auto" or config.task.class_labels:
@@ -193,7 +178,8 @@ def load_synthetic(config: SyntheticConfig, seed: int) -> Splits:
     return Splits(ArraySplit(x, (np.tanh(flat @ weights) * 2.0).astype(np.float32)))
 
 
-# The published checksums: torchvision's MNIST/FashionMNIST ``resources`` and the Fashion-MNIST README.
+# Where the IDX files are published, for ``accumrun download``; the checksums are torchvision's MNIST/FashionMNIST
+# ``resources`` and the Fashion-MNIST README's.
 DOWNLOADS = {
     "mnist": Download(
         "https://storage.googleapis.com/cvdf-datasets/mnist/",
@@ -214,5 +200,3 @@ DOWNLOADS = {
         },
     ),
 }
-"""Where the IDX sources' files are published: their registrations in :mod:`accumrun.data.sources` carry them,
-which ``accumrun download`` reads."""

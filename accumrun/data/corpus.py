@@ -1,24 +1,9 @@
-"""A text corpus tokenized once into a token file under ``data.cache_dir`` (``text_corpus`` with ``data.cache:
-disk``), so that a corpus bigger than memory trains, and a later run over the same files starts warm.
+"""A text corpus (``text_corpus``, ``data.cache: disk``) tokenized once into a token file under ``data.cache_dir``:
+every text's int32 ids, in sorted order, and where each text ends, so windows never cross texts.
 
-The token file holds the int32 ids (little-endian) of every file, concatenated in the files' sorted order; beside
-it, each file's span (where its ids end), so that windows never cross files. Each file is read and tokenized in
-pieces that end at a line break (at most :data:`PIECE_BYTES`, a longer line read whole) and written as it goes:
-no more than a piece of text, and its ids, is ever in memory. A tokenizer whose tokens never span a line break
-(byte, character, word_piece, which split at whitespace first) gives the same ids piece by piece as it gives the
-whole text; a preset's tokenizer may merge across lines (a BPE's ``"\\n\\n"``), so each of its files is tokenized
-whole.
-
-The folder is named by a hash of what decides the ids: the files (sorted), each file's size and modification time
-in nanoseconds, the tokenizer's identity (its name and settings; the content of a vocabulary file, a learned
-vocabulary's tokens, a preset's tokenizer files; KerasHub's version for word_piece and a preset), and the layout's
-version. A file added, removed or changed gives another folder, so ids are never served stale. As ``data.cache``
-does for images (:mod:`accumrun.data.cache`), the folder is built beside its final name, gets a ``complete`` marker
-last and is renamed into place (:func:`accumrun.rundir.atomic.build_once`): a killed build leaves only a partial
-folder, never read.
-
-The windows are those of an in-memory corpus, start for start (:func:`window_starts`), so both train alike.
-No TensorFlow here.
+A text is tokenized in pieces that end at a line break, so only a piece is ever in memory; a tokenizer that may
+merge across lines (a preset's BPE ``"\n\n"``) gets each text whole. The folder is named by a hash of what decides
+the ids (:func:`corpus_key`), so ids are never stale, and is renamed into place once complete (:func:`build_once`).
 """
 
 from __future__ import annotations
@@ -30,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,8 +34,7 @@ MARKER = "complete"
 TOKENS = "tokens.i32"
 SPANS = "ends.npy"
 PIECE_BYTES = 1 << 20
-"""The most bytes tokenized at once (but a longer line, read whole)."""
-_NEWLINE = b"\n"
+"""About the most bytes tokenized at once: a piece's lines end with the first to pass it (a long line, whole)."""
 
 
 @dataclass(frozen=True)
@@ -60,22 +44,14 @@ class TokenFile:
     path: Path
     ends: np.ndarray
 
-    @property
-    def begins(self) -> np.ndarray:
-        return np.concatenate([[0], self.ends[:-1]]).astype(np.int64)
-
 
 @dataclass(frozen=True, eq=False)
 class CorpusWindows(ReadsBlocks, TokenIds):
-    """The windows of a corpus whose token ids lie in one file: the ids of every text, concatenated. A window is
-    ``length`` tokens from ``begins`` (an absolute token offset) and the targets one token on, cut at ``ends`` (its
-    text's end) and padded with 0; so windows never cross texts, and none is read before the epoch's order reaches
-    it. They are read :data:`~accumrun.data.source.BLOCK` at a time in one call, each window's bytes alone
-    (:func:`~accumrun.data.source.read_spans`): memory grows by the windows' bounds and order (about 40 bytes a
-    window), not with the text."""
+    """Windows over a file of token ids: ``length`` tokens from ``begins`` (absolute offsets), targets one token on,
+    cut at ``ends`` (the text's end) and padded with 0. Each block of windows is read with one ``pread`` a window
+    (:func:`~accumrun.data.source.read_spans`), so memory follows the windows' count, not the file's size."""
 
     file: str
-    """The token file: ids of ``stored`` dtype."""
     begins: np.ndarray
     ends: np.ndarray
     length: int
@@ -87,6 +63,14 @@ class CorpusWindows(ReadsBlocks, TokenIds):
 
     fault = "cannot be read from the corpus's token file"
 
+    @classmethod
+    def over(cls, file: str, ends: np.ndarray, length: int, stride: int) -> CorpusWindows:
+        """The windows (:func:`window_starts`) of each text in ``file``, the texts ending at ``ends`` (cumulative)."""
+        begins = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+        starts = [b + window_starts(int(e - b), length, stride) for b, e in zip(begins, ends, strict=True)]
+        counts = [len(text) for text in starts]
+        return cls(file, np.concatenate(starts), np.repeat(ends.astype(np.int64), counts), length)
+
     @property
     def size(self) -> int:
         return len(self.begins)
@@ -97,16 +81,12 @@ class CorpusWindows(ReadsBlocks, TokenIds):
 
     @property
     def labels(self) -> np.ndarray:
-        """None held: a corpus's targets are its token ids, read with its samples.
-
-        Raises:
-            ValueError: always.
-        """
+        """None held (raises ValueError): the targets are the token ids, read with the samples."""
         raise ValueError("a corpus's windows on disk read their targets with their samples")
 
     @property
     def lengths(self) -> np.ndarray:
-        """Each window's real input tokens (its ids that are not padding), known without reading the file."""
+        """Each window's real input tokens (not padding), known without reading the file."""
         return np.minimum(self.ends - self.begins - 1, self.length)
 
     def subset(self, index: np.ndarray) -> CorpusWindows:
@@ -136,12 +116,8 @@ class CorpusWindows(ReadsBlocks, TokenIds):
         return index, x, as_targets(y, weights)
 
     def _windows(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The samples and targets of windows ``index``: ``length + 1`` tokens from each begin, cut at its end; a
-        sample's token is kept where a target follows it (a short window's last token is a target alone).
-
-        Raises:
-            OSError: the token file cannot be read, or is shorter than its windows (changed since it was written).
-        """
+        """The samples and targets of windows ``index`` (a short window's last token is a target alone); OSError
+        where the token file cannot be read or is shorter than its windows (changed since it was written)."""
         begins = self.begins[index]
         counts = np.minimum(self.ends[index] - begins, self.length + 1)
         window = np.zeros((len(index), self.length + 1), np.int32)
@@ -175,35 +151,21 @@ def corpus_windows(
     stride: int,
     path: str,
 ) -> CorpusWindows:
-    """The windows of ``files`` (those ``path`` names) read from their token file under ``cache_dir`` (found, or
-    written first).
-
-    Raises:
-        DataError: under ``key``, a file is empty or not UTF-8 (named, with the byte), or no file has two tokens;
-            ``data.cache_dir`` cannot be written.
-    """
+    """The windows of ``files`` (those ``path`` names), read from their token file under ``cache_dir``; DataError
+    where a file is empty or not UTF-8, no file has two tokens, or ``data.cache_dir`` cannot be written."""
     tokens = token_file(files, key, tokenizer, config, cache_dir)
-    begins, ends = [], []
-    for begin, end in zip(tokens.begins, tokens.ends, strict=True):
-        starts = begin + window_starts(int(end - begin), length, stride)
-        begins.append(starts)
-        ends.append(np.full(len(starts), end, np.int64))
-    if not sum(len(starts) for starts in begins):
+    windows = CorpusWindows.over(str(tokens.path), tokens.ends, length, stride)
+    if not windows.size:
         raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
-    return CorpusWindows(str(tokens.path), np.concatenate(begins), np.concatenate(ends), length)
+    return windows
 
 
 def token_file(files: list[Path], key: str, tokenizer: Tokenizer, config: TokenizerConfig, cache_dir: str) -> TokenFile:
-    """The token file of ``files``: found under ``cache_dir`` by its key, or tokenized and renamed into place.
-
-    Raises:
-        DataError: see :func:`corpus_windows`.
-    """
+    """The token file of ``files``: found under ``cache_dir`` by its key, or tokenized and renamed into place
+    (raises DataError as :func:`corpus_windows` does)."""
     folder = Path(cache_dir).expanduser() / f"corpus-{corpus_key(files, key, config)}"
     try:
-        build_once(
-            folder, lambda found: _complete(found) is not None, lambda partial: _write(files, key, tokenizer, partial)
-        )
+        build_once(folder, lambda found: _complete(found) is not None, lambda into: _write(files, key, tokenizer, into))
     except OSError as error:
         reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
         raise DataError("data.cache_dir", f"cannot write the corpus's token file there ({reason})", cache_dir) from None
@@ -214,12 +176,15 @@ def token_file(files: list[Path], key: str, tokenizer: Tokenizer, config: Tokeni
 
 
 def corpus_key(files: list[Path], key: str, config: TokenizerConfig) -> str:
-    """A hash of what decides the token file (see the module's description).
-
-    Raises:
-        DataError: a file cannot be read.
-    """
-    settings = {"layout": LAYOUT_VERSION, "piece_bytes": PIECE_BYTES, "tokenizer": tokenizer_identity(config)}
+    """A hash of what decides the token file: the layout, the tokenizer's identity (with the content of the files
+    it reads, and KerasHub's version for one of KerasHub's), and each file's path, size and mtime."""
+    identity = config.identity(_file_hash)
+    if config.keras_hub:
+        try:
+            identity["keras_hub"] = metadata.version("keras-hub")
+        except metadata.PackageNotFoundError:
+            identity["keras_hub"] = None
+    settings = {"layout": LAYOUT_VERSION, "piece_bytes": PIECE_BYTES, "tokenizer": identity}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for file in sorted(files):
         try:
@@ -230,41 +195,23 @@ def corpus_key(files: list[Path], key: str, config: TokenizerConfig) -> str:
     return digest.hexdigest()[:32]
 
 
-def tokenizer_identity(config: TokenizerConfig) -> dict[str, object]:
-    """What decides the ids a tokenizer gives: its settings, the content of the files it reads, and KerasHub's
-    version for a tokenizer of KerasHub's."""
-    identity = config.identity(_file_hash)
-    if config.keras_hub:
-        identity["keras_hub"] = _version("keras-hub")
-    return identity
-
-
 def _file_hash(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as file:
-        for block in iter(lambda: file.read(PIECE_BYTES), b""):
+        while block := file.read(PIECE_BYTES):
             digest.update(block)
     return digest.hexdigest()
 
 
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterator[str]:
-    """A UTF-8 file's text in pieces of at most ``piece_bytes`` that end at a line break (a longer line is one
-    piece; the last piece ends where the file does).
-
-    Raises:
-        DataError: under ``key``, the file is empty or not UTF-8 (with the byte's offset in the file).
-    """
+    """A UTF-8 file's text in pieces of whole lines, each the first to pass ``piece_bytes`` (the last piece ends
+    where the file does); DataError where it is empty or not UTF-8."""
     offset = 0
     try:
         with path.open("rb") as file:
-            for piece in _line_pieces(file, piece_bytes):
+            # A line break is one byte that no other UTF-8 character contains: a piece never splits a character.
+            while lines := file.readlines(piece_bytes):
+                piece = b"".join(lines)
                 try:
                     yield piece.decode("utf-8")
                 except UnicodeDecodeError as error:
@@ -276,35 +223,11 @@ def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterato
         raise DataError(key, f"{path} is empty")
 
 
-def _line_pieces(file: BinaryIO, piece_bytes: int) -> Iterator[bytes]:
-    rest = bytearray()
-    while True:
-        # Fill a piece up to piece_bytes; a line longer than that reads on a piece at a time to its end.
-        block = file.read(piece_bytes - len(rest) if len(rest) < piece_bytes else piece_bytes)
-        if not block:
-            if rest:
-                yield bytes(rest)
-            return
-        rest += block
-        cut = rest.rfind(_NEWLINE) + 1
-        if cut:
-            # A line break is one byte that no other UTF-8 character contains: a piece never splits a character.
-            yield bytes(rest[:cut])
-            del rest[:cut]
-
-
 def file_ids(path: Path, key: str, tokenizer: Tokenizer, piece_bytes: int = PIECE_BYTES) -> Iterator[np.ndarray]:
-    """A file's token ids, piece by piece (see the module's description); a tokenizer that may merge across lines
-    gets the whole text at once.
-
-    Raises:
-        DataError: see :func:`text_pieces`.
-    """
-    if not tokenizer.line_local:
-        yield tokenizer.ids("".join(text_pieces(path, key, piece_bytes)))
-        return
-    for text in text_pieces(path, key, piece_bytes):
-        yield tokenizer.ids(text)
+    """A file's token ids, piece by piece (:func:`text_pieces`); a tokenizer that may merge across lines gets the
+    whole text at once."""
+    pieces = text_pieces(path, key, piece_bytes)
+    yield from map(tokenizer.ids, pieces if tokenizer.line_local else ["".join(pieces)])
 
 
 def _write(files: list[Path], key: str, tokenizer: Tokenizer, partial: Path) -> None:

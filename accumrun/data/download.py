@@ -1,9 +1,7 @@
-"""Fetch the MNIST and Fashion-MNIST IDX files, verified by MD5, without ever leaving a half-written file.
+"""Fetch the MNIST and Fashion-MNIST IDX files (:data:`accumrun.data.sources.SOURCES`), verified by MD5.
 
-Each file is streamed into a temporary file in the target folder and moved into place
-(:func:`accumrun.rundir.atomic.write_atomically`) only after its checksum matches, so an interrupted or corrupt
-download can never be mistaken for data. The sources and their checksums are in
-:data:`accumrun.data.sources.SOURCES`.
+Each file is streamed into a temporary file beside it and moved into place only once its checksum matches
+(:func:`accumrun.rundir.atomic.write_atomically`), so an interrupted or corrupt download is never taken for data.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from accumrun.errors import ConfigError, DataError
 from accumrun.rundir.atomic import write_atomically
 
 _CHUNK = 1 << 20
+_TIMEOUT = 60.0  # seconds to wait for the server on each blocking network operation
 # What a failed fetch can raise: HTTPError < URLError < OSError (TimeoutError and connection resets are OSErrors
 # too); a body cut short raises http.client.IncompleteRead; a malformed base URL raises ValueError in urlopen.
 _FETCH_ERRORS = (OSError, http.client.HTTPException, ValueError)
@@ -33,23 +32,14 @@ def download_dataset(
     base_url: str | None = None,
     checksums: dict[str, str] | None = None,
     echo: Callable[[str], None] = print,
-    timeout: float = 60.0,
 ) -> list[Path]:
-    """Make sure ``folder`` holds the four IDX ``.gz`` files of ``name``, each with its expected MD5.
-
-    Files already present with the right checksum are kept without a request. A present file with a wrong
-    checksum is replaced, but only by a download that has been verified.
+    """Make sure ``folder`` (created when missing) holds the four IDX ``.gz`` files of ``name``, each with its
+    expected MD5, and return their paths in the order of ``IDX_FILES``. A file with the right checksum is kept
+    without a request; one with a wrong checksum is replaced, but only by a verified download.
 
     Args:
-        name: a source with a download, such as ``mnist`` or ``fashion_mnist``.
-        folder: where the files go; created (with its parents) when missing.
         base_url: where the files are served; defaults to the dataset's official source.
         checksums: expected MD5 per file name, overriding the published ones for the files it names.
-        echo: receives one progress line per file.
-        timeout: seconds to wait for the server on each blocking network operation.
-
-    Returns:
-        The paths of the four files, in the order of ``accumrun.data.arrays.IDX_FILES``.
 
     Raises:
         ConfigError: ``name`` is not a known dataset.
@@ -65,38 +55,29 @@ def download_dataset(
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise DataError("download", f"cannot create {folder}: {error}") from None
-    paths = []
     for filename in IDX_FILES.values():
         path = folder / filename
         expected = expected_md5[filename].lower()
         if path.is_file() and _file_md5(path) == expected:
             echo(f"kept {path} (checksum ok)")
         else:
-            size = _fetch_verified(f"{base}/{filename}", path, expected, timeout)
-            echo(f"downloaded {path} ({size:,} bytes)")
-        paths.append(path)
-    return paths
+            _fetch_verified(f"{base}/{filename}", path, expected)
+            echo(f"downloaded {path} ({path.stat().st_size:,} bytes)")
+    return [folder / filename for filename in IDX_FILES.values()]
 
 
-def _fetch_verified(url: str, path: Path, expected: str, timeout: float) -> int:
-    """Stream ``url`` into ``path``, which only ever holds a complete file whose MD5 is ``expected``.
-
-    Returns:
-        The number of bytes written.
-    """
-    size = 0
+def _fetch_verified(url: str, path: Path, expected: str) -> None:
+    """Stream ``url`` into ``path``, which only ever holds a complete file whose MD5 is ``expected``."""
 
     def fetch(temporary: Path) -> None:
-        nonlocal size
         # MD5 identifies the published files, it guards no secret; the flag keeps it usable on FIPS-mode systems.
         digest = hashlib.md5(usedforsecurity=False)
         with temporary.open("wb") as file:
             try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:
+                with urllib.request.urlopen(url, timeout=_TIMEOUT) as response:
                     while chunk := response.read(_CHUNK):
                         file.write(chunk)
                         digest.update(chunk)
-                        size += len(chunk)
             except _FETCH_ERRORS as error:
                 raise DataError("download", f"cannot fetch {url}: {_reason(error)}") from None
         if digest.hexdigest() != expected:
@@ -109,13 +90,12 @@ def _fetch_verified(url: str, path: Path, expected: str, timeout: float) -> int:
         write_atomically(path, fetch)
     except OSError as error:
         raise DataError("download", f"cannot write {path}: {error}") from None
-    return size
 
 
 def _file_md5(path: Path) -> str:
     digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
+    with path.open("rb") as file:
+        while chunk := file.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 

@@ -1,16 +1,12 @@
-"""Example data to try the file sources on: an image folder, TFRecord files and a CSV table.
-
-    accumrun make-example images datasets/shapes        # configs/image_folder.yaml reads it
-    accumrun make-example tfrecord datasets/shapes      # datasets/shapes-00000-of-00002, ...
-    accumrun make-example csv datasets/blobs.csv        # configs/csv.yaml reads it
+"""Example data to try the file sources on (``accumrun make-example``), made from ``--seed``, never downloaded.
 
 The images are three classes of shapes (horizontal bars, vertical bars, a disc) drawn in random colours, sizes
-and places over noise, so they are learnable but not at a glance. Everything is made from ``--seed``; nothing
-is downloaded. The tests use the same writers.
+and places over noise, so they are learnable but not at a glance. The tests use the same writers.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -39,22 +35,20 @@ def shape_images(count: int, size: int, seed: int) -> tuple[np.ndarray, np.ndarr
     return np.clip(images, 0, 255).astype(np.uint8), labels
 
 
-def encode(image: np.ndarray, fmt: str = "png") -> bytes:
-    """PNG or JPEG bytes of a uint8 image (TensorFlow's encoders)."""
+def encode(image: np.ndarray) -> bytes:
+    """PNG bytes of a uint8 image (TensorFlow's encoder)."""
     import tensorflow as tf
 
-    if fmt == "png":
-        return bytes(tf.io.encode_png(image).numpy())
-    return bytes(tf.io.encode_jpeg(image, quality=95).numpy())
+    return bytes(tf.io.encode_png(image).numpy())
 
 
-def write_image_folder(folder: Path, count: int = 300, size: int = 32, seed: int = 0, fmt: str = "png") -> Path:
-    """An image folder of ``count`` images: one subfolder per shape, ``<shape>/<index>.<fmt>``."""
+def write_image_folder(folder: Path, count: int = 300, size: int = 32, seed: int = 0) -> Path:
+    """An image folder of ``count`` images: one subfolder per shape, ``<shape>/<index>.png``."""
     images, labels = shape_images(count, size, seed)
     for index, (image, label) in enumerate(zip(images, labels, strict=True)):
-        target = folder / SHAPES[label] / f"{index:05d}.{fmt}"
+        target = folder / SHAPES[label] / f"{index:05d}.png"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(encode(image, fmt))
+        target.write_bytes(encode(image))
     return folder
 
 
@@ -69,10 +63,9 @@ def write_tfrecords(path: Path, count: int = 300, size: int = 32, seed: int = 0,
     for shard, file in enumerate(files):
         with tf.io.TFRecordWriter(str(file)) as writer:
             for index in range(shard, count, shards):
-                feature = {
-                    "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encode(images[index])])),
-                    "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(labels[index])])),
-                }
+                image = tf.train.Feature(bytes_list=tf.train.BytesList(value=[encode(images[index])]))
+                label = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(labels[index])]))
+                feature = {"image/encoded": image, "image/class/label": label}
                 writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
     return files
 
@@ -85,10 +78,8 @@ def write_csv(path: Path, count: int = 600, features: int = 6, seed: int = 0) ->
     labels = rng.integers(3, size=count)
     x = centres[labels] + rng.normal(size=(count, features))
     names = np.array(["adelie", "chinstrap", "gentoo"])
-    header = ["id", *(f"f{j}" for j in range(features)), "species"]
-    lines = [",".join(header)]
-    for i in range(count):
-        lines.append(",".join([f"s{i:04d}", *(f"{v:.4f}" for v in x[i]), str(names[labels[i]])]))
+    lines = [",".join(["id", *(f"f{j}" for j in range(features)), "species"])]
+    lines += [",".join([f"s{i:04d}", *(f"{v:.4f}" for v in x[i]), str(names[labels[i]])]) for i in range(count)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -139,15 +130,11 @@ def write_corpus(folder: Path, count: int = 600, seed: int = 0) -> Path:
 def write_tokens(folder: Path, count: int = 600, seed: int = 0) -> tuple[Path, Path]:
     """nanoGPT's ``train.bin`` and ``val.bin`` for :func:`write_corpus`'s sentences (``count`` texts, a tenth of
     them for validation): each text's UTF-8 bytes as uint16 ids 0..255, so ``vocabulary_size: 256``."""
-    texts = write_corpus(folder / "texts", count, seed)
-    files = sorted(texts.glob("*.txt"))
-    held = max(1, count // 10)
-    written = []
-    for name, part in (("train.bin", files[:-held]), ("val.bin", files[-held:])):
-        data = b"".join(file.read_bytes() for file in part)
-        (folder / name).write_bytes(np.frombuffer(data, np.uint8).astype("<u2").tobytes())
-        written.append(folder / name)
-    for file in files:
-        file.unlink()
-    texts.rmdir()
-    return written[0], written[1]
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as texts:
+        files = sorted(write_corpus(Path(texts), count, seed).glob("*.txt"))
+        held = max(1, count // 10)
+        for name, part in (("train.bin", files[:-held]), ("val.bin", files[-held:])):
+            data = b"".join(file.read_bytes() for file in part)
+            (folder / name).write_bytes(np.frombuffer(data, np.uint8).astype("<u2").tobytes())
+    return folder / "train.bin", folder / "val.bin"

@@ -1,10 +1,7 @@
-"""``data.name: tfds``: a TensorFlow Datasets dataset that is already prepared in ``data.data_dir``.
-
-``tensorflow-datasets`` is optional (``pip install tensorflow-datasets``). accumrun never downloads or prepares a
-dataset: prepare it once where the network is (``tfds build NAME --data_dir DIR``, or ``tfds.load`` there), then
-point ``data.data_dir`` at that folder. A prepared image-classification dataset is TFRecord files of
-``tf.train.Example`` with an encoded ``image`` and an int64 ``label``, so it streams exactly as
-``data.name: tfrecord`` does (same order, shuffle buffer and resume); the class names come from its metadata.
+"""``data.name: tfds``: a TensorFlow Datasets dataset already prepared in ``data.data_dir`` (``tensorflow-datasets``
+is optional). accumrun never downloads or prepares one: prepare it where the network is (``tfds build NAME
+--data_dir DIR``). A prepared image dataset is TFRecord files of ``tf.train.Example`` (an encoded ``image``, an int64
+``label``), so it streams exactly as ``data.name: tfrecord`` does; the class names come from its metadata.
 """
 
 from __future__ import annotations
@@ -33,9 +30,6 @@ class TfdsConfig(ImageSourceConfig):
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
 
 
-IMAGE_FEATURE, LABEL_FEATURE = "image", "label"
-
-
 def load_tfds(config: TfdsConfig, seed: int) -> Splits:
     """The prepared ``train`` split of ``data.dataset`` (and ``test``, for ``validation_split: test``).
 
@@ -52,7 +46,8 @@ def load_tfds(config: TfdsConfig, seed: int) -> Splits:
     try:
         builder = tfds.builder(config.dataset, data_dir=config.data_dir)
     except Exception as error:  # tfds raises its own DatasetNotFoundError and friends
-        raise ConfigError("data.dataset", f"{type(error).__name__}: {_first_line(error)}", config.dataset) from None
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ConfigError("data.dataset", f"{type(error).__name__}: {first_line}", config.dataset) from None
     if not Path(builder.data_dir).is_dir() or "train" not in builder.info.splits:
         where = config.data_dir or "the default TFDS folder"
         raise DataError(
@@ -61,22 +56,15 @@ def load_tfds(config: TfdsConfig, seed: int) -> Splits:
             f"{config.dataset} --data_dir DIR) and copy DIR here; accumrun never downloads",
         )
     features: Any = builder.info.features
-    if IMAGE_FEATURE not in features or LABEL_FEATURE not in features:
-        raise DataError(
-            "data.dataset", f"needs '{IMAGE_FEATURE}' and '{LABEL_FEATURE}' features; it has {sorted(features)}"
-        )
-    layout = RecordLayout(IMAGE_FEATURE, LABEL_FEATURE, config.size, config.channels, config.shuffle_buffer)
+    if "image" not in features or "label" not in features:
+        raise DataError("data.dataset", f"needs 'image' and 'label' features; it has {sorted(features)}")
+    layout = RecordLayout("image", "label", config.size, config.channels, config.shuffle_buffer)
     splits = {name: _files(builder, name) for name in ("train", "test") if name in builder.info.splits}
     train = read_record_files(splits["train"], "data.dataset", layout)
     test = read_record_files(splits["test"], "data.dataset", layout) if "test" in splits else None
-    names = list(getattr(features[LABEL_FEATURE], "names", []) or [])
+    names = list(getattr(features["label"], "names", []) or [])
     return Splits(train, test, class_names=names or None)
 
 
 def _files(builder: Any, split: str) -> list[str]:
     return [str(Path(builder.data_dir) / name) for name in builder.info.splits[split].filenames]
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
