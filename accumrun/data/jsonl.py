@@ -1,14 +1,7 @@
-"""``data.name: jsonl``: JSON Lines, one object per line, whose ``data.text`` key holds the text and whose
-``data.label`` key holds the label.
-
-Labels are read as a CSV's label column is: class names (numbered in sorted order), class indices, or other
-numbers (regression targets). Lines end at ``"\n"``; blank lines are skipped; every other line must be an object
-with both keys and a non-empty text, or the error names the file and the line.
-
-``data.cache: none`` (the default) streams, as a text folder does: startup reads and checks every line, keeps each
-record's label and byte span but not its text, and the texts are read back from the file and tokenized as the
-epoch's order reaches them (a :class:`~accumrun.data.rows.TextRows`; see :mod:`accumrun.data.rows`). ``memory``
-tokenizes every text at load and trains from the token ids in memory (which ``data.bucket`` needs).
+"""``data.name: jsonl``: JSON Lines, one object per line, its ``data.text`` key the text and its ``data.label`` key
+the label, read as a CSV's label column is. Blank lines are skipped; any other line must be an object with both keys
+and a non-empty text, or the error names the file and the line. ``data.cache: none`` (the default) streams the
+texts from the file, as a CSV's text column does (:mod:`accumrun.data.rows`); ``memory`` tokenizes them at load.
 """
 
 from __future__ import annotations
@@ -20,12 +13,12 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from accumrun.data.rows import json_lines
+from accumrun.data.rows import TextColumn, json_lines
 from accumrun.data.section import none_or_memory
 from accumrun.data.splits import Splits
-from accumrun.data.tables import Table, labelled_splits, streamed_rows
+from accumrun.data.tables import Table, labelled_splits
 from accumrun.data.text import TextSourceConfig
-from accumrun.data.tokenizers import Tokenizer, tokenizer_for
+from accumrun.data.tokenizers import tokenizer_for
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
 from accumrun.sections import words
@@ -41,9 +34,8 @@ class JsonlConfig(TextSourceConfig):
     label: str = Field(min_length=1)
     """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
     cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
-    """``none`` streams: each line's text is read back from the file and tokenized as the epoch's order reaches
-    it. ``memory`` tokenizes every text once, at load, and trains from the token ids in memory (``bucket`` needs
-    it)."""
+    """``none`` streams each line's text from the file as the epoch reaches it; ``memory`` tokenizes every text at
+    load (``bucket`` needs it)."""
 
     @field_validator("cache")
     @classmethod
@@ -52,26 +44,23 @@ class JsonlConfig(TextSourceConfig):
 
 
 def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
-    """The objects of ``data.path`` (and ``data.validation_path``): their texts tokenized (``cache: memory``), or
-    their byte spans, to stream (``cache: none``).
+    """The objects of ``data.path`` (and ``data.validation_path``), tokenized or to stream.
 
     Raises:
         DataError: a file is missing, empty or not JSON Lines, or a line lacks a key or has a bad value.
     """
     tokenizer = tokenizer_for(config.tokenizer)
-    train = _read(Path(config.path), "data.path", config, tokenizer)
+    text = TextColumn(config.text, tokenizer, config.sequence_length, stream=config.cache is CacheMode.NONE)
+    train = _read(Path(config.path), "data.path", config, text)
     test = None
     if config.validation_path:
-        test = _read(Path(config.validation_path), "data.validation_path", config, tokenizer)
+        test = _read(Path(config.validation_path), "data.validation_path", config, text)
     return labelled_splits(train, test, vocabulary_size=tokenizer.vocabulary_size)
 
 
-def _read(path: Path, key: str, config: JsonlConfig, tokenizer: Tokenizer) -> Table:
-    stream = config.cache is CacheMode.NONE
-    texts, labels, spans = _scan(path, key, config, keep_texts=not stream)
-    if stream:
-        return Table.of_column([], streamed_rows(path, spans, tokenizer, config.sequence_length, config.text), labels)
-    return Table.of_column([], tokenizer.encode(texts, config.sequence_length), labels)
+def _read(path: Path, key: str, config: JsonlConfig, text: TextColumn) -> Table:
+    texts, labels, spans = _scan(path, key, config, keep_texts=not text.stream)
+    return Table.of_column([], text.samples(path, spans, texts, config.text), labels)
 
 
 def read_records(path: Path, key: str, config: JsonlConfig) -> tuple[list[str], list[str]]:
@@ -85,8 +74,7 @@ def read_records(path: Path, key: str, config: JsonlConfig) -> tuple[list[str], 
 
 
 def _scan(path: Path, key: str, config: JsonlConfig, keep_texts: bool) -> tuple[list[str], list[str], np.ndarray]:
-    """Each object's text (with ``keep_texts``; else each is checked and let go), its label, and its line's byte
-    span, in the file's order."""
+    """Each object's text (with ``keep_texts``; else checked and let go), label and byte span, in order."""
     if not path.is_file():
         raise DataError(key, "JSON Lines file not found", str(path))
     texts: list[str] = []

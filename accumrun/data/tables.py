@@ -1,31 +1,23 @@
 """``data.name: csv``: a table with a header row; ``data.label`` names the target column, or several.
 
-With ``data.text``, each sample is that column's text as token ids (see :mod:`accumrun.data.text`), and no column
-is a feature. Else the other columns are the features, as float32, held in memory. A column with no number in it
-(a name) and the ``data.id`` and ``data.weight`` columns are not features and are left out (the weight column holds
-each row's weight, a finite number >= 0); a column of numbers with a cell that is not one is an error that names
-the file, the row and the column. One label column may hold numbers (class indices or regression
-values) or class names, which are then numbered in sorted order. Several label columns hold numbers: all 0 or 1,
-they are a multi-label task's labels, named by their columns; else the targets of a regression.
-
-A text column streams by default (``data.cache: none``), as a text folder does: startup reads and checks every row
-(the same checks and errors as in memory), keeps the labels, weights and each row's byte span in the file, but no
-text, and each text is read back from the file and tokenized as the epoch's order reaches it (a
-:class:`~accumrun.data.rows.TextRows`; see :mod:`accumrun.data.rows`). ``data.cache: memory`` tokenizes every
-text at load instead and trains from the token ids in memory (which ``data.bucket`` needs).
+The other columns with numbers are the features, as float32 in memory; a column of names, ``data.id`` and
+``data.weight`` (each row's weight) are not. One label column holds numbers or class names (numbered in sorted
+order); several hold numbers: all 0 or 1, a multi-label task's labels, else regression targets. With ``data.text``,
+each sample is that column's text as token ids and no column is a feature: streamed from the file by default
+(``data.cache: none``, :mod:`accumrun.data.rows`) or, with ``memory``, tokenized at load.
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from accumrun.data.rows import CsvRecords, TextRows
+from accumrun.data.rows import CsvRecords, TextColumn, TextRows
 from accumrun.data.section import (
     DEFAULT_SEQUENCE_LENGTH,
     FileSourceConfig,
@@ -34,9 +26,8 @@ from accumrun.data.section import (
     refuse_image_keys,
 )
 from accumrun.data.splits import ArraySplit, Splits
-from accumrun.data.text import TextColumn, checked_cells
 from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
-from accumrun.data.tokenizers import Tokenizer, text_input
+from accumrun.data.tokenizers import text_input
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
@@ -51,8 +42,7 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     label: (
         Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
     )
-    """The label column, or several: 0/1 columns are the labels of a multi-label task (named by their columns),
-    other numbers the targets of a regression."""
+    """The label column, or several: 0/1 columns are a multi-label task's labels, other numbers regression targets."""
     id: str | None = None
     """A column that names each row (not a feature); ``predict`` on a CSV writes it as the ``input`` column."""
     text: str | None = Field(None, min_length=1)
@@ -65,9 +55,8 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     """With ``text``: bucketed padding, as for the text sources (:attr:`TextSourceConfig.bucket`); it needs
     ``cache: memory``."""
     cache: Annotated[CacheMode, words(CacheMode)] | None = None
-    """With ``text`` (default ``none``): ``none`` streams, each row's text read back from the file and tokenized
-    as the epoch's order reaches it; ``memory`` tokenizes every text at load and trains from the token ids in
-    memory. A table of numbers is always held in memory and takes no ``cache``."""
+    """With ``text``: ``none`` (the default) streams each row's text from the file as the epoch reaches it;
+    ``memory`` tokenizes every text at load. A table of numbers is always held in memory and takes no ``cache``."""
 
     @field_validator("cache")
     @classmethod
@@ -125,14 +114,16 @@ class CsvConfig(SampleWeights, FileSourceConfig):
 
 
 def load_csv(config: CsvConfig, seed: int) -> Splits:
-    """The table at ``data.path`` (and ``data.validation_path``, with the same columns); with ``data.text``, each
-    sample is that column's cell as token ids.
+    """The table at ``data.path`` (and ``data.validation_path``, with the same columns).
 
     Raises:
         DataError: a file is missing or empty, lacks a label, id, weight or text column, has a non-numeric
             feature cell or an empty text cell.
     """
-    text = _text_column(config)
+    settings = text_input(config)
+    text = None
+    if config.text is not None and settings is not None:
+        text = TextColumn(config.text, *settings, stream=config.cache is CacheMode.NONE)
     labels, id_column, weight = config.label_columns, config.id, config.weight
     train = read_table(Path(config.path), "data.path", labels, id_column=id_column, weight_column=weight, text=text)
     test = None
@@ -142,14 +133,6 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
     if text is not None:
         return labelled_splits(train, test, vocabulary_size=text.tokenizer.vocabulary_size)
     return labelled_splits(train, test, features=train.features)
-
-
-def _text_column(config: CsvConfig) -> TextColumn | None:
-    """The CSV's text column, or None for a table of numbers."""
-    text = text_input(config)
-    if config.text is None or text is None:
-        return None
-    return TextColumn(config.text, *text, stream=config.cache is CacheMode.NONE)
 
 
 def labelled_splits(train: Table, test: Table | None, **keys: Any) -> Splits:
@@ -162,40 +145,37 @@ def labelled_splits(train: Table, test: Table | None, **keys: Any) -> Splits:
     names = train.class_names
     if test is not None and (names is None) != (test.class_names is None):
         raise DataError("data.validation_path", f"has {_kind(test)} labels where data.path has {_kind(train)} ones")
-    if names is not None and test is not None and test.class_names is not None and train.text_labels:
+    if names is not None and test is not None and test.class_names is not None and train.label_cells:
         unknown = sorted(set(test.class_names) - set(names))
         if unknown:
             raise DataError("data.validation_path", f"has labels that data.path does not: {unknown}")
-        test = test.renumbered(names)
+        test.class_names, test.y = names, _numbered(test.label_cells, names)
     return Splits(train.split, test.split if test else None, class_names=names, **keys)
 
 
-class Table:
-    """One CSV file read: its feature columns, features (or token ids, or the text records to stream) and targets,
-    and the class names when the labels are text (or the label columns' names, for several 0/1 columns)."""
+def _kind(table: Table) -> str:
+    return "numeric" if table.class_names is None else "text"
 
-    def __init__(
-        self,
-        features: list[str],
-        x: np.ndarray | TextRows,
-        y: np.ndarray,
-        class_names: list[str] | None,
-        texts: list[str],
-    ) -> None:
-        self.features = features
-        self.x = x
-        self.y = y
-        self.class_names = class_names
-        self._texts = texts  # a text label column's cells, to number again by another file's classes
-        self.w: np.ndarray | None = None
-        """The rows' weights (``data.weight``), or None."""
+
+@dataclass
+class Table:
+    """One table read: its feature columns, samples (features, token ids or records to stream), targets and
+    weights, and the class names of text labels (or the label columns' names, for several 0/1 columns)."""
+
+    features: list[str]
+    x: np.ndarray | TextRows
+    y: np.ndarray
+    class_names: list[str] | None = None
+    label_cells: list[str] = field(default_factory=list)
+    """A text label column's cells, to number again by another file's classes."""
+    w: np.ndarray | None = None
 
     @classmethod
     def of_column(cls, features: list[str], x: np.ndarray | TextRows, cells: list[str]) -> Table:
         """A table with one label column: numbers as they are, or class names numbered in sorted order."""
         numeric = _numbers(cells)
         if numeric is not None:
-            return cls(features, x, numeric, None, [])
+            return cls(features, x, numeric)
         names = sorted(set(cells))
         return cls(features, x, _numbered(cells, names), names, cells)
 
@@ -215,31 +195,14 @@ class Table:
                 raise DataError("data.label", f"{path}, column '{name}': several label columns must hold numbers")
             y[:, j] = numbers
         if np.isin(y, (0.0, 1.0)).all():
-            return cls(features, x, y.astype(np.int32), list(columns), [])
-        return cls(features, x, y, None, [])
-
-    @property
-    def text_labels(self) -> bool:
-        """Whether the labels were class names in one column (numbered by :meth:`of_column`)."""
-        return bool(self._texts)
-
-    def renumbered(self, names: list[str]) -> Table:
-        """The same table with its text labels numbered as in ``names`` (the training file's classes)."""
-        self.class_names = names
-        self.y = _numbered(self._texts, names)
-        return self
+            return cls(features, x, y.astype(np.int32), list(columns))
+        return cls(features, x, y)
 
     @property
     def split(self) -> ArraySplit | TextRows:
         if not isinstance(self.x, np.ndarray):
             return replace(self.x, y=self.y, w=self.w)
         return ArraySplit(self.x, self.y, self.w)
-
-
-def streamed_rows(path: Path, spans: np.ndarray, tokenizer: Tokenizer, length: int, text: str | int) -> TextRows:
-    """The records at ``spans`` of ``path``, to stream; their labels are the :class:`Table`'s (set by
-    :attr:`Table.split`)."""
-    return TextRows(str(path), spans, np.zeros(len(spans), np.int32), tokenizer, length, text)
 
 
 def _numbered(cells: list[str], names: list[str]) -> np.ndarray:
@@ -275,11 +238,8 @@ def read_table(
     x: np.ndarray | TextRows
     if text is not None:
         features = []
-        if text.stream:
-            checked_cells(path, text.column, columns[text.column], lines)
-            x = streamed_rows(path, rows.spans, text.tokenizer, text.length, rows.column_index(text.column))
-        else:
-            x = text.tokens(path, columns[text.column], lines)
+        texts = _checked_cells(path, text.column, columns[text.column], lines)
+        x = text.samples(path, rows.spans, texts, _last_index(header, text.column))
     else:
         if features is None:
             features = _feature_columns(path, key, header, columns, [*labels, id_column, weight_column])
@@ -312,22 +272,29 @@ def _feature_columns(
     return features
 
 
+def _checked_cells(path: Path, column: str, cells: list[str], lines: list[int]) -> list[str]:
+    """A text column's cells, each a sample's text; an empty one is an error that names its line."""
+    for cell, line in zip(cells, lines, strict=True):
+        if not cell:
+            raise DataError("data.text", f"{path}, line {line}: the text in column {column!r} is empty")
+    return cells
+
+
 def read_texts(path: Path, key: str, column: str) -> list[str]:
     """The texts of the CSV's text column ``column`` (``data.text``), in row order.
 
     Raises:
         DataError: the file is missing or malformed, lacks the column, or has an empty text cell.
     """
-    header, lines, columns = _read_columns(path, key)
-    if column not in header:
-        raise DataError("data.text", f"{path} has no column {column!r}; its columns are {header}", column)
-    return list(checked_cells(path, column, columns[column], lines))
+    rows = _read_rows(path, key)
+    if column not in rows.header:
+        raise DataError("data.text", f"{path} has no column {column!r}; its columns are {rows.header}", column)
+    return _checked_cells(path, column, rows.columns[column], rows.lines)
 
 
 def read_column(path: Path, name: str) -> list[str] | None:
     """The cells of column ``name`` of the CSV at ``path``, or None when it has no such column."""
-    _, _, columns = _read_columns(path, str(path))
-    return columns.get(name)
+    return _read_rows(path, str(path)).columns.get(name)
 
 
 def read_features(path: Path, features: list[str]) -> np.ndarray:
@@ -336,17 +303,11 @@ def read_features(path: Path, features: list[str]) -> np.ndarray:
     Raises:
         DataError: the file is missing or malformed, lacks a feature column, or has a cell that is not a number.
     """
-    header, lines, columns = _read_columns(path, str(path))
-    missing = [name for name in features if name not in columns]
+    rows = _read_rows(path, str(path))
+    missing = [name for name in features if name not in rows.columns]
     if missing:
-        raise DataError(str(path), f"lacks the feature columns {missing} that the run trained on; it has {header}")
-    return _numeric(path, str(path), columns, features, lines)
-
-
-def _read_columns(path: Path, key: str) -> tuple[list[str], list[int], dict[str, list[str]]]:
-    """The header, each row's line number, and each column's cells, of a CSV with at least one row."""
-    rows = _read_rows(path, key)
-    return rows.header, rows.lines, rows.columns
+        raise DataError(str(path), f"lacks the feature columns {missing} that the run trained on; it has {rows.header}")
+    return _numeric(path, str(path), rows.columns, features, rows.lines)
 
 
 class _Rows(NamedTuple):
@@ -354,12 +315,14 @@ class _Rows(NamedTuple):
     lines: list[int]
     """Each row's line number (its record's, counting the header as 1), for messages."""
     columns: dict[str, list[str]]
+    """Each column's cells (the last column of a name, where names repeat)."""
     spans: np.ndarray
     """Each row's bytes ``[start, end)`` in the file, int64."""
 
-    def column_index(self, name: str) -> int:
-        """The index of the column that ``columns[name]`` holds (the last of that name)."""
-        return len(self.header) - 1 - self.header[::-1].index(name)
+
+def _last_index(names: list[str], name: str) -> int:
+    """Where the last ``name`` is in ``names``: the column that a repeated name's cells come from."""
+    return len(names) - 1 - names[::-1].index(name)
 
 
 _KEPT = "\x00"
@@ -382,7 +345,7 @@ def _read_rows(path: Path, key: str, drop: str | None = None) -> _Rows:
                     continue
                 if not numbered:
                     names = [name.strip() for name in row]
-                    dropped = len(names) - 1 - names[::-1].index(drop) if drop in names else None
+                    dropped = _last_index(names, drop) if drop in names else None
                 elif dropped is not None and dropped < len(row):
                     row[dropped] = _KEPT if row[dropped].strip() else ""
                 numbered.append((number, row))
@@ -415,10 +378,6 @@ def _numeric(path: Path, key: str, columns: dict[str, list[str]], features: list
         i, j = np.argwhere(~np.isfinite(x))[0]
         raise DataError(key, f"{path}, row {lines[i]}, column '{features[j]}': NaN or Inf", columns[features[j]][i])
     return x
-
-
-def _kind(table: Table) -> str:
-    return "numeric" if table.class_names is None else "text"
 
 
 def _is_number(cell: str) -> bool:

@@ -1,33 +1,18 @@
-"""Text sources, tokenized to int32 token ids: ``text_folder`` (one subfolder of ``.txt`` files per class),
-``text_corpus`` (plain ``.txt`` files for a language model), and the text column of a table (a CSV's
-``data.text``; JSON Lines in :mod:`accumrun.data.jsonl`), which streams as a text folder does (see
-:mod:`accumrun.data.rows`) or with ``data.cache: memory`` is tokenized at load.
+"""Text sources, tokenized to ``sequence_length`` int32 token ids (a longer text cut, a shorter one padded with id 0,
+which the models mask): ``text_folder``, one subfolder of ``.txt`` files per class, streamed (each file checked at
+startup, then read and tokenized as the epoch reaches it: :mod:`accumrun.data.files`) or held in memory; and
+``text_corpus``, ``.txt`` files for a language model.
 
-Tokens are int32, ``sequence_length`` of them per sample: a longer text is cut there, a shorter one padded with
-id 0, which the models mask. ``data.tokenizer`` picks the tokenizer (:mod:`accumrun.data.tokenizers`).
-
-A text folder streams as an image folder does: startup lists its files and checks each (read once, UTF-8, not
-empty, and let go), and each file is read and tokenized as TensorFlow ops when the epoch's order reaches it (see
-:mod:`accumrun.data.files`), so a folder bigger than memory trains.
-
-A corpus is cut file by file into windows of ``sequence_length + 1`` tokens, ``stride`` apart: a window's first
-``sequence_length`` tokens are the sample, and its last ``sequence_length`` the targets, each the token that follows
-the sample's token at that position. A file's last window may be short; its padding (id 0) is no target, so windows
-of very different real lengths share a batch and the loss counts only real tokens. The windows are samples like any
-other: the validation split, the order of each epoch and resume follow the rules of (seed, epoch, sample).
-
-``data.cache`` says where a corpus's windows live. ``none``: the corpus is tokenized at load and its windows held
-as arrays (twice its tokens, or more where windows overlap). ``disk``: it is tokenized once, piece by piece, into a
-token file under ``data.cache_dir`` (:mod:`accumrun.data.corpus`), and each window is read from that file as the
-epoch's order reaches it: the same windows, index for index, with memory that grows by about 40 bytes a window
-(its bounds and the epoch's order), not with the text.
+A corpus is cut file by file into windows of ``sequence_length + 1`` tokens, ``stride`` apart: the first
+``sequence_length`` are the sample, the last ``sequence_length`` its next-token targets. A file's last window may be
+short; its padding is no target, so the loss counts only real tokens. With ``data.cache: none`` the windows are held
+as arrays; with ``disk`` the corpus is tokenized once into a token file (:mod:`accumrun.data.corpus`) and each window
+read from it: the same windows, with memory of about 40 bytes a window, not the text.
 """
 
 from __future__ import annotations
 
 import glob
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -52,12 +37,9 @@ class TextSourceConfig(FileSourceConfig):
     """Tokens per sample: a longer text is cut, a shorter one padded with id 0 (masked in the model)."""
     bucket: int | None = Field(None, ge=1)
     """Pad each training sub-batch only to its longest text, rounded up to a multiple of this (at most
-    ``sequence_length``), so that short sub-batches cost less; unset, every sub-batch keeps ``sequence_length``.
-    With it, the samples within each batch are also ordered by their real length (a stable sort) before the batch
-    is cut, so that each sub-batch holds texts of similar length (:mod:`accumrun.data.grouping`). Each batch holds
-    the same samples either way, and padding is masked, so the update is the same. Dropout draws by a sample's row
-    in the batch (:mod:`accumrun.core.draws`), so its masks differ with ``bucket`` and without; with ``bucket``,
-    subdivided and plain training still draw alike."""
+    ``sequence_length``); each batch's samples are then sorted by length (stably) before it is cut
+    (:mod:`accumrun.data.grouping`). A batch holds the same samples and padding is masked, so the update is the same,
+    but dropout draws by a sample's row in the batch (:mod:`accumrun.core.draws`), so its masks differ."""
 
     @model_validator(mode="after")
     def _no_image_keys(self) -> TextSourceConfig:
@@ -136,12 +118,15 @@ def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
             is empty or not UTF-8; or the two folders' classes differ.
     """
     tokenizer = tokenizer_for(config.tokenizer)
-    train, names = _list_folder(Path(config.path), "data.path", tokenizer, config.sequence_length)
+
+    def listed(folder: str, key: str) -> tuple[TextFiles, list[str]]:
+        paths, labels, classes = folder_files(Path(folder), key)
+        return TextFiles(np.array(paths), np.array(labels, np.int32), tokenizer, config.sequence_length), classes
+
+    train, names = listed(config.path, "data.path")
     test = None
     if config.validation_path:
-        test, val_names = _list_folder(
-            Path(config.validation_path), "data.validation_path", tokenizer, config.sequence_length
-        )
+        test, val_names = listed(config.validation_path, "data.validation_path")
         if val_names != names:
             raise DataError(
                 "data.validation_path",
@@ -149,37 +134,6 @@ def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
                 config.validation_path,
             )
     return Splits(train, test, class_names=names, vocabulary_size=tokenizer.vocabulary_size)
-
-
-@dataclass(frozen=True)
-class TextColumn:
-    """A table's text column (``data.text``), how its cells become ``length`` token ids, and whether they stream
-    (``data.cache: none``: read back from the file as training reaches them) or are tokenized at load."""
-
-    column: str
-    tokenizer: Tokenizer
-    length: int
-    stream: bool = False
-
-    def tokens(self, path: Path, cells: Sequence[str], lines: Sequence[int]) -> np.ndarray:
-        """The cells' token ids, one row each.
-
-        Raises:
-            DataError: under ``data.text``, a cell is empty (named by the file and its line number).
-        """
-        return self.tokenizer.encode(checked_cells(path, self.column, cells, lines), self.length)
-
-
-def checked_cells(path: Path, column: str, cells: Sequence[str], lines: Sequence[int]) -> Sequence[str]:
-    """A text column's ``cells``, each a sample's text.
-
-    Raises:
-        DataError: under ``data.text``, a cell is empty (named by the file and its line number).
-    """
-    for cell, line in zip(cells, lines, strict=True):
-        if not cell:
-            raise DataError("data.text", f"{path}, line {line}: the text in column {column!r} is empty")
-    return cells
 
 
 def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
@@ -233,27 +187,17 @@ def corpus_texts(path: str, key: str) -> list[str]:
 
 
 def _windows(path: str, key: str, tokenizer: Tokenizer, length: int, stride: int) -> ArraySplit:
-    x_rows, y_rows = [], []
+    windows: list[np.ndarray] = []
     for text in corpus_texts(path, key):
         ids = tokenizer.ids(text)
-        for start in window_starts(len(ids), length, stride):
-            window = ids[start : start + length + 1]
-            x_rows.append(_padded(window[:-1], length))
-            y_rows.append(_padded(window[1:], length))
-    if not x_rows:
+        windows += [ids[start : start + length + 1] for start in window_starts(len(ids), length, stride)]
+    if not windows:
         raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
-    return ArraySplit(np.stack(x_rows), np.stack(y_rows))
-
-
-def _padded(ids: np.ndarray, length: int) -> np.ndarray:
-    row = np.zeros(length, np.int32)
-    row[: len(ids)] = ids
-    return row
-
-
-def _list_folder(folder: Path, key: str, tokenizer: Tokenizer, length: int) -> tuple[TextFiles, list[str]]:
-    paths, labels, classes = folder_files(folder, key)
-    return TextFiles(np.array(paths), np.array(labels, np.int32), tokenizer, length), classes
+    x, y = np.zeros((2, len(windows), length), np.int32)  # padded with id 0
+    for row, window in enumerate(windows):
+        x[row, : len(window) - 1] = window[:-1]
+        y[row, : len(window) - 1] = window[1:]
+    return ArraySplit(x, y)
 
 
 def folder_texts(folder: Path, key: str) -> tuple[list[str], list[int], list[str]]:

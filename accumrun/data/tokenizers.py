@@ -1,18 +1,9 @@
-"""Tokenizers: text to int32 token ids and back, on the host (NumPy) and in a TensorFlow graph, with the same ids.
+"""Tokenizers: text to int32 token ids and back, on the host (NumPy, :meth:`Tokenizer.encode`) and as TensorFlow ops
+(:meth:`Tokenizer.encode_tensor`, so an exported SavedModel takes strings), with the same ids; id 0 pads.
 
-Every tokenizer pads with id 0, which the models mask, and cuts a text longer than the length. The host
-:meth:`Tokenizer.encode` makes the training samples and predict's inputs; :meth:`Tokenizer.encode_tensor` is the
-same function as TensorFlow ops (``tf.strings``), so an exported SavedModel takes strings and needs no accumrun;
-:meth:`Tokenizer.decode` turns ids back into text (for ``generate``):
-
-- ``byte``: token ``b + 1`` for each UTF-8 byte ``b`` (257 ids);
-- ``character``: token ``c + 2`` for each Unicode code point ``c`` below ``vocabulary_size - 2``, else 1, unknown;
-- ``word_piece``: KerasHub's WordPiece over a vocabulary file whose first token pads, or over a vocabulary learned
-  from the training texts (:mod:`accumrun.data.vocabulary` learns it, or reads it from the run folder, first);
-- ``preset``: the tokenizer of a KerasHub preset folder, whose id 0 pads.
-
-The last two need KerasHub (the ``text`` extra) and are TensorFlow ops themselves.
-TensorFlow is imported inside :meth:`Tokenizer.encode_tensor` alone, so the sources that tokenize stay free of it.
+``byte`` and ``character`` map bytes and code points to ids; ``word_piece`` (over a vocabulary file, or one learned
+by :mod:`accumrun.data.vocabulary`) and ``preset`` (a KerasHub preset folder) need KerasHub, the ``text`` extra.
+TensorFlow is imported only inside :meth:`Tokenizer.encode_tensor`, so the sources that tokenize stay free of it.
 """
 
 from __future__ import annotations

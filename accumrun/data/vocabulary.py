@@ -1,23 +1,12 @@
 """A learned WordPiece vocabulary (``data.tokenizer: {name: word_piece, vocabulary_size: N}``): learned from the
-training split's texts when a run starts, saved in the run folder as ``tokenizer/vocabulary.txt``, and read back
-from there by a resumed run and by ``evaluate``, ``predict``, ``export`` and ``generate``, so that all of them
-tokenize as training did, whatever has become of the data since.
+training split's texts when a run starts, saved in the run folder as ``tokenizer/vocabulary.txt``, and read back from
+there by a resumed run and by ``evaluate``, ``predict``, ``export`` and ``generate``, so all tokenize as training did.
 
-:func:`settle_vocabulary` is the one way to a learned vocabulary: it returns the data section with the tokens
-settled (:meth:`~accumrun.data.tokenizer_sections.WordPieceTokenizerConfig.with_tokens`), which every tokenizer
-then reads.
-
-The training texts are the samples that the validation hold-out keeps for training: the source's own readers give
-``data.path``'s texts in sample order (read from the file here, whether the source then streams them or holds their
-token ids in memory: ``data.cache``), and :func:`accumrun.data.splits.hold_out`, the rule that
-:func:`accumrun.data.dataset.load_dataset` splits by, picks them, so no validation text is ever learned from. A
-``data.validation_path`` (or a split of 0) leaves all of ``data.path`` for training. A ``text_corpus`` is cut into
-windows of token ids, which exist only once there is a vocabulary, so it learns from all of ``data.path``'s files,
-before its windows are split: a corpus's validation windows are its last ones in the seed's order, and their text
-may be in the vocabulary (``data.validation_path`` keeps validation text out).
-
-The learner is KerasHub's ``compute_word_piece_vocabulary``: the same texts give the same vocabulary, ``[PAD]``
-first (id 0 pads) and ``[UNK]`` second, and it lowercases as the tokenizer does (``data.tokenizer.lowercase``).
+The training texts are those the validation hold-out keeps (:func:`accumrun.data.splits.hold_out`, the rule that
+:func:`accumrun.data.dataset.load_dataset` splits by), so no validation text is learned from. A ``text_corpus`` is
+cut into windows only once there is a vocabulary, so it learns from all of ``data.path``'s files (only a
+``data.validation_path`` keeps validation text out). The learner is KerasHub's ``compute_word_piece_vocabulary``:
+the same texts give the same vocabulary, ``[PAD]`` first (id 0 pads) and ``[UNK]`` second.
 """
 
 from __future__ import annotations
@@ -52,17 +41,13 @@ def settle_vocabulary(data: DataSection, seed: int, run_dir: Path | None) -> Dat
     config = learned_tokenizer(data)
     if config is None:
         return data
-    if run_dir is None:
-        tokens = learn_vocabulary(training_texts(data, seed), config)
-    else:
-        saved = read_vocabulary(run_dir)
-        if saved is None:
-            raise ConfigError(
-                "RUN_DIR",
-                f"has no {VOCABULARY_FILE.as_posix()}, the vocabulary that its data.tokenizer learned",
-                str(run_dir),
-            )
-        tokens = saved
+    tokens = learn_vocabulary(training_texts(data, seed), config) if run_dir is None else read_vocabulary(run_dir)
+    if tokens is None:
+        raise ConfigError(
+            "RUN_DIR",
+            f"has no {VOCABULARY_FILE.as_posix()}, the vocabulary that its data.tokenizer learned",
+            str(run_dir),
+        )
     return data.model_copy(update={"tokenizer": config.with_tokens(tokens)})
 
 
@@ -80,13 +65,11 @@ def training_texts(data: DataSection, seed: int) -> list[str]:
     Raises:
         DataError: the texts cannot be read, or the hold-out leaves no validation sample.
     """
-    read, samples = _TEXTS[data.name]
-    texts = read(data)
-    if not samples:  # a corpus, cut into windows once there is a vocabulary: all of its texts (see above)
-        return texts
-    # load_dataset's rule: a validation file (or the test split, or none) leaves data.path whole.
+    texts = _TEXTS[data.name](data)
+    # load_dataset's rule: a validation file (or the test split, or none) leaves data.path whole. A corpus is cut
+    # into windows once there is a vocabulary: it learns from all of its texts (see above).
     fraction = data.validation_split
-    if data.validation_file or fraction == "test" or fraction == 0:
+    if data.name == "text_corpus" or data.validation_file or fraction == "test" or fraction == 0:
         return texts
     # A text folder streams its files: load_dataset draws their hold-out seeded, whatever data.shuffle says. A
     # table's rows hold out by the table's rule, streamed or in memory.
@@ -95,14 +78,13 @@ def training_texts(data: DataSection, seed: int) -> list[str]:
     return [texts[i] for i in kept]
 
 
-_TEXTS: dict[str, tuple[Callable[[Any], list[str]], bool]] = {
-    "text_corpus": (lambda data: corpus_texts(data.path, "data.path"), False),
-    "text_folder": (lambda data: folder_texts(Path(data.path), "data.path")[0], True),
-    "jsonl": (lambda data: read_records(Path(data.path), "data.path", data)[0], True),
-    "csv": (lambda data: read_texts(Path(data.path), "data.path", data.text), True),
+_TEXTS: dict[str, Callable[[Any], list[str]]] = {
+    "text_corpus": lambda data: corpus_texts(data.path, "data.path"),
+    "text_folder": lambda data: folder_texts(Path(data.path), "data.path")[0],
+    "jsonl": lambda data: read_records(Path(data.path), "data.path", data)[0],
+    "csv": lambda data: read_texts(Path(data.path), "data.path", data.text),
 }
-"""The texts of ``data.path`` in sample order, for each source that a learned tokenizer reads, and whether each
-text is one sample (so the hold-out picks them)."""
+"""The texts of ``data.path`` in sample order, for each source that a learned tokenizer reads."""
 
 
 def learn_vocabulary(texts: list[str], config: WordPieceTokenizerConfig) -> tuple[str, ...]:
