@@ -38,26 +38,23 @@ def json_lines(file: IO[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
         start = end
 
 
-class CsvRecords:
-    """The records of a CSV opened as text with ``newline=""`` (``utf-8-sig``), each with its byte span: the lines
-    ``csv.reader`` asks for are counted as they pass (it reads no line past a record's end before it gives it)."""
+def csv_records(file: IO[str], path: Path) -> Iterator[tuple[int, int, list[str]]]:
+    """``(start, end, cells)`` per record of a CSV opened as text with ``newline=""`` (``utf-8-sig``), blank ones
+    included: the lines ``csv.reader`` asks for are counted as they pass (it reads none past a record's end before
+    it gives the record)."""
+    with path.open("rb") as raw:
+        offset = len(codecs.BOM_UTF8) if raw.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8 else 0
 
-    def __init__(self, file: IO[str], path: Path) -> None:
-        self._file = file
-        with path.open("rb") as raw:
-            self._offset = len(codecs.BOM_UTF8) if raw.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8 else 0
-
-    def _lines(self) -> Iterator[str]:
-        for line in self._file:
-            self._offset += len(line.encode("utf-8"))  # valid UTF-8 encodes back to the very bytes it came from
+    def lines() -> Iterator[str]:
+        nonlocal offset
+        for line in file:
+            offset += len(line.encode("utf-8"))  # valid UTF-8 encodes back to the very bytes it came from
             yield line
 
-    def __iter__(self) -> Iterator[tuple[int, int, list[str]]]:
-        """``(start, end, cells)`` per record, blank ones included, in the file's order."""
-        start = self._offset
-        for row in csv.reader(self._lines()):
-            yield start, self._offset, row
-            start = self._offset
+    start = offset
+    for row in csv.reader(lines()):
+        yield start, offset, row
+        start = offset
 
 
 def record_text(record: bytes, text: str | int) -> str:

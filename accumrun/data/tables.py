@@ -1,15 +1,17 @@
-"""``data.name: csv``: a table with a header row; ``data.label`` names the target column, or several.
+"""The tables: ``data.name: csv``, a table with a header row, and ``jsonl``, JSON Lines, one object per line.
 
-The other columns with numbers are the features, as float32 in memory; a column of names, ``data.id`` and
-``data.weight`` (each row's weight) are not. One label column holds numbers or class names (numbered in sorted
-order); several hold numbers: all 0 or 1, a multi-label task's labels, else regression targets. With ``data.text``,
-each sample is that column's text as token ids and no column is a feature: streamed from the file by default
-(``data.cache: none``, :mod:`accumrun.data.rows`) or, with ``memory``, tokenized at load.
+A CSV's other columns with numbers are the features, as float32 in memory; a column of names, ``data.id`` and
+``data.weight`` (each row's weight) are not. One label column (or a JSON Lines ``data.label`` key) holds numbers or
+class names (numbered in sorted order); several columns hold numbers: all 0 or 1, a multi-label task's labels, else
+regression targets. With ``data.text`` (a column; a key, for JSON Lines) each sample is that text as token ids and
+no column is a feature: streamed from the file by default (``data.cache: none``, :mod:`accumrun.data.rows`) or,
+with ``memory``, tokenized at load. A bad row or line is an error that names the file and its line.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
@@ -17,7 +19,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from accumrun.data.rows import CsvRecords, TextColumn, TextRows
+from accumrun.data.rows import TextColumn, TextRows, csv_records, json_lines
 from accumrun.data.section import (
     DEFAULT_SEQUENCE_LENGTH,
     FileSourceConfig,
@@ -26,8 +28,9 @@ from accumrun.data.section import (
     refuse_image_keys,
 )
 from accumrun.data.splits import ArraySplit, Splits
+from accumrun.data.text import TextSourceConfig
 from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
-from accumrun.data.tokenizers import text_input
+from accumrun.data.tokenizers import text_input, tokenizer_for
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
@@ -113,6 +116,25 @@ class CsvConfig(SampleWeights, FileSourceConfig):
         return (*self.label_columns, self.id)
 
 
+class JsonlConfig(TextSourceConfig):
+    """``name: jsonl``: one JSON object per line, its ``text`` key tokenized and its ``label`` key the target."""
+
+    needs = {"path": "the path of a .jsonl file", "label": "the key of each object's label"}
+    name: Literal["jsonl"]
+    text: str = Field("text", min_length=1)
+    """The key of each object's text."""
+    label: str = Field(min_length=1)
+    """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
+    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
+    """``none`` streams each line's text from the file as the epoch reaches it; ``memory`` tokenizes every text at
+    load (``bucket`` needs it)."""
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
+        return none_or_memory(value, "jsonl", "lines")
+
+
 def load_csv(config: CsvConfig, seed: int) -> Splits:
     """The table at ``data.path`` (and ``data.validation_path``, with the same columns).
 
@@ -133,6 +155,24 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
     if text is not None:
         return labelled_splits(train, test, vocabulary_size=text.tokenizer.vocabulary_size)
     return labelled_splits(train, test, features=train.features)
+
+
+def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
+    """The objects of ``data.path`` (and ``data.validation_path``), tokenized or to stream.
+
+    Raises:
+        DataError: a file is missing, empty or not JSON Lines, or a line lacks a key or has a bad value.
+    """
+    tokenizer = tokenizer_for(config.tokenizer)
+    text = TextColumn(config.text, tokenizer, config.sequence_length, stream=config.cache is CacheMode.NONE)
+
+    def read(path: Path, key: str) -> Table:
+        texts, labels, spans = read_records(path, key, config, keep_texts=not text.stream)
+        return Table.labelled(path, [], text.samples(path, spans, texts, config.text), {config.label: labels})
+
+    train = read(Path(config.path), "data.path")
+    test = read(Path(config.validation_path), "data.validation_path") if config.validation_path else None
+    return labelled_splits(train, test, vocabulary_size=tokenizer.vocabulary_size)
 
 
 def labelled_splits(train: Table, test: Table | None, **keys: Any) -> Splits:
@@ -171,23 +211,22 @@ class Table:
     w: np.ndarray | None = None
 
     @classmethod
-    def of_column(cls, features: list[str], x: np.ndarray | TextRows, cells: list[str]) -> Table:
-        """A table with one label column: numbers as they are, or class names numbered in sorted order."""
-        numeric = _numbers(cells)
-        if numeric is not None:
-            return cls(features, x, numeric)
-        names = sorted(set(cells))
-        return cls(features, x, _numbered(cells, names), names, cells)
-
-    @classmethod
-    def of_columns(
+    def labelled(
         cls, path: Path, features: list[str], x: np.ndarray | TextRows, columns: dict[str, list[str]]
     ) -> Table:
-        """A table with several label columns, one output each: multi-label when all are 0 or 1.
+        """A table with its label ``columns``: one holds numbers, or class names numbered in sorted order; several
+        hold numbers, one output each (multi-label when all are 0 or 1).
 
         Raises:
-            DataError: a label cell that is not a number.
+            DataError: one of several label columns has a cell that is not a number.
         """
+        if len(columns) == 1:
+            (cells,) = columns.values()
+            numeric = _numbers(cells)
+            if numeric is not None:
+                return cls(features, x, numeric)
+            names = sorted(set(cells))
+            return cls(features, x, _numbered(cells, names), names, cells)
         y = np.empty((len(next(iter(columns.values()))), len(columns)), dtype=np.float32)
         for j, (name, cells) in enumerate(columns.items()):
             numbers = _numbers(cells)
@@ -241,35 +280,21 @@ def read_table(
         texts = _checked_cells(path, text.column, columns[text.column], lines)
         x = text.samples(path, rows.spans, texts, _last_index(header, text.column))
     else:
-        if features is None:
-            features = _feature_columns(path, key, header, columns, [*labels, id_column, weight_column])
+        if features is None:  # the columns with a number in them, but the labels, the id and weight columns
+            others = [*labels, id_column, weight_column]
+            features = [name for name in header if name not in others and any(map(_is_number, columns[name]))]
+            if not features:
+                named = ", ".join(repr(name) for name in others if name is not None)
+                raise DataError(key, f"{path} has no numeric feature column besides {named}")
         missing = [name for name in features if name not in columns]
         if missing:
             raise DataError(key, f"{path} lacks the feature columns {missing} that data.path has")
         x = _numeric(path, key, columns, features, lines)
-    if len(labels) == 1:
-        table = Table.of_column(features, x, columns[labels[0]])
-    else:
-        table = Table.of_columns(path, features, x, {name: columns[name] for name in labels})
+    table = Table.labelled(path, features, x, {name: columns[name] for name in labels})
     if weight_column is not None:
         cells = _numeric(path, "data.weight", columns, [weight_column], lines)[:, 0]
         table.w = checked_weights(cells, f"{path}, column {weight_column!r}", len(cells))
     return table
-
-
-def _feature_columns(
-    path: Path, key: str, header: list[str], columns: dict[str, list[str]], others: list[str | None]
-) -> list[str]:
-    """The columns with a number in them, but ``others`` (the labels, the id and weight columns).
-
-    Raises:
-        DataError: there is none.
-    """
-    features = [name for name in header if name not in others and any(_is_number(cell) for cell in columns[name])]
-    if not features:
-        labels = [name for name in others if name is not None]
-        raise DataError(key, f"{path} has no numeric feature column besides {', '.join(map(repr, labels))}")
-    return features
 
 
 def _checked_cells(path: Path, column: str, cells: list[str], lines: list[int]) -> list[str]:
@@ -311,13 +336,13 @@ def read_features(path: Path, features: list[str]) -> np.ndarray:
 
 
 class _Rows(NamedTuple):
+    """A CSV's header, each row's line number (its record's, the header's being 1), each column's cells (the last
+    column of a name, where names repeat) and each row's bytes ``[start, end)`` in the file."""
+
     header: list[str]
     lines: list[int]
-    """Each row's line number (its record's, counting the header as 1), for messages."""
     columns: dict[str, list[str]]
-    """Each column's cells (the last column of a name, where names repeat)."""
     spans: np.ndarray
-    """Each row's bytes ``[start, end)`` in the file, int64."""
 
 
 def _last_index(names: list[str], name: str) -> int:
@@ -340,7 +365,7 @@ def _read_rows(path: Path, key: str, drop: str | None = None) -> _Rows:
     try:
         # utf-8-sig: a spreadsheet's byte-order mark would otherwise become part of the first column's name.
         with path.open(newline="", encoding="utf-8-sig") as file:
-            for number, (start, end, row) in enumerate(CsvRecords(file, path), start=1):
+            for number, (start, end, row) in enumerate(csv_records(file, path), start=1):
                 if not any(row):  # blank lines (a trailing one, say) are no rows; the others keep their numbers
                     continue
                 if not numbered:
@@ -395,3 +420,70 @@ def _numbers(cells: list[str]) -> np.ndarray | None:
     except ValueError:
         return None
     return values.astype(np.int64) if np.all(values == np.round(values)) else values
+
+
+def read_records(
+    path: Path, key: str, config: JsonlConfig, keep_texts: bool = True
+) -> tuple[list[str], list[str], np.ndarray]:
+    """Each object's text (with ``keep_texts``; else checked and let go), its label (as a CSV cell would hold it)
+    and its line's byte span, in the file's order.
+
+    Raises:
+        DataError: the file is missing, empty or not JSON Lines, or a line lacks a key or has a bad value.
+    """
+    if not path.is_file():
+        raise DataError(key, "JSON Lines file not found", str(path))
+    texts: list[str] = []
+    labels: list[str] = []
+    spans: list[tuple[int, int]] = []
+    try:
+        with path.open("rb") as file:
+            for number, start, end, raw in json_lines(file):
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
+                text, label = _record(key, f"{path}, line {number}", line, config)
+                if keep_texts:
+                    texts.append(text)
+                labels.append(label)
+                spans.append((start, end))
+    except OSError as error:
+        raise DataError(key, f"cannot read {path} as UTF-8 text: {error}") from None
+    except UnicodeDecodeError as error:
+        raise DataError(key, f"cannot read {path} as UTF-8 text: line {number}: {error}") from None
+    if not labels:
+        raise DataError(key, f"{path} is empty; it needs one JSON object per line")
+    return texts, labels, np.array(spans, np.int64).reshape(-1, 2)
+
+
+def _record(key: str, where: str, line: str, config: JsonlConfig) -> tuple[str, str]:
+    """A line's text, and its label as a CSV cell would hold it (for :meth:`Table.labelled` to read alike)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DataError(key, f"{where}: not JSON ({error.msg}, column {error.colno})") from None
+    if not isinstance(record, dict):
+        raise DataError(key, f"{where}: a JSON {type(record).__name__}, not an object")
+    text = _value(record, config.text, "data.text", where)
+    if not isinstance(text, str):
+        raise DataError("data.text", f"{where}: {config.text!r} is not a string", _shown(text))
+    if not text:
+        raise DataError("data.text", f"{where}: {config.text!r} is empty")
+    label = _value(record, config.label, "data.label", where)
+    if isinstance(label, bool):  # a bool is an int to Python; as a label it is class 0 or 1
+        label = int(label)
+    if not isinstance(label, str | int | float):
+        raise DataError("data.label", f"{where}: {config.label!r} must be a class name or a number", _shown(label))
+    return text, str(label)
+
+
+def _value(record: dict[str, Any], name: str, key: str, where: str) -> Any:
+    if name not in record:
+        raise DataError(key, f"{where}: no key {name!r}; it has {sorted(record)}")
+    return record[name]
+
+
+def _shown(value: Any) -> Any:
+    """A bad value for the message: itself, or the start of its JSON when that is long (a large object)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return value if len(text) <= 40 else text[:37] + "..."

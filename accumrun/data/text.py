@@ -56,15 +56,14 @@ class TextSourceConfig(FileSourceConfig):
 
 
 class TextFolderConfig(TextSourceConfig):
-    """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class (the layout
-    ``keras.utils.text_dataset_from_directory`` reads), tokenized to ``sequence_length`` token ids."""
+    """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class (as Keras's
+    ``text_dataset_from_directory`` reads them)."""
 
     needs = {"path": "a folder with one subfolder of .txt files per class"}
     labelled_files = True
     name: Literal["text_folder"]
     cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
-    """``none`` streams: each file is read and tokenized as the epoch's order reaches it. ``memory`` tokenizes each
-    split once, at load, and trains from the token ids in memory: faster, for a folder whose ids fit."""
+    """``none`` streams each file as the epoch reaches it; ``memory`` tokenizes each split at load (faster)."""
 
     @field_validator("cache")
     @classmethod
@@ -78,20 +77,16 @@ class TextFolderConfig(TextSourceConfig):
 
 class TextCorpusConfig(TextSourceConfig):
     """``name: text_corpus``: plain UTF-8 ``.txt`` files (a file, a folder of them, or a glob) for a language model,
-    each cut into windows of ``sequence_length`` input tokens, ``stride`` tokens apart; the targets are the same
-    tokens one position on."""
+    cut into windows (see the module's docstring)."""
 
     needs = {"path": "a .txt file, a folder of .txt files, or a glob of them"}
     stride: int | None = Field(None, ge=1)
     """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
     cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
-    """``none`` tokenizes the corpus at load and holds its windows in memory. ``disk`` tokenizes it once into a
-    token file under ``cache_dir``, found again by later runs over the same files, and reads each window from it as
-    the epoch's order reaches it: memory grows by about 40 bytes a window, not with the text (see
-    :mod:`accumrun.data.corpus`)."""
+    """``none`` holds the windows in memory; ``disk`` reads them from a token file under ``cache_dir``, which later
+    runs over the same files find again (:mod:`accumrun.data.corpus`)."""
     cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
-    """Where ``cache: disk`` writes (``~`` is expanded): one folder per corpus, named by its files and the
-    tokenizer."""
+    """Where ``cache: disk`` writes (``~`` is expanded): a folder per corpus, named by its files and tokenizer."""
 
     @field_validator("cache")
     @classmethod
@@ -110,8 +105,7 @@ class TextCorpusConfig(TextSourceConfig):
 
 
 def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
-    """The ``.txt`` files under ``data.path`` (and ``data.validation_path``, with the same classes), listed in a
-    stable order (by class, then by path) and checked; they are tokenized as they stream.
+    """The ``.txt`` files under ``data.path`` (and ``data.validation_path``, with the same classes), checked.
 
     Raises:
         DataError: a folder is missing, has fewer than two classes, a class without text files, or a file that
@@ -137,8 +131,7 @@ def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
 
 
 def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
-    """The windows of the ``.txt`` files that ``data.path`` names (and ``data.validation_path``), in the files'
-    sorted order (see the module's docstring): arrays, or with ``data.cache: disk`` read from a token file.
+    """The windows of the ``.txt`` files that ``data.path`` (and ``data.validation_path``) names, in sorted order.
 
     Raises:
         DataError: no ``.txt`` file is found, a file is empty or not UTF-8, or no file has two tokens (the least
@@ -178,11 +171,7 @@ def corpus_files(path: str, key: str) -> list[Path]:
 
 
 def corpus_texts(path: str, key: str) -> list[str]:
-    """The texts of the ``.txt`` files ``path`` names, in :func:`corpus_files`' order.
-
-    Raises:
-        DataError: under ``key``, nothing is found, or a file is empty or not UTF-8.
-    """
+    """The texts of the ``.txt`` files ``path`` names, in :func:`corpus_files`' order."""
     return [read_text(file, key) for file in corpus_files(path, key)]
 
 
@@ -200,20 +189,9 @@ def _windows(path: str, key: str, tokenizer: Tokenizer, length: int, stride: int
     return ArraySplit(x, y)
 
 
-def folder_texts(folder: Path, key: str) -> tuple[list[str], list[int], list[str]]:
-    """A text folder's texts and their class indices, by class, then by path (the samples' order), and the class
-    names.
-
-    Raises:
-        DataError: see :func:`folder_files`.
-    """
-    paths, labels, classes = folder_files(folder, key)
-    return [read_text(Path(path), key) for path in paths], labels, classes
-
-
 def folder_files(folder: Path, key: str) -> tuple[list[str], list[int], list[str]]:
-    """A text folder's files and their class indices, by class, then by path (the samples' order), and the class
-    names. Each file is read once, to refuse a bad one before the run starts, and let go: no text is kept.
+    """A text folder's files and their class indices, by class, then by path, and the class names. Each file is
+    read once, to refuse a bad one before the run starts, and let go.
 
     Raises:
         DataError: under ``key``, the folder is missing, has fewer than two classes, a class without text files,
@@ -238,11 +216,7 @@ def folder_files(folder: Path, key: str) -> tuple[list[str], list[int], list[str
 
 
 def read_text(path: Path, key: str) -> str:
-    """A file's UTF-8 text.
-
-    Raises:
-        DataError: under ``key``, the file is not UTF-8 or is empty.
-    """
+    """A file's UTF-8 text; one that is not UTF-8, or empty, is a DataError under ``key``."""
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:

@@ -31,8 +31,8 @@ class Tokenizer(ABC):
     vocabulary_size: int
     """How many ids there are, padding's 0 among them: what an embedding needs."""
     line_local: bool = True
-    """Whether no token spans a line break, so that a text's ids are those of its lines' pieces, concatenated (a
-    corpus too big for memory is tokenized so: :mod:`accumrun.data.corpus`)."""
+    """Whether no token spans a line break, so a text's ids are its lines' ids concatenated (how a corpus too big for
+    memory is tokenized: :mod:`accumrun.data.corpus`)."""
 
     def encode(self, texts: Iterable[str], length: int) -> np.ndarray:
         """``texts`` as an int32 array ``[len(texts), length]``, each row cut or padded with 0."""
@@ -48,11 +48,7 @@ class Tokenizer(ABC):
 
     @abstractmethod
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        """The text of token ids, padding skipped.
-
-        Raises:
-            ValueError: an id outside the vocabulary.
-        """
+        """The text of token ids, padding skipped; an id outside the vocabulary is a ValueError."""
 
     @abstractmethod
     def ids(self, text: str) -> np.ndarray:
@@ -78,8 +74,7 @@ class ByteTokenizer(Tokenizer):
     def encode_tensor(self, texts: tf.Tensor, length: int) -> tf.Tensor:
         import tensorflow as tf
 
-        # decode_raw pads with zero bytes, which are real bytes too: the mask of each text's own bytes tells them
-        # from padding.
+        # decode_raw pads with zero bytes, which are real bytes too: a mask of each text's own bytes tells them apart.
         raw = tf.io.decode_raw(texts, tf.uint8, fixed_length=length)
         real = tf.sequence_mask(tf.minimum(tf.strings.length(texts), length), length)
         return tf.where(real, tf.cast(raw, tf.int32) + 1, PADDING_ID)
@@ -119,10 +114,21 @@ class CharacterTokenizer(Tokenizer):
 
 
 class KerasHubTokenizer(Tokenizer):
-    """A KerasHub tokenizer (WordPiece over a vocabulary file, or a preset's), whose id 0 pads. It is TensorFlow
-    ops already (tensorflow-text), so the host and the graph encode alike."""
+    """A KerasHub tokenizer (WordPiece, or a preset's), TensorFlow ops already (tensorflow-text), so the host and
+    the graph encode alike.
 
-    def __init__(self, tokenizer: Any, line_local: bool) -> None:
+    Raises:
+        ConfigError: under ``key``, its id 0 is a real token (named by ``source``, or by the token itself).
+    """
+
+    def __init__(self, tokenizer: Any, line_local: bool, key: str, source: str | None) -> None:
+        first = tokenizer.id_to_token(PADDING_ID)
+        if first not in ("[PAD]", "<pad>", "<PAD>", getattr(tokenizer, "pad_token", None)):
+            raise ConfigError(
+                key,
+                f"its id 0 is {first!r}, a real token; accumrun pads with id 0: put the padding token ([PAD]) first",
+                source if source is not None else first,
+            )
         self._tokenizer = tokenizer
         self.vocabulary_size = int(tokenizer.vocabulary_size())
         self.line_local = line_local
@@ -175,7 +181,7 @@ def _word_piece(config: WordPieceTokenizerConfig) -> Tokenizer:
     except (RuntimeError, ValueError) as error:  # tensorflow-text refuses a repeated token, say
         raise ConfigError(key, f"{source} cannot be read: {' '.join(str(error).split())}") from None
     # WordPiece splits at whitespace before it looks up pieces: its tokens never span a line break.
-    return _padded_first(tokenizer, key, None if config.learned else source, line_local=True)
+    return KerasHubTokenizer(tokenizer, True, key, None if config.learned else source)
 
 
 def _preset(config: PresetTokenizerConfig) -> Tokenizer:
@@ -190,23 +196,7 @@ def _preset(config: PresetTokenizerConfig) -> Tokenizer:
     except (ValueError, OSError, TypeError) as error:
         raise ConfigError(key, f"cannot be loaded: {' '.join(str(error).split())}") from None
     # A preset's tokenizer (a BPE) may merge across lines.
-    return _padded_first(tokenizer, key, str(source), line_local=False)
-
-
-def _padded_first(tokenizer: Any, key: str, source: str | None, line_local: bool) -> Tokenizer:
-    """``tokenizer`` wrapped, once its id 0 is known to be padding.
-
-    Raises:
-        ConfigError: its id 0 is a real token (named by ``source``, or by the token itself).
-    """
-    first = tokenizer.id_to_token(PADDING_ID)
-    if first not in ("[PAD]", "<pad>", "<PAD>", getattr(tokenizer, "pad_token", None)):
-        raise ConfigError(
-            key,
-            f"its id 0 is {first!r}, a real token; accumrun pads with id 0: put the padding token ([PAD]) first",
-            source if source is not None else first,
-        )
-    return KerasHubTokenizer(tokenizer, line_local=line_local)
+    return KerasHubTokenizer(tokenizer, False, key, str(source))
 
 
 _TOKENIZERS: dict[str, Callable[[Any], Tokenizer]] = {

@@ -15,11 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accumrun.data.jsonl import read_records
 from accumrun.data.section import DataSection
 from accumrun.data.splits import hold_out, seeded_hold_out
-from accumrun.data.tables import read_texts
-from accumrun.data.text import corpus_texts, folder_texts
+from accumrun.data.tables import read_records, read_texts
+from accumrun.data.text import corpus_texts, folder_files, read_text
 from accumrun.data.tokenizer_sections import WordPieceTokenizerConfig
 from accumrun.errors import ConfigError
 from accumrun.lookup import import_keras_hub
@@ -80,7 +79,9 @@ def training_texts(data: DataSection, seed: int) -> list[str]:
 
 _TEXTS: dict[str, Callable[[Any], list[str]]] = {
     "text_corpus": lambda data: corpus_texts(data.path, "data.path"),
-    "text_folder": lambda data: folder_texts(Path(data.path), "data.path")[0],
+    "text_folder": lambda data: [
+        read_text(Path(path), "data.path") for path in folder_files(Path(data.path), "data.path")[0]
+    ],
     "jsonl": lambda data: read_records(Path(data.path), "data.path", data)[0],
     "csv": lambda data: read_texts(Path(data.path), "data.path", data.text),
 }
