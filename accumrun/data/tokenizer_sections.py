@@ -39,11 +39,6 @@ class CharacterTokenizerConfig(_Tokenizer):
     """Ids in all, padding's 0 and unknown's 1 among them."""
 
 
-MIN_LEARNED_VOCABULARY = 100
-"""The least learned ``vocabulary_size``: below about this, the learner cuts single characters (with and without
-``##``), and text becomes unknown tokens."""
-
-
 class WordPieceTokenizerConfig(_Tokenizer):
     """``tokenizer: {name: word_piece, vocabulary: FILE}``: KerasHub's WordPiece over a vocabulary file, one token
     per line, the first padding (id 0); or ``vocabulary_size: N``: at most N tokens learned from the training texts
@@ -52,7 +47,8 @@ class WordPieceTokenizerConfig(_Tokenizer):
     keras_hub = True
     name: Literal["word_piece"]
     vocabulary: str | None = Field(None, min_length=1)
-    vocabulary_size: int | None = Field(None, ge=MIN_LEARNED_VOCABULARY)
+    # Below about 100 learned ids, the learner cuts single characters (with and without ##): text becomes unknowns.
+    vocabulary_size: int | None = Field(None, ge=100)
     lowercase: bool = True
     _tokens: tuple[str, ...] | None = PrivateAttr(None)
 

@@ -1,12 +1,9 @@
 """A learned WordPiece vocabulary (``data.tokenizer: {name: word_piece, vocabulary_size: N}``): learned from the
-training split's texts when a run starts, saved in the run folder as ``tokenizer/vocabulary.txt``, and read back from
-there by a resumed run and by ``evaluate``, ``predict``, ``export`` and ``generate``, so all tokenize as training did.
-
-The training texts are those the validation hold-out keeps (:func:`accumrun.data.splits.hold_out`, the rule that
-:func:`accumrun.data.dataset.load_dataset` splits by), so no validation text is learned from. A ``text_corpus`` is
-cut into windows only once there is a vocabulary, so it learns from all of ``data.path``'s files (only a
-``data.validation_path`` keeps validation text out). The learner is KerasHub's ``compute_word_piece_vocabulary``:
-the same texts give the same vocabulary, ``[PAD]`` first (id 0 pads) and ``[UNK]`` second.
+training split's texts when a run starts (those the validation hold-out keeps, by the rule that
+:func:`accumrun.data.dataset.load_dataset` splits by), saved in the run folder as ``tokenizer/vocabulary.txt``, and
+read back from there by a resumed run and by ``evaluate``, ``predict``, ``export`` and ``generate``, so all tokenize
+as training did. A ``text_corpus`` is cut into windows only once there is a vocabulary, so it learns from all of
+``data.path``'s files (only a ``data.validation_path`` keeps validation text out).
 """
 
 from __future__ import annotations
@@ -24,9 +21,6 @@ from accumrun.errors import ConfigError
 from accumrun.lookup import import_keras_hub
 from accumrun.rundir.layout import VOCABULARY_FILE, read_vocabulary
 
-RESERVED_TOKENS = ("[PAD]", "[UNK]")
-"""The learned vocabulary's first tokens: padding (id 0) and the unknown token, KerasHub WordPiece's ``oov_token``."""
-
 
 def settle_vocabulary(data: DataSection, seed: int, run_dir: Path | None) -> DataSection:
     """``data`` with a learned vocabulary's tokens settled: read from ``run_dir``'s ``tokenizer/vocabulary.txt``
@@ -42,20 +36,15 @@ def settle_vocabulary(data: DataSection, seed: int, run_dir: Path | None) -> Dat
         return data
     tokens = learn_vocabulary(training_texts(data, seed), config) if run_dir is None else read_vocabulary(run_dir)
     if tokens is None:
-        raise ConfigError(
-            "RUN_DIR",
-            f"has no {VOCABULARY_FILE.as_posix()}, the vocabulary that its data.tokenizer learned",
-            str(run_dir),
-        )
+        what = f"has no {VOCABULARY_FILE.as_posix()}, the vocabulary that its data.tokenizer learned"
+        raise ConfigError("RUN_DIR", what, str(run_dir))
     return data.model_copy(update={"tokenizer": config.with_tokens(tokens)})
 
 
 def learned_tokenizer(data: DataSection) -> WordPieceTokenizerConfig | None:
     """``data.tokenizer`` where it learns its vocabulary (``vocabulary_size``), else None."""
     tokenizer = getattr(data, "tokenizer", None)
-    if isinstance(tokenizer, WordPieceTokenizerConfig) and tokenizer.learned:
-        return tokenizer
-    return None
+    return tokenizer if isinstance(tokenizer, WordPieceTokenizerConfig) and tokenizer.learned else None
 
 
 def training_texts(data: DataSection, seed: int) -> list[str]:
@@ -102,6 +91,6 @@ def learn_vocabulary(texts: list[str], config: WordPieceTokenizerConfig) -> tupl
         tf.data.Dataset.from_tensor_slices(texts),
         config.vocabulary_size,
         lowercase=config.lowercase,
-        reserved_tokens=list(RESERVED_TOKENS),
+        reserved_tokens=["[PAD]", "[UNK]"],  # padding (id 0) first, then KerasHub WordPiece's oov_token
     )
     return tuple(str(token) for token in tokens)
