@@ -26,18 +26,6 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 
-def json_lines(file: IO[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
-    """Each line of a binary file as ``(number, start, end, bytes)``: 1-based, and its span, ``"\\n"`` included;
-    a byte-order mark before the first line is in neither."""
-    start = 0
-    for number, line in enumerate(file, start=1):
-        end = start + len(line)
-        if number == 1 and line.startswith(codecs.BOM_UTF8):
-            line, start = line[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
-        yield number, start, end, line
-        start = end
-
-
 def csv_records(file: IO[str], path: Path) -> Iterator[tuple[int, int, list[str]]]:
     """``(start, end, cells)`` per record of a CSV opened as text with ``newline=""`` (``utf-8-sig``), blank ones
     included: the lines ``csv.reader`` asks for are counted as they pass (it reads none past a record's end before
@@ -59,11 +47,7 @@ def csv_records(file: IO[str], path: Path) -> Iterator[tuple[int, int, list[str]
 
 def record_text(record: bytes, text: str | int) -> str:
     """The text of one record's bytes: a JSON object's key ``text`` (a str), or a CSV record's stripped cell at
-    column ``text`` (an int).
-
-    Raises:
-        ValueError: the bytes are no such record (startup checked them: the file has changed since).
-    """
+    column ``text`` (an int). A ValueError says the bytes are no such record: the file has changed since startup."""
     try:
         if isinstance(text, str):
             value = json.loads(record)[text]

@@ -10,6 +10,7 @@ with ``memory``, tokenized at load. A bad row or line is an error that names the
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 from dataclasses import dataclass, field, replace
@@ -19,7 +20,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from accumrun.data.rows import TextColumn, TextRows, csv_records, json_lines
+from accumrun.data.rows import TextColumn, TextRows, csv_records
 from accumrun.data.section import (
     DEFAULT_SEQUENCE_LENGTH,
     FileSourceConfig,
@@ -136,12 +137,8 @@ class JsonlConfig(TextSourceConfig):
 
 
 def load_csv(config: CsvConfig, seed: int) -> Splits:
-    """The table at ``data.path`` (and ``data.validation_path``, with the same columns).
-
-    Raises:
-        DataError: a file is missing or empty, lacks a label, id, weight or text column, has a non-numeric
-            feature cell or an empty text cell.
-    """
+    """The table at ``data.path`` (and ``data.validation_path``, with the same columns); a DataError names a file
+    that is missing or empty, lacks a label, id, weight or text column, or has a bad cell."""
     settings = text_input(config)
     text = None
     if config.text is not None and settings is not None:
@@ -158,11 +155,8 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
 
 
 def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
-    """The objects of ``data.path`` (and ``data.validation_path``), tokenized or to stream.
-
-    Raises:
-        DataError: a file is missing, empty or not JSON Lines, or a line lacks a key or has a bad value.
-    """
+    """The objects of ``data.path`` (and ``data.validation_path``), tokenized or to stream (see
+    :func:`read_records`)."""
     tokenizer = tokenizer_for(config.tokenizer)
     text = TextColumn(config.text, tokenizer, config.sequence_length, stream=config.cache is CacheMode.NONE)
 
@@ -176,12 +170,9 @@ def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
 
 
 def labelled_splits(train: Table, test: Table | None, **keys: Any) -> Splits:
-    """The splits of a training table and a validation table with the same kind of labels, text labels numbered
-    by the training table's classes; ``keys`` are the other fields of :class:`Splits`.
-
-    Raises:
-        DataError: the validation table's labels are of another kind, or name a class the training table lacks.
-    """
+    """The splits of a training and a validation table, text labels numbered by the training table's classes;
+    ``keys`` are the other fields of :class:`Splits`. Validation labels of another kind, or of a class the training
+    table lacks, are a DataError."""
     names = train.class_names
     if test is not None and (names is None) != (test.class_names is None):
         raise DataError("data.validation_path", f"has {_kind(test)} labels where data.path has {_kind(train)} ones")
@@ -215,11 +206,7 @@ class Table:
         cls, path: Path, features: list[str], x: np.ndarray | TextRows, columns: dict[str, list[str]]
     ) -> Table:
         """A table with its label ``columns``: one holds numbers, or class names numbered in sorted order; several
-        hold numbers, one output each (multi-label when all are 0 or 1).
-
-        Raises:
-            DataError: one of several label columns has a cell that is not a number.
-        """
+        must hold numbers (a DataError else), one output each: multi-label when all are 0 or 1."""
         if len(columns) == 1:
             (cells,) = columns.values()
             numeric = _numbers(cells)
@@ -306,11 +293,8 @@ def _checked_cells(path: Path, column: str, cells: list[str], lines: list[int]) 
 
 
 def read_texts(path: Path, key: str, column: str) -> list[str]:
-    """The texts of the CSV's text column ``column`` (``data.text``), in row order.
-
-    Raises:
-        DataError: the file is missing or malformed, lacks the column, or has an empty text cell.
-    """
+    """The texts of the CSV's text column ``column`` (``data.text``), in row order, checked as :func:`load_csv`
+    checks them."""
     rows = _read_rows(path, key)
     if column not in rows.header:
         raise DataError("data.text", f"{path} has no column {column!r}; its columns are {rows.header}", column)
@@ -323,11 +307,8 @@ def read_column(path: Path, name: str) -> list[str] | None:
 
 
 def read_features(path: Path, features: list[str]) -> np.ndarray:
-    """The ``features`` columns of the CSV at ``path``, in that order, as float32 rows (inputs to predict on).
-
-    Raises:
-        DataError: the file is missing or malformed, lacks a feature column, or has a cell that is not a number.
-    """
+    """The ``features`` columns of the CSV at ``path``, in that order, as float32 rows (inputs to predict on),
+    checked as :func:`load_csv` checks them."""
     rows = _read_rows(path, str(path))
     missing = [name for name in features if name not in rows.columns]
     if missing:
@@ -426,11 +407,8 @@ def read_records(
     path: Path, key: str, config: JsonlConfig, keep_texts: bool = True
 ) -> tuple[list[str], list[str], np.ndarray]:
     """Each object's text (with ``keep_texts``; else checked and let go), its label (as a CSV cell would hold it)
-    and its line's byte span, in the file's order.
-
-    Raises:
-        DataError: the file is missing, empty or not JSON Lines, or a line lacks a key or has a bad value.
-    """
+    and its line's byte span, in order; a DataError names a file that is missing, empty or not JSON Lines, or the
+    line that lacks a key or has a bad value."""
     if not path.is_file():
         raise DataError(key, "JSON Lines file not found", str(path))
     texts: list[str] = []
@@ -438,7 +416,11 @@ def read_records(
     spans: list[tuple[int, int]] = []
     try:
         with path.open("rb") as file:
-            for number, start, end, raw in json_lines(file):
+            end = 0
+            for number, raw in enumerate(file, start=1):
+                start, end = end, end + len(raw)
+                if number == 1 and raw.startswith(codecs.BOM_UTF8):  # a byte-order mark is in no span
+                    raw, start = raw[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
                 line = raw.decode("utf-8")
                 if not line.strip():
                     continue

@@ -1,13 +1,9 @@
-"""Text sources, tokenized to ``sequence_length`` int32 token ids (a longer text cut, a shorter one padded with id 0,
-which the models mask): ``text_folder``, one subfolder of ``.txt`` files per class, streamed (each file checked at
-startup, then read and tokenized as the epoch reaches it: :mod:`accumrun.data.files`) or held in memory; and
-``text_corpus``, ``.txt`` files for a language model.
+"""Text sources, tokenized to ``sequence_length`` int32 token ids (cut, or padded with id 0, which the models mask):
+``text_folder``, one subfolder of ``.txt`` files per class, and ``text_corpus``, ``.txt`` files for a language model.
 
 A corpus is cut file by file into windows of ``sequence_length + 1`` tokens, ``stride`` apart: the first
 ``sequence_length`` are the sample, the last ``sequence_length`` its next-token targets. A file's last window may be
-short; its padding is no target, so the loss counts only real tokens. With ``data.cache: none`` the windows are held
-as arrays; with ``disk`` the corpus is tokenized once into a token file (:mod:`accumrun.data.corpus`) and each window
-read from it: the same windows, with memory of about 40 bytes a window, not the text.
+short; its padding is no target, so the loss counts only real tokens.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ class TextSourceConfig(FileSourceConfig):
 
     tokenizer: TokenizerConfig = Field(default_factory=lambda: ByteTokenizerConfig(name="byte"))
     sequence_length: int = Field(DEFAULT_SEQUENCE_LENGTH, ge=1)
-    """Tokens per sample: a longer text is cut, a shorter one padded with id 0 (masked in the model)."""
+    """Tokens per sample: a longer text is cut, a shorter one padded with id 0."""
     bucket: int | None = Field(None, ge=1)
     """Pad each training sub-batch only to its longest text, rounded up to a multiple of this (at most
     ``sequence_length``); each batch's samples are then sorted by length (stably) before it is cut
@@ -105,12 +101,8 @@ class TextCorpusConfig(TextSourceConfig):
 
 
 def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
-    """The ``.txt`` files under ``data.path`` (and ``data.validation_path``, with the same classes), checked.
-
-    Raises:
-        DataError: a folder is missing, has fewer than two classes, a class without text files, or a file that
-            is empty or not UTF-8; or the two folders' classes differ.
-    """
+    """The ``.txt`` files under ``data.path`` (and ``data.validation_path``, with the same classes), checked as
+    :func:`folder_files` checks them."""
     tokenizer = tokenizer_for(config.tokenizer)
 
     def listed(folder: str, key: str) -> tuple[TextFiles, list[str]]:
@@ -122,21 +114,14 @@ def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
     if config.validation_path:
         test, val_names = listed(config.validation_path, "data.validation_path")
         if val_names != names:
-            raise DataError(
-                "data.validation_path",
-                f"has classes {', '.join(val_names)}, data.path has {', '.join(names)}; they must be the same",
-                config.validation_path,
-            )
+            what = f"has classes {', '.join(val_names)}, data.path has {', '.join(names)}; they must be the same"
+            raise DataError("data.validation_path", what, config.validation_path)
     return Splits(train, test, class_names=names, vocabulary_size=tokenizer.vocabulary_size)
 
 
 def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
-    """The windows of the ``.txt`` files that ``data.path`` (and ``data.validation_path``) names, in sorted order.
-
-    Raises:
-        DataError: no ``.txt`` file is found, a file is empty or not UTF-8, or no file has two tokens (the least
-            a window with a target needs); ``data.cache_dir`` cannot be written.
-    """
+    """The windows of the ``.txt`` files that ``data.path`` (and ``data.validation_path``) names, in sorted order;
+    no file, a bad file, or no file of two tokens (the least a window with a target needs) is a DataError."""
     tokenizer = tokenizer_for(config.tokenizer)
 
     def windows(path: str, key: str) -> ArraySplit | CorpusWindows:
@@ -152,11 +137,8 @@ def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
 
 
 def corpus_files(path: str, key: str) -> list[Path]:
-    """The ``.txt`` files ``path`` names, sorted: the file itself, those under a folder, or those a glob matches.
-
-    Raises:
-        DataError: under ``key``, nothing is found.
-    """
+    """The ``.txt`` files ``path`` names, sorted: the file itself, those under a folder, or those a glob matches;
+    none is a DataError under ``key``."""
     given = Path(path)
     if given.is_file():
         return [given]
@@ -191,12 +173,8 @@ def _windows(path: str, key: str, tokenizer: Tokenizer, length: int, stride: int
 
 def folder_files(folder: Path, key: str) -> tuple[list[str], list[int], list[str]]:
     """A text folder's files and their class indices, by class, then by path, and the class names. Each file is
-    read once, to refuse a bad one before the run starts, and let go.
-
-    Raises:
-        DataError: under ``key``, the folder is missing, has fewer than two classes, a class without text files,
-            or a file that is empty or not UTF-8.
-    """
+    read once, to refuse a bad one before the run starts, and let go; a DataError under ``key`` names a missing
+    folder, fewer than two classes, a class without text files, or a file that is empty or not UTF-8."""
     if not folder.is_dir():
         raise DataError(key, "folder not found" if not folder.exists() else "is not a folder", str(folder))
     classes = sorted(entry.name for entry in folder.iterdir() if entry.is_dir() and not entry.name.startswith("."))

@@ -115,11 +115,7 @@ class CharacterTokenizer(Tokenizer):
 
 class KerasHubTokenizer(Tokenizer):
     """A KerasHub tokenizer (WordPiece, or a preset's), TensorFlow ops already (tensorflow-text), so the host and
-    the graph encode alike.
-
-    Raises:
-        ConfigError: under ``key``, its id 0 is a real token (named by ``source``, or by the token itself).
-    """
+    the graph encode alike. Its id 0 must pad: else a ConfigError under ``key`` names ``source`` (or the token)."""
 
     def __init__(self, tokenizer: Any, line_local: bool, key: str, source: str | None) -> None:
         first = tokenizer.id_to_token(PADDING_ID)
@@ -150,12 +146,8 @@ class KerasHubTokenizer(Tokenizer):
 
 
 def tokenizer_for(config: TokenizerConfig) -> Tokenizer:
-    """The tokenizer that ``data.tokenizer`` names.
-
-    Raises:
-        ConfigError: a vocabulary file or preset folder that is missing, holds no tokenizer, or whose id 0 is a
-            real token; KerasHub is not installed (the message names the extra).
-    """
+    """The tokenizer that ``data.tokenizer`` names; a ConfigError names a vocabulary file or preset folder that is
+    missing, holds no tokenizer or whose id 0 is a real token, or KerasHub's extra when it is not installed."""
     return _TOKENIZERS[config.name](config)
 
 

@@ -25,12 +25,7 @@ from accumrun.rundir.layout import VOCABULARY_FILE, read_vocabulary
 def settle_vocabulary(data: DataSection, seed: int, run_dir: Path | None) -> DataSection:
     """``data`` with a learned vocabulary's tokens settled: read from ``run_dir``'s ``tokenizer/vocabulary.txt``
     (a resumed or finished run), or, with ``run_dir`` None (a new run), learned from the training texts. Any other
-    ``data`` comes back as it is.
-
-    Raises:
-        ConfigError: ``run_dir`` holds no saved vocabulary; KerasHub is not installed.
-        DataError: the texts cannot be read (as the source's loader would say).
-    """
+    ``data`` comes back as it is. A ``run_dir`` without one is a ConfigError."""
     config = learned_tokenizer(data)
     if config is None:
         return data
@@ -48,11 +43,7 @@ def learned_tokenizer(data: DataSection) -> WordPieceTokenizerConfig | None:
 
 
 def training_texts(data: DataSection, seed: int) -> list[str]:
-    """The texts of the training samples, in sample order (see the module's docstring).
-
-    Raises:
-        DataError: the texts cannot be read, or the hold-out leaves no validation sample.
-    """
+    """The texts of the training samples, in sample order, read as the source's loader reads them."""
     texts = _TEXTS[data.name](data)
     # load_dataset's rule: a validation file (or the test split, or none) leaves data.path whole. A corpus is cut
     # into windows once there is a vocabulary: it learns from all of its texts (see above).
@@ -78,11 +69,7 @@ _TEXTS: dict[str, Callable[[Any], list[str]]] = {
 
 
 def learn_vocabulary(texts: list[str], config: WordPieceTokenizerConfig) -> tuple[str, ...]:
-    """A WordPiece vocabulary of at most ``config.vocabulary_size`` tokens learned from ``texts``.
-
-    Raises:
-        ConfigError: KerasHub is not installed (the message names the extra).
-    """
+    """A WordPiece vocabulary of at most ``config.vocabulary_size`` tokens learned from ``texts`` by KerasHub."""
     assert config.vocabulary_size is not None
     keras_hub = import_keras_hub("data.tokenizer")
     import tensorflow as tf
