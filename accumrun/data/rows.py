@@ -1,9 +1,6 @@
 """How a text table (``jsonl``, or a ``csv`` with ``data.text``) streams (``data.cache: none``): startup reads the
 file once, with the in-memory table's checks and errors, and keeps each record's byte span ``[start, end)``, not its
 text; training reads the record's bytes back as the epoch reaches it and :func:`record_text` takes its text.
-
-JSON Lines end at ``"\\n"`` alone, as JSON sees them (U+2028 or U+0085 may sit inside a string); a CSV's lines are
-those of ``open(newline="")``, through ``csv.reader``. A byte-order mark is in no span.
 """
 
 from __future__ import annotations
@@ -72,8 +69,7 @@ class TextColumn:
     stream: bool = False
 
     def samples(self, path: Path, spans: np.ndarray, texts: Sequence[str], text: str | int) -> np.ndarray | TextRows:
-        """``texts`` tokenized, or the records at ``spans`` to stream (``text`` as in :class:`TextRows`; the table
-        sets their labels)."""
+        """``texts`` tokenized, or the records at ``spans`` to stream (``text`` as in :class:`TextRows`)."""
         if not self.stream:
             return self.tokenizer.encode(texts, self.length)
         return TextRows(str(path), spans, np.zeros(len(spans), np.int32), self.tokenizer, self.length, text)

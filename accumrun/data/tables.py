@@ -59,8 +59,7 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     """With ``text``: bucketed padding, as for the text sources (:attr:`TextSourceConfig.bucket`); it needs
     ``cache: memory``."""
     cache: Annotated[CacheMode, words(CacheMode)] | None = None
-    """With ``text``: ``none`` (the default) streams each row's text from the file as the epoch reaches it;
-    ``memory`` tokenizes every text at load. A table of numbers is always held in memory and takes no ``cache``."""
+    """With ``text``: ``none`` (the default) streams each row's text from the file; ``memory`` tokenizes at load."""
 
     @field_validator("cache")
     @classmethod
@@ -127,8 +126,7 @@ class JsonlConfig(TextSourceConfig):
     label: str = Field(min_length=1)
     """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
     cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
-    """``none`` streams each line's text from the file as the epoch reaches it; ``memory`` tokenizes every text at
-    load (``bucket`` needs it)."""
+    """``none`` streams each line's text from the file; ``memory`` tokenizes at load (``bucket`` needs it)."""
 
     @field_validator("cache")
     @classmethod
@@ -175,17 +173,14 @@ def labelled_splits(train: Table, test: Table | None, **keys: Any) -> Splits:
     table lacks, are a DataError."""
     names = train.class_names
     if test is not None and (names is None) != (test.class_names is None):
-        raise DataError("data.validation_path", f"has {_kind(test)} labels where data.path has {_kind(train)} ones")
+        test_kind, train_kind = ("text", "numeric") if names is None else ("numeric", "text")
+        raise DataError("data.validation_path", f"has {test_kind} labels where data.path has {train_kind} ones")
     if names is not None and test is not None and test.class_names is not None and train.label_cells:
         unknown = sorted(set(test.class_names) - set(names))
         if unknown:
             raise DataError("data.validation_path", f"has labels that data.path does not: {unknown}")
         test.class_names, test.y = names, _numbered(test.label_cells, names)
     return Splits(train.split, test.split if test else None, class_names=names, **keys)
-
-
-def _kind(table: Table) -> str:
-    return "numeric" if table.class_names is None else "text"
 
 
 @dataclass
@@ -331,10 +326,6 @@ def _last_index(names: list[str], name: str) -> int:
     return len(names) - 1 - names[::-1].index(name)
 
 
-_KEPT = "\x00"
-"""What a dropped text cell that is not empty becomes (see :func:`_read_rows`)."""
-
-
 def _read_rows(path: Path, key: str, drop: str | None = None) -> _Rows:
     """The rows of a CSV with at least one: the header, each row's line number and byte span, and each column's
     cells, but those of column ``drop`` (a streamed text), of which only whether each is empty is kept."""
@@ -353,7 +344,7 @@ def _read_rows(path: Path, key: str, drop: str | None = None) -> _Rows:
                     names = [name.strip() for name in row]
                     dropped = _last_index(names, drop) if drop in names else None
                 elif dropped is not None and dropped < len(row):
-                    row[dropped] = _KEPT if row[dropped].strip() else ""
+                    row[dropped] = "\x00" if row[dropped].strip() else ""  # only whether it is empty is kept
                 numbered.append((number, row))
                 spans.append((start, end))
     except (OSError, UnicodeDecodeError, csv.Error) as error:

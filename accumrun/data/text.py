@@ -32,10 +32,8 @@ class TextSourceConfig(FileSourceConfig):
     sequence_length: int = Field(DEFAULT_SEQUENCE_LENGTH, ge=1)
     """Tokens per sample: a longer text is cut, a shorter one padded with id 0."""
     bucket: int | None = Field(None, ge=1)
-    """Pad each training sub-batch only to its longest text, rounded up to a multiple of this (at most
-    ``sequence_length``); each batch's samples are then sorted by length (stably) before it is cut
-    (:mod:`accumrun.data.grouping`). A batch holds the same samples and padding is masked, so the update is the same,
-    but dropout draws by a sample's row in the batch (:mod:`accumrun.core.draws`), so its masks differ."""
+    """Pad each training sub-batch only to its longest text, rounded up to a multiple of this, each batch sorted by
+    length first (:mod:`accumrun.data.grouping`): the same update, as padding is masked, but other dropout masks."""
 
     @model_validator(mode="after")
     def _no_image_keys(self) -> TextSourceConfig:

@@ -55,10 +55,8 @@ class WordPieceTokenizerConfig(_Tokenizer):
     @model_validator(mode="after")
     def _one_vocabulary(self) -> WordPieceTokenizerConfig:
         if (self.vocabulary is None) == (self.vocabulary_size is None):
-            raise ValueError(
-                "set one of vocabulary (a file) and vocabulary_size (learned from the training texts)"
-                + (", not both" if self.vocabulary is not None else "")
-            )
+            what = "set one of vocabulary (a file) and vocabulary_size (learned from the training texts)"
+            raise ValueError(what + (", not both" if self.vocabulary is not None else ""))
         return self
 
     @property

@@ -120,11 +120,8 @@ class KerasHubTokenizer(Tokenizer):
     def __init__(self, tokenizer: Any, line_local: bool, key: str, source: str | None) -> None:
         first = tokenizer.id_to_token(PADDING_ID)
         if first not in ("[PAD]", "<pad>", "<PAD>", getattr(tokenizer, "pad_token", None)):
-            raise ConfigError(
-                key,
-                f"its id 0 is {first!r}, a real token; accumrun pads with id 0: put the padding token ([PAD]) first",
-                source if source is not None else first,
-            )
+            what = f"its id 0 is {first!r}, a real token; accumrun pads with id 0: put the padding token ([PAD]) first"
+            raise ConfigError(key, what, source if source is not None else first)
         self._tokenizer = tokenizer
         self.vocabulary_size = int(tokenizer.vocabulary_size())
         self.line_local = line_local
@@ -160,14 +157,13 @@ def _word_piece(config: WordPieceTokenizerConfig) -> Tokenizer:
         if config.tokens is None:
             raise ValueError("a learned vocabulary is read only after accumrun.data.vocabulary settles it")
         key, source, vocabulary = "data.tokenizer.vocabulary_size", "the learned vocabulary", list(config.tokens)
-        keras_hub = import_keras_hub(key)
     else:
         assert config.vocabulary is not None  # the schema takes one of the two
         key = "data.tokenizer.vocabulary"
         source = vocabulary = str(Path(config.vocabulary))
-        keras_hub = import_keras_hub(key)
-        if not Path(source).is_file():
-            raise ConfigError(key, "vocabulary file not found", source)
+    keras_hub = import_keras_hub(key)
+    if not config.learned and not Path(source).is_file():
+        raise ConfigError(key, "vocabulary file not found", source)
     try:
         tokenizer = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocabulary, lowercase=config.lowercase)
     except (RuntimeError, ValueError) as error:  # tensorflow-text refuses a repeated token, say
