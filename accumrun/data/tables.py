@@ -1,11 +1,8 @@
 """The tables: ``data.name: csv``, a table with a header row, and ``jsonl``, JSON Lines, one object per line.
 
-A CSV's other columns with numbers are the features, as float32 in memory; a column of names, ``data.id`` and
-``data.weight`` (each row's weight) are not. One label column (or a JSON Lines ``data.label`` key) holds numbers or
-class names (numbered in sorted order); several columns hold numbers: all 0 or 1, a multi-label task's labels, else
-regression targets. With ``data.text`` (a column; a key, for JSON Lines) each sample is that text as token ids and
-no column is a feature: streamed from the file by default (``data.cache: none``, :mod:`accumrun.data.rows`) or,
-with ``memory``, tokenized at load. A bad row or line is an error that names the file and its line.
+A CSV's numeric columns but the labels, ``data.id`` and ``data.weight`` are its features, as float32 in memory. With
+``data.text`` (a column, or a JSON key) each sample is that text as token ids, streamed from the file by default
+(``data.cache: none``, :mod:`accumrun.data.rows`) or tokenized at load (``memory``). Errors name the file and line.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ import csv
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -141,15 +138,14 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
     text = None
     if config.text is not None and settings is not None:
         text = TextColumn(config.text, *settings, stream=config.cache is CacheMode.NONE)
-    labels, id_column, weight = config.label_columns, config.id, config.weight
-    train = read_table(Path(config.path), "data.path", labels, id_column=id_column, weight_column=weight, text=text)
-    test = None
-    if config.validation_path:
-        path = Path(config.validation_path)
-        test = read_table(path, "data.validation_path", labels, train.features, id_column, weight, text)
-    if text is not None:
-        return labelled_splits(train, test, vocabulary_size=text.tokenizer.vocabulary_size)
-    return labelled_splits(train, test, features=train.features)
+
+    def read(path: str, key: str, features: list[str] | None = None) -> Table:
+        return read_table(Path(path), key, config.label_columns, features, config.id, config.weight, text)
+
+    train = read(config.path, "data.path")
+    test = read(config.validation_path, "data.validation_path", train.features) if config.validation_path else None
+    keys = {"features": train.features} if text is None else {"vocabulary_size": text.tokenizer.vocabulary_size}
+    return labelled_splits(train, test, **keys)
 
 
 def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
@@ -246,21 +242,19 @@ def read_table(
     # A streamed text is read again when it is trained on: only whether each cell is empty is kept (unless the
     # column is also read as something else).
     streamed = text is not None and text.stream and text.column not in (*labels, id_column, weight_column)
-    rows = _read_rows(path, key, drop=text.column if text is not None and streamed else None)
-    header, lines, columns = rows.header, rows.lines, rows.columns
+    header, lines, columns, spans = _read_rows(path, key, drop=text.column if text is not None and streamed else None)
     unknown = [name for name in labels if name not in header]
     if unknown:
         shown = unknown[0] if len(unknown) == 1 else unknown
         raise DataError("data.label", f"{path} has no column {shown!r}; its columns are {header}", shown)
-    text_column = text.column if text is not None else None
-    for column, config_key in ((id_column, "data.id"), (weight_column, "data.weight"), (text_column, "data.text")):
+    for column, config_key in ((id_column, "data.id"), (weight_column, "data.weight")):
         if column is not None and column not in header:
             raise DataError(config_key, f"{path} has no column {column!r}; its columns are {header}", column)
     x: np.ndarray | TextRows
     if text is not None:
         features = []
-        texts = _checked_cells(path, text.column, columns[text.column], lines)
-        x = text.samples(path, rows.spans, texts, _last_index(header, text.column))
+        texts = _text_cells(path, header, columns, lines, text.column)
+        x = text.samples(path, spans, texts, _last_index(header, text.column))
     else:
         if features is None:  # the columns with a number in them, but the labels, the id and weight columns
             others = [*labels, id_column, weight_column]
@@ -279,46 +273,39 @@ def read_table(
     return table
 
 
-def _checked_cells(path: Path, column: str, cells: list[str], lines: list[int]) -> list[str]:
-    """A text column's cells, each a sample's text; an empty one is an error that names its line."""
-    for cell, line in zip(cells, lines, strict=True):
+def _text_cells(
+    path: Path, header: list[str], columns: dict[str, list[str]], lines: list[int], column: str
+) -> list[str]:
+    """The cells of text column ``column``, each a sample's text; a missing column or an empty cell is a DataError."""
+    if column not in header:
+        raise DataError("data.text", f"{path} has no column {column!r}; its columns are {header}", column)
+    for cell, line in zip(columns[column], lines, strict=True):
         if not cell:
             raise DataError("data.text", f"{path}, line {line}: the text in column {column!r} is empty")
-    return cells
+    return columns[column]
 
 
 def read_texts(path: Path, key: str, column: str) -> list[str]:
     """The texts of the CSV's text column ``column`` (``data.text``), in row order, checked as :func:`load_csv`
     checks them."""
-    rows = _read_rows(path, key)
-    if column not in rows.header:
-        raise DataError("data.text", f"{path} has no column {column!r}; its columns are {rows.header}", column)
-    return _checked_cells(path, column, rows.columns[column], rows.lines)
+    header, lines, columns, _ = _read_rows(path, key)
+    return _text_cells(path, header, columns, lines, column)
 
 
 def read_column(path: Path, name: str) -> list[str] | None:
     """The cells of column ``name`` of the CSV at ``path``, or None when it has no such column."""
-    return _read_rows(path, str(path)).columns.get(name)
+    _, _, columns, _ = _read_rows(path, str(path))
+    return columns.get(name)
 
 
 def read_features(path: Path, features: list[str]) -> np.ndarray:
     """The ``features`` columns of the CSV at ``path``, in that order, as float32 rows (inputs to predict on),
     checked as :func:`load_csv` checks them."""
-    rows = _read_rows(path, str(path))
-    missing = [name for name in features if name not in rows.columns]
+    header, lines, columns, _ = _read_rows(path, str(path))
+    missing = [name for name in features if name not in columns]
     if missing:
-        raise DataError(str(path), f"lacks the feature columns {missing} that the run trained on; it has {rows.header}")
-    return _numeric(path, str(path), rows.columns, features, rows.lines)
-
-
-class _Rows(NamedTuple):
-    """A CSV's header, each row's line number (its record's, the header's being 1), each column's cells (the last
-    column of a name, where names repeat) and each row's bytes ``[start, end)`` in the file."""
-
-    header: list[str]
-    lines: list[int]
-    columns: dict[str, list[str]]
-    spans: np.ndarray
+        raise DataError(str(path), f"lacks the feature columns {missing} that the run trained on; it has {header}")
+    return _numeric(path, str(path), columns, features, lines)
 
 
 def _last_index(names: list[str], name: str) -> int:
@@ -326,9 +313,12 @@ def _last_index(names: list[str], name: str) -> int:
     return len(names) - 1 - names[::-1].index(name)
 
 
-def _read_rows(path: Path, key: str, drop: str | None = None) -> _Rows:
-    """The rows of a CSV with at least one: the header, each row's line number and byte span, and each column's
-    cells, but those of column ``drop`` (a streamed text), of which only whether each is empty is kept."""
+def _read_rows(
+    path: Path, key: str, drop: str | None = None
+) -> tuple[list[str], list[int], dict[str, list[str]], np.ndarray]:
+    """A CSV with at least one row: its header, each row's line number (its record's, the header's being 1), each
+    column's cells (the last column of a name, where names repeat; of column ``drop``, a streamed text, only whether
+    each is empty) and each row's bytes ``[start, end)`` in the file."""
     if not path.is_file():
         raise DataError(key, "CSV file not found", str(path))
     numbered: list[tuple[int, list[str]]] = []
@@ -359,7 +349,7 @@ def _read_rows(path: Path, key: str, drop: str | None = None) -> _Rows:
         if len(row) != len(header):
             raise DataError(key, f"{path}, row {number}: {len(row)} cells for {len(header)} columns")
     columns = {name: [row[i].strip() for row in body] for i, name in enumerate(header)}
-    return _Rows(header, lines, columns, np.array(spans[1:], np.int64).reshape(-1, 2))
+    return header, lines, columns, np.array(spans[1:], np.int64).reshape(-1, 2)
 
 
 def _numeric(path: Path, key: str, columns: dict[str, list[str]], features: list[str], lines: list[int]) -> np.ndarray:

@@ -1,8 +1,5 @@
-"""Tokenizers: text to int32 token ids and back, on the host (NumPy, :meth:`Tokenizer.encode`) and as TensorFlow ops
-(:meth:`Tokenizer.encode_tensor`, so an exported SavedModel takes strings), with the same ids; id 0 pads.
-
-``byte`` and ``character`` map bytes and code points to ids; ``word_piece`` (over a vocabulary file, or one learned
-by :mod:`accumrun.data.vocabulary`) and ``preset`` (a KerasHub preset folder) need KerasHub, the ``text`` extra.
+"""Tokenizers: text to int32 token ids and back, on the host (NumPy) and as TensorFlow ops (so an exported SavedModel
+takes strings), with the same ids; id 0 pads. ``word_piece`` and ``preset`` need KerasHub (the ``text`` extra).
 TensorFlow is imported only inside :meth:`Tokenizer.encode_tensor`, so the sources that tokenize stay free of it.
 """
 
