@@ -24,9 +24,8 @@ if TYPE_CHECKING:
 
 
 def csv_records(file: IO[str], path: Path) -> Iterator[tuple[int, int, list[str]]]:
-    """``(start, end, cells)`` per record of a CSV opened as text with ``newline=""`` (``utf-8-sig``), blank ones
-    included: the lines ``csv.reader`` asks for are counted as they pass (it reads none past a record's end before
-    it gives the record)."""
+    """``(start, end, cells)`` per record of a CSV opened with ``newline=""`` (``utf-8-sig``), blank ones included:
+    ``csv.reader`` reads no line past a record's end before it gives it, so counting its lines gives the spans."""
     with path.open("rb") as raw:
         offset = len(codecs.BOM_UTF8) if raw.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8 else 0
 
@@ -60,8 +59,7 @@ def record_text(record: bytes, text: str | int) -> str:
 
 @dataclass(frozen=True)
 class TextColumn:
-    """A table's text (a CSV's ``data.text`` column, a JSON object's key) as ``length`` token ids, streamed from the
-    file (``data.cache: none``) or tokenized at load."""
+    """A table's text column (or JSON key) as ``length`` token ids, streamed from the file or tokenized at load."""
 
     column: str
     tokenizer: Tokenizer

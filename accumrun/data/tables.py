@@ -53,8 +53,7 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     sequence_length: int | None = Field(None, ge=1)
     """With ``text``: tokens per sample (default 256), cut or padded with id 0."""
     bucket: int | None = Field(None, ge=1)
-    """With ``text``: bucketed padding, as for the text sources (:attr:`TextSourceConfig.bucket`); it needs
-    ``cache: memory``."""
+    """With ``text``: bucketed padding (:attr:`TextSourceConfig.bucket`); it needs ``cache: memory``."""
     cache: Annotated[CacheMode, words(CacheMode)] | None = None
     """With ``text``: ``none`` (the default) streams each row's text from the file; ``memory`` tokenizes at load."""
 
@@ -132,8 +131,7 @@ class JsonlConfig(TextSourceConfig):
 
 
 def load_csv(config: CsvConfig, seed: int) -> Splits:
-    """The table at ``data.path`` (and ``data.validation_path``, with the same columns); a DataError names a file
-    that is missing or empty, lacks a label, id, weight or text column, or has a bad cell."""
+    """The table at ``data.path`` (and ``data.validation_path``, with its columns); DataErrors name bad files."""
     settings = text_input(config)
     text = None
     if config.text is not None and settings is not None:
@@ -149,8 +147,7 @@ def load_csv(config: CsvConfig, seed: int) -> Splits:
 
 
 def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
-    """The objects of ``data.path`` (and ``data.validation_path``), tokenized or to stream (see
-    :func:`read_records`)."""
+    """The objects of ``data.path`` (and ``data.validation_path``), as :func:`read_records` reads them."""
     tokenizer = tokenizer_for(config.tokenizer)
     text = TextColumn(config.text, tokenizer, config.sequence_length, stream=config.cache is CacheMode.NONE)
 
@@ -286,8 +283,7 @@ def _text_cells(
 
 
 def read_texts(path: Path, key: str, column: str) -> list[str]:
-    """The texts of the CSV's text column ``column`` (``data.text``), in row order, checked as :func:`load_csv`
-    checks them."""
+    """The texts of the CSV's text column ``column``, in row order, checked as :func:`load_csv` checks them."""
     header, lines, columns, _ = _read_rows(path, key)
     return _text_cells(path, header, columns, lines, column)
 
@@ -299,8 +295,7 @@ def read_column(path: Path, name: str) -> list[str] | None:
 
 
 def read_features(path: Path, features: list[str]) -> np.ndarray:
-    """The ``features`` columns of the CSV at ``path``, in that order, as float32 rows (inputs to predict on),
-    checked as :func:`load_csv` checks them."""
+    """The ``features`` columns of the CSV at ``path``, in order, as float32 rows (predict's inputs), checked."""
     header, lines, columns, _ = _read_rows(path, str(path))
     missing = [name for name in features if name not in columns]
     if missing:

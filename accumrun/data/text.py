@@ -50,8 +50,7 @@ class TextSourceConfig(FileSourceConfig):
 
 
 class TextFolderConfig(TextSourceConfig):
-    """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class (as Keras's
-    ``text_dataset_from_directory`` reads them)."""
+    """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class."""
 
     needs = {"path": "a folder with one subfolder of .txt files per class"}
     labelled_files = True
@@ -70,8 +69,7 @@ class TextFolderConfig(TextSourceConfig):
 
 
 class TextCorpusConfig(TextSourceConfig):
-    """``name: text_corpus``: plain UTF-8 ``.txt`` files (a file, a folder of them, or a glob) for a language model,
-    cut into windows (see the module's docstring)."""
+    """``name: text_corpus``: ``.txt`` files (a file, a folder, or a glob) cut into windows for a language model."""
 
     needs = {"path": "a .txt file, a folder of .txt files, or a glob of them"}
     stride: int | None = Field(None, ge=1)
@@ -99,8 +97,7 @@ class TextCorpusConfig(TextSourceConfig):
 
 
 def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
-    """The ``.txt`` files under ``data.path`` (and ``data.validation_path``, with the same classes), checked as
-    :func:`folder_files` checks them."""
+    """The checked ``.txt`` files under ``data.path`` (and ``data.validation_path``, with the same classes)."""
     tokenizer = tokenizer_for(config.tokenizer)
 
     def listed(folder: str, key: str) -> tuple[TextFiles, list[str]]:

@@ -87,8 +87,7 @@ class WordPieceTokenizerConfig(_Tokenizer):
 
 
 class PresetTokenizerConfig(_Tokenizer):
-    """``tokenizer: {name: preset, path: FOLDER}``: a KerasHub preset's tokenizer, from a local folder (its
-    ``tokenizer.json`` and assets); its id 0 must pad."""
+    """``tokenizer: {name: preset, path: FOLDER}``: a local KerasHub preset's tokenizer; its id 0 must pad."""
 
     keras_hub = True
     name: Literal["preset"]

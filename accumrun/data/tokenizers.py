@@ -194,7 +194,6 @@ _TOKENIZERS: dict[str, Callable[[Any], Tokenizer]] = {
 
 
 def text_input(config: DataSection) -> tuple[Tokenizer, int] | None:
-    """The tokenizer and sequence length of a source whose samples are text (a text source, or a CSV with
-    ``data.text``); None for any other."""
+    """The tokenizer and sequence length of a source whose samples are text; None for any other."""
     settings = config.text_settings
     return None if settings is None else (tokenizer_for(settings[0]), settings[1])
