@@ -135,5 +135,4 @@ class TextRows(ReadsBlocks, TokenIds):
         return np.array([text.encode("utf-8") for text in texts], dtype=object)
 
     def describe(self, index: int) -> str:
-        start = int(self.spans[index, 0])
-        return f"{self.path}, the record at byte {start}"
+        return f"{self.path}, the record at byte {int(self.spans[index, 0])}"

@@ -337,14 +337,13 @@ def _read_rows(
     if not numbered:
         raise DataError(key, f"{path} is empty; it needs a header row and one row per sample")
     header = [name.strip() for name in numbered[0][1]]
-    lines, body = [number for number, _ in numbered[1:]], [row for _, row in numbered[1:]]
-    if not body:
+    if len(numbered) == 1:
         raise DataError(key, f"{path} has a header but no rows")
-    for number, row in zip(lines, body, strict=True):
+    for number, row in numbered[1:]:
         if len(row) != len(header):
             raise DataError(key, f"{path}, row {number}: {len(row)} cells for {len(header)} columns")
-    columns = {name: [row[i].strip() for row in body] for i, name in enumerate(header)}
-    return header, lines, columns, np.array(spans[1:], np.int64).reshape(-1, 2)
+    columns = {name: [row[i].strip() for _, row in numbered[1:]] for i, name in enumerate(header)}
+    return header, [number for number, _ in numbered[1:]], columns, np.array(spans[1:], np.int64).reshape(-1, 2)
 
 
 def _numeric(path: Path, key: str, columns: dict[str, list[str]], features: list[str], lines: list[int]) -> np.ndarray:

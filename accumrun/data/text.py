@@ -147,15 +147,10 @@ def corpus_files(path: str, key: str) -> list[Path]:
     return files
 
 
-def corpus_texts(path: str, key: str) -> list[str]:
-    """The texts of the ``.txt`` files ``path`` names, in :func:`corpus_files`' order."""
-    return [read_text(file, key) for file in corpus_files(path, key)]
-
-
 def _windows(path: str, key: str, tokenizer: Tokenizer, length: int, stride: int) -> ArraySplit:
     windows: list[np.ndarray] = []
-    for text in corpus_texts(path, key):
-        ids = tokenizer.ids(text)
+    for file in corpus_files(path, key):
+        ids = tokenizer.ids(read_text(file, key))
         windows += [ids[start : start + length + 1] for start in window_starts(len(ids), length, stride)]
     if not windows:
         raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)

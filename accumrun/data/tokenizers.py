@@ -101,10 +101,8 @@ class CharacterTokenizer(Tokenizer):
         # Bytes that are not UTF-8 (never in a Python string) become U+FFFD, id 65,535 or unknown below it.
         points = tf.strings.unicode_decode(texts, "UTF-8", errors="replace")[:, :length]
         shifted = tf.cast(points, tf.int64) + self._OFFSET
-        ids = tf.ragged.map_flat_values(
-            lambda values: tf.cast(tf.where(values < self.vocabulary_size, values, self.UNKNOWN), tf.int32), shifted
-        )
-        return ids.to_tensor(default_value=PADDING_ID, shape=[None, length])
+        ids = tf.ragged.map_flat_values(tf.where, shifted < self.vocabulary_size, shifted, self.UNKNOWN)
+        return tf.cast(ids, tf.int32).to_tensor(default_value=PADDING_ID, shape=[None, length])
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         return "".join("\ufffd" if i == self.UNKNOWN else chr(i - self._OFFSET) for i in self._checked(ids))

@@ -15,7 +15,7 @@ from typing import Any
 from accumrun.data.section import DataSection
 from accumrun.data.splits import hold_out, seeded_hold_out
 from accumrun.data.tables import read_records, read_texts
-from accumrun.data.text import corpus_texts, folder_files, read_text
+from accumrun.data.text import corpus_files, folder_files, read_text
 from accumrun.data.tokenizer_sections import WordPieceTokenizerConfig
 from accumrun.errors import ConfigError
 from accumrun.lookup import import_keras_hub
@@ -58,7 +58,7 @@ def training_texts(data: DataSection, seed: int) -> list[str]:
 
 
 _TEXTS: dict[str, Callable[[Any], list[str]]] = {
-    "text_corpus": lambda data: corpus_texts(data.path, "data.path"),
+    "text_corpus": lambda data: [read_text(file, "data.path") for file in corpus_files(data.path, "data.path")],
     "text_folder": lambda data: [
         read_text(Path(path), "data.path") for path in folder_files(Path(data.path), "data.path")[0]
     ],
