@@ -75,8 +75,7 @@ class TextCorpusConfig(TextSourceConfig):
     stride: int | None = Field(None, ge=1)
     """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
     cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
-    """``none`` holds the windows in memory; ``disk`` reads them from a token file under ``cache_dir``, which later
-    runs over the same files find again (:mod:`accumrun.data.corpus`)."""
+    """``none`` holds the windows in memory; ``disk`` reads them from a reusable token file under ``cache_dir``."""
     cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
     """Where ``cache: disk`` writes (``~`` is expanded): a folder per corpus, named by its files and tokenizer."""
 
@@ -132,8 +131,7 @@ def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
 
 
 def corpus_files(path: str, key: str) -> list[Path]:
-    """The ``.txt`` files ``path`` names, sorted: the file itself, those under a folder, or those a glob matches;
-    none is a DataError under ``key``."""
+    """The ``.txt`` files ``path`` names, sorted: the file itself, those under a folder, or a glob's (at least one)."""
     given = Path(path)
     if given.is_file():
         return [given]

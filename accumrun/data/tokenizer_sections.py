@@ -19,8 +19,7 @@ class _Tokenizer(Section):
     """Whether the ids are KerasHub's (its version then decides them too)."""
 
     def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
-        """What decides the ids this tokenizer gives: its settings, and the content of the files it reads (hashed
-        by ``file_hash``); by default, its settings alone."""
+        """What decides this tokenizer's ids: its settings, and the files it reads (hashed by ``file_hash``)."""
         return self.model_dump()
 
 
@@ -66,8 +65,7 @@ class WordPieceTokenizerConfig(_Tokenizer):
 
     @property
     def tokens(self) -> tuple[str, ...] | None:
-        """A learned vocabulary's tokens once :func:`accumrun.data.vocabulary.settle_vocabulary` has settled them
-        (never from YAML); None before, and for a file."""
+        """A learned vocabulary's tokens, once ``settle_vocabulary`` (:mod:`accumrun.data.vocabulary`) settles them."""
         return self._tokens
 
     def with_tokens(self, tokens: tuple[str, ...]) -> WordPieceTokenizerConfig:
