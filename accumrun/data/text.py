@@ -19,7 +19,7 @@ from accumrun.data.corpus import CorpusWindows, corpus_windows, window_starts
 from accumrun.data.section import DEFAULT_SEQUENCE_LENGTH, FileSourceConfig, none_or_memory, refuse_image_keys
 from accumrun.data.splits import ArraySplit, Splits, TextFiles
 from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
-from accumrun.data.tokenizers import Tokenizer, tokenizer_for
+from accumrun.data.tokenizers import tokenizer_for
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode, Task
 from accumrun.sections import words
@@ -120,10 +120,20 @@ def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
 
     def windows(path: str, key: str) -> ArraySplit | CorpusWindows:
         length, stride = config.sequence_length, config.window_stride
+        files = corpus_files(path, key)
         if config.cache is CacheMode.DISK:
-            files = corpus_files(path, key)
             return corpus_windows(files, key, tokenizer, config.tokenizer, config.cache_dir, length, stride, path)
-        return _windows(path, key, tokenizer, length, stride)
+        cut: list[np.ndarray] = []
+        for file in files:
+            ids = tokenizer.ids(read_text(file, key))
+            cut += [ids[start : start + length + 1] for start in window_starts(len(ids), length, stride)]
+        if not cut:
+            raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
+        x, y = np.zeros((2, len(cut), length), np.int32)  # padded with id 0
+        for row, window in enumerate(cut):
+            x[row, : len(window) - 1] = window[:-1]
+            y[row, : len(window) - 1] = window[1:]
+        return ArraySplit(x, y)
 
     train = windows(config.path, "data.path")
     test = windows(config.validation_path, "data.validation_path") if config.validation_path else None
@@ -143,20 +153,6 @@ def corpus_files(path: str, key: str) -> list[Path]:
         where = "folder holds no .txt files" if given.is_dir() else "no file found"
         raise DataError(key, where, path)
     return files
-
-
-def _windows(path: str, key: str, tokenizer: Tokenizer, length: int, stride: int) -> ArraySplit:
-    windows: list[np.ndarray] = []
-    for file in corpus_files(path, key):
-        ids = tokenizer.ids(read_text(file, key))
-        windows += [ids[start : start + length + 1] for start in window_starts(len(ids), length, stride)]
-    if not windows:
-        raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
-    x, y = np.zeros((2, len(windows), length), np.int32)  # padded with id 0
-    for row, window in enumerate(windows):
-        x[row, : len(window) - 1] = window[:-1]
-        y[row, : len(window) - 1] = window[1:]
-    return ArraySplit(x, y)
 
 
 def folder_files(folder: Path, key: str) -> tuple[list[str], list[int], list[str]]:
