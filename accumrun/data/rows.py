@@ -1,17 +1,6 @@
-"""Where each record of a text table lies in its file, and a record's text taken back from its bytes: how a
-``jsonl`` file, or a ``csv`` with ``data.text``, streams (``data.cache: none``).
-
-Startup reads the file once, as the in-memory table is read (the same checks, the same errors), and keeps each
-record's byte span ``[start, end)`` instead of its text. A reader then reads a record's bytes from the file when
-the epoch's order reaches it (:func:`accumrun.data.source.read_spans`), and :func:`record_text` takes its text:
-``json.loads`` for JSON Lines, ``csv.reader`` over the one record for a CSV, so quoting, escaped quotes and line
-breaks inside a quoted cell read as they did at startup.
-
-JSON Lines end at ``"\\n"`` alone (a ``"\\r"`` before it is whitespace to JSON): a line separator that Python's
-``str.splitlines`` knows but JSON allows inside a string (U+2028, U+0085) stays in its record; a byte-order mark
-before the first line is skipped. A CSV's lines are those Python's ``open(newline="")`` gives (``\\n``,
-``\\r\\n`` or ``\\r``), read through ``csv.reader``, and each record's span is the bytes of the lines it was parsed
-from (a byte-order mark before the header is in no span).
+"""How a text table (``jsonl``, or a ``csv`` with ``data.text``) streams (``data.cache: none``): startup reads the
+file once, with the in-memory table's checks and errors, and keeps each record's byte span ``[start, end)``, not its
+text; training reads the record's bytes back as the epoch reaches it and :func:`record_text` takes its text.
 """
 
 from __future__ import annotations
@@ -20,7 +9,7 @@ import codecs
 import csv
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -34,52 +23,27 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 
-def json_lines(file: IO[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
-    """Each line of a binary file as ``(number, start, end, bytes)``: 1-based, and its span, ``"\\n"`` included;
-    a byte-order mark before the first line is in neither."""
-    start = 0
-    for number, line in enumerate(file, start=1):
-        end = start + len(line)
-        if number == 1 and line.startswith(codecs.BOM_UTF8):
-            line, start = line[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
-        yield number, start, end, line
-        start = end
+def csv_records(file: IO[str], path: Path) -> Iterator[tuple[int, int, list[str]]]:
+    """``(start, end, cells)`` per record of a CSV opened with ``newline=""`` (``utf-8-sig``), blank ones included:
+    ``csv.reader`` reads no line past a record's end before it gives it, so counting its lines gives the spans."""
+    with path.open("rb") as raw:
+        offset = len(codecs.BOM_UTF8) if raw.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8 else 0
 
-
-class CsvRecords:
-    """The records of a CSV opened as text with ``newline=""`` (``utf-8-sig``), each with its byte span: the lines
-    ``csv.reader`` asks for are counted as they pass, so a record's span runs from where its first line starts to
-    where its last ends (``csv.reader`` reads no line past a record's end before it gives the record)."""
-
-    def __init__(self, file: IO[str], path: Path) -> None:
-        self._file = file
-        self._offset = len(codecs.BOM_UTF8) if _has_bom(path) else 0
-
-    def _lines(self) -> Iterator[str]:
-        for line in self._file:
-            self._offset += len(line.encode("utf-8"))  # valid UTF-8 encodes back to the very bytes it came from
+    def lines() -> Iterator[str]:
+        nonlocal offset
+        for line in file:
+            offset += len(line.encode("utf-8"))  # valid UTF-8 encodes back to the very bytes it came from
             yield line
 
-    def __iter__(self) -> Iterator[tuple[int, int, list[str]]]:
-        """``(start, end, cells)`` per record, blank ones included, in the file's order."""
-        start = self._offset
-        for row in csv.reader(self._lines()):
-            yield start, self._offset, row
-            start = self._offset
-
-
-def _has_bom(path: Path) -> bool:
-    with path.open("rb") as file:
-        return file.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8
+    start = offset
+    for row in csv.reader(lines()):
+        yield start, offset, row
+        start = offset
 
 
 def record_text(record: bytes, text: str | int) -> str:
-    """The text of one record's bytes: a JSON object's key ``text`` (a str), or a CSV record's cell at column
-    ``text`` (an int), stripped as the table reads its cells.
-
-    Raises:
-        ValueError: the bytes are no such record (startup checked them: the file has changed since).
-    """
+    """The text of one record's bytes: a JSON object's key ``text`` (a str), or a CSV record's stripped cell at
+    column ``text`` (an int). A ValueError says the bytes are no such record: the file has changed since startup."""
     try:
         if isinstance(text, str):
             value = json.loads(record)[text]
@@ -93,13 +57,27 @@ def record_text(record: bytes, text: str | int) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class TextColumn:
+    """A table's text column (or JSON key) as ``length`` token ids, streamed from the file or tokenized at load."""
+
+    column: str
+    tokenizer: Tokenizer
+    length: int
+    stream: bool = False
+
+    def samples(self, path: Path, spans: np.ndarray, texts: Sequence[str], text: str | int) -> np.ndarray | TextRows:
+        """``texts`` tokenized, or the records at ``spans`` to stream (``text`` as in :class:`TextRows`)."""
+        if not self.stream:
+            return self.tokenizer.encode(texts, self.length)
+        return TextRows(str(path), spans, np.zeros(len(spans), np.int32), self.tokenizer, self.length, text)
+
+
 @dataclass(frozen=True, eq=False)
 class TextRows(ReadsBlocks, TokenIds):
-    """The records of one text table (a JSON Lines file, a CSV with ``data.text``), by their byte spans in the
-    file, and their labels: in the epoch's order, blocks of :data:`~accumrun.data.source.BLOCK` records are read
-    from the file in one ``tf.numpy_function`` call (:func:`~accumrun.data.source.read_spans`;
-    :func:`record_text` takes each one's text) and tokenized together to ``length`` int32 ids by the tokenizer's
-    TensorFlow ops (the same ids as its host ``encode``), so no text is held in memory."""
+    """The records of one text table by their byte spans in the file, and their labels: in the epoch's order,
+    blocks of records are read in one ``tf.numpy_function`` call (:func:`record_text` takes each one's text) and
+    tokenized together by the tokenizer's TensorFlow ops (the ids of its host ``encode``); no text is held."""
 
     path: str
     spans: np.ndarray
@@ -157,5 +135,4 @@ class TextRows(ReadsBlocks, TokenIds):
         return np.array([text.encode("utf-8") for text in texts], dtype=object)
 
     def describe(self, index: int) -> str:
-        start = int(self.spans[index, 0])
-        return f"{self.path}, the record at byte {start}"
+        return f"{self.path}, the record at byte {int(self.spans[index, 0])}"

@@ -24,11 +24,10 @@ from accumrun.data.arrays import (
     load_synthetic,
 )
 from accumrun.data.images import ImageFolderConfig, load_image_folder
-from accumrun.data.jsonl import JsonlConfig, load_jsonl
 from accumrun.data.records import TfrecordConfig, load_tfrecord
 from accumrun.data.section import DataSection
 from accumrun.data.splits import Splits
-from accumrun.data.tables import CsvConfig, load_csv
+from accumrun.data.tables import CsvConfig, JsonlConfig, load_csv, load_jsonl
 from accumrun.data.text import TextCorpusConfig, TextFolderConfig, load_text_corpus, load_text_folder
 from accumrun.data.tfds_source import TfdsConfig, load_tfds
 from accumrun.data.tokens import TokensConfig, load_tokens

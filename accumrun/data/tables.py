@@ -1,31 +1,23 @@
-"""``data.name: csv``: a table with a header row; ``data.label`` names the target column, or several.
+"""The tables: ``data.name: csv``, a table with a header row, and ``jsonl``, JSON Lines, one object per line.
 
-With ``data.text``, each sample is that column's text as token ids (see :mod:`accumrun.data.text`), and no column
-is a feature. Else the other columns are the features, as float32, held in memory. A column with no number in it
-(a name) and the ``data.id`` and ``data.weight`` columns are not features and are left out (the weight column holds
-each row's weight, a finite number >= 0); a column of numbers with a cell that is not one is an error that names
-the file, the row and the column. One label column may hold numbers (class indices or regression
-values) or class names, which are then numbered in sorted order. Several label columns hold numbers: all 0 or 1,
-they are a multi-label task's labels, named by their columns; else the targets of a regression.
-
-A text column streams by default (``data.cache: none``), as a text folder does: startup reads and checks every row
-(the same checks and errors as in memory), keeps the labels, weights and each row's byte span in the file, but no
-text, and each text is read back from the file and tokenized as the epoch's order reaches it (a
-:class:`~accumrun.data.rows.TextRows`; see :mod:`accumrun.data.rows`). ``data.cache: memory`` tokenizes every
-text at load instead and trains from the token ids in memory (which ``data.bucket`` needs).
+A CSV's numeric columns but the labels, ``data.id`` and ``data.weight`` are its features, as float32 in memory. With
+``data.text`` (a column, or a JSON key) each sample is that text as token ids, streamed from the file by default
+(``data.cache: none``, :mod:`accumrun.data.rows`) or tokenized at load (``memory``). Errors name the file and line.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
-from dataclasses import replace
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from accumrun.data.rows import CsvRecords, TextRows
+from accumrun.data.rows import TextColumn, TextRows, csv_records
 from accumrun.data.section import (
     DEFAULT_SEQUENCE_LENGTH,
     FileSourceConfig,
@@ -34,9 +26,9 @@ from accumrun.data.section import (
     refuse_image_keys,
 )
 from accumrun.data.splits import ArraySplit, Splits
-from accumrun.data.text import TextColumn, checked_cells
+from accumrun.data.text import TextSourceConfig
 from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
-from accumrun.data.tokenizers import Tokenizer, text_input
+from accumrun.data.tokenizers import text_input, tokenizer_for
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
@@ -51,8 +43,7 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     label: (
         Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
     )
-    """The label column, or several: 0/1 columns are the labels of a multi-label task (named by their columns),
-    other numbers the targets of a regression."""
+    """The label column, or several: 0/1 columns are a multi-label task's labels, other numbers regression targets."""
     id: str | None = None
     """A column that names each row (not a feature); ``predict`` on a CSV writes it as the ``input`` column."""
     text: str | None = Field(None, min_length=1)
@@ -62,12 +53,9 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     sequence_length: int | None = Field(None, ge=1)
     """With ``text``: tokens per sample (default 256), cut or padded with id 0."""
     bucket: int | None = Field(None, ge=1)
-    """With ``text``: bucketed padding, as for the text sources (:attr:`TextSourceConfig.bucket`); it needs
-    ``cache: memory``."""
+    """With ``text``: bucketed padding (:attr:`TextSourceConfig.bucket`); it needs ``cache: memory``."""
     cache: Annotated[CacheMode, words(CacheMode)] | None = None
-    """With ``text`` (default ``none``): ``none`` streams, each row's text read back from the file and tokenized
-    as the epoch's order reaches it; ``memory`` tokenizes every text at load and trains from the token ids in
-    memory. A table of numbers is always held in memory and takes no ``cache``."""
+    """With ``text``: ``none`` (the default) streams each row's text from the file; ``memory`` tokenizes at load."""
 
     @field_validator("cache")
     @classmethod
@@ -124,90 +112,96 @@ class CsvConfig(SampleWeights, FileSourceConfig):
         return (*self.label_columns, self.id)
 
 
+class JsonlConfig(TextSourceConfig):
+    """``name: jsonl``: one JSON object per line, its ``text`` key tokenized and its ``label`` key the target."""
+
+    needs = {"path": "the path of a .jsonl file", "label": "the key of each object's label"}
+    name: Literal["jsonl"]
+    text: str = Field("text", min_length=1)
+    """The key of each object's text."""
+    label: str = Field(min_length=1)
+    """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
+    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
+    """``none`` streams each line's text from the file; ``memory`` tokenizes at load (``bucket`` needs it)."""
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
+        return none_or_memory(value, "jsonl", "lines")
+
+
 def load_csv(config: CsvConfig, seed: int) -> Splits:
-    """The table at ``data.path`` (and ``data.validation_path``, with the same columns); with ``data.text``, each
-    sample is that column's cell as token ids.
+    """The table at ``data.path`` (and ``data.validation_path``, with its columns); DataErrors name bad files."""
+    settings = text_input(config)
+    text = None
+    if config.text is not None and settings is not None:
+        text = TextColumn(config.text, *settings, stream=config.cache is CacheMode.NONE)
 
-    Raises:
-        DataError: a file is missing or empty, lacks a label, id, weight or text column, has a non-numeric
-            feature cell or an empty text cell.
-    """
-    text = _text_column(config)
-    labels, id_column, weight = config.label_columns, config.id, config.weight
-    train = read_table(Path(config.path), "data.path", labels, id_column=id_column, weight_column=weight, text=text)
-    test = None
-    if config.validation_path:
-        path = Path(config.validation_path)
-        test = read_table(path, "data.validation_path", labels, train.features, id_column, weight, text)
-    if text is not None:
-        return labelled_splits(train, test, vocabulary_size=text.tokenizer.vocabulary_size)
-    return labelled_splits(train, test, features=train.features)
+    def read(path: str, key: str, features: list[str] | None = None) -> Table:
+        return read_table(Path(path), key, config.label_columns, features, config.id, config.weight, text)
+
+    train = read(config.path, "data.path")
+    test = read(config.validation_path, "data.validation_path", train.features) if config.validation_path else None
+    keys = {"features": train.features} if text is None else {"vocabulary_size": text.tokenizer.vocabulary_size}
+    return labelled_splits(train, test, **keys)
 
 
-def _text_column(config: CsvConfig) -> TextColumn | None:
-    """The CSV's text column, or None for a table of numbers."""
-    text = text_input(config)
-    if config.text is None or text is None:
-        return None
-    return TextColumn(config.text, *text, stream=config.cache is CacheMode.NONE)
+def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
+    """The objects of ``data.path`` (and ``data.validation_path``), as :func:`read_records` reads them."""
+    tokenizer = tokenizer_for(config.tokenizer)
+    text = TextColumn(config.text, tokenizer, config.sequence_length, stream=config.cache is CacheMode.NONE)
+
+    def read(path: Path, key: str) -> Table:
+        texts, labels, spans = read_records(path, key, config, keep_texts=not text.stream)
+        return Table.labelled(path, [], text.samples(path, spans, texts, config.text), {config.label: labels})
+
+    train = read(Path(config.path), "data.path")
+    test = read(Path(config.validation_path), "data.validation_path") if config.validation_path else None
+    return labelled_splits(train, test, vocabulary_size=tokenizer.vocabulary_size)
 
 
 def labelled_splits(train: Table, test: Table | None, **keys: Any) -> Splits:
-    """The splits of a training table and a validation table with the same kind of labels, text labels numbered
-    by the training table's classes; ``keys`` are the other fields of :class:`Splits`.
-
-    Raises:
-        DataError: the validation table's labels are of another kind, or name a class the training table lacks.
-    """
+    """The splits of a training and a validation table, text labels numbered by the training table's classes;
+    ``keys`` are the other fields of :class:`Splits`. Validation labels of another kind, or of a class the training
+    table lacks, are a DataError."""
     names = train.class_names
     if test is not None and (names is None) != (test.class_names is None):
-        raise DataError("data.validation_path", f"has {_kind(test)} labels where data.path has {_kind(train)} ones")
-    if names is not None and test is not None and test.class_names is not None and train.text_labels:
+        test_kind, train_kind = ("text", "numeric") if names is None else ("numeric", "text")
+        raise DataError("data.validation_path", f"has {test_kind} labels where data.path has {train_kind} ones")
+    if names is not None and test is not None and test.class_names is not None and train.label_cells:
         unknown = sorted(set(test.class_names) - set(names))
         if unknown:
             raise DataError("data.validation_path", f"has labels that data.path does not: {unknown}")
-        test = test.renumbered(names)
+        test.class_names, test.y = names, _numbered(test.label_cells, names)
     return Splits(train.split, test.split if test else None, class_names=names, **keys)
 
 
+@dataclass
 class Table:
-    """One CSV file read: its feature columns, features (or token ids, or the text records to stream) and targets,
-    and the class names when the labels are text (or the label columns' names, for several 0/1 columns)."""
+    """One table read: its feature columns, samples (features, token ids or records to stream), targets and
+    weights, and the class names of text labels (or the label columns' names, for several 0/1 columns)."""
 
-    def __init__(
-        self,
-        features: list[str],
-        x: np.ndarray | TextRows,
-        y: np.ndarray,
-        class_names: list[str] | None,
-        texts: list[str],
-    ) -> None:
-        self.features = features
-        self.x = x
-        self.y = y
-        self.class_names = class_names
-        self._texts = texts  # a text label column's cells, to number again by another file's classes
-        self.w: np.ndarray | None = None
-        """The rows' weights (``data.weight``), or None."""
+    features: list[str]
+    x: np.ndarray | TextRows
+    y: np.ndarray
+    class_names: list[str] | None = None
+    label_cells: list[str] = field(default_factory=list)
+    """A text label column's cells, to number again by another file's classes."""
+    w: np.ndarray | None = None
 
     @classmethod
-    def of_column(cls, features: list[str], x: np.ndarray | TextRows, cells: list[str]) -> Table:
-        """A table with one label column: numbers as they are, or class names numbered in sorted order."""
-        numeric = _numbers(cells)
-        if numeric is not None:
-            return cls(features, x, numeric, None, [])
-        names = sorted(set(cells))
-        return cls(features, x, _numbered(cells, names), names, cells)
-
-    @classmethod
-    def of_columns(
+    def labelled(
         cls, path: Path, features: list[str], x: np.ndarray | TextRows, columns: dict[str, list[str]]
     ) -> Table:
-        """A table with several label columns, one output each: multi-label when all are 0 or 1.
-
-        Raises:
-            DataError: a label cell that is not a number.
-        """
+        """A table with its label ``columns``: one holds numbers, or class names numbered in sorted order; several
+        must hold numbers (a DataError else), one output each: multi-label when all are 0 or 1."""
+        if len(columns) == 1:
+            (cells,) = columns.values()
+            numeric = _numbers(cells)
+            if numeric is not None:
+                return cls(features, x, numeric)
+            names = sorted(set(cells))
+            return cls(features, x, _numbered(cells, names), names, cells)
         y = np.empty((len(next(iter(columns.values()))), len(columns)), dtype=np.float32)
         for j, (name, cells) in enumerate(columns.items()):
             numbers = _numbers(cells)
@@ -215,31 +209,14 @@ class Table:
                 raise DataError("data.label", f"{path}, column '{name}': several label columns must hold numbers")
             y[:, j] = numbers
         if np.isin(y, (0.0, 1.0)).all():
-            return cls(features, x, y.astype(np.int32), list(columns), [])
-        return cls(features, x, y, None, [])
-
-    @property
-    def text_labels(self) -> bool:
-        """Whether the labels were class names in one column (numbered by :meth:`of_column`)."""
-        return bool(self._texts)
-
-    def renumbered(self, names: list[str]) -> Table:
-        """The same table with its text labels numbered as in ``names`` (the training file's classes)."""
-        self.class_names = names
-        self.y = _numbered(self._texts, names)
-        return self
+            return cls(features, x, y.astype(np.int32), list(columns))
+        return cls(features, x, y)
 
     @property
     def split(self) -> ArraySplit | TextRows:
         if not isinstance(self.x, np.ndarray):
             return replace(self.x, y=self.y, w=self.w)
         return ArraySplit(self.x, self.y, self.w)
-
-
-def streamed_rows(path: Path, spans: np.ndarray, tokenizer: Tokenizer, length: int, text: str | int) -> TextRows:
-    """The records at ``spans`` of ``path``, to stream; their labels are the :class:`Table`'s (set by
-    :attr:`Table.split`)."""
-    return TextRows(str(path), spans, np.zeros(len(spans), np.int32), tokenizer, length, text)
 
 
 def _numbered(cells: list[str], names: list[str]) -> np.ndarray:
@@ -262,113 +239,81 @@ def read_table(
     # A streamed text is read again when it is trained on: only whether each cell is empty is kept (unless the
     # column is also read as something else).
     streamed = text is not None and text.stream and text.column not in (*labels, id_column, weight_column)
-    rows = _read_rows(path, key, drop=text.column if text is not None and streamed else None)
-    header, lines, columns = rows.header, rows.lines, rows.columns
+    header, lines, columns, spans = _read_rows(path, key, drop=text.column if text is not None and streamed else None)
     unknown = [name for name in labels if name not in header]
     if unknown:
         shown = unknown[0] if len(unknown) == 1 else unknown
         raise DataError("data.label", f"{path} has no column {shown!r}; its columns are {header}", shown)
-    text_column = text.column if text is not None else None
-    for column, config_key in ((id_column, "data.id"), (weight_column, "data.weight"), (text_column, "data.text")):
+    for column, config_key in ((id_column, "data.id"), (weight_column, "data.weight")):
         if column is not None and column not in header:
             raise DataError(config_key, f"{path} has no column {column!r}; its columns are {header}", column)
     x: np.ndarray | TextRows
     if text is not None:
         features = []
-        if text.stream:
-            checked_cells(path, text.column, columns[text.column], lines)
-            x = streamed_rows(path, rows.spans, text.tokenizer, text.length, rows.column_index(text.column))
-        else:
-            x = text.tokens(path, columns[text.column], lines)
+        texts = _text_cells(path, header, columns, lines, text.column)
+        x = text.samples(path, spans, texts, _last_index(header, text.column))
     else:
-        if features is None:
-            features = _feature_columns(path, key, header, columns, [*labels, id_column, weight_column])
+        if features is None:  # the columns with a number in them, but the labels, the id and weight columns
+            others = [*labels, id_column, weight_column]
+            features = [name for name in header if name not in others and any(map(_is_number, columns[name]))]
+            if not features:
+                named = ", ".join(repr(name) for name in others if name is not None)
+                raise DataError(key, f"{path} has no numeric feature column besides {named}")
         missing = [name for name in features if name not in columns]
         if missing:
             raise DataError(key, f"{path} lacks the feature columns {missing} that data.path has")
         x = _numeric(path, key, columns, features, lines)
-    if len(labels) == 1:
-        table = Table.of_column(features, x, columns[labels[0]])
-    else:
-        table = Table.of_columns(path, features, x, {name: columns[name] for name in labels})
+    table = Table.labelled(path, features, x, {name: columns[name] for name in labels})
     if weight_column is not None:
         cells = _numeric(path, "data.weight", columns, [weight_column], lines)[:, 0]
         table.w = checked_weights(cells, f"{path}, column {weight_column!r}", len(cells))
     return table
 
 
-def _feature_columns(
-    path: Path, key: str, header: list[str], columns: dict[str, list[str]], others: list[str | None]
+def _text_cells(
+    path: Path, header: list[str], columns: dict[str, list[str]], lines: list[int], column: str
 ) -> list[str]:
-    """The columns with a number in them, but ``others`` (the labels, the id and weight columns).
-
-    Raises:
-        DataError: there is none.
-    """
-    features = [name for name in header if name not in others and any(_is_number(cell) for cell in columns[name])]
-    if not features:
-        labels = [name for name in others if name is not None]
-        raise DataError(key, f"{path} has no numeric feature column besides {', '.join(map(repr, labels))}")
-    return features
+    """The cells of text column ``column``, each a sample's text; a missing column or an empty cell is a DataError."""
+    if column not in header:
+        raise DataError("data.text", f"{path} has no column {column!r}; its columns are {header}", column)
+    for cell, line in zip(columns[column], lines, strict=True):
+        if not cell:
+            raise DataError("data.text", f"{path}, line {line}: the text in column {column!r} is empty")
+    return columns[column]
 
 
 def read_texts(path: Path, key: str, column: str) -> list[str]:
-    """The texts of the CSV's text column ``column`` (``data.text``), in row order.
-
-    Raises:
-        DataError: the file is missing or malformed, lacks the column, or has an empty text cell.
-    """
-    header, lines, columns = _read_columns(path, key)
-    if column not in header:
-        raise DataError("data.text", f"{path} has no column {column!r}; its columns are {header}", column)
-    return list(checked_cells(path, column, columns[column], lines))
+    """The texts of the CSV's text column ``column``, in row order, checked as :func:`load_csv` checks them."""
+    header, lines, columns, _ = _read_rows(path, key)
+    return _text_cells(path, header, columns, lines, column)
 
 
 def read_column(path: Path, name: str) -> list[str] | None:
     """The cells of column ``name`` of the CSV at ``path``, or None when it has no such column."""
-    _, _, columns = _read_columns(path, str(path))
+    _, _, columns, _ = _read_rows(path, str(path))
     return columns.get(name)
 
 
 def read_features(path: Path, features: list[str]) -> np.ndarray:
-    """The ``features`` columns of the CSV at ``path``, in that order, as float32 rows (inputs to predict on).
-
-    Raises:
-        DataError: the file is missing or malformed, lacks a feature column, or has a cell that is not a number.
-    """
-    header, lines, columns = _read_columns(path, str(path))
+    """The ``features`` columns of the CSV at ``path``, in order, as float32 rows (predict's inputs), checked."""
+    header, lines, columns, _ = _read_rows(path, str(path))
     missing = [name for name in features if name not in columns]
     if missing:
         raise DataError(str(path), f"lacks the feature columns {missing} that the run trained on; it has {header}")
     return _numeric(path, str(path), columns, features, lines)
 
 
-def _read_columns(path: Path, key: str) -> tuple[list[str], list[int], dict[str, list[str]]]:
-    """The header, each row's line number, and each column's cells, of a CSV with at least one row."""
-    rows = _read_rows(path, key)
-    return rows.header, rows.lines, rows.columns
+def _last_index(names: list[str], name: str) -> int:
+    """Where the last ``name`` is in ``names``: the column that a repeated name's cells come from."""
+    return len(names) - 1 - names[::-1].index(name)
 
 
-class _Rows(NamedTuple):
-    header: list[str]
-    lines: list[int]
-    """Each row's line number (its record's, counting the header as 1), for messages."""
-    columns: dict[str, list[str]]
-    spans: np.ndarray
-    """Each row's bytes ``[start, end)`` in the file, int64."""
-
-    def column_index(self, name: str) -> int:
-        """The index of the column that ``columns[name]`` holds (the last of that name)."""
-        return len(self.header) - 1 - self.header[::-1].index(name)
-
-
-_KEPT = "\x00"
-"""What a dropped text cell that is not empty becomes (see :func:`_read_rows`)."""
-
-
-def _read_rows(path: Path, key: str, drop: str | None = None) -> _Rows:
-    """The rows of a CSV with at least one: the header, each row's line number and byte span, and each column's
-    cells, but those of column ``drop`` (a streamed text), of which only whether each is empty is kept."""
+def _read_rows(
+    path: Path, key: str, drop: str | None = None
+) -> tuple[list[str], list[int], dict[str, list[str]], np.ndarray]:
+    """A CSV with at least one row: its header, each row's line number (its record's, the header's being 1), each
+    column's cells (the last column of a name, where names repeat; of column ``drop``, a streamed text, only whether
+    each is empty) and each row's bytes ``[start, end)`` in the file."""
     if not path.is_file():
         raise DataError(key, "CSV file not found", str(path))
     numbered: list[tuple[int, list[str]]] = []
@@ -377,14 +322,14 @@ def _read_rows(path: Path, key: str, drop: str | None = None) -> _Rows:
     try:
         # utf-8-sig: a spreadsheet's byte-order mark would otherwise become part of the first column's name.
         with path.open(newline="", encoding="utf-8-sig") as file:
-            for number, (start, end, row) in enumerate(CsvRecords(file, path), start=1):
+            for number, (start, end, row) in enumerate(csv_records(file, path), start=1):
                 if not any(row):  # blank lines (a trailing one, say) are no rows; the others keep their numbers
                     continue
                 if not numbered:
                     names = [name.strip() for name in row]
-                    dropped = len(names) - 1 - names[::-1].index(drop) if drop in names else None
+                    dropped = _last_index(names, drop) if drop in names else None
                 elif dropped is not None and dropped < len(row):
-                    row[dropped] = _KEPT if row[dropped].strip() else ""
+                    row[dropped] = "\x00" if row[dropped].strip() else ""  # only whether it is empty is kept
                 numbered.append((number, row))
                 spans.append((start, end))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
@@ -392,14 +337,13 @@ def _read_rows(path: Path, key: str, drop: str | None = None) -> _Rows:
     if not numbered:
         raise DataError(key, f"{path} is empty; it needs a header row and one row per sample")
     header = [name.strip() for name in numbered[0][1]]
-    lines, body = [number for number, _ in numbered[1:]], [row for _, row in numbered[1:]]
-    if not body:
+    if len(numbered) == 1:
         raise DataError(key, f"{path} has a header but no rows")
-    for number, row in zip(lines, body, strict=True):
+    for number, row in numbered[1:]:
         if len(row) != len(header):
             raise DataError(key, f"{path}, row {number}: {len(row)} cells for {len(header)} columns")
-    columns = {name: [row[i].strip() for row in body] for i, name in enumerate(header)}
-    return _Rows(header, lines, columns, np.array(spans[1:], np.int64).reshape(-1, 2))
+    columns = {name: [row[i].strip() for _, row in numbered[1:]] for i, name in enumerate(header)}
+    return header, [number for number, _ in numbered[1:]], columns, np.array(spans[1:], np.int64).reshape(-1, 2)
 
 
 def _numeric(path: Path, key: str, columns: dict[str, list[str]], features: list[str], lines: list[int]) -> np.ndarray:
@@ -417,10 +361,6 @@ def _numeric(path: Path, key: str, columns: dict[str, list[str]], features: list
     return x
 
 
-def _kind(table: Table) -> str:
-    return "numeric" if table.class_names is None else "text"
-
-
 def _is_number(cell: str) -> bool:
     try:
         float(cell)
@@ -436,3 +376,71 @@ def _numbers(cells: list[str]) -> np.ndarray | None:
     except ValueError:
         return None
     return values.astype(np.int64) if np.all(values == np.round(values)) else values
+
+
+def read_records(
+    path: Path, key: str, config: JsonlConfig, keep_texts: bool = True
+) -> tuple[list[str], list[str], np.ndarray]:
+    """Each object's text (with ``keep_texts``; else checked and let go), its label (as a CSV cell would hold it)
+    and its line's byte span, in order; a DataError names a file that is missing, empty or not JSON Lines, or the
+    line that lacks a key or has a bad value."""
+    if not path.is_file():
+        raise DataError(key, "JSON Lines file not found", str(path))
+    texts: list[str] = []
+    labels: list[str] = []
+    spans: list[tuple[int, int]] = []
+    try:
+        with path.open("rb") as file:
+            end = 0
+            for number, raw in enumerate(file, start=1):
+                start, end = end, end + len(raw)
+                if number == 1 and raw.startswith(codecs.BOM_UTF8):  # a byte-order mark is in no span
+                    raw, start = raw[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
+                text, label = _record(key, f"{path}, line {number}", line, config)
+                if keep_texts:
+                    texts.append(text)
+                labels.append(label)
+                spans.append((start, end))
+    except OSError as error:
+        raise DataError(key, f"cannot read {path} as UTF-8 text: {error}") from None
+    except UnicodeDecodeError as error:
+        raise DataError(key, f"cannot read {path} as UTF-8 text: line {number}: {error}") from None
+    if not labels:
+        raise DataError(key, f"{path} is empty; it needs one JSON object per line")
+    return texts, labels, np.array(spans, np.int64).reshape(-1, 2)
+
+
+def _record(key: str, where: str, line: str, config: JsonlConfig) -> tuple[str, str]:
+    """A line's text, and its label as a CSV cell would hold it (for :meth:`Table.labelled` to read alike)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DataError(key, f"{where}: not JSON ({error.msg}, column {error.colno})") from None
+    if not isinstance(record, dict):
+        raise DataError(key, f"{where}: a JSON {type(record).__name__}, not an object")
+    text = _value(record, config.text, "data.text", where)
+    if not isinstance(text, str):
+        raise DataError("data.text", f"{where}: {config.text!r} is not a string", _shown(text))
+    if not text:
+        raise DataError("data.text", f"{where}: {config.text!r} is empty")
+    label = _value(record, config.label, "data.label", where)
+    if isinstance(label, bool):  # a bool is an int to Python; as a label it is class 0 or 1
+        label = int(label)
+    if not isinstance(label, str | int | float):
+        raise DataError("data.label", f"{where}: {config.label!r} must be a class name or a number", _shown(label))
+    return text, str(label)
+
+
+def _value(record: dict[str, Any], name: str, key: str, where: str) -> Any:
+    if name not in record:
+        raise DataError(key, f"{where}: no key {name!r}; it has {sorted(record)}")
+    return record[name]
+
+
+def _shown(value: Any) -> Any:
+    """A bad value for the message: itself, or the start of its JSON when that is long (a large object)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return value if len(text) <= 40 else text[:37] + "..."

@@ -1,6 +1,4 @@
-"""The ``data.tokenizer`` sections: one per tokenizer, chosen by ``name``, each saying what decides its ids (for
-a cache of them, :mod:`accumrun.data.corpus`). The tokenizers themselves are in :mod:`accumrun.data.tokenizers`.
-"""
+"""The ``data.tokenizer`` sections, chosen by ``name``; the tokenizers are in :mod:`accumrun.data.tokenizers`."""
 
 from __future__ import annotations
 
@@ -21,9 +19,8 @@ class _Tokenizer(Section):
     """Whether the ids are KerasHub's (its version then decides them too)."""
 
     def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
-        """What decides the ids this tokenizer gives: its settings, and the content of the files it reads (hashed
-        by ``file_hash``)."""
-        raise NotImplementedError
+        """What decides this tokenizer's ids: its settings, and the files it reads (hashed by ``file_hash``)."""
+        return self.model_dump()
 
 
 class ByteTokenizerConfig(_Tokenizer):
@@ -31,48 +28,34 @@ class ByteTokenizerConfig(_Tokenizer):
 
     name: Literal["byte"]
 
-    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
-        return {"name": self.name}
-
 
 class CharacterTokenizerConfig(_Tokenizer):
-    """``tokenizer: {name: character}``: each Unicode code point ``c`` is a token, id ``c + 2`` when that is below
-    ``vocabulary_size``, else 1 (unknown); 0 pads. No vocabulary to learn: the default 258 ids cover Latin-1
-    (U+0000 to U+00FF); 65,538 would cover the Basic Multilingual Plane."""
+    """``tokenizer: {name: character}``: code point ``c`` is id ``c + 2`` below ``vocabulary_size``, else 1 (unknown);
+    0 pads. The default 258 ids cover Latin-1; 65,538 would cover the Basic Multilingual Plane."""
 
     name: Literal["character"]
     vocabulary_size: int = Field(258, ge=3)
     """Ids in all, padding's 0 and unknown's 1 among them."""
 
-    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
-        return {"name": self.name, "vocabulary_size": self.vocabulary_size}
-
-
-MIN_LEARNED_VOCABULARY = 100
-"""The least ``vocabulary_size`` a learned WordPiece vocabulary may have: the learner keeps the single characters
-first (with and without ``##``), and below about this many ids it cuts them, and text becomes unknown tokens."""
-
 
 class WordPieceTokenizerConfig(_Tokenizer):
     """``tokenizer: {name: word_piece, vocabulary: FILE}``: KerasHub's WordPiece over a vocabulary file, one token
-    per line, its first line the padding token (id 0, as ``[PAD]`` is in BERT's); or ``{name: word_piece,
-    vocabulary_size: N}``: a vocabulary of at most N tokens learned from the training split's texts (``[PAD]``
-    first, then ``[UNK]``) and saved in the run folder (:mod:`accumrun.data.vocabulary`)."""
+    per line, the first padding (id 0); or ``vocabulary_size: N``: at most N tokens learned from the training texts
+    and saved in the run folder (:mod:`accumrun.data.vocabulary`)."""
 
     keras_hub = True
     name: Literal["word_piece"]
     vocabulary: str | None = Field(None, min_length=1)
-    vocabulary_size: int | None = Field(None, ge=MIN_LEARNED_VOCABULARY)
+    # Below about 100 learned ids, the learner cuts single characters (with and without ##): text becomes unknowns.
+    vocabulary_size: int | None = Field(None, ge=100)
     lowercase: bool = True
     _tokens: tuple[str, ...] | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _one_vocabulary(self) -> WordPieceTokenizerConfig:
         if (self.vocabulary is None) == (self.vocabulary_size is None):
-            raise ValueError(
-                "set one of vocabulary (a file) and vocabulary_size (learned from the training texts)"
-                + (", not both" if self.vocabulary is not None else "")
-            )
+            what = "set one of vocabulary (a file) and vocabulary_size (learned from the training texts)"
+            raise ValueError(what + (", not both" if self.vocabulary is not None else ""))
         return self
 
     @property
@@ -82,8 +65,7 @@ class WordPieceTokenizerConfig(_Tokenizer):
 
     @property
     def tokens(self) -> tuple[str, ...] | None:
-        """A learned vocabulary's tokens, once :func:`accumrun.data.vocabulary.settle_vocabulary` has learned or
-        read them (never from YAML: ``config.yaml`` records ``vocabulary_size``); None before, and for a file."""
+        """A learned vocabulary's tokens, once ``settle_vocabulary`` (:mod:`accumrun.data.vocabulary`) settles them."""
         return self._tokens
 
     def with_tokens(self, tokens: tuple[str, ...]) -> WordPieceTokenizerConfig:
@@ -103,8 +85,7 @@ class WordPieceTokenizerConfig(_Tokenizer):
 
 
 class PresetTokenizerConfig(_Tokenizer):
-    """``tokenizer: {name: preset, path: FOLDER}``: the tokenizer of a KerasHub preset saved in a local folder (its
-    ``tokenizer.json`` and assets); its id 0 must be its padding token."""
+    """``tokenizer: {name: preset, path: FOLDER}``: a local KerasHub preset's tokenizer; its id 0 must pad."""
 
     keras_hub = True
     name: Literal["preset"]

@@ -1,18 +1,6 @@
-"""Tokenizers: text to int32 token ids and back, on the host (NumPy) and in a TensorFlow graph, with the same ids.
-
-Every tokenizer pads with id 0, which the models mask, and cuts a text longer than the length. The host
-:meth:`Tokenizer.encode` makes the training samples and predict's inputs; :meth:`Tokenizer.encode_tensor` is the
-same function as TensorFlow ops (``tf.strings``), so an exported SavedModel takes strings and needs no accumrun;
-:meth:`Tokenizer.decode` turns ids back into text (for ``generate``):
-
-- ``byte``: token ``b + 1`` for each UTF-8 byte ``b`` (257 ids);
-- ``character``: token ``c + 2`` for each Unicode code point ``c`` below ``vocabulary_size - 2``, else 1, unknown;
-- ``word_piece``: KerasHub's WordPiece over a vocabulary file whose first token pads, or over a vocabulary learned
-  from the training texts (:mod:`accumrun.data.vocabulary` learns it, or reads it from the run folder, first);
-- ``preset``: the tokenizer of a KerasHub preset folder, whose id 0 pads.
-
-The last two need KerasHub (the ``text`` extra) and are TensorFlow ops themselves.
-TensorFlow is imported inside :meth:`Tokenizer.encode_tensor` alone, so the sources that tokenize stay free of it.
+"""Tokenizers: text to int32 token ids and back, on the host (NumPy) and as TensorFlow ops (so an exported SavedModel
+takes strings), with the same ids; id 0 pads. ``word_piece`` and ``preset`` need KerasHub (the ``text`` extra).
+TensorFlow is imported only inside :meth:`Tokenizer.encode_tensor`, so the sources that tokenize stay free of it.
 """
 
 from __future__ import annotations
@@ -40,8 +28,8 @@ class Tokenizer(ABC):
     vocabulary_size: int
     """How many ids there are, padding's 0 among them: what an embedding needs."""
     line_local: bool = True
-    """Whether no token spans a line break, so that a text's ids are those of its lines' pieces, concatenated (a
-    corpus too big for memory is tokenized so: :mod:`accumrun.data.corpus`)."""
+    """Whether no token spans a line break, so a text's ids are its lines' ids concatenated (how a corpus too big for
+    memory is tokenized: :mod:`accumrun.data.corpus`)."""
 
     def encode(self, texts: Iterable[str], length: int) -> np.ndarray:
         """``texts`` as an int32 array ``[len(texts), length]``, each row cut or padded with 0."""
@@ -57,11 +45,7 @@ class Tokenizer(ABC):
 
     @abstractmethod
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        """The text of token ids, padding skipped.
-
-        Raises:
-            ValueError: an id outside the vocabulary.
-        """
+        """The text of token ids, padding skipped; an id outside the vocabulary is a ValueError."""
 
     @abstractmethod
     def ids(self, text: str) -> np.ndarray:
@@ -87,8 +71,7 @@ class ByteTokenizer(Tokenizer):
     def encode_tensor(self, texts: tf.Tensor, length: int) -> tf.Tensor:
         import tensorflow as tf
 
-        # decode_raw pads with zero bytes, which are real bytes too: the mask of each text's own bytes tells them
-        # from padding.
+        # decode_raw pads with zero bytes, which are real bytes too: a mask of each text's own bytes tells them apart.
         raw = tf.io.decode_raw(texts, tf.uint8, fixed_length=length)
         real = tf.sequence_mask(tf.minimum(tf.strings.length(texts), length), length)
         return tf.where(real, tf.cast(raw, tf.int32) + 1, PADDING_ID)
@@ -118,20 +101,22 @@ class CharacterTokenizer(Tokenizer):
         # Bytes that are not UTF-8 (never in a Python string) become U+FFFD, id 65,535 or unknown below it.
         points = tf.strings.unicode_decode(texts, "UTF-8", errors="replace")[:, :length]
         shifted = tf.cast(points, tf.int64) + self._OFFSET
-        ids = tf.ragged.map_flat_values(
-            lambda values: tf.cast(tf.where(values < self.vocabulary_size, values, self.UNKNOWN), tf.int32), shifted
-        )
-        return ids.to_tensor(default_value=PADDING_ID, shape=[None, length])
+        ids = tf.ragged.map_flat_values(tf.where, shifted < self.vocabulary_size, shifted, self.UNKNOWN)
+        return tf.cast(ids, tf.int32).to_tensor(default_value=PADDING_ID, shape=[None, length])
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         return "".join("\ufffd" if i == self.UNKNOWN else chr(i - self._OFFSET) for i in self._checked(ids))
 
 
 class KerasHubTokenizer(Tokenizer):
-    """A KerasHub tokenizer (WordPiece over a vocabulary file, or a preset's), whose id 0 pads. It is TensorFlow
-    ops already (tensorflow-text), so the host and the graph encode alike."""
+    """A KerasHub tokenizer (WordPiece, or a preset's), TensorFlow ops already (tensorflow-text), so the host and
+    the graph encode alike. Its id 0 must pad: else a ConfigError under ``key`` names ``source`` (or the token)."""
 
-    def __init__(self, tokenizer: Any, line_local: bool) -> None:
+    def __init__(self, tokenizer: Any, line_local: bool, key: str, source: str | None) -> None:
+        first = tokenizer.id_to_token(PADDING_ID)
+        if first not in ("[PAD]", "<pad>", "<PAD>", getattr(tokenizer, "pad_token", None)):
+            what = f"its id 0 is {first!r}, a real token; accumrun pads with id 0: put the padding token ([PAD]) first"
+            raise ConfigError(key, what, source if source is not None else first)
         self._tokenizer = tokenizer
         self.vocabulary_size = int(tokenizer.vocabulary_size())
         self.line_local = line_local
@@ -153,12 +138,8 @@ class KerasHubTokenizer(Tokenizer):
 
 
 def tokenizer_for(config: TokenizerConfig) -> Tokenizer:
-    """The tokenizer that ``data.tokenizer`` names.
-
-    Raises:
-        ConfigError: a vocabulary file or preset folder that is missing, holds no tokenizer, or whose id 0 is a
-            real token; KerasHub is not installed (the message names the extra).
-    """
+    """The tokenizer that ``data.tokenizer`` names; a ConfigError names a vocabulary file or preset folder that is
+    missing, holds no tokenizer or whose id 0 is a real token, or KerasHub's extra when it is not installed."""
     return _TOKENIZERS[config.name](config)
 
 
@@ -171,20 +152,19 @@ def _word_piece(config: WordPieceTokenizerConfig) -> Tokenizer:
         if config.tokens is None:
             raise ValueError("a learned vocabulary is read only after accumrun.data.vocabulary settles it")
         key, source, vocabulary = "data.tokenizer.vocabulary_size", "the learned vocabulary", list(config.tokens)
-        keras_hub = import_keras_hub(key)
     else:
         assert config.vocabulary is not None  # the schema takes one of the two
         key = "data.tokenizer.vocabulary"
         source = vocabulary = str(Path(config.vocabulary))
-        keras_hub = import_keras_hub(key)
-        if not Path(source).is_file():
-            raise ConfigError(key, "vocabulary file not found", source)
+    keras_hub = import_keras_hub(key)
+    if not config.learned and not Path(source).is_file():
+        raise ConfigError(key, "vocabulary file not found", source)
     try:
         tokenizer = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocabulary, lowercase=config.lowercase)
     except (RuntimeError, ValueError) as error:  # tensorflow-text refuses a repeated token, say
         raise ConfigError(key, f"{source} cannot be read: {' '.join(str(error).split())}") from None
     # WordPiece splits at whitespace before it looks up pieces: its tokens never span a line break.
-    return _padded_first(tokenizer, key, None if config.learned else source, line_local=True)
+    return KerasHubTokenizer(tokenizer, True, key, None if config.learned else source)
 
 
 def _preset(config: PresetTokenizerConfig) -> Tokenizer:
@@ -199,23 +179,7 @@ def _preset(config: PresetTokenizerConfig) -> Tokenizer:
     except (ValueError, OSError, TypeError) as error:
         raise ConfigError(key, f"cannot be loaded: {' '.join(str(error).split())}") from None
     # A preset's tokenizer (a BPE) may merge across lines.
-    return _padded_first(tokenizer, key, str(source), line_local=False)
-
-
-def _padded_first(tokenizer: Any, key: str, source: str | None, line_local: bool) -> Tokenizer:
-    """``tokenizer`` wrapped, once its id 0 is known to be padding.
-
-    Raises:
-        ConfigError: its id 0 is a real token (named by ``source``, or by the token itself).
-    """
-    first = tokenizer.id_to_token(PADDING_ID)
-    if first not in ("[PAD]", "<pad>", "<PAD>", getattr(tokenizer, "pad_token", None)):
-        raise ConfigError(
-            key,
-            f"its id 0 is {first!r}, a real token; accumrun pads with id 0: put the padding token ([PAD]) first",
-            source if source is not None else first,
-        )
-    return KerasHubTokenizer(tokenizer, line_local=line_local)
+    return KerasHubTokenizer(tokenizer, False, key, str(source))
 
 
 _TOKENIZERS: dict[str, Callable[[Any], Tokenizer]] = {
@@ -228,7 +192,6 @@ _TOKENIZERS: dict[str, Callable[[Any], Tokenizer]] = {
 
 
 def text_input(config: DataSection) -> tuple[Tokenizer, int] | None:
-    """The tokenizer and sequence length of a source whose samples are text (a text source, or a CSV with
-    ``data.text``); None for any other."""
+    """The tokenizer and sequence length of a source whose samples are text; None for any other."""
     settings = config.text_settings
     return None if settings is None else (tokenizer_for(settings[0]), settings[1])
