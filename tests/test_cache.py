@@ -7,6 +7,7 @@ served stale; an unchanged one is reused), a build that did not finish, and a fo
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from accumrun.data.examples import encode, shape_images, write_image_folder
 from accumrun.data.feeder import Feeder
 from accumrun.data.section import AugmentConfig, DataSection
 from accumrun.data.splits import ArraySplit, Split
-from accumrun.errors import ConfigError
+from accumrun.errors import ConfigError, DataError
 from tests.helpers import invoke
 
 SIZE = 8
@@ -139,6 +140,10 @@ def test_memory_and_disk_serve_the_decoded_images_in_the_same_order_and_draws(fo
     # A subset (batch_norm: precise samples one) still finds its rows.
     chosen = np.array([5, 1, 9])
     assert_same(epochs(disk.train.subset(chosen), (0,)), epochs(plain.train.subset(chosen), (0,)))
+    # Without augmentation, the disk cache is read a chunk at a time, without tf.data: the same chunks, from a skip too.
+    feeders = [Feeder(split.train, [5, 5, 5], seed=7, shuffle=True) for split in (plain, disk)]
+    for skip in (0, 2):
+        assert_same(*[[part.numpy() for chunk in feeder.epoch(1, skip) for part in chunk] for feeder in feeders])
 
 
 # --- the key ----------------------------------------------------------------------------------------------------
@@ -191,6 +196,19 @@ def test_a_build_that_did_not_finish_is_never_read(tmp_path: Path) -> None:
     (cache_dir / f".{built}.123-0badcafe.partial" / "x.npy").write_bytes(b"\xff" * 3)
     assert_same(epochs(load_dataset(config, seed=0).train, (0,)), plain)
     assert samples.stat().st_size > 5 and folders(cache_dir) == [built]
+
+
+def test_a_cache_cut_short_after_startup_fails_the_epoch_in_one_line(tmp_path: Path) -> None:
+    images = write_image_folder(tmp_path / "images", count=9, size=SIZE, seed=3)
+    split = load_dataset(disk_cached(images, str(tmp_path / "cache")), seed=0).train
+    assert isinstance(split, Cached) and split.file is not None
+    feeder = Feeder(split, [5, 4], seed=0, shuffle=False)
+    assert len(list(feeder.epoch(0))) == 2
+    with open(split.file, "r+b") as file:
+        file.truncate(file.seek(0, 2) - 5)
+    message = rf"^data: reading the data failed: {re.escape(split.file)} holds \d+ bytes, a read reaches byte \d+$"
+    with pytest.raises(DataError, match=message):
+        list(feeder.epoch(0))
 
 
 # --- errors and config ------------------------------------------------------------------------------------------

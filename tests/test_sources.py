@@ -155,6 +155,11 @@ def test_the_same_stream_for_a_seed_and_epoch_with_any_cache(
     assert first[0].tolist() == dataset.train.order(0, SEED, True).tolist()  # the order, known without reading
     assert first[0].tolist() != second[0].tolist()  # each epoch has an order of its own
     assert first[1].shape[1:] == dataset.sample_shape and first[1].dtype == dataset.dtype
+    if dataset.train.gathers:  # and gathered in one call, as the feeder reads it without augmentation
+        weights = np.linspace(0.5, 2.0, dataset.train_size).astype(np.float32)
+        x, y = dataset.train.with_weights(weights).gather(dataset.train.order(0, SEED, True))
+        expected = streamed(dataset.train.with_weights(weights), 0)
+        assert_same((expected[0], x.numpy(), y.targets.numpy(), y.weights.numpy()), expected)
 
 
 @pytest.mark.parametrize(("kind", "cache"), CASES)

@@ -1,25 +1,17 @@
-"""``data.cache``: a split's decoded samples kept, so that later epochs and later runs skip decoding; a wrapper over
-any source whose samples have a fixed shape and that names them by a stable key (image files, TFRecord records).
+"""``data.cache``: a split's decoded samples kept, so that later epochs and runs skip decoding; a wrapper over any
+source whose samples have a fixed shape and a stable key (image files, TFRecord records).
 
-- ``memory``: the split is decoded once, at load, in one parallel ``tf.data`` pass. A split read by index (an image
-  folder, a text folder) becomes an :class:`~accumrun.data.splits.ArraySplit`, visited as its files were (the same
-  ``epoch_order`` over the same positions); a TFRecord split keeps its records' order and numbers, with its rows in
-  memory (:class:`Cached`).
-- ``disk``: the decoded samples are one ``x.npy`` in a folder under ``data.cache_dir``, rows in the order of the
-  samples' sorted keys, read back a block of the epoch's order at a time by one gather (the block's rows sorted,
-  read by positioned reads, unsorted), so memory stays flat as the data grows. The folder is named by a hash of
-  what decides the samples: the split's files, each file's size and modification time in nanoseconds, the
-  source's decode settings, the samples' keys, the layout's version and TensorFlow's. A file added, removed or
-  changed gives another folder, so a cache is never served stale; an unchanged split, in a later run, finds its
-  folder and starts warm. Weights are never cached (``training.class_weight`` stays out of the key).
+- ``memory``: decoded once, at load. A split read by index becomes an :class:`~accumrun.data.splits.ArraySplit`;
+  a TFRecord split keeps its records' order and numbers, with its rows in memory (:class:`Cached`).
+- ``disk``: one ``x.npy``, rows in the order of the samples' sorted keys, read a chunk at a time by positioned
+  reads, so memory stays flat as the data grows. Its folder under ``data.cache_dir`` is named by a hash of what
+  decides the samples (the files' sizes and modification times in nanoseconds, the decode settings, the keys, the
+  layout's version and TensorFlow's): a changed split gets another folder, never a stale one. Weights are not cached.
 
-A folder is built beside its final name and renamed into place (:func:`accumrun.rundir.atomic.build_once`): a build
-that is killed leaves only a partial folder, which is never read, and two processes that build the same folder at
-once both end with the complete one. The samples are those the source decodes, byte for byte, so a run with any
-cache trains exactly as one without.
-
-A text corpus takes ``disk`` through its own token file (:mod:`accumrun.data.corpus`): its ids, flat, and the
-windows' bounds.
+A folder is built beside its name and renamed into place (:func:`accumrun.rundir.atomic.build_once`): a killed
+build is never read, and two processes that build it at once both end with the complete one. The samples are the
+source's, byte for byte, so a cached run trains exactly as one without. A text corpus caches its own token file
+(:mod:`accumrun.data.corpus`).
 """
 
 from __future__ import annotations
@@ -31,11 +23,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from accumrun.data.source import AUTOTUNE, ReadsBlocks, Source, in_blocks, read_spans
+from accumrun.data.source import AUTOTUNE, ReadsBlocks, Source, in_blocks, taken
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
@@ -44,34 +36,29 @@ from accumrun.rundir.atomic import build_once
 if TYPE_CHECKING:
     import tensorflow as tf
 
-
 LAYOUT_VERSION = 2
-"""Part of every key: a change of the layout, or of how samples are decoded, makes new folders (1: a raw file per
-image, now ignored)."""
+"""Part of every key: a change of the layout or of decoding makes new folders (1: a raw file per image)."""
 SAMPLES = "x.npy"
 _BATCH = 256
 
 
 @dataclass(frozen=True, eq=False)
 class Cached(ReadsBlocks):
-    """The decoded samples of ``source``, kept in ``pixels`` (``memory``) or in the ``.npy`` file ``file``
-    (``disk``). ``source`` still decides the order, the labels and each sample's index (the draw of its
-    augmentation), so training sees exactly what decoding gives. Rows are matched to samples by their keys, so a
-    subset of the split still finds its rows."""
+    """The decoded samples of ``source``, in ``pixels`` (``memory``) or in the ``.npy`` file ``file`` from byte
+    ``start`` (``disk``). ``source`` still decides the order, the targets and each sample's index (the draw of its
+    augmentation); rows are matched to samples by their keys, so a subset still finds its rows."""
 
     source: Source
     keys_cached: np.ndarray
     """The cached samples' keys, sorted: row ``r`` holds ``keys_cached[r]``."""
     file: str | None = None
+    start: int = 0
     pixels: np.ndarray | None = None
+    gathers: ClassVar[bool] = True
 
     @property
     def w(self) -> np.ndarray | None:  # type: ignore[override]
         return self.source.w
-
-    @property
-    def size(self) -> int:
-        return self.source.size
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -106,66 +93,59 @@ class Cached(ReadsBlocks):
         return self.source.order(epoch, seed, shuffle)
 
     @cached_property
-    def _lookups(self) -> tuple[tf.Tensor, Any]:
-        """The row and the targets of each index the source's order gives (a position, or a record's number)."""
+    def _lookups(self) -> tuple[np.ndarray, np.ndarray]:
+        """The position of each index the order gives (a position, or a record's number), and each position's row."""
+        index = self.source.indices
+        positions = np.zeros(int(index.max()) + 1 if len(index) else 0, np.int64)
+        positions[index] = np.arange(len(index))
+        return positions, np.searchsorted(self.keys_cached, np.asarray(self.source.keys))
+
+    def gather(self, order: np.ndarray) -> tuple[tf.Tensor, Any]:
         import tensorflow as tf
 
         from accumrun.core.targets import as_targets
 
-        index = self.source.indices
-        slots = int(index.max()) + 1 if len(index) else 0
-        rows, labels = np.zeros(slots, np.int64), np.zeros(slots, self.labels.dtype)
-        rows[index] = np.searchsorted(self.keys_cached, np.asarray(self.source.keys))
-        labels[index] = self.labels
-        weights = None
-        if self.w is not None:
-            weights = np.zeros(slots, np.float32)
-            weights[index] = self.w
+        at = self._lookups[0][order]
         with tf.device("/CPU:0"):
-            return tf.constant(rows), as_targets(labels, weights)
+            return tf.constant(self._samples(at)), as_targets(self.labels[at], taken(self.w, at))
 
     def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
-        """Samples ``order`` a block at a time: their rows looked up, then one gather in memory, or one read of the
-        file."""
         import tensorflow as tf
 
-        from accumrun.core.targets import each
+        from accumrun.core.targets import as_targets, each
 
-        rows, labels = self._lookups  # made here, eagerly: not inside the function that the map traces
-        pixels = None if self.pixels is None else self._pixels
+        with tf.device("/CPU:0"):  # made here, eagerly: not inside the function that the map traces
+            positions, targets = tf.constant(self._lookups[0]), as_targets(self.labels, self.w)
 
         def block(index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
-            row = tf.gather(rows, index)
-            if pixels is not None:
-                x = tf.gather(pixels, row)
-            else:
-                x = tf.numpy_function(self._gathered, [row], tf.as_dtype(self.dtype), stateful=False)
-                x = tf.ensure_shape(x, (None, *self.sample_shape))
-            return index, x, each(lambda t: tf.gather(t, index), labels)
+            at = tf.gather(positions, index)
+            x = tf.numpy_function(self._samples, [at], tf.as_dtype(self.dtype), stateful=False)
+            return index, tf.ensure_shape(x, (None, *self.sample_shape)), each(lambda t: tf.gather(t, at), targets)
 
         return in_blocks(tf.data.Dataset.from_tensor_slices(order.astype(np.int64)), block)
 
-    @cached_property
-    def _pixels(self) -> tf.Tensor:
-        import tensorflow as tf
+    def _samples(self, at: np.ndarray) -> np.ndarray:
+        """The samples at positions ``at``: a gather in memory, or one ``preadv`` per row (ascending) into its place.
+        Not a memory map: the process would count every page mapped around a read (large folios of the page cache),
+        so its memory would follow the file's size.
 
-        with tf.device("/CPU:0"):
-            return tf.constant(self.pixels)
-
-    @cached_property
-    def _layout(self) -> tuple[int, int]:
-        """Where the rows of the ``.npy`` file start, and the bytes of one row."""
-        # Opening the map reads the header alone; the rows are read by positioned reads (see _gathered).
-        start = int(np.load(str(self.file), mmap_mode="r").offset)
-        return start, int(np.prod(self.sample_shape)) * self.dtype.itemsize
-
-    def _gathered(self, rows: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` of the file: read in ascending order (one positioned read each), put back in order."""
-        start, row_bytes = self._layout
-        ascending = np.argsort(rows, kind="stable")
-        spans = read_spans(str(self.file), start + rows[ascending] * row_bytes, np.full(len(rows), row_bytes))
+        Raises:
+            OSError: the file cannot be read, or is shorter than a row (it changed since startup).
+        """
+        rows = self._lookups[1][at]
+        if self.pixels is not None:
+            return self.pixels[rows]
         out = np.empty((len(rows), *self.sample_shape), self.dtype)
-        out[ascending] = np.frombuffer(b"".join(spans), self.dtype).reshape(out.shape)
+        ascending = np.argsort(rows, kind="stable")
+        row_bytes = out.itemsize * int(np.prod(self.sample_shape))
+        descriptor = os.open(str(self.file), os.O_RDONLY)
+        try:
+            for i, offset in zip(ascending.tolist(), (self.start + rows[ascending] * row_bytes).tolist(), strict=True):
+                if os.preadv(descriptor, [out[i]], offset) != row_bytes:
+                    size = os.fstat(descriptor).st_size
+                    raise OSError(f"{self.file} holds {size} bytes, a read reaches byte {offset + row_bytes}")
+        finally:
+            os.close(descriptor)
         return out
 
     def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int, count: int) -> str | None:
@@ -189,17 +169,18 @@ def cached(split: Source, mode: CacheMode, cache_dir: str) -> Source:
             return ArraySplit(samples, split.labels, split.w)
         return Cached(split, keys_cached=np.asarray(split.keys), pixels=samples)
     keys = np.sort(np.asarray(split.keys))
-    folder = Path(cache_dir).expanduser() / cache_key(split, keys)
+    file = Path(cache_dir).expanduser() / cache_key(split, keys) / SAMPLES
     try:
-        build_once(folder, lambda found: _is_complete(found, split), lambda partial: _write(split, partial))
+        build_once(file.parent, lambda found: _is_complete(found, split), lambda partial: _write(split, partial))
+        start = int(np.load(file, mmap_mode="r").offset)  # the map reads the header alone
     except OSError as error:
-        raise _unwritable(error, cache_dir) from None
-    return Cached(split, keys_cached=keys, file=str(folder / SAMPLES))
+        reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
+        raise DataError("data.cache_dir", f"cannot write the image cache there ({reason})", cache_dir) from None
+    return Cached(split, keys_cached=keys, file=str(file), start=start)
 
 
 def cache_key(split: Source, keys: np.ndarray) -> str:
-    """The name of ``split``'s disk cache: its size and sample shape, then a hash of everything that decides its
-    samples (see the module's description).
+    """The name of ``split``'s disk cache: its size and sample shape, then a hash of what decides its samples.
 
     Raises:
         DataError: a file cannot be read.
@@ -221,8 +202,7 @@ def cache_key(split: Source, keys: np.ndarray) -> str:
 
 
 def _write(split: Source, partial: Path) -> None:
-    """Decode ``split`` into a new folder ``partial``: ``x.npy``, rows in the order of the sorted keys, written a
-    batch at a time after its header."""
+    """Decode ``split`` into a new folder: ``x.npy``, rows in the order of the sorted keys, a batch at a time."""
     partial.mkdir()
     ordered = split.subset(np.argsort(np.asarray(split.keys), kind="stable"))
     header = {"descr": np.lib.format.dtype_to_descr(split.dtype), "fortran_order": False}
@@ -235,43 +215,30 @@ def _write(split: Source, partial: Path) -> None:
 
 
 def _is_complete(folder: Path, split: Source) -> bool:
-    """Whether ``folder`` holds a finished cache of ``split``'s size, shape and dtype (the rename puts only a
-    finished folder at the name, so a readable header of the right shape and a file of its size is one)."""
+    """Whether ``folder`` holds a cache of ``split``'s shape and dtype (only a finished build gets the name)."""
     try:
         samples = np.load(folder / SAMPLES, mmap_mode="r")
     except (OSError, ValueError):
         return False
-    expected = (split.size, *split.sample_shape)
-    return samples.shape == expected and samples.dtype == split.dtype
+    return samples.shape == (split.size, *split.sample_shape) and samples.dtype == split.dtype
 
 
 def _decoded(split: Source) -> Iterator[tuple[int, np.ndarray]]:
-    """The split's samples in its stored order (a folder's list, a TFRecord split's record numbers), in batches,
-    each with the position of its first sample.
+    """The split's samples in its stored order, in batches, each with the position of its first sample.
 
     Raises:
         DataError: a sample does not decode; the message names it.
     """
     import tensorflow as tf
 
-    batches = split.stream(0, 0, shuffle=False).map(lambda index, x, y: x).batch(_BATCH).prefetch(AUTOTUNE)
     start = 0
-    iterator = iter(batches)
-    while True:
-        try:
-            x = next(iterator)
-        except StopIteration:
-            return
-        except tf.errors.OpError as error:
-            where = split.find_undecodable(0, 0, False, start, _BATCH)
-            detail = (error.message or type(error).__name__).strip().splitlines()[0]
-            if where is None:
-                raise DataError("data", f"reading the data to cache failed: {detail}") from None
-            raise DataError("data", f"{where} {split.fault} ({detail})") from None
-        yield start, x.numpy()
-        start += len(x)
-
-
-def _unwritable(error: OSError, cache_dir: str) -> DataError:
-    reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
-    return DataError("data.cache_dir", f"cannot write the image cache there ({reason})", cache_dir)
+    try:
+        for x in split.stream(0, 0, shuffle=False).map(lambda index, x, y: x).batch(_BATCH).prefetch(AUTOTUNE):
+            yield start, x.numpy()
+            start += len(x)
+    except tf.errors.OpError as error:
+        where = split.find_undecodable(0, 0, False, start, _BATCH)
+        detail = (error.message or type(error).__name__).strip().splitlines()[0]
+        if where is None:
+            raise DataError("data", f"reading the data to cache failed: {detail}") from None
+        raise DataError("data", f"{where} {split.fault} ({detail})") from None

@@ -59,6 +59,9 @@ class Source:
     """Whether the samples are read by index (in :meth:`order`), rather than in an order of the kind's own."""
     streaming: ClassVar[str] = "this folder streams its files"
     """How the samples are read, for a message that needs them in memory."""
+    gathers: ClassVar[bool] = False
+    """Whether :meth:`gather` reads any of the samples in one call (the disk cache): a feeder then reads each chunk
+    so, rather than build a ``tf.data`` pipeline every epoch."""
 
     @property
     def size(self) -> int:
@@ -140,6 +143,10 @@ class Source:
         """The same samples as :meth:`stream`, in batches of at most :data:`BLOCK`: as a kind that reads a block in
         one call gives them, with no copy per sample, for the feeder to cut into chunks."""
         return self.read_blocks(self._ordered(epoch, seed, shuffle, skip, groups))
+
+    def gather(self, order: np.ndarray) -> tuple[tf.Tensor, Any]:
+        """Samples ``order`` as one chunk ``(x, y)``, in that order, on the host (where :attr:`gathers`)."""
+        raise NotImplementedError
 
     def _ordered(self, epoch: int, seed: int, shuffle: bool, skip: int, groups: LengthGroups | None) -> np.ndarray:
         order = self.order(epoch, seed, shuffle)
