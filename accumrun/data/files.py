@@ -1,7 +1,5 @@
 """Sources of one file per sample, listed under their class labels: image files (``image_folder``) and text files
-(``text_folder``). A file is read and decoded (tokenized) when the epoch's order reaches it, so that no more than
-the stream holds is ever in memory.
-"""
+(``text_folder``), each read and decoded (tokenized) only when the epoch's order reaches it."""
 
 from __future__ import annotations
 

@@ -78,9 +78,7 @@ class RecordFiles(EncodedImages):
     def indices(self) -> np.ndarray:
         return self.records
 
-    @property
-    def keys(self) -> np.ndarray:
-        return self.records
+    keys = indices  # a record's number names it for data.cache too
 
     def cache_identity(self) -> tuple[dict[str, Any], list[str]]:
         settings = {"source": "tfrecord", "image_size": list(self.image_size), "channels": self.channels}
@@ -206,13 +204,10 @@ def matching(pattern: str, key: str) -> list[str]:
     Raises:
         DataError: none.
     """
-    if glob.has_magic(pattern):
-        files = sorted(glob.glob(pattern))
-    elif Path(pattern).is_file():
-        files = [pattern]
-    else:
-        files = sorted(glob.glob(f"{glob.escape(pattern)}-[0-9]*-of-[0-9]*"))
-    files = [file for file in files if Path(file).is_file()]
+    names = pattern
+    if not glob.has_magic(pattern) and not Path(pattern).is_file():
+        names = f"{glob.escape(pattern)}-[0-9]*-of-[0-9]*"
+    files = sorted(file for file in glob.glob(names) if Path(file).is_file())
     if not files:
         raise DataError(key, "no TFRecord file matches", pattern)
     return files

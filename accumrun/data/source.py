@@ -302,14 +302,12 @@ def read_spans(path: str, starts: np.ndarray, sizes: np.ndarray) -> list[bytes]:
     Raises:
         OSError: the file cannot be read, or is shorter than a span (it changed since startup).
     """
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        spans = []
+    spans = []
+    with open(path, "rb", buffering=0) as file:
+        descriptor = file.fileno()
         for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
             data = os.pread(descriptor, size, start)
             if len(data) != size:
                 raise OSError(f"{path} holds {os.fstat(descriptor).st_size} bytes, a read reaches byte {start + size}")
             spans.append(data)
-        return spans
-    finally:
-        os.close(descriptor)
+    return spans
