@@ -273,5 +273,5 @@ def _check_keys(file: str, key: str, layout: RecordLayout) -> None:
 
 
 def _first_line(error: Exception) -> str:
-    message = getattr(error, "message", None) or str(error)
-    return message.strip().splitlines()[0] if message.strip() else type(error).__name__
+    lines = (getattr(error, "message", None) or str(error)).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

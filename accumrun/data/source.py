@@ -1,13 +1,9 @@
 """The one source protocol: what every kind of data is to the rest of accumrun (after Keras' ``DataAdapter``).
 
-A :class:`Source` is one split of a data source (or of a cache over one). Its read is the epoch's samples as a
-``tf.data`` stream of ``(index, x, y)``: ``index`` numbers the sample within its source (its augmentation's draw
-depends on it), ``x`` keeps the stored dtype, and ``y`` is the target, with the sample's weight when the split has
-weights (:func:`accumrun.core.targets.as_targets`). ``skip`` passes over the samples an interrupted epoch already
-trained on before anything is decoded.
-
-Nothing here imports TensorFlow at import time (the file sources list their files, and the config loads, without
-it); the reading methods import it when they run.
+A :class:`Source` is one split; its read is the epoch's samples as a ``tf.data`` stream of ``(index, x, y)``: ``index``
+numbers the sample within its source (its augmentation's draw depends on it), ``x`` keeps the stored dtype, and ``y``
+is the target, weighted where the split has weights (:func:`accumrun.core.targets.as_targets`). Nothing here imports
+TensorFlow at import time, so that the config loads and the file sources list their files without it.
 """
 
 from __future__ import annotations
