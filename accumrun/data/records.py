@@ -38,9 +38,6 @@ class TfrecordConfig(SampleWeights, FileSourceConfig, ImageSourceConfig):
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
 
 
-_LABEL_BATCH = 4096
-
-
 @dataclass(frozen=True)
 class RecordLayout:
     """Which features of a record hold the image and the label, and how the images are decoded and shuffled."""
@@ -228,7 +225,7 @@ def read_record_files(files: list[str], key: str, layout: RecordLayout) -> Recor
         features[layout.weight_key] = tf.io.FixedLenFeature([], tf.float32)
     for file in files:
         _check_keys(file, key, layout)
-        parsed = tf.data.TFRecordDataset(file).batch(_LABEL_BATCH).map(lambda r: tf.io.parse_example(r, features))
+        parsed = tf.data.TFRecordDataset(file).batch(4096).map(lambda r: tf.io.parse_example(r, features))
         try:
             batches = list(parsed.as_numpy_iterator())
         except tf.errors.OpError as error:
