@@ -86,8 +86,7 @@ class Source:
 
     @property
     def keys(self) -> np.ndarray | None:
-        """What names each sample for ``data.cache`` (a file's path, a record's number), sortable and stable; None
-        for a kind that no cache wraps."""
+        """What names each sample for ``data.cache`` (a path, a record's number), sortable and stable; or None."""
         return None
 
     @property
@@ -117,8 +116,7 @@ class Source:
     def stream(
         self, epoch: int, seed: int, shuffle: bool, skip: int = 0, groups: LengthGroups | None = None
     ) -> tf.data.Dataset:
-        """The epoch's samples as ``(index, x, y)`` after the first ``skip``; ``groups`` orders each batch's samples
-        by length (:mod:`accumrun.data.grouping`)."""
+        """The epoch's samples as ``(index, x, y)`` after the first ``skip``; ``groups`` orders batches by length."""
         return self.read(self._ordered(epoch, seed, shuffle, skip, groups))
 
     def blocks(
