@@ -116,7 +116,7 @@ class Source:
     def stream(
         self, epoch: int, seed: int, shuffle: bool, skip: int = 0, groups: LengthGroups | None = None
     ) -> tf.data.Dataset:
-        """The epoch's samples as ``(index, x, y)`` after the first ``skip``; ``groups`` orders batches by length."""
+        """The epoch's samples as ``(index, x, y)`` after the first ``skip``; ``groups`` sorts each batch by length."""
         return self.read(self._ordered(epoch, seed, shuffle, skip, groups))
 
     def blocks(
