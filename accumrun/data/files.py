@@ -1,12 +1,9 @@
 """Sources of one file per sample, listed under their class labels: image files (``image_folder``) and text files
-(``text_folder``). A file is read and decoded (tokenized) when the epoch's order reaches it, in parallel
-(``num_parallel_calls=AUTOTUNE``) and in order (``deterministic=True``), so that no more than the stream holds is
-ever in memory.
-"""
+(``text_folder``), each read and decoded (tokenized) only when the epoch's order reaches it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,11 +19,8 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 
 
 def decode_image(raw: tf.Tensor, size: tuple[int, int], channels: int) -> tf.Tensor:
-    """PNG, JPEG, BMP or GIF (its first frame) bytes to a uint8 image of ``size`` and ``channels``.
-
-    Every format decodes to RGB first (BMP and GIF have no grayscale decoding in TensorFlow), then to one
-    channel when asked; resizing is bilinear, as Keras' image loading does, rounded back to uint8.
-    """
+    """PNG, JPEG, BMP or GIF (its first frame) bytes to a uint8 image of ``size`` and ``channels``: decoded to RGB
+    first (BMP and GIF have no grayscale decoding in TensorFlow), resized bilinearly as Keras does, rounded."""
     import tensorflow as tf
 
     image = tf.io.decode_image(raw, channels=3, expand_animations=False)
@@ -49,6 +43,7 @@ class _LabelledFiles(Source):
     paths: np.ndarray
     """The files, as an array of path strings (so that a subset is one indexing)."""
     y: np.ndarray
+    w: np.ndarray | None = field(default=None, kw_only=True)
 
     labelled_files = True
 
@@ -57,7 +52,7 @@ class _LabelledFiles(Source):
         return self.paths
 
     def subset(self, index: np.ndarray) -> Any:
-        return replace(self, paths=self.paths[index], y=self.y[index], w=taken(self.w, index))  # type: ignore[call-arg]
+        return replace(self, paths=self.paths[index], y=self.y[index], w=taken(self.w, index))
 
     def _raw(self, order: np.ndarray) -> tf.data.Dataset:
         import tensorflow as tf
@@ -77,7 +72,6 @@ class ImageFiles(_LabelledFiles, EncodedImages):
 
     image_size: tuple[int, int]
     channels: int
-    w: np.ndarray | None = None
 
     def cache_identity(self) -> tuple[dict[str, Any], list[str]]:
         settings = {"source": "image files", "image_size": list(self.image_size), "channels": self.channels}
@@ -97,9 +91,6 @@ class TextFiles(_LabelledFiles, TokenIds):
 
     tokenizer: Tokenizer
     length: int
-    w: np.ndarray | None = None
-
-    fault = "cannot be read as text"
 
     def _decode(self, raw: tf.Tensor) -> tf.Tensor:
         import tensorflow as tf

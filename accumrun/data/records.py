@@ -1,15 +1,11 @@
-"""``data.name: tfrecord``: TFRecord files of ``tf.train.Example``, each an encoded image and an int64 label
-(and with ``data.weight``, a float weight).
-
-The keys follow common ImageNet-style TFRecords (``image/encoded``, ``image/class/label``) and can be renamed.
-At startup one pass over the records counts them per file and reads their labels and weights (no image is
-decoded), so that the batch plan and the classes are known; the images stream when training reads them.
+"""``data.name: tfrecord``: TFRecord files of ``tf.train.Example``, each an encoded image and an int64 label (and
+with ``data.weight``, a float weight), under ImageNet-style keys that can be renamed. At startup one pass counts
+the records and reads their labels and weights (no image is decoded); the images stream when training reads them.
 """
 
 from __future__ import annotations
 
 import glob
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -20,7 +16,7 @@ from pydantic import Field
 
 from accumrun.data.files import decode_image
 from accumrun.data.section import FileSourceConfig, ImageSourceConfig, SampleWeights
-from accumrun.data.source import AUTOTUNE, BLOCK, EncodedImages, taken
+from accumrun.data.source import AUTOTUNE, EncodedImages, taken
 from accumrun.data.splits import Splits
 from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
@@ -42,9 +38,6 @@ class TfrecordConfig(SampleWeights, FileSourceConfig, ImageSourceConfig):
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
 
 
-_LABEL_BATCH = 4096
-
-
 @dataclass(frozen=True)
 class RecordLayout:
     """Which features of a record hold the image and the label, and how the images are decoded and shuffled."""
@@ -59,14 +52,9 @@ class RecordLayout:
 
 @dataclass(frozen=True, eq=False)
 class RecordFiles(EncodedImages):
-    """TFRecord files of ``tf.train.Example``: an encoded image and an int64 class label each.
-
-    Records are numbered across the files in their sorted order; ``records`` is the numbers this split holds
-    (all of them, or one side of the validation hold-out), and ``y`` their labels, read once at startup.
-    TFRecord files cannot be read out of order, so an epoch's order is a seeded permutation of the files, read
-    one after another, through a seeded shuffle buffer of ``shuffle_buffer`` records, the hold-out (when the split
-    is one side of it) filtered out by record number.
-    """
+    """TFRecord files of ``tf.train.Example``, their records numbered across the files in their sorted order:
+    ``records`` is the numbers this split holds, ``y`` their labels. TFRecord files cannot be read out of order, so an
+    epoch reads a seeded permutation of the files through a seeded shuffle buffer, filtered by record number."""
 
     files: tuple[str, ...]
     counts: tuple[int, ...]
@@ -79,7 +67,6 @@ class RecordFiles(EncodedImages):
     channels: int
     shuffle_buffer: int
     w: np.ndarray | None = None
-    """The records' weights (``data.weight``, read at startup with the labels, or class weights), or None."""
 
     labelled_files = True
     indexed = False
@@ -88,18 +75,11 @@ class RecordFiles(EncodedImages):
     def indices(self) -> np.ndarray:
         return self.records
 
-    @property
-    def keys(self) -> np.ndarray:
-        return self.records
+    keys = indices  # a record's number names it for data.cache too
 
     def cache_identity(self) -> tuple[dict[str, Any], list[str]]:
-        settings = {
-            "source": "tfrecord",
-            "image_size": list(self.image_size),
-            "channels": self.channels,
-            "image_key": self.image_key,
-        }
-        return settings, list(self.files)
+        settings = {"source": "tfrecord", "image_size": list(self.image_size), "channels": self.channels}
+        return {**settings, "image_key": self.image_key}, list(self.files)
 
     def subset(self, index: np.ndarray) -> RecordFiles:
         chosen = np.sort(index)
@@ -125,12 +105,7 @@ class RecordFiles(EncodedImages):
 
     def order(self, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
         """The record numbers in the epoch's order, from the counts alone: no file is read."""
-        import tensorflow as tf
-
-        def numbers(name: tf.Tensor, offset: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
-            return tf.data.Dataset.range(offset, offset + count).map(lambda i: (i, i))
-
-        numbered = self._numbered(epoch, seed, shuffle, numbers).map(lambda index, _: index)
+        numbered = self._numbered(epoch, seed, shuffle, read=False).map(lambda index, _: index)
         return np.concatenate([np.zeros(0, np.int64), *numbered.batch(1 << 16).as_numpy_iterator()])
 
     def stream(
@@ -145,11 +120,6 @@ class RecordFiles(EncodedImages):
             raise ValueError("TFRecord files are read in their own order: they cannot be grouped by length")
         return self._decoded(self._raw_stream(epoch, seed, shuffle, skip))
 
-    def blocks(
-        self, epoch: int, seed: int, shuffle: bool, skip: int = 0, groups: LengthGroups | None = None
-    ) -> tf.data.Dataset:
-        return self.stream(epoch, seed, shuffle, skip, groups).batch(BLOCK)
-
     def read(self, order: np.ndarray) -> tf.data.Dataset:
         raise ValueError("TFRecord files are read in their own order, not by index")
 
@@ -157,9 +127,6 @@ class RecordFiles(EncodedImages):
         import tensorflow as tf
 
         from accumrun.core.targets import as_targets
-
-        def records(name: tf.Tensor, offset: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
-            return tf.data.TFRecordDataset(name).enumerate().map(lambda i, r: (offset + i, r))
 
         weights = self._lookups[1]  # made here, eagerly: not inside the function that the map traces
 
@@ -169,20 +136,18 @@ class RecordFiles(EncodedImages):
             weight = None if weights is None else tf.gather(weights, index)
             return index, record, as_targets(tf.cast(label[self.label_key], tf.int32), weight)
 
-        numbered = self._numbered(epoch, seed, shuffle, records)
+        numbered = self._numbered(epoch, seed, shuffle, read=True)
         return numbered.skip(skip).map(label_of, num_parallel_calls=AUTOTUNE, deterministic=True)
 
-    def _numbered(
-        self,
-        epoch: int,
-        seed: int,
-        shuffle: bool,
-        per_file: Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.data.Dataset],
-    ) -> tf.data.Dataset:
-        """``(record number, what per_file gives)`` for the epoch: the files in their order, the hold-out filtered
-        out, through the shuffle buffer. A shuffle buffer's order depends on its seed and the count of elements,
-        not on what they hold, so the records and their numbers alone come out in the same order."""
+    def _numbered(self, epoch: int, seed: int, shuffle: bool, read: bool) -> tf.data.Dataset:
+        """``(record number, record)`` for the epoch, or ``(number, number)`` unless ``read``: a shuffle buffer's
+        order depends on its seed and the count of elements, not on what they hold, so both come in the same order."""
         import tensorflow as tf
+
+        def per_file(name: tf.Tensor, offset: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+            if read:
+                return tf.data.TFRecordDataset(name).enumerate().map(lambda i, r: (offset + i, r))
+            return tf.data.Dataset.range(offset, offset + count).map(lambda i: (i, i))
 
         files = np.arange(len(self.files))
         if shuffle:
@@ -221,13 +186,12 @@ def load_tfrecord(config: TfrecordConfig, seed: int) -> Splits:
     layout = RecordLayout(
         config.image_key, config.label_key, config.size, config.channels, config.shuffle_buffer, config.weight
     )
-    train = read_record_files(matching(config.path, "data.path"), "data.path", layout)
-    test = None
-    if config.validation_path:
-        test = read_record_files(
-            matching(config.validation_path, "data.validation_path"), "data.validation_path", layout
-        )
-    return Splits(train, test)
+
+    def read(pattern: str, key: str) -> RecordFiles:
+        return read_record_files(matching(pattern, key), key, layout)
+
+    train = read(config.path, "data.path")
+    return Splits(train, read(config.validation_path, "data.validation_path") if config.validation_path else None)
 
 
 def matching(pattern: str, key: str) -> list[str]:
@@ -237,13 +201,10 @@ def matching(pattern: str, key: str) -> list[str]:
     Raises:
         DataError: none.
     """
-    if glob.has_magic(pattern):
-        files = sorted(glob.glob(pattern))
-    elif Path(pattern).is_file():
-        files = [pattern]
-    else:
-        files = sorted(glob.glob(f"{glob.escape(pattern)}-[0-9]*-of-[0-9]*"))
-    files = [file for file in files if Path(file).is_file()]
+    names = pattern
+    if not glob.has_magic(pattern) and not Path(pattern).is_file():
+        names = f"{glob.escape(pattern)}-[0-9]*-of-[0-9]*"
+    files = sorted(file for file in glob.glob(names) if Path(file).is_file())
     if not files:
         raise DataError(key, "no TFRecord file matches", pattern)
     return files
@@ -258,39 +219,29 @@ def read_record_files(files: list[str], key: str, layout: RecordLayout) -> Recor
     """
     import tensorflow as tf
 
-    counts, labels, weights = [], [], []
+    labels, weights = [], []
     features = {layout.label_key: tf.io.FixedLenFeature([], tf.int64)}
     if layout.weight_key is not None:
         features[layout.weight_key] = tf.io.FixedLenFeature([], tf.float32)
     for file in files:
         _check_keys(file, key, layout)
-        parsed = tf.data.TFRecordDataset(file).batch(_LABEL_BATCH).map(lambda r: tf.io.parse_example(r, features))
+        parsed = tf.data.TFRecordDataset(file).batch(4096).map(lambda r: tf.io.parse_example(r, features))
         try:
-            batches = [{name: values.numpy() for name, values in batch.items()} for batch in parsed]
+            batches = list(parsed.as_numpy_iterator())
         except tf.errors.OpError as error:
             raise DataError(key, f"{file}: cannot read its records: {_first_line(error)}") from None
-        found = np.concatenate([b[layout.label_key] for b in batches]) if batches else np.zeros(0, np.int64)
-        counts.append(len(found))
-        labels.append(found)
+        columns = {name: np.concatenate([b[name] for b in batches] or [np.zeros(0, np.int64)]) for name in features}
+        labels.append(columns[layout.label_key])
         if layout.weight_key is not None:
             where = f"{file}, feature {layout.weight_key!r}"
-            file_weights = np.concatenate([b[layout.weight_key] for b in batches]) if batches else np.zeros(0)
-            weights.append(checked_weights(file_weights, where, len(found)))
+            weights.append(checked_weights(columns[layout.weight_key], where, len(labels[-1])))
     y = np.concatenate(labels)
     if len(y) == 0:
         raise DataError(key, "the TFRecord files hold no records", files[0] if len(files) == 1 else files)
-    return RecordFiles(
-        files=tuple(files),
-        counts=tuple(counts),
-        records=np.arange(len(y)),
-        y=y,
-        image_key=layout.image_key,
-        label_key=layout.label_key,
-        image_size=layout.image_size,
-        channels=layout.channels,
-        shuffle_buffer=layout.shuffle_buffer,
-        w=np.concatenate(weights) if layout.weight_key is not None else None,
-    )
+    w = np.concatenate(weights) if layout.weight_key is not None else None
+    image = (layout.image_key, layout.label_key, layout.image_size, layout.channels, layout.shuffle_buffer)
+    counts = tuple(len(found) for found in labels)
+    return RecordFiles(tuple(files), counts, np.arange(len(y)), y, *image, w)
 
 
 def _check_keys(file: str, key: str, layout: RecordLayout) -> None:
@@ -319,5 +270,5 @@ def _check_keys(file: str, key: str, layout: RecordLayout) -> None:
 
 
 def _first_line(error: Exception) -> str:
-    message = getattr(error, "message", None) or str(error)
-    return message.strip().splitlines()[0] if message.strip() else type(error).__name__
+    lines = (getattr(error, "message", None) or str(error)).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

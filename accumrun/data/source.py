@@ -1,22 +1,9 @@
 """The one source protocol: what every kind of data is to the rest of accumrun (after Keras' ``DataAdapter``).
 
-A :class:`Source` is one split of a data source (or of a cache over one): its size, one sample's stored shape and
-dtype, one sample's target shape, the targets it holds (``labels``), its weights ``w``, optional per-sample
-``lengths``, a subset of its samples (the validation hold-out), and one read: the epoch's samples as a ``tf.data``
-stream of ``(index, x, y)``. ``index`` numbers the sample within its source (the draw of its augmentation depends
-on it), ``x`` keeps the stored dtype (uint8 for images, int32 token ids for text) and ``y`` is the target, with the
-sample's weight when the split has weights (:func:`accumrun.core.targets.as_targets`).
-
-Most kinds read by index, in :meth:`Source.order` (:func:`epoch_order`, a seeded permutation per epoch); a kind
-that cannot read out of order (TFRecord) gives its own order and overrides :meth:`Source.stream`. Either way,
-``skip`` passes over the samples an interrupted epoch already trained on before anything is decoded. A kind that
-reads a block of samples in one call (:class:`ReadsBlocks`) also gives its stream as those blocks
-(:meth:`Source.blocks`), which the feeder re-cuts into chunks without a copy per sample. ``data.cache`` wraps any
-kind whose samples have a fixed shape and a stable key (:mod:`accumrun.data.cache`); a split held in memory
-(:attr:`Source.in_memory`) may be held as one tensor for the run (:mod:`accumrun.data.resident`).
-
-Nothing here imports TensorFlow at import time: the file sources list and count their files, and the config loads,
-without it. The reading methods import it when they run.
+A :class:`Source` is one split; its read is the epoch's samples as a ``tf.data`` stream of ``(index, x, y)``: ``index``
+numbers the sample within its source (its augmentation's draw depends on it), ``x`` keeps the stored dtype, and ``y``
+is the target, weighted where the split has weights (:func:`accumrun.core.targets.as_targets`). Nothing here imports
+TensorFlow at import time, so that the config loads and the file sources list their files without it.
 """
 
 from __future__ import annotations
@@ -45,7 +32,8 @@ reading, few enough to keep the first batch quick."""
 
 
 class Source:
-    """One split of data behind the one protocol; a subclass per kind of source (see the module's description)."""
+    """One split of data behind the one protocol; a subclass per kind of source. Most kinds read by index, in
+    :meth:`order`; a kind that cannot read out of order (TFRecord) gives its own order and overrides :meth:`stream`."""
 
     y: np.ndarray
     """The targets, where the kind holds them (see :attr:`labels`)."""
@@ -91,19 +79,17 @@ class Source:
 
     @property
     def in_memory(self) -> ArraySplit | None:
-        """The split as arrays in host memory, where it is held so (it may then be held as one tensor for the
-        run, :mod:`accumrun.data.resident`); None for a split read as it is needed."""
+        """The split as arrays in host memory (:mod:`accumrun.data.resident` may hold it as one tensor), or None."""
         return None
 
     @property
     def streamed(self) -> bool:
         """Whether the samples are read as they are needed rather than held in memory."""
-        return True
+        return self.in_memory is None
 
     @property
     def keys(self) -> np.ndarray | None:
-        """What names each sample for ``data.cache`` (a file's path, a record's number), sortable and stable; None
-        for a kind that no cache wraps (it is in memory already, or keeps its own cache)."""
+        """What names each sample for ``data.cache`` (a path, a record's number), sortable and stable; or None."""
         return None
 
     @property
@@ -133,16 +119,15 @@ class Source:
     def stream(
         self, epoch: int, seed: int, shuffle: bool, skip: int = 0, groups: LengthGroups | None = None
     ) -> tf.data.Dataset:
-        """The epoch's samples as ``(index, x, y)`` after the first ``skip``; ``groups`` orders each batch's samples
-        by length (:mod:`accumrun.data.grouping`)."""
+        """The epoch's samples as ``(index, x, y)`` after the first ``skip``; ``groups`` sorts each batch by length."""
         return self.read(self._ordered(epoch, seed, shuffle, skip, groups))
 
     def blocks(
         self, epoch: int, seed: int, shuffle: bool, skip: int = 0, groups: LengthGroups | None = None
     ) -> tf.data.Dataset:
-        """The same samples as :meth:`stream`, in batches of at most :data:`BLOCK`: as a kind that reads a block in
-        one call gives them, with no copy per sample, for the feeder to cut into chunks."""
-        return self.read_blocks(self._ordered(epoch, seed, shuffle, skip, groups))
+        """The same samples as :meth:`stream`, in batches of at most :data:`BLOCK`, for the feeder to cut into
+        chunks (a kind that reads a block in one call gives them with no copy per sample)."""
+        return self.stream(epoch, seed, shuffle, skip, groups).batch(BLOCK)
 
     def gather(self, order: np.ndarray) -> tuple[tf.Tensor, Any]:
         """Samples ``order`` as one chunk ``(x, y)``, in that order, on the host (where :attr:`gathers`)."""
@@ -158,10 +143,6 @@ class Source:
         """Samples ``order`` as ``(index, x, y)``, in that order, decoded in parallel."""
         return self._decoded(self._raw(order))
 
-    def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
-        """Samples ``order`` in batches of at most :data:`BLOCK` (see :meth:`blocks`)."""
-        return self.read(order).batch(BLOCK)
-
     def _decoded(self, raw: tf.data.Dataset) -> tf.data.Dataset:
         return raw.map(
             lambda index, raw, y: (index, self._decode(raw), y), num_parallel_calls=AUTOTUNE, deterministic=True
@@ -175,7 +156,7 @@ class Source:
         return raw
 
     def _raw_stream(self, epoch: int, seed: int, shuffle: bool, skip: int) -> tf.data.Dataset:
-        return self._raw(self.order(epoch, seed, shuffle)[skip:].astype(np.int64))
+        return self._raw(self._ordered(epoch, seed, shuffle, skip, None))
 
     def describe(self, index: int) -> str:
         """Where sample ``index`` comes from, for an error message."""
@@ -223,10 +204,6 @@ class ArraySplit(Source):
     def in_memory(self) -> ArraySplit:
         return self
 
-    @property
-    def streamed(self) -> bool:
-        return False
-
     def subset(self, index: np.ndarray) -> ArraySplit:
         return ArraySplit(self.x[index], self.y[index], taken(self.w, index))
 
@@ -251,8 +228,7 @@ class ArraySplit(Source):
             deterministic=True,
         )
 
-    def _raw(self, order: np.ndarray) -> tf.data.Dataset:
-        return self.read(order)
+    _raw = read  # already decoded
 
 
 def taken(w: np.ndarray | None, index: np.ndarray) -> np.ndarray | None:
@@ -286,6 +262,7 @@ class TokenIds(Source):
     """A kind whose samples are ``length`` int32 token ids (0 pads)."""
 
     length: int
+    fault = "cannot be read as text"
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -298,10 +275,19 @@ class TokenIds(Source):
 
 class ReadsBlocks(Source):
     """A kind that reads :data:`BLOCK` samples in one call (one ``tf.numpy_function`` call per block, rather than
-    one per sample): its stream is its blocks, unbatched."""
+    one per sample) in :meth:`read_blocks`: its stream is its blocks, unbatched."""
+
+    def blocks(
+        self, epoch: int, seed: int, shuffle: bool, skip: int = 0, groups: LengthGroups | None = None
+    ) -> tf.data.Dataset:
+        return self.read_blocks(self._ordered(epoch, seed, shuffle, skip, groups))
 
     def read(self, order: np.ndarray) -> tf.data.Dataset:
         return self.read_blocks(order).unbatch()
+
+    def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
+        """Samples ``order`` in batches of at most :data:`BLOCK`, in that order."""
+        raise NotImplementedError
 
 
 def in_blocks(stream: tf.data.Dataset, read: Callable[..., Any]) -> tf.data.Dataset:
@@ -310,22 +296,19 @@ def in_blocks(stream: tf.data.Dataset, read: Callable[..., Any]) -> tf.data.Data
 
 
 def read_spans(path: str, starts: np.ndarray, sizes: np.ndarray) -> list[bytes]:
-    """The bytes of ``path`` at each of ``starts``, ``sizes`` of them: one ``pread`` each, a copy of those bytes
-    alone. A memory-mapped file would count in the process's memory every page the system maps around a read
-    (whole large folios of the page cache: about 50 MiB for one block of 64 windows of a 64 MiB token file,
-    measured), so memory would follow the file's size; read so, it holds only what was asked for.
+    """The bytes of ``path`` at each of ``starts``, ``sizes`` of them: one ``pread`` each. Not a memory map: the
+    process's memory would count every page the system maps around a read (about 50 MiB for one block of 64
+    windows of a 64 MiB token file, measured), so memory would follow the file's size.
 
     Raises:
         OSError: the file cannot be read, or is shorter than a span (it changed since startup).
     """
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        spans = []
+    spans = []
+    with open(path, "rb", buffering=0) as file:
+        descriptor = file.fileno()
         for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
             data = os.pread(descriptor, size, start)
             if len(data) != size:
                 raise OSError(f"{path} holds {os.fstat(descriptor).st_size} bytes, a read reaches byte {start + size}")
             spans.append(data)
-        return spans
-    finally:
-        os.close(descriptor)
+    return spans
