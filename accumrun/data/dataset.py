@@ -1,12 +1,8 @@
-"""A dataset: a source's splits checked, the task their targets pose, the validation split, and ``data.cache``
-applied; :func:`epoch_order`, the per-epoch sample order, is :mod:`accumrun.data.splits`' own, read from here too.
+"""A dataset: a source's splits checked, the task their targets pose, the validation split, and ``data.cache``.
 
-Samples keep a compact dtype: uint8 stays uint8, other numbers become float32 (files are read as they stream, as
-uint8 images). Targets become int32 class indices (classification; 0 or 1 for binary), float32 0/1 rows
-(multi_label) or float32 values of at least one column (regression). Shuffling and splitting depend on ``seed``
-(and the epoch) alone, never on the batch size or the subdivisions, so runs that differ only in those see the same
-data in the same order. No TensorFlow here (but where ``data.cache`` decodes): the file sources list and count their
-files without it.
+Samples keep a compact dtype (uint8 stays uint8, other numbers become float32); targets become int32 class indices,
+float32 0/1 rows (multi_label) or float32 value columns (regression). Shuffling and splitting depend on ``seed`` and
+the epoch alone, never on the batch size or the subdivisions. No TensorFlow here but where ``data.cache`` decodes.
 """
 
 from __future__ import annotations
@@ -18,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from accumrun.data.section import DataSection
+from accumrun.data.source import epoch_order as epoch_order  # tests read the order from here
 from accumrun.data.sources import SOURCES
 from accumrun.data.splits import ArraySplit, Split, Splits, hold_out, seeded_hold_out
-from accumrun.data.splits import epoch_order as epoch_order  # tests read the order from here
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
 
@@ -37,8 +33,7 @@ class Dataset:
     val: Split | None
     task: Task
     classes: int | None
-    """The number of classes (classification), labels (multi_label) or token ids (causal_lm: the next token is
-    one of them); None for regression."""
+    """Classes (classification), labels (multi_label) or token ids (causal_lm); None for regression."""
     class_names: list[str] | None = None
     """The classes' names in output order, where the source names them."""
     scale: float = 1.0
@@ -47,9 +42,9 @@ class Dataset:
     skipped: int = 0
     """Files the source passed over because they are not images."""
     features: list[str] | None = None
-    """A table's feature columns, in the order the model takes them (``features.json``)."""
+    """A table's feature columns, in the model's order (``features.json``)."""
     vocabulary_size: int | None = None
-    """For token ids (a text source): the tokenizer's number of ids, which an embedding needs."""
+    """For token ids: the tokenizer's number of ids, which an embedding needs."""
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -68,16 +63,15 @@ class Dataset:
 
     @property
     def outputs(self) -> int:
-        """How many outputs a model needs: one per class or label, one per target value; binary needs one, the
-        probability of class 1."""
+        """How many outputs a model needs: one per class, label or target value; binary needs one, P(class 1)."""
         if self.task is Task.BINARY:
             return 1
         return self.classes if self.classes is not None else int(np.prod(self.target_shape))
 
     @property
     def labels(self) -> list[str] | None:
-        """The names of the outputs for classification and multi-label, as ``labels.json`` records them: the
-        source's class names, or the class indices as text; None for regression and a language model."""
+        """The outputs' names as ``labels.json`` records them (the class names, or the indices as text); None for
+        regression and a language model."""
         if self.classes is None or self.task is Task.CAUSAL_LM:
             return None
         return self.class_names if self.class_names is not None else [str(i) for i in range(self.classes)]
@@ -92,20 +86,17 @@ class Dataset:
 
     @property
     def streamed(self) -> bool:
-        """Whether the samples are read as they are needed (files, a text table's rows, a cache's files, a corpus's
-        token file) rather than arrays in memory."""
+        """Whether the samples are read as they are needed rather than held as arrays in memory."""
         return self.train.streamed
 
     def settled_by_output(self, width: int | None) -> Dataset:
-        """``task: auto``'s last word, once the model is built: two classes and a model of one output unit (of
-        ``width``) pose a binary task; anything else stays as it was read."""
+        """``task: auto``'s last word: two classes and a model of one output unit pose a binary task."""
         if self.task is Task.CLASSIFICATION and self.classes == 2 and width == 1:
             return dataclasses.replace(self, task=Task.BINARY)
         return self
 
     def describe_targets(self) -> str:
-        """``10 classes``, ``2 classes (binary: cat, dog)``, ``5 labels (multi-label)`` or ``regression targets of
-        shape (3,)``."""
+        """``10 classes``, ``2 classes (binary: cat, dog)``, ``5 labels (multi-label)`` and the like."""
         if self.task is Task.BINARY:
             negative, positive = self.labels or ["0", "1"]
             return f"2 classes (binary: {negative}, {positive})"
@@ -121,11 +112,8 @@ class Dataset:
 def load_dataset(config: DataSection, seed: int) -> Dataset:
     """Load the configured dataset, settle its task and split off the validation data.
 
-    With ``data.cache``, each image split comes back with its decoded images kept, each text split as its token
-    ids (see :mod:`accumrun.data.cache`); a text table's and a text corpus's loaders read ``data.cache``
-    themselves (a table tokenizes at load, or streams its rows; a corpus's windows come from its token file with
-    ``disk``, :mod:`accumrun.data.corpus`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled
-    first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
+    With ``data.cache``, file splits come back cached (:mod:`accumrun.data.cache`); a text table's and a corpus's
+    loaders read ``data.cache`` themselves.
 
     Raises:
         DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or
@@ -146,14 +134,13 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     train, val, held_out = _validated_splits(config, splits, task, seed)
     if train.size == 0:
         raise DataError("data", "no training samples are left after the validation split", splits.train.size)
-    if val is not None and val.sample_shape != train.sample_shape:
-        raise DataError(
-            "data", f"{held_out} samples have shape {val.sample_shape}, training samples {train.sample_shape}"
-        )
-    if val is not None and val.target_shape != train.target_shape:
-        raise DataError(
-            "data", f"{held_out} targets have shape {val.target_shape}, training targets {train.target_shape}"
-        )
+    if val is not None:
+        for what, got, wanted in (
+            ("samples", val.sample_shape, train.sample_shape),
+            ("targets", val.target_shape, train.target_shape),
+        ):
+            if got != wanted:
+                raise DataError("data", f"{held_out} {what} have shape {got}, training {what} {wanted}")
     classes = _classes(splits, task, train, val)
     mode, cache_dir = config.cache_wrapper
     if mode is not CacheMode.NONE and train.keys is not None:
@@ -178,21 +165,13 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
 
 
 def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int) -> tuple[Split, Split | None, str]:
-    """The training split and the validation split (``data.validation_path``, the source's test split or a
-    hold-out of ``validation_split``), each checked for the task, and what the validation samples are called in
-    errors.
-
-    Raises:
-        ConfigError: ``validation_split: test`` for a source without a test split.
-        DataError: the targets do not fit the task, or the hold-out leaves no validation sample.
-    """
+    """The checked training and validation splits (``data.validation_path``, the source's test split or a hold-out
+    of ``validation_split``), and what the validation samples are called in errors."""
     tokens = splits.vocabulary_size is not None
     train = _checked("train", splits.train, task, tokens)
-    validation_file = bool(config.validation_file)
-    held_out = "validation" if validation_file else "test"
-    if validation_file and splits.test is not None:  # the loaders give data.validation_path as the test split
-        return train, _checked(held_out, splits.test, task, tokens), held_out
-    if config.validation_split == "test":
+    held_out = "validation" if config.validation_file else "test"
+    # The loaders give data.validation_path as the test split.
+    if (config.validation_file and splits.test is not None) or config.validation_split == "test":
         if splits.test is None:
             raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
         return train, _checked(held_out, splits.test, task, tokens), held_out
@@ -200,14 +179,13 @@ def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int
         # A corpus's windows and a table's rows are numbered in their files' order, streamed or held: the same
         # hold-out either way.
         seeded = seeded_hold_out(config.shuffle, files=train.labelled_files)
-        train, val = _split_off_validation(train, config.validation_split, seed, seeded)
-        return train, val, held_out
+        kept, held = hold_out(train.size, config.validation_split, seed, seeded)
+        return train.subset(kept), train.subset(held), held_out
     return train, None, held_out
 
 
 def _classes(splits: Splits, task: Task, train: Split, val: Split | None) -> int | None:
-    """How many outputs the targets name: the source's classes, the highest class index seen plus one, the labels
-    of a multi-label row, or the tokenizer's ids for a language model; None for regression."""
+    """How many outputs the targets name (classes, labels or token ids); None for regression."""
     if splits.class_names is not None:
         return len(splits.class_names)
     if task is Task.CLASSIFICATION:
@@ -223,11 +201,7 @@ def _classes(splits: Splits, task: Task, train: Split, val: Split | None) -> int
 
 
 def _task(config: DataSection, splits: Splits) -> Task:
-    """The task ``data.task`` names, or for ``auto`` the one the source poses or its targets read as.
-
-    Raises:
-        ConfigError: a task that the source cannot pose: a corpus is for ``causal_lm``, and ``causal_lm`` needs one.
-    """
+    """The task ``data.task`` names, or for ``auto`` the one the source poses or its targets read as."""
     if config.task == "auto":
         return splits.task if splits.task is not None else infer_task(np.asarray(splits.train.labels))
     if splits.task is not None and config.task is not splits.task:
@@ -249,8 +223,7 @@ def _task(config: DataSection, splits: Splits) -> Task:
 def infer_task(y: np.ndarray) -> Task:
     """The task that targets ``y`` pose, for ``task: auto``: one integer per sample (or a column of them) is a
     class index; rows of several 0/1 values are multi-label; any other numbers are regression targets."""
-    numeric = np.issubdtype(y.dtype, np.number) and not np.issubdtype(y.dtype, np.complexfloating)
-    if not numeric and y.dtype != bool:
+    if not _real(y):
         return Task.CLASSIFICATION  # not numbers at all: _checked explains what class labels must be
     column = y[:, 0] if y.ndim == 2 and y.shape[1] == 1 else y
     if column.ndim == 1 and (y.dtype == bool or _integral(column)):
@@ -260,14 +233,9 @@ def infer_task(y: np.ndarray) -> Task:
     return Task.REGRESSION
 
 
-def _split_off_validation(split: Split, fraction: float, seed: int, shuffle: bool) -> tuple[Split, Split]:
-    kept, held = hold_out(split.size, fraction, seed, shuffle)
-    return split.subset(kept), split.subset(held)
-
-
-def _checked(name: str, split: Split, task: Task, tokens: bool = False) -> Split:
-    """Validate one split's targets for the task; arrays also get compact samples (see :func:`_compact`), but
-    ``tokens``, int32 token ids, which an embedding takes as they are."""
+def _checked(name: str, split: Split, task: Task, tokens: bool) -> Split:
+    """Validate one split's targets for the task; arrays but ``tokens`` (int32 ids, which an embedding takes as
+    they are) also get compact samples."""
     held = split.in_memory
     if held is None:  # a corpus's windows keep their targets, their own token ids, in the token file
         return split.with_targets(lambda y: _TARGET_CHECKS[task](name, np.asarray(y)))
@@ -283,24 +251,18 @@ def _checked(name: str, split: Split, task: Task, tokens: bool = False) -> Split
     if len(y) == 0:
         raise DataError(f"data.x_{name}", "is empty")
     y = _TARGET_CHECKS[task](name, y)
-    if tokens:
-        return ArraySplit(x, y, held.w)
-    x = _compact(x)
-    if x.dtype == np.float32 and not np.all(np.isfinite(x)):
-        raise DataError(f"data.x_{name}", "samples contain NaN or Inf")
-    if x.ndim == 3:
-        x = x[..., np.newaxis]
+    if not tokens:
+        # Integers of one or two bytes keep their dtype (a quarter or half of float32's memory; cast on the
+        # device), bool becomes uint8, any other number float32.
+        if x.dtype == bool:
+            x = x.astype(np.uint8)
+        elif x.dtype not in _COMPACT:
+            x = x.astype(np.float32, copy=False)
+        if x.dtype == np.float32 and not np.all(np.isfinite(x)):
+            raise DataError(f"data.x_{name}", "samples contain NaN or Inf")
+        if x.ndim == 3:
+            x = x[..., np.newaxis]
     return ArraySplit(x, y, held.w)
-
-
-def _compact(x: np.ndarray) -> np.ndarray:
-    """Integers of one or two bytes keep their dtype (a quarter or half of float32's memory; cast on the
-    device), bool becomes uint8, any other number becomes float32."""
-    if x.dtype in _COMPACT:
-        return x
-    if x.dtype == bool:
-        return x.astype(np.uint8)
-    return x.astype(np.float32, copy=False)
 
 
 _COMPACT = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))

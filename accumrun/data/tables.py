@@ -33,11 +33,10 @@ from accumrun.data.section import (
     none_or_memory,
     refuse_image_keys,
 )
-from accumrun.data.splits import ArraySplit, Splits
+from accumrun.data.splits import ArraySplit, Splits, checked_weights
 from accumrun.data.text import TextColumn, checked_cells
 from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
 from accumrun.data.tokenizers import Tokenizer, text_input
-from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
 from accumrun.sections import words
