@@ -1,4 +1,5 @@
-"""A dataset: a source's splits checked, the task their targets pose, the validation split, and ``data.cache``.
+"""A dataset: a source's splits checked, the task their targets pose, the validation split, ``data.cache`` and
+``training.class_weight``.
 
 Samples keep a compact dtype (uint8 stays uint8, other numbers become float32); targets become int32 class indices,
 float32 0/1 rows (multi_label) or float32 value columns (regression). Shuffling and splitting depend on ``seed`` and
@@ -8,8 +9,8 @@ the epoch alone, never on the batch size or the subdivisions. No TensorFlow here
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -164,6 +165,47 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     )
 
 
+def per_class(setting: dict[str, float] | Literal["balanced"], dataset: Dataset) -> np.ndarray:
+    """Each class's ``training.class_weight``, in class-index order: ``balanced`` is scikit-learn's n_samples /
+    (n_classes * count) over the training split, n_classes counting the classes it holds; a class it lacks keeps
+    1.0, as does a class the mapping leaves out.
+
+    Raises:
+        ConfigError: the targets are not class labels, or the mapping names a class the data does not have.
+    """
+    names = dataset.labels
+    if names is None or dataset.target_shape != ():
+        raise ConfigError("training.class_weight", f"needs class labels; the targets are {dataset.describe_targets()}")
+    weights = np.ones(len(names), np.float64)
+    if setting == "balanced":
+        counts = np.bincount(dataset.train.labels, minlength=len(names))
+        present = counts > 0
+        weights[present] = dataset.train_size / (present.sum() * counts[present])
+        return weights
+    unknown = [name for name in setting if name not in names]
+    if unknown:
+        shown = names if len(names) <= 10 else [*names[:10], "..."]
+        raise ConfigError(
+            "training.class_weight", f"names no class {unknown[0]!r}; the classes are {shown}", unknown[0]
+        )
+    for name, weight in setting.items():
+        weights[names.index(name)] = weight
+    return weights
+
+
+def with_class_weights(dataset: Dataset, setting: dict[str, float] | Literal["balanced"] | None) -> Dataset:
+    """``dataset`` with its training samples weighted by their classes' weights (itself without a setting). As
+    Keras' ``class_weight``, they weight the training split alone, never validation or ``evaluate``.
+
+    Raises:
+        ConfigError: see :func:`per_class`.
+    """
+    if setting is None:
+        return dataset
+    weights = per_class(setting, dataset).astype(np.float32)
+    return dataclasses.replace(dataset, train=dataset.train.with_weights(weights[dataset.train.labels]))
+
+
 def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int) -> tuple[Split, Split | None, str]:
     """The checked training and validation splits (``data.validation_path``, the source's test split or a hold-out
     of ``validation_split``), and what the validation samples are called in errors."""
@@ -238,7 +280,7 @@ def _checked(name: str, split: Split, task: Task, tokens: bool) -> Split:
     they are) also get compact samples."""
     held = split.in_memory
     if held is None:  # a corpus's windows keep their targets, their own token ids, in the token file
-        return split.with_targets(lambda y: _TARGET_CHECKS[task](name, np.asarray(y)))
+        return split.with_targets(lambda y: _checked_targets(task, name, np.asarray(y)))
     x, y = np.asarray(held.x), np.asarray(held.y)
     if x.ndim < 2:
         raise DataError(f"data.x_{name}", "needs one row per sample (at least 2 dimensions)", x.shape)
@@ -250,7 +292,7 @@ def _checked(name: str, split: Split, task: Task, tokens: bool) -> Split:
         raise DataError(f"data.y_{name}", f"has {len(y)} labels for {len(x)} samples")
     if len(y) == 0:
         raise DataError(f"data.x_{name}", "is empty")
-    y = _TARGET_CHECKS[task](name, y)
+    y = _checked_targets(task, name, y)
     if not tokens:
         # Integers of one or two bytes keep their dtype (a quarter or half of float32's memory; cast on the
         # device), bool becomes uint8, any other number float32.
@@ -270,70 +312,47 @@ _FULL_SCALE = {np.dtype(np.uint8): 1 / 255, np.dtype(np.uint16): 1 / 65535}
 """What ``rescale: auto`` multiplies unsigned integers by: their full range to [0, 1]."""
 
 
-def _class_indices(split: str, y: np.ndarray) -> np.ndarray:
+def _checked_targets(task: Task, split: str, y: np.ndarray) -> np.ndarray:
+    """``y`` checked for the task, as int32 class indices or token ids, or float32 0/1 rows or values."""
+    key = f"data.y_{split}"
+    if task is Task.CAUSAL_LM:
+        if y.ndim != 2 or not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
+            raise DataError(key, "next-token targets must be one row of token ids >= 0 per sample", y.shape)
+        return y.astype(np.int32)
+    if task is Task.MULTI_LABEL:
+        if y.ndim != 2 or not _real(y):
+            hint = " (for one 0/1 label per sample use data.task: binary)" if y.ndim == 1 else ""
+            raise DataError(key, f"multi-label targets must be one row of 0/1 values per sample{hint}", y.shape)
+        if not np.isin(y, (0, 1)).all():
+            raise DataError(key, "multi-label targets must be 0 or 1", float(y[~np.isin(y, (0, 1))][0]))
+        return y.astype(np.float32)
+    if task is Task.REGRESSION:
+        if not _real(y):
+            raise DataError(key, "regression targets must be real numbers", str(y.dtype))
+        y = y.astype(np.float32)
+        if not np.all(np.isfinite(y)):
+            raise DataError(key, "regression targets contain NaN or Inf")
+        # One value per sample is a column of one: the model's output and the loss then have the same shape.
+        return y[:, np.newaxis] if y.ndim == 1 else y
     if len(y) == 0:
-        raise DataError(f"data.y_{split}", "is empty")
+        raise DataError(key, "is empty")
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:
-        raise DataError(
-            f"data.y_{split}", "class labels must be one integer class index per sample (or set data.task)", y.shape
-        )
+        raise DataError(key, "class labels must be one integer class index per sample (or set data.task)", y.shape)
     if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating) or y.dtype == bool):
         # Text or complex labels: the integrality test below cannot even be asked of them.
-        raise DataError(f"data.y_{split}", "labels must be integer class indices", y.flat[0].item())
+        raise DataError(key, "labels must be integer class indices", y.flat[0].item())
     if not (y.dtype == bool or _integral(y)):
-        raise DataError(f"data.y_{split}", "labels must be integer class indices", _first_bad(y))
+        # Floats that are not all integral: the first that is not (NaN and Inf included).
+        raise DataError(key, "labels must be integer class indices", float(y[~np.isfinite(y) | (y != np.round(y))][0]))
     if y.min() < 0:
-        raise DataError(f"data.y_{split}", "labels must be >= 0", int(y.min()))
+        raise DataError(key, "labels must be >= 0", int(y.min()))
     if y.max() > _MAX_CLASSES:
-        raise DataError(f"data.y_{split}", f"labels must be class indices below {_MAX_CLASSES:,}", int(y.max()))
+        raise DataError(key, f"labels must be class indices below {_MAX_CLASSES:,}", int(y.max()))
+    if task is Task.BINARY and y.max() > 1:
+        raise DataError(key, "binary labels must be 0 or 1 (or set data.task: classification)", int(y.max()))
     return y.astype(np.int32)
-
-
-def _binary_labels(split: str, y: np.ndarray) -> np.ndarray:
-    y = _class_indices(split, y)
-    if y.max() > 1:
-        raise DataError(
-            f"data.y_{split}", "binary labels must be 0 or 1 (or set data.task: classification)", int(y.max())
-        )
-    return y
-
-
-def _next_tokens(split: str, y: np.ndarray) -> np.ndarray:
-    if y.ndim != 2 or not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
-        raise DataError(f"data.y_{split}", "next-token targets must be one row of token ids >= 0 per sample", y.shape)
-    return y.astype(np.int32)
-
-
-def _multi_hot(split: str, y: np.ndarray) -> np.ndarray:
-    if y.ndim != 2 or not _real(y):
-        hint = " (for one 0/1 label per sample use data.task: binary)" if y.ndim == 1 else ""
-        raise DataError(
-            f"data.y_{split}", f"multi-label targets must be one row of 0/1 values per sample{hint}", y.shape
-        )
-    if not np.isin(y, (0, 1)).all():
-        raise DataError(f"data.y_{split}", "multi-label targets must be 0 or 1", float(y[~np.isin(y, (0, 1))][0]))
-    return y.astype(np.float32)
-
-
-def _values(split: str, y: np.ndarray) -> np.ndarray:
-    if not _real(y):
-        raise DataError(f"data.y_{split}", "regression targets must be real numbers", str(y.dtype))
-    y = y.astype(np.float32)
-    if not np.all(np.isfinite(y)):
-        raise DataError(f"data.y_{split}", "regression targets contain NaN or Inf")
-    # One value per sample is a column of one: the model's output and the loss then have the same shape.
-    return y[:, np.newaxis] if y.ndim == 1 else y
-
-
-_TARGET_CHECKS: dict[Task, Callable[[str, np.ndarray], np.ndarray]] = {
-    Task.CLASSIFICATION: _class_indices,
-    Task.BINARY: _binary_labels,
-    Task.MULTI_LABEL: _multi_hot,
-    Task.REGRESSION: _values,
-    Task.CAUSAL_LM: _next_tokens,
-}
 
 
 def _real(y: np.ndarray) -> bool:
@@ -344,8 +363,3 @@ def _integral(y: np.ndarray) -> bool:
     if np.issubdtype(y.dtype, np.integer):
         return True
     return bool(np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y)))
-
-
-def _first_bad(y: np.ndarray) -> float:
-    bad = y[~np.isfinite(y) | (y != np.round(y))]
-    return float(bad[0]) if len(bad) else float(y[0])
