@@ -1,9 +1,8 @@
 """``data.augment``: Keras image preprocessing layers, applied per sample in the feeder, training only.
 
-Each sample's draw is a function of the seed, the epoch and the sample's index alone (a stateless seed folded from
-the three), so subdivided and plain training, and a resumed run, see the same samples, whatever batch they land in.
-The result keeps the stored dtype. Validation applies the layers in inference mode, where a layer that changes the
-size (``random_crop``) is followed by a crop of the centre: Keras' own ``RandomCrop`` would pass the image whole.
+Each sample's draw is a stateless seed folded from the seed, the epoch and the sample's index alone, so subdivided,
+plain and resumed training see the same samples. Validation applies the layers in inference mode, where a layer
+that changes the size is followed by a centre crop: Keras' own ``RandomCrop`` would pass the image whole.
 """
 
 from __future__ import annotations
@@ -95,8 +94,7 @@ def _output_shape(layer: Any, shape: tuple[int, ...], path: str, name: str) -> t
     """The shape ``layer`` turns samples of ``shape`` into.
 
     Raises:
-        ConfigError: the image is smaller than a crop, the layer refuses the shape, or it does not draw from
-            the seed it is given (its draws would then change from run to run).
+        ConfigError: the image is smaller than a crop, the layer refuses the shape, or it ignores its seed.
     """
     height, width = shape[0], shape[1]
     wanted = (getattr(layer, "height", None), getattr(layer, "width", None))

@@ -1,9 +1,7 @@
-"""A dataset: a source's splits checked, the task their targets pose, the validation split, ``data.cache`` and
-``training.class_weight``.
+"""A dataset: a source's splits checked for their task, the validation split, ``data.cache`` and class weights.
 
-Samples keep a compact dtype (uint8 stays uint8, other numbers become float32); targets become int32 class indices,
-float32 0/1 rows (multi_label) or float32 value columns (regression). Shuffling and splitting depend on ``seed`` and
-the epoch alone, never on the batch size or the subdivisions. No TensorFlow here but where ``data.cache`` decodes.
+Splitting depends on ``seed`` alone, never on the batch size or the subdivisions. No TensorFlow here but where
+``data.cache`` decodes.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import numpy as np
 from accumrun.data.section import DataSection
 from accumrun.data.source import epoch_order as epoch_order  # tests read the order from here
 from accumrun.data.sources import SOURCES
-from accumrun.data.splits import ArraySplit, Split, Splits, hold_out, seeded_hold_out
+from accumrun.data.splits import ArraySplit, Split, Splits, hold_out
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
 
@@ -27,7 +25,8 @@ _MAX_CLASSES = 1_000_000
 
 @dataclass(frozen=True)
 class Dataset:
-    """The training and (optional) validation splits, checked, and the task their targets pose."""
+    """The training and (optional) validation splits, checked, and the task their targets pose. ``class_names``,
+    ``skipped``, ``features`` and ``vocabulary_size`` are the source's (:class:`~accumrun.data.splits.Splits`)."""
 
     name: str
     train: Split
@@ -36,16 +35,11 @@ class Dataset:
     classes: int | None
     """Classes (classification), labels (multi_label) or token ids (causal_lm); None for regression."""
     class_names: list[str] | None = None
-    """The classes' names in output order, where the source names them."""
     scale: float = 1.0
-    """What ``rescale: auto`` multiplies raw samples by: 1/255 for uint8, 1/65535 for uint16, the source's own
-    for digits, else 1."""
+    """What ``rescale: auto`` multiplies raw samples by: the source's own, else 1/255 (uint8), 1/65535 (uint16) or 1."""
     skipped: int = 0
-    """Files the source passed over because they are not images."""
     features: list[str] | None = None
-    """A table's feature columns, in the model's order (``features.json``)."""
     vocabulary_size: int | None = None
-    """For token ids: the tokenizer's number of ids, which an embedding needs."""
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -71,8 +65,7 @@ class Dataset:
 
     @property
     def labels(self) -> list[str] | None:
-        """The outputs' names as ``labels.json`` records them (the class names, or the indices as text); None for
-        regression and a language model."""
+        """The outputs' names (``labels.json``): class names or indices; None for regression and a language model."""
         if self.classes is None or self.task is Task.CAUSAL_LM:
             return None
         return self.class_names if self.class_names is not None else [str(i) for i in range(self.classes)]
@@ -111,10 +104,7 @@ class Dataset:
 
 
 def load_dataset(config: DataSection, seed: int) -> Dataset:
-    """Load the configured dataset, settle its task and split off the validation data.
-
-    With ``data.cache``, file splits come back cached (:mod:`accumrun.data.cache`); a text table's and a corpus's
-    loaders read ``data.cache`` themselves.
+    """Load the configured dataset, settle its task, split off the validation data and apply ``data.cache``.
 
     Raises:
         DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or
@@ -166,9 +156,8 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
 
 
 def per_class(setting: dict[str, float] | Literal["balanced"], dataset: Dataset) -> np.ndarray:
-    """Each class's ``training.class_weight``, in class-index order: ``balanced`` is scikit-learn's n_samples /
-    (n_classes * count) over the training split, n_classes counting the classes it holds; a class it lacks keeps
-    1.0, as does a class the mapping leaves out.
+    """Each class's ``training.class_weight``, by class index: ``balanced`` is scikit-learn's n_samples / (n_classes *
+    count) over the classes the training split holds; any other class keeps 1.0.
 
     Raises:
         ConfigError: the targets are not class labels, or the mapping names a class the data does not have.
@@ -194,8 +183,7 @@ def per_class(setting: dict[str, float] | Literal["balanced"], dataset: Dataset)
 
 
 def with_class_weights(dataset: Dataset, setting: dict[str, float] | Literal["balanced"] | None) -> Dataset:
-    """``dataset`` with its training samples weighted by their classes' weights (itself without a setting). As
-    Keras' ``class_weight``, they weight the training split alone, never validation or ``evaluate``.
+    """``dataset`` with its training samples (alone, as Keras' ``class_weight``) weighted by their classes' weights.
 
     Raises:
         ConfigError: see :func:`per_class`.
@@ -207,8 +195,7 @@ def with_class_weights(dataset: Dataset, setting: dict[str, float] | Literal["ba
 
 
 def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int) -> tuple[Split, Split | None, str]:
-    """The checked training and validation splits (``data.validation_path``, the source's test split or a hold-out
-    of ``validation_split``), and what the validation samples are called in errors."""
+    """The checked training and validation splits, and what the validation samples are called in errors."""
     tokens = splits.vocabulary_size is not None
     train = _checked("train", splits.train, task, tokens)
     held_out = "validation" if config.validation_file else "test"
@@ -218,10 +205,8 @@ def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int
             raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
         return train, _checked(held_out, splits.test, task, tokens), held_out
     if config.validation_split > 0:
-        # A corpus's windows and a table's rows are numbered in their files' order, streamed or held: the same
-        # hold-out either way.
-        seeded = seeded_hold_out(config.shuffle, files=train.labelled_files)
-        kept, held = hold_out(train.size, config.validation_split, seed, seeded)
+        # Windows and rows are numbered in their files' order, streamed or held: the same hold-out either way.
+        kept, held = hold_out(train.size, config.validation_split, seed, config.shuffle, files=train.labelled_files)
         return train.subset(kept), train.subset(held), held_out
     return train, None, held_out
 
@@ -276,8 +261,7 @@ def infer_task(y: np.ndarray) -> Task:
 
 
 def _checked(name: str, split: Split, task: Task, tokens: bool) -> Split:
-    """Validate one split's targets for the task; arrays but ``tokens`` (int32 ids, which an embedding takes as
-    they are) also get compact samples."""
+    """One split with its targets checked for the task; arrays (but token ids) also get compact samples."""
     held = split.in_memory
     if held is None:  # a corpus's windows keep their targets, their own token ids, in the token file
         return split.with_targets(lambda y: _checked_targets(task, name, np.asarray(y)))
@@ -344,7 +328,6 @@ def _checked_targets(task: Task, split: str, y: np.ndarray) -> np.ndarray:
         # Text or complex labels: the integrality test below cannot even be asked of them.
         raise DataError(key, "labels must be integer class indices", y.flat[0].item())
     if not (y.dtype == bool or _integral(y)):
-        # Floats that are not all integral: the first that is not (NaN and Inf included).
         raise DataError(key, "labels must be integer class indices", float(y[~np.isfinite(y) | (y != np.round(y))][0]))
     if y.min() < 0:
         raise DataError(key, "labels must be >= 0", int(y.min()))

@@ -1,7 +1,6 @@
 """``data.name: image_folder``: one subfolder per class, as ``keras.utils.image_dataset_from_directory`` reads.
 
-Only the listing happens at startup: the files are decoded as they stream (:mod:`accumrun.data.files`), so a folder
-bigger than memory trains. Class names are the sorted subfolder names; other files than images are counted.
+The files are listed at startup and decoded as they stream, so a folder bigger than memory trains.
 """
 
 from __future__ import annotations

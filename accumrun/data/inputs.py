@@ -1,8 +1,7 @@
-"""What ``accumrun predict`` reads: image files and folders of them, ``.npz`` files with ``x``, text files and CSV
-tables, as splits stored the way the run's own were, each sample named for the output.
+"""What ``accumrun predict`` reads, as splits stored the way the run's own were, each sample named for the output.
 
-Files are decoded or tokenized by the training pipeline's own functions; arrays and tables are checked here against
-the shape the model takes, so that a wrong input is one clear error, not a failure deep inside the model.
+Arrays and tables are checked here against the shape the model takes: a wrong input is one clear error, not a
+failure deep inside the model.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ from accumrun.errors import DataError
 
 @dataclass(frozen=True)
 class InputKind:
-    """What the model takes: one sample's shape and dtype, and whether it reads image files, text files (with the
-    run's ``tokenizer``) or a table's feature columns."""
+    """What the model takes: a sample's shape and dtype, and whether it reads images, text or a table's features."""
 
     sample_shape: tuple[int, ...]
     dtype: np.dtype
@@ -54,8 +52,8 @@ class InputGroup:
 
 def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -> list[InputGroup]:
     """The samples of ``paths``, in order: consecutive image files make one group, each folder, ``.npz`` or CSV
-    another. Rows are named by their index (or a CSV's ``id_column``), prefixed by the file when several are given.
-    A text file is one sample, or with ``lines`` each of its lines that holds more than spaces, named ``PATH:LINE``.
+    another. Rows are named by index (or ``id_column``), prefixed by the file when several are given. A text file is
+    one sample, or with ``lines`` each line that holds more than spaces, named ``PATH:LINE``.
 
     Raises:
         DataError: a path is missing or of a kind the run does not take, an array or table has the wrong shape
@@ -106,8 +104,7 @@ def _image_group(paths: list[str], kind: InputKind) -> InputGroup:
 
 
 def _text_group(paths: list[str], tokenizer: Tokenizer, sample_shape: tuple[int, ...], lines: bool) -> InputGroup:
-    """Text files, each one sample (or each line one, with ``lines``), tokenized as the run's training texts were:
-    whole files when they stream (checked here), lines here.
+    """Text files, each one sample (or each line one, with ``lines``), tokenized as the run's training texts were.
 
     Raises:
         DataError: a file is not UTF-8 or is empty, or with ``lines`` holds no line of text.
@@ -138,29 +135,27 @@ def _rows(given: str, x: np.ndarray, prefix: bool, ids: list[str] | None = None)
 
 
 def _npz(path: Path, kind: InputKind) -> np.ndarray:
-    """The ``x`` array, checked against the model's sample shape and brought to its dtype, which must hold its
-    values exactly where it is an integer type (uint8 images, digits' counts)."""
+    """The ``x`` array, checked against the model's sample shape and brought exactly to its dtype."""
+    where = str(path)
     try:
         with np.load(path) as archive:
             if "x" not in archive:
-                raise DataError(str(path), f"has no array 'x'; it has {sorted(archive.files)}")
+                raise DataError(where, f"has no array 'x'; it has {sorted(archive.files)}")
             x = archive["x"]
     except (OSError, ValueError) as error:
-        raise DataError(str(path), f"cannot read it as .npz: {error}") from None
+        raise DataError(where, f"cannot read it as .npz: {error}") from None
     if x.ndim == 0 or len(x) == 0:
-        raise DataError(str(path), "x holds no samples")
+        raise DataError(where, "x holds no samples")
     if (*x.shape[1:], 1) == kind.sample_shape:  # grayscale images stored without their channel axis
         x = x[..., np.newaxis]
     if tuple(x.shape[1:]) != kind.sample_shape:
-        raise DataError(
-            str(path), f"x holds samples of shape {tuple(x.shape[1:])}; the model takes {kind.sample_shape}"
-        )
+        raise DataError(where, f"x holds samples of shape {tuple(x.shape[1:])}; the model takes {kind.sample_shape}")
     if not np.issubdtype(x.dtype, np.number):
-        raise DataError(str(path), f"x is {x.dtype.name}, not numbers")
+        raise DataError(where, f"x is {x.dtype.name}, not numbers")
     converted = x.astype(kind.dtype)
     if np.issubdtype(kind.dtype, np.integer) and not np.array_equal(converted, x):
         raise DataError(
-            str(path),
+            where,
             f"x is {x.dtype.name} with values that {kind.dtype.name} cannot hold; give the samples as the run's "
             f"source stores them ({kind.dtype.name})",
         )

@@ -1,9 +1,8 @@
 """Arrays held for the whole run: a batch is a gather of rows where the data already lives.
 
 A split of arrays in memory, without augmentation, is made a tensor once: on the device for training and validation
-(which then cross to it once per run, not once per batch), in host memory for the one-off passes (evaluate, predict,
-BatchNorm's statistics). An epoch's batches are gathers in the epoch's order, as every other reader's. On a GPU,
-arrays larger than :data:`DEVICE_LIMIT` stay in host memory: the device's memory is for the activations first.
+(crossing once per run, not once per batch), in host memory for the one-off passes. An epoch's batches are gathers
+in the epoch's order, as every other reader's.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from accumrun.data.source import epoch_order
 from accumrun.data.splits import ArraySplit
 
 DEVICE_LIMIT = 2**30
-"""The most bytes of arrays a GPU holds for the run; larger arrays stay in host memory."""
+"""The most bytes of arrays a GPU holds for the run; larger arrays stay in host memory (activations come first)."""
 
 
 class ResidentArrays:

@@ -1,6 +1,5 @@
 """What a loader gives (:class:`Splits`), and the rules that cut and weight a split: the validation hold-out and
-``data.weight``. Each kind of split is a :class:`~accumrun.data.source.Source` in its own module; arrays in memory
-are an :class:`ArraySplit`.
+``data.weight``. Each kind of split is a :class:`~accumrun.data.source.Source`; arrays in memory, an ArraySplit.
 """
 
 from __future__ import annotations
@@ -18,16 +17,10 @@ Split = Source
 """One split of a dataset, as a source gives it (or ``data.cache`` keeps it)."""
 
 
-def seeded_hold_out(shuffle: bool, files: bool) -> bool:
-    """Whether the validation hold-out is drawn by the seed: with ``data.shuffle``, and always for a split of files
-    (they are listed class by class, so their tail would be the last class)."""
-    return shuffle or files
-
-
-def hold_out(size: int, fraction: float, seed: int, shuffle: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The indices that ``validation_split: fraction`` keeps for training and holds out: a seeded permutation's
-    tail (without ``shuffle``, the samples' own tail, as Keras takes it). A learned vocabulary reads this rule too,
-    so it learns from exactly the training samples.
+def hold_out(size: int, fraction: float, seed: int, shuffle: bool, files: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The indices that ``validation_split: fraction`` keeps for training and holds out: the tail of a permutation
+    drawn by the seed with ``data.shuffle``, and always for ``files`` (listed class by class, their tail would be the
+    last class); else the samples' own tail, as Keras takes it. A learned vocabulary reads this rule too.
 
     Raises:
         DataError: the fraction holds out no sample.
@@ -35,15 +28,13 @@ def hold_out(size: int, fraction: float, seed: int, shuffle: bool) -> tuple[np.n
     count = round(size * fraction)
     if count == 0:
         raise DataError("data.validation_split", f"leaves no validation sample out of {size}", fraction)
-    order = np.random.default_rng(seed).permutation(size) if shuffle else np.arange(size)
+    order = np.random.default_rng(seed).permutation(size) if shuffle or files else np.arange(size)
     return order[: size - count], order[size - count :]
 
 
 def checked_weights(w: np.ndarray, where: str, samples: int) -> np.ndarray:
-    """``data.weight`` as float32, one weight per sample; ``where`` says where it was read (for the message).
-
-    It weights every split that has it, so the validation loss is weighted as Keras weights ``validation_data=(x, y,
-    sample_weight)``.
+    """``data.weight`` as float32, one weight per sample; ``where`` says where it was read (for the message). It
+    weights every split, validation too, as Keras weights ``validation_data=(x, y, sample_weight)``.
 
     Raises:
         DataError: ``w`` is not one real number per sample, or holds a negative, NaN or Inf weight.
@@ -71,10 +62,9 @@ class Splits:
     skipped: int = 0
     """Files passed over because they are not images."""
     scale: float | None = None
-    """What ``rescale: auto`` multiplies the raw samples by, where the source knows (digits' counts of 0..16);
-    None leaves it to the dtype."""
+    """What ``rescale: auto`` multiplies raw samples by, where the source knows (digits' counts of 0..16)."""
     features: list[str] | None = None
-    """A table's feature columns, in the order the model takes them."""
+    """A table's feature columns, in the order the model takes them (``features.json``)."""
     vocabulary_size: int | None = None
     """For token ids (a text source): how many ids the tokenizer has, padding's 0 among them."""
     task: Task | None = None
