@@ -91,11 +91,8 @@ class Augmentation:
 
 
 def _output_shape(layer: Any, shape: tuple[int, ...], path: str, name: str) -> tuple[int, ...]:
-    """The shape ``layer`` turns samples of ``shape`` into.
-
-    Raises:
-        ConfigError: the image is smaller than a crop, the layer refuses the shape, or it ignores its seed.
-    """
+    """The shape ``layer`` turns samples of ``shape`` into; a ConfigError where the image is smaller than a crop,
+    or the layer refuses the shape or ignores its seed."""
     height, width = shape[0], shape[1]
     wanted = (getattr(layer, "height", None), getattr(layer, "width", None))
     if isinstance(wanted[0], int) and isinstance(wanted[1], int) and (wanted[0] > height or wanted[1] > width):

@@ -94,13 +94,11 @@ class Dataset:
         if self.task is Task.BINARY:
             negative, positive = self.labels or ["0", "1"]
             return f"2 classes (binary: {negative}, {positive})"
-        if self.task is Task.CLASSIFICATION:
-            return f"{self.classes} classes"
-        if self.task is Task.MULTI_LABEL:
-            return f"{self.classes} labels (multi-label)"
-        if self.task is Task.CAUSAL_LM:
-            return f"next tokens of {self.classes} ids"
-        return f"regression targets of shape {self.target_shape}"
+        return {
+            Task.CLASSIFICATION: f"{self.classes} classes",
+            Task.MULTI_LABEL: f"{self.classes} labels (multi-label)",
+            Task.CAUSAL_LM: f"next tokens of {self.classes} ids",
+        }.get(self.task, f"regression targets of shape {self.target_shape}")
 
 
 def load_dataset(config: DataSection, seed: int) -> Dataset:
@@ -183,11 +181,8 @@ def per_class(setting: dict[str, float] | Literal["balanced"], dataset: Dataset)
 
 
 def with_class_weights(dataset: Dataset, setting: dict[str, float] | Literal["balanced"] | None) -> Dataset:
-    """``dataset`` with its training samples (alone, as Keras' ``class_weight``) weighted by their classes' weights.
-
-    Raises:
-        ConfigError: see :func:`per_class`.
-    """
+    """``dataset`` with its training samples (alone, as Keras' ``class_weight``) weighted by their classes' weights;
+    raises as :func:`per_class`."""
     if setting is None:
         return dataset
     weights = per_class(setting, dataset).astype(np.float32)
@@ -218,13 +213,9 @@ def _classes(splits: Splits, task: Task, train: Split, val: Split | None) -> int
     if task is Task.CLASSIFICATION:
         labels = train.labels if val is None else np.concatenate([train.labels, val.labels])
         return max(int(labels.max()) + 1, 2)
-    if task is Task.BINARY:
-        return 2
     if task is Task.MULTI_LABEL:
         return int(train.target_shape[0])
-    if task is Task.CAUSAL_LM:
-        return splits.vocabulary_size
-    return None
+    return {Task.BINARY: 2, Task.CAUSAL_LM: splits.vocabulary_size}.get(task)
 
 
 def _task(config: DataSection, splits: Splits) -> Task:
@@ -268,10 +259,9 @@ def _checked(name: str, split: Split, task: Task, tokens: bool) -> Split:
     x, y = np.asarray(held.x), np.asarray(held.y)
     if x.ndim < 2:
         raise DataError(f"data.x_{name}", "needs one row per sample (at least 2 dimensions)", x.shape)
-    if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
-        raise DataError(f"data.x_{name}", "samples must be numeric", str(x.dtype))
-    if np.issubdtype(x.dtype, np.complexfloating):
-        raise DataError(f"data.x_{name}", "samples must be real numbers", str(x.dtype))
+    if not _real(x):
+        kind = "real numbers" if np.issubdtype(x.dtype, np.complexfloating) else "numeric"
+        raise DataError(f"data.x_{name}", f"samples must be {kind}", str(x.dtype))
     if len(x) != len(y):
         raise DataError(f"data.y_{name}", f"has {len(y)} labels for {len(x)} samples")
     if len(y) == 0:
@@ -324,7 +314,7 @@ def _checked_targets(task: Task, split: str, y: np.ndarray) -> np.ndarray:
         y = y[:, 0]
     if y.ndim != 1:
         raise DataError(key, "class labels must be one integer class index per sample (or set data.task)", y.shape)
-    if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating) or y.dtype == bool):
+    if not _real(y):
         # Text or complex labels: the integrality test below cannot even be asked of them.
         raise DataError(key, "labels must be integer class indices", y.flat[0].item())
     if not (y.dtype == bool or _integral(y)):
@@ -343,6 +333,5 @@ def _real(y: np.ndarray) -> bool:
 
 
 def _integral(y: np.ndarray) -> bool:
-    if np.issubdtype(y.dtype, np.integer):
-        return True
-    return bool(np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y)))
+    """Whether real (not bool) numbers ``y`` are all integers."""
+    return np.issubdtype(y.dtype, np.integer) or bool(np.all(np.isfinite(y)) and np.all(y == np.round(y)))

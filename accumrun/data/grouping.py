@@ -1,10 +1,9 @@
 """Length grouping for bucketed padding (``data.bucket``): each batch's samples in the order of their length.
 
-Bucketed padding cuts each sub-batch to its longest real sequence, and in a random order nearly every sub-batch
-holds a full-length one. Sorting each batch by real length (ids that are not padding, 0) before it is cut into
-sub-batches lets the short ones be cut short. Which samples form each batch does not change, so neither does the
-update; only each sample's row within its batch moves (and with it dropout's draws, :mod:`accumrun.core.draws`).
-The grouping is part of the epoch's order, so every way a batch reaches the step (resumed too) sees it alike.
+Bucketed padding cuts each sub-batch to its longest real sequence (ids that are not padding, 0); sorted by that
+length before it is cut into sub-batches, a batch's short sequences are cut short. Which samples form each batch,
+and so the update, does not change; only each sample's row (and its dropout draws) does. The grouping is part of
+the epoch's order, so every way a batch reaches the step (resumed too) sees it alike.
 """
 
 from __future__ import annotations

@@ -104,11 +104,8 @@ def _image_group(paths: list[str], kind: InputKind) -> InputGroup:
 
 
 def _text_group(paths: list[str], tokenizer: Tokenizer, sample_shape: tuple[int, ...], lines: bool) -> InputGroup:
-    """Text files, each one sample (or each line one, with ``lines``), tokenized as the run's training texts were.
-
-    Raises:
-        DataError: a file is not UTF-8 or is empty, or with ``lines`` holds no line of text.
-    """
+    """Text files, each one sample (or each line one, with ``lines``), tokenized as the run's training texts were;
+    a DataError where a file is not UTF-8, is empty, or with ``lines`` holds no line of text."""
     (length,) = sample_shape
     if not lines:
         for path in paths:
