@@ -1,7 +1,7 @@
 """A dataset: a source's splits checked for their task, the validation split, ``data.cache`` and class weights.
 
-Splitting depends on ``seed`` alone, never on the batch size or the subdivisions. No TensorFlow here but where
-``data.cache`` decodes.
+Shuffling and splitting depend on ``seed`` (and the epoch) alone, never on the batch size or the subdivisions. No
+TensorFlow here but where ``data.cache`` decodes.
 """
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ from accumrun.data.splits import ArraySplit, Split, Splits, hold_out
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
 
+_CLASS_WEIGHT = "training.class_weight"
 # Far beyond any classifier head this tool builds, and well inside int32, to which labels are cast.
 _MAX_CLASSES = 1_000_000
+_COMPACT = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
+_FULL_SCALE = {np.dtype(np.uint8): 1 / 255, np.dtype(np.uint16): 1 / 65535}
+"""What ``rescale: auto`` multiplies unsigned integers by: their full range to [0, 1]."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,19 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         )
     if task is Task.BINARY and splits.class_names is not None and len(splits.class_names) != 2:
         raise DataError("data", f"binary needs two classes; the source has {len(splits.class_names)}", task.value)
-    train, val, held_out = _validated_splits(config, splits, task, seed)
+    tokens = splits.vocabulary_size is not None
+    train = _checked("train", splits.train, task, tokens)
+    val: Split | None = None
+    held_out = "validation" if config.validation_file else "test"
+    # The loaders give data.validation_path as the test split.
+    if (config.validation_file and splits.test is not None) or config.validation_split == "test":
+        if splits.test is None:
+            raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
+        val = _checked(held_out, splits.test, task, tokens)
+    elif config.validation_split > 0:
+        # Windows and rows are numbered in their files' order, streamed or held: the same hold-out either way.
+        kept, held = hold_out(train.size, config.validation_split, seed, config.shuffle, files=train.labelled_files)
+        train, val = train.subset(kept), train.subset(held)
     if train.size == 0:
         raise DataError("data", "no training samples are left after the validation split", splits.train.size)
     if val is not None:
@@ -162,7 +178,7 @@ def per_class(setting: dict[str, float] | Literal["balanced"], dataset: Dataset)
     """
     names = dataset.labels
     if names is None or dataset.target_shape != ():
-        raise ConfigError("training.class_weight", f"needs class labels; the targets are {dataset.describe_targets()}")
+        raise ConfigError(_CLASS_WEIGHT, f"needs class labels; the targets are {dataset.describe_targets()}")
     weights = np.ones(len(names), np.float64)
     if setting == "balanced":
         counts = np.bincount(dataset.train.labels, minlength=len(names))
@@ -172,9 +188,7 @@ def per_class(setting: dict[str, float] | Literal["balanced"], dataset: Dataset)
     unknown = [name for name in setting if name not in names]
     if unknown:
         shown = names if len(names) <= 10 else [*names[:10], "..."]
-        raise ConfigError(
-            "training.class_weight", f"names no class {unknown[0]!r}; the classes are {shown}", unknown[0]
-        )
+        raise ConfigError(_CLASS_WEIGHT, f"names no class {unknown[0]!r}; the classes are {shown}", unknown[0])
     for name, weight in setting.items():
         weights[names.index(name)] = weight
     return weights
@@ -187,23 +201,6 @@ def with_class_weights(dataset: Dataset, setting: dict[str, float] | Literal["ba
         return dataset
     weights = per_class(setting, dataset).astype(np.float32)
     return dataclasses.replace(dataset, train=dataset.train.with_weights(weights[dataset.train.labels]))
-
-
-def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int) -> tuple[Split, Split | None, str]:
-    """The checked training and validation splits, and what the validation samples are called in errors."""
-    tokens = splits.vocabulary_size is not None
-    train = _checked("train", splits.train, task, tokens)
-    held_out = "validation" if config.validation_file else "test"
-    # The loaders give data.validation_path as the test split.
-    if (config.validation_file and splits.test is not None) or config.validation_split == "test":
-        if splits.test is None:
-            raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
-        return train, _checked(held_out, splits.test, task, tokens), held_out
-    if config.validation_split > 0:
-        # Windows and rows are numbered in their files' order, streamed or held: the same hold-out either way.
-        kept, held = hold_out(train.size, config.validation_split, seed, config.shuffle, files=train.labelled_files)
-        return train.subset(kept), train.subset(held), held_out
-    return train, None, held_out
 
 
 def _classes(splits: Splits, task: Task, train: Split, val: Split | None) -> int | None:
@@ -279,11 +276,6 @@ def _checked(name: str, split: Split, task: Task, tokens: bool) -> Split:
         if x.ndim == 3:
             x = x[..., np.newaxis]
     return ArraySplit(x, y, held.w)
-
-
-_COMPACT = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
-_FULL_SCALE = {np.dtype(np.uint8): 1 / 255, np.dtype(np.uint16): 1 / 65535}
-"""What ``rescale: auto`` multiplies unsigned integers by: their full range to [0, 1]."""
 
 
 def _checked_targets(task: Task, split: str, y: np.ndarray) -> np.ndarray:

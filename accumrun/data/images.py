@@ -74,8 +74,7 @@ def list_image_folder(folder: Path, key: str, config: ImageFolderConfig) -> tupl
         noun = "folder" if len(empty) == 1 else "folders"
         shown = ", ".join(f"{name}/" for name in empty)
         raise DataError(key, f"class {noun} {shown} {'holds' if len(empty) == 1 else 'hold'} no images", str(folder))
-    files = ImageFiles(np.array(paths), np.array(labels, dtype=np.int32), config.size, config.channels)
-    return files, classes, skipped
+    return ImageFiles(np.array(paths), np.array(labels, dtype=np.int32), config.size, config.channels), classes, skipped
 
 
 def _names(names: list[str]) -> str:
