@@ -41,8 +41,7 @@ class Augmentation:
         """Build the layers and check that they take samples of ``sample_shape``.
 
         Raises:
-            ConfigError: an unknown layer (with the closest name), a keyword it does not take, a sample that is
-                not an image, or an image too small for it.
+            ConfigError: an unknown layer or keyword, a sample that is not an image, or an image too small for it.
         """
         if len(sample_shape) != 3:
             raise ConfigError("data.augment", "image layers need image samples (height, width, channels)", sample_shape)
@@ -55,8 +54,8 @@ class Augmentation:
             and hasattr(cls, "transform_images")
             and normalized(name) not in _BATCH_ONLY
         }
-        self.layers: list[Any] = []
-        self._centre_crops: list[keras.layers.CenterCrop | None] = []
+        # Each layer, and the centre crop that follows it in inference mode where it changes the size.
+        self._layers: list[tuple[Any, keras.layers.CenterCrop | None]] = []
         shape: tuple[int, ...] = sample_shape
         for position, entry in enumerate(entries):
             path = f"data.augment[{position}]"
@@ -67,9 +66,7 @@ class Augmentation:
             except (TypeError, ValueError) as error:
                 raise ConfigError(path, f"{cls.__name__}: {error}", entry.name) from None
             trained = _output_shape(layer, shape, path, entry.name)
-            # Validation must see the trained size (see the module's description).
-            self._centre_crops.append(keras.layers.CenterCrop(*trained[:2]) if trained != shape else None)
-            self.layers.append(layer)
+            self._layers.append((layer, keras.layers.CenterCrop(*trained[:2]) if trained != shape else None))
             shape = trained
         self.dtype = tf.as_dtype(dtype)
         self.output_shape: tuple[int, ...] = shape
@@ -79,7 +76,7 @@ class Augmentation:
         """Sample ``x`` (number ``index``) augmented as drawn for ``(seed, epoch, index)``, in the stored dtype."""
         sample_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, epoch], tf.int64), index)
         image = x[tf.newaxis]  # a batch of one: some layers take batches only; the draws are the sample's own
-        for position, (layer, centre_crop) in enumerate(zip(self.layers, self._centre_crops, strict=True)):
+        for position, (layer, centre_crop) in enumerate(self._layers):
             layer_seed = _SampleSeed(tf.random.experimental.stateless_fold_in(sample_seed, position))
             transformation = layer.get_random_transformation(image, training=training, seed=layer_seed)
             image = layer.transform_images(image, transformation, training=training)

@@ -109,10 +109,8 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     """Load the configured dataset, settle its task, split off the validation data and apply ``data.cache``.
 
     Raises:
-        DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or
-            ``data.cache_dir`` cannot be written.
-        ConfigError: ``validation_split: test`` for a source without a test split, or a task that the source's
-            labels cannot pose.
+        DataError: a file is missing or malformed, the samples do not fit the task, or the cache cannot be written.
+        ConfigError: ``validation_split: test`` without a test split, or a task that the source cannot pose.
     """
     splits = SOURCES[config.name].load(config, seed)
     task = _task(config, splits)

@@ -27,8 +27,7 @@ def load_image_folder(config: ImageFolderConfig, seed: int) -> Splits:
     """The files under ``data.path`` (and ``data.validation_path``, with the same classes), by class, then by path.
 
     Raises:
-        DataError: a folder is missing or empty, has fewer than two classes or no images, or the two folders'
-            classes differ.
+        DataError: a folder is missing, has fewer than two classes or a class without images, or their classes differ.
     """
     train, names, skipped = list_image_folder(Path(config.path), "data.path", config)
     test = None

@@ -56,8 +56,7 @@ def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -
     one sample, or with ``lines`` each line that holds more than spaces, named ``PATH:LINE``.
 
     Raises:
-        DataError: a path is missing or of a kind the run does not take, an array or table has the wrong shape
-            or columns, or a folder holds no images.
+        DataError: a path is missing or of a kind the run does not take, or its samples are not the run's.
     """
     groups: list[InputGroup] = []
     images: list[str] = []
