@@ -52,7 +52,7 @@ class Dataset:
 
     @property
     def dtype(self) -> np.dtype:
-        """The samples' stored dtype: uint8 for images, float32 otherwise."""
+        """The samples' stored dtype: uint8 for images, int32 for token ids, else float32 or a small integer type."""
         return self.train.dtype
 
     @property
@@ -263,8 +263,7 @@ def _checked(name: str, split: Split, task: Task, tokens: bool) -> Split:
         raise DataError(f"data.x_{name}", "is empty")
     y = _checked_targets(task, name, y)
     if not tokens:
-        # Integers of one or two bytes keep their dtype (a quarter or half of float32's memory; cast on the
-        # device), bool becomes uint8, any other number float32.
+        # Integers of one or two bytes keep their dtype (a quarter or half of float32's memory; cast on the device).
         if x.dtype == bool:
             x = x.astype(np.uint8)
         elif x.dtype not in _COMPACT:

@@ -30,17 +30,16 @@ def load_image_folder(config: ImageFolderConfig, seed: int) -> Splits:
         DataError: a folder is missing, has fewer than two classes or a class without images, or their classes differ.
     """
     train, names, skipped = list_image_folder(Path(config.path), "data.path", config)
-    test = None
-    if config.validation_path:
-        test, val_names, val_skipped = list_image_folder(Path(config.validation_path), "data.validation_path", config)
-        if val_names != names:
-            raise DataError(
-                "data.validation_path",
-                f"has classes {_names(val_names)}, data.path has {_names(names)}; they must be the same",
-                config.validation_path,
-            )
-        skipped += val_skipped
-    return Splits(train, test, class_names=names, skipped=skipped)
+    if not config.validation_path:
+        return Splits(train, class_names=names, skipped=skipped)
+    test, val_names, val_skipped = list_image_folder(Path(config.validation_path), "data.validation_path", config)
+    if val_names != names:
+        raise DataError(
+            "data.validation_path",
+            f"has classes {_names(val_names)}, data.path has {_names(names)}; they must be the same",
+            config.validation_path,
+        )
+    return Splits(train, test, class_names=names, skipped=skipped + val_skipped)
 
 
 def list_image_folder(folder: Path, key: str, config: ImageFolderConfig) -> tuple[ImageFiles, list[str], int]:

@@ -56,7 +56,7 @@ def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -
     one sample, or with ``lines`` each line that holds more than spaces, named ``PATH:LINE``.
 
     Raises:
-        DataError: a path is missing or of a kind the run does not take, or its samples are not the run's.
+        DataError: a path is missing or of a kind the run does not take, or holds no samples the model takes.
     """
     groups: list[InputGroup] = []
     images: list[str] = []
@@ -131,7 +131,7 @@ def _rows(given: str, x: np.ndarray, prefix: bool, ids: list[str] | None = None)
 
 
 def _npz(path: Path, kind: InputKind) -> np.ndarray:
-    """The ``x`` array, checked against the model's sample shape and brought exactly to its dtype."""
+    """The ``x`` array, checked against the model's sample shape and brought to its dtype (exactly, if integer)."""
     where = str(path)
     try:
         with np.load(path) as archive:
