@@ -21,7 +21,8 @@ from accumrun.config.schema import data_config
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
-from accumrun.data.splits import ArraySplit, TextFiles
+from accumrun.data.files import TextFiles
+from accumrun.data.splits import ArraySplit
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
 from accumrun.errors import DataError, Interrupted
 from accumrun.kinds import CacheMode

@@ -16,8 +16,7 @@ import pytest
 from accumrun import load_config, train
 from accumrun.config.schema import data_config
 from accumrun.core.targets import unweighted, weights_of
-from accumrun.data.class_weights import with_class_weights
-from accumrun.data.dataset import load_dataset
+from accumrun.data.dataset import load_dataset, with_class_weights
 from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
 from accumrun.data.rows import TextRows

@@ -19,8 +19,7 @@ from accumrun.config.schema import data_config
 from accumrun.core.losses import Objective, sparse_categorical_crossentropy
 from accumrun.core.step import make_train_step
 from accumrun.core.targets import Weighted
-from accumrun.data.class_weights import per_class, with_class_weights
-from accumrun.data.dataset import load_dataset
+from accumrun.data.dataset import load_dataset, per_class, with_class_weights
 from accumrun.data.examples import write_image_folder, write_tfrecords
 from accumrun.errors import DataError
 from accumrun.reports.evaluate import evaluate_run

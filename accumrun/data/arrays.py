@@ -14,8 +14,7 @@ import numpy as np
 from pydantic import Field
 
 from accumrun.data.section import DataSection, SampleWeights
-from accumrun.data.splits import ArraySplit, Splits
-from accumrun.data.weights import checked_weights
+from accumrun.data.splits import ArraySplit, Splits, checked_weights
 from accumrun.errors import DataError
 from accumrun.kinds import Task
 

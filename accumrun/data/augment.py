@@ -1,13 +1,8 @@
 """``data.augment``: Keras image preprocessing layers, applied per sample in the feeder, training only.
 
-Each sample's draw is a function of the run's seed, the 0-based epoch and the sample's index alone: the layer
-gets a stateless seed folded from those three, so subdivided and plain training, and a resumed run, see the
-same augmented samples, and the draw never depends on the batch a sample lands in. The result is cast back to
-the stored dtype (uint8 images stay one byte per value until the model's input layers).
-
-Validation, and everything that scores the model, applies the same layers in inference mode: most are then the
-identity. A layer that changes the size (``random_crop``) is followed there by a crop of the centre to the size
-it trains at, so every path sees the trained size (Keras' own ``RandomCrop`` passes the image through whole).
+Each sample's draw is a stateless seed folded from the seed, the epoch and the sample's index alone, so subdivided,
+plain and resumed training see the same samples. Validation applies the layers in inference mode, where a layer
+that changes the size is followed by a centre crop: Keras' own ``RandomCrop`` would pass the image whole.
 """
 
 from __future__ import annotations
@@ -26,24 +21,9 @@ from accumrun.lookup import check_keywords, find, normalized
 _BATCH_ONLY = {"mixup", "cutmix"}
 
 
-def image_layers() -> dict[str, type]:
-    """The Keras layers that transform one image with a random draw, by normalized name."""
-    return {
-        normalized(name): cls
-        for name, cls in vars(keras.layers).items()
-        if isinstance(cls, type)
-        and hasattr(cls, "get_random_transformation")
-        and hasattr(cls, "transform_images")
-        and normalized(name) not in _BATCH_ONLY
-    }
-
-
 class _SampleSeed(keras.random.SeedGenerator):
-    """A seed generator whose draws are fixed by one stateless seed: the n-th draw is ``seed`` folded with n.
-
-    Keras' image layers take a ``SeedGenerator`` for their random draws; this one holds no state, so a draw
-    depends on the sample's seed alone. Successive draws differ (a crop's row and column offsets are two).
-    """
+    """A stateless ``SeedGenerator`` for Keras' image layers: the n-th draw is ``seed`` folded with n, so draws
+    depend on the sample's seed alone, and successive ones differ (a crop's row and column offsets are two)."""
 
     def __init__(self, seed: tf.Tensor) -> None:  # no variable: nothing here is state
         self._sample_seed = seed
@@ -61,14 +41,21 @@ class Augmentation:
         """Build the layers and check that they take samples of ``sample_shape``.
 
         Raises:
-            ConfigError: an unknown layer (with the closest name), a keyword it does not take, a sample that is
-                not an image, or an image too small for it.
+            ConfigError: an unknown layer or keyword, a sample that is not an image, or an image too small for it.
         """
         if len(sample_shape) != 3:
             raise ConfigError("data.augment", "image layers need image samples (height, width, channels)", sample_shape)
-        known = image_layers()
-        self.layers: list[Any] = []
-        self._centre_crops: list[keras.layers.CenterCrop | None] = []
+        # The layers that transform one image with a random draw, by normalized name.
+        known = {
+            normalized(name): cls
+            for name, cls in vars(keras.layers).items()
+            if isinstance(cls, type)
+            and hasattr(cls, "get_random_transformation")
+            and hasattr(cls, "transform_images")
+            and normalized(name) not in _BATCH_ONLY
+        }
+        # Each layer, and the centre crop that follows it in inference mode where it changes the size.
+        self._layers: list[tuple[Any, keras.layers.CenterCrop | None]] = []
         shape: tuple[int, ...] = sample_shape
         for position, entry in enumerate(entries):
             path = f"data.augment[{position}]"
@@ -79,10 +66,7 @@ class Augmentation:
             except (TypeError, ValueError) as error:
                 raise ConfigError(path, f"{cls.__name__}: {error}", entry.name) from None
             trained = _output_shape(layer, shape, path, entry.name)
-            # Keras' RandomCrop passes images through whole in inference mode; validation must see the trained
-            # size, so a layer that changes the size is followed there by a crop of the centre to that size.
-            self._centre_crops.append(keras.layers.CenterCrop(*trained[:2]) if trained != shape else None)
-            self.layers.append(layer)
+            self._layers.append((layer, keras.layers.CenterCrop(*trained[:2]) if trained != shape else None))
             shape = trained
         self.dtype = tf.as_dtype(dtype)
         self.output_shape: tuple[int, ...] = shape
@@ -92,28 +76,20 @@ class Augmentation:
         """Sample ``x`` (number ``index``) augmented as drawn for ``(seed, epoch, index)``, in the stored dtype."""
         sample_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, epoch], tf.int64), index)
         image = x[tf.newaxis]  # a batch of one: some layers take batches only; the draws are the sample's own
-        for position, (layer, centre_crop) in enumerate(zip(self.layers, self._centre_crops, strict=True)):
+        for position, (layer, centre_crop) in enumerate(self._layers):
             layer_seed = _SampleSeed(tf.random.experimental.stateless_fold_in(sample_seed, position))
             transformation = layer.get_random_transformation(image, training=training, seed=layer_seed)
             image = layer.transform_images(image, transformation, training=training)
             if not training and centre_crop is not None:
                 image = centre_crop(image)
-        return _stored(image[0], self.dtype)
-
-
-def _stored(image: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
-    if dtype.is_integer:
-        return tf.cast(tf.clip_by_value(tf.round(image), dtype.min, dtype.max), dtype)
-    return tf.cast(image, dtype)
+        if self.dtype.is_integer:
+            return tf.cast(tf.clip_by_value(tf.round(image[0]), self.dtype.min, self.dtype.max), self.dtype)
+        return tf.cast(image[0], self.dtype)
 
 
 def _output_shape(layer: Any, shape: tuple[int, ...], path: str, name: str) -> tuple[int, ...]:
-    """The shape ``layer`` turns samples of ``shape`` into.
-
-    Raises:
-        ConfigError: the image is smaller than a crop, the layer refuses the shape, or it does not draw from
-            the seed it is given (its draws would then change from run to run).
-    """
+    """The shape ``layer`` turns samples of ``shape`` into; a ConfigError where the image is smaller than a crop,
+    or the layer refuses the shape or ignores its seed."""
     height, width = shape[0], shape[1]
     wanted = (getattr(layer, "height", None), getattr(layer, "width", None))
     if isinstance(wanted[0], int) and isinstance(wanted[1], int) and (wanted[0] > height or wanted[1] > width):

@@ -1,55 +1,49 @@
-"""A dataset: a source's splits checked, the task their targets pose, the validation split, and ``data.cache``
-applied; :func:`epoch_order`, the per-epoch sample order, is :mod:`accumrun.data.splits`' own, read from here too.
+"""A dataset: a source's splits checked for their task, the validation split, ``data.cache`` and class weights.
 
-Samples keep a compact dtype: uint8 stays uint8, other numbers become float32 (files are read as they stream, as
-uint8 images). Targets become int32 class indices (classification; 0 or 1 for binary), float32 0/1 rows
-(multi_label) or float32 values of at least one column (regression). Shuffling and splitting depend on ``seed``
-(and the epoch) alone, never on the batch size or the subdivisions, so runs that differ only in those see the same
-data in the same order. No TensorFlow here (but where ``data.cache`` decodes): the file sources list and count their
-files without it.
+Shuffling and splitting depend on ``seed`` (and the epoch) alone, never on the batch size or the subdivisions. No
+TensorFlow here but where ``data.cache`` decodes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from accumrun.data.section import DataSection
+from accumrun.data.source import epoch_order as epoch_order  # tests read the order from here
 from accumrun.data.sources import SOURCES
-from accumrun.data.splits import ArraySplit, Split, Splits, hold_out, seeded_hold_out
-from accumrun.data.splits import epoch_order as epoch_order  # tests read the order from here
+from accumrun.data.splits import ArraySplit, Split, Splits, hold_out
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
 
+_CLASS_WEIGHT = "training.class_weight"
 # Far beyond any classifier head this tool builds, and well inside int32, to which labels are cast.
 _MAX_CLASSES = 1_000_000
+_COMPACT = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
+_FULL_SCALE = {np.dtype(np.uint8): 1 / 255, np.dtype(np.uint16): 1 / 65535}
+"""What ``rescale: auto`` multiplies unsigned integers by: their full range to [0, 1]."""
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """The training and (optional) validation splits, checked, and the task their targets pose."""
+    """The training and (optional) validation splits, checked, and the task their targets pose. ``class_names``,
+    ``skipped``, ``features`` and ``vocabulary_size`` are the source's (:class:`~accumrun.data.splits.Splits`)."""
 
     name: str
     train: Split
     val: Split | None
     task: Task
     classes: int | None
-    """The number of classes (classification), labels (multi_label) or token ids (causal_lm: the next token is
-    one of them); None for regression."""
+    """Classes (classification), labels (multi_label) or token ids (causal_lm); None for regression."""
     class_names: list[str] | None = None
-    """The classes' names in output order, where the source names them."""
     scale: float = 1.0
-    """What ``rescale: auto`` multiplies raw samples by: 1/255 for uint8, 1/65535 for uint16, the source's own
-    for digits, else 1."""
+    """What ``rescale: auto`` multiplies raw samples by: the source's own, else 1/255 (uint8), 1/65535 (uint16) or 1."""
     skipped: int = 0
-    """Files the source passed over because they are not images."""
     features: list[str] | None = None
-    """A table's feature columns, in the order the model takes them (``features.json``)."""
     vocabulary_size: int | None = None
-    """For token ids (a text source): the tokenizer's number of ids, which an embedding needs."""
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -58,7 +52,7 @@ class Dataset:
 
     @property
     def dtype(self) -> np.dtype:
-        """The samples' stored dtype: uint8 for images, float32 otherwise."""
+        """The samples' stored dtype: uint8 for images, int32 for token ids, else float32 or a small integer type."""
         return self.train.dtype
 
     @property
@@ -68,16 +62,14 @@ class Dataset:
 
     @property
     def outputs(self) -> int:
-        """How many outputs a model needs: one per class or label, one per target value; binary needs one, the
-        probability of class 1."""
+        """How many outputs a model needs: one per class, label or target value; binary needs one, P(class 1)."""
         if self.task is Task.BINARY:
             return 1
         return self.classes if self.classes is not None else int(np.prod(self.target_shape))
 
     @property
     def labels(self) -> list[str] | None:
-        """The names of the outputs for classification and multi-label, as ``labels.json`` records them: the
-        source's class names, or the class indices as text; None for regression and a language model."""
+        """The outputs' names (``labels.json``): class names or indices; None for regression and a language model."""
         if self.classes is None or self.task is Task.CAUSAL_LM:
             return None
         return self.class_names if self.class_names is not None else [str(i) for i in range(self.classes)]
@@ -92,46 +84,33 @@ class Dataset:
 
     @property
     def streamed(self) -> bool:
-        """Whether the samples are read as they are needed (files, a text table's rows, a cache's files, a corpus's
-        token file) rather than arrays in memory."""
+        """Whether the samples are read as they are needed rather than held as arrays in memory."""
         return self.train.streamed
 
     def settled_by_output(self, width: int | None) -> Dataset:
-        """``task: auto``'s last word, once the model is built: two classes and a model of one output unit (of
-        ``width``) pose a binary task; anything else stays as it was read."""
+        """``task: auto``'s last word: two classes and a model of one output unit pose a binary task."""
         if self.task is Task.CLASSIFICATION and self.classes == 2 and width == 1:
             return dataclasses.replace(self, task=Task.BINARY)
         return self
 
     def describe_targets(self) -> str:
-        """``10 classes``, ``2 classes (binary: cat, dog)``, ``5 labels (multi-label)`` or ``regression targets of
-        shape (3,)``."""
+        """``10 classes``, ``2 classes (binary: cat, dog)``, ``5 labels (multi-label)`` and the like."""
         if self.task is Task.BINARY:
             negative, positive = self.labels or ["0", "1"]
             return f"2 classes (binary: {negative}, {positive})"
-        if self.task is Task.CLASSIFICATION:
-            return f"{self.classes} classes"
-        if self.task is Task.MULTI_LABEL:
-            return f"{self.classes} labels (multi-label)"
-        if self.task is Task.CAUSAL_LM:
-            return f"next tokens of {self.classes} ids"
-        return f"regression targets of shape {self.target_shape}"
+        return {
+            Task.CLASSIFICATION: f"{self.classes} classes",
+            Task.MULTI_LABEL: f"{self.classes} labels (multi-label)",
+            Task.CAUSAL_LM: f"next tokens of {self.classes} ids",
+        }.get(self.task, f"regression targets of shape {self.target_shape}")
 
 
 def load_dataset(config: DataSection, seed: int) -> Dataset:
-    """Load the configured dataset, settle its task and split off the validation data.
-
-    With ``data.cache``, each image split comes back with its decoded images kept, each text split as its token
-    ids (see :mod:`accumrun.data.cache`); a text table's and a text corpus's loaders read ``data.cache``
-    themselves (a table tokenizes at load, or streams its rows; a corpus's windows come from its token file with
-    ``disk``, :mod:`accumrun.data.corpus`). A learned vocabulary (``data.tokenizer.vocabulary_size``) is settled
-    first, by :func:`accumrun.data.vocabulary.settle_vocabulary`.
+    """Load the configured dataset, settle its task, split off the validation data and apply ``data.cache``.
 
     Raises:
-        DataError: a file is missing or malformed, the samples are inconsistent or do not fit the task, or
-            ``data.cache_dir`` cannot be written.
-        ConfigError: ``validation_split: test`` for a source without a test split, or a task that the source's
-            labels cannot pose.
+        DataError: a file is missing or malformed, the samples do not fit the task, or the cache cannot be written.
+        ConfigError: ``validation_split: test`` without a test split, or a task that the source cannot pose.
     """
     splits = SOURCES[config.name].load(config, seed)
     task = _task(config, splits)
@@ -143,17 +122,28 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         )
     if task is Task.BINARY and splits.class_names is not None and len(splits.class_names) != 2:
         raise DataError("data", f"binary needs two classes; the source has {len(splits.class_names)}", task.value)
-    train, val, held_out = _validated_splits(config, splits, task, seed)
+    tokens = splits.vocabulary_size is not None
+    train = _checked("train", splits.train, task, tokens)
+    val: Split | None = None
+    held_out = "validation" if config.validation_file else "test"
+    # The loaders give data.validation_path as the test split.
+    if (config.validation_file and splits.test is not None) or config.validation_split == "test":
+        if splits.test is None:
+            raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
+        val = _checked(held_out, splits.test, task, tokens)
+    elif config.validation_split > 0:
+        # Windows and rows are numbered in their files' order, streamed or held: the same hold-out either way.
+        kept, held = hold_out(train.size, config.validation_split, seed, config.shuffle, files=train.labelled_files)
+        train, val = train.subset(kept), train.subset(held)
     if train.size == 0:
         raise DataError("data", "no training samples are left after the validation split", splits.train.size)
-    if val is not None and val.sample_shape != train.sample_shape:
-        raise DataError(
-            "data", f"{held_out} samples have shape {val.sample_shape}, training samples {train.sample_shape}"
-        )
-    if val is not None and val.target_shape != train.target_shape:
-        raise DataError(
-            "data", f"{held_out} targets have shape {val.target_shape}, training targets {train.target_shape}"
-        )
+    if val is not None:
+        for what, got, wanted in (
+            ("samples", val.sample_shape, train.sample_shape),
+            ("targets", val.target_shape, train.target_shape),
+        ):
+            if got != wanted:
+                raise DataError("data", f"{held_out} {what} have shape {got}, training {what} {wanted}")
     classes = _classes(splits, task, train, val)
     mode, cache_dir = config.cache_wrapper
     if mode is not CacheMode.NONE and train.keys is not None:
@@ -177,57 +167,54 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     )
 
 
-def _validated_splits(config: DataSection, splits: Splits, task: Task, seed: int) -> tuple[Split, Split | None, str]:
-    """The training split and the validation split (``data.validation_path``, the source's test split or a
-    hold-out of ``validation_split``), each checked for the task, and what the validation samples are called in
-    errors.
+def per_class(setting: dict[str, float] | Literal["balanced"], dataset: Dataset) -> np.ndarray:
+    """Each class's ``training.class_weight``, by class index: ``balanced`` is scikit-learn's n_samples / (n_classes *
+    count) over the classes the training split holds; any other class keeps 1.0.
 
     Raises:
-        ConfigError: ``validation_split: test`` for a source without a test split.
-        DataError: the targets do not fit the task, or the hold-out leaves no validation sample.
+        ConfigError: the targets are not class labels, or the mapping names a class the data does not have.
     """
-    tokens = splits.vocabulary_size is not None
-    train = _checked("train", splits.train, task, tokens)
-    validation_file = bool(config.validation_file)
-    held_out = "validation" if validation_file else "test"
-    if validation_file and splits.test is not None:  # the loaders give data.validation_path as the test split
-        return train, _checked(held_out, splits.test, task, tokens), held_out
-    if config.validation_split == "test":
-        if splits.test is None:
-            raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
-        return train, _checked(held_out, splits.test, task, tokens), held_out
-    if config.validation_split > 0:
-        # A corpus's windows and a table's rows are numbered in their files' order, streamed or held: the same
-        # hold-out either way.
-        seeded = seeded_hold_out(config.shuffle, files=train.labelled_files)
-        train, val = _split_off_validation(train, config.validation_split, seed, seeded)
-        return train, val, held_out
-    return train, None, held_out
+    names = dataset.labels
+    if names is None or dataset.target_shape != ():
+        raise ConfigError(_CLASS_WEIGHT, f"needs class labels; the targets are {dataset.describe_targets()}")
+    weights = np.ones(len(names), np.float64)
+    if setting == "balanced":
+        counts = np.bincount(dataset.train.labels, minlength=len(names))
+        present = counts > 0
+        weights[present] = dataset.train_size / (present.sum() * counts[present])
+        return weights
+    unknown = [name for name in setting if name not in names]
+    if unknown:
+        shown = names if len(names) <= 10 else [*names[:10], "..."]
+        raise ConfigError(_CLASS_WEIGHT, f"names no class {unknown[0]!r}; the classes are {shown}", unknown[0])
+    for name, weight in setting.items():
+        weights[names.index(name)] = weight
+    return weights
+
+
+def with_class_weights(dataset: Dataset, setting: dict[str, float] | Literal["balanced"] | None) -> Dataset:
+    """``dataset`` with its training samples (alone, as Keras' ``class_weight``) weighted by their classes' weights;
+    raises as :func:`per_class`."""
+    if setting is None:
+        return dataset
+    weights = per_class(setting, dataset).astype(np.float32)
+    return dataclasses.replace(dataset, train=dataset.train.with_weights(weights[dataset.train.labels]))
 
 
 def _classes(splits: Splits, task: Task, train: Split, val: Split | None) -> int | None:
-    """How many outputs the targets name: the source's classes, the highest class index seen plus one, the labels
-    of a multi-label row, or the tokenizer's ids for a language model; None for regression."""
+    """How many outputs the targets name (classes, labels or token ids); None for regression."""
     if splits.class_names is not None:
         return len(splits.class_names)
     if task is Task.CLASSIFICATION:
         labels = train.labels if val is None else np.concatenate([train.labels, val.labels])
         return max(int(labels.max()) + 1, 2)
-    if task is Task.BINARY:
-        return 2
     if task is Task.MULTI_LABEL:
         return int(train.target_shape[0])
-    if task is Task.CAUSAL_LM:
-        return splits.vocabulary_size
-    return None
+    return {Task.BINARY: 2, Task.CAUSAL_LM: splits.vocabulary_size}.get(task)
 
 
 def _task(config: DataSection, splits: Splits) -> Task:
-    """The task ``data.task`` names, or for ``auto`` the one the source poses or its targets read as.
-
-    Raises:
-        ConfigError: a task that the source cannot pose: a corpus is for ``causal_lm``, and ``causal_lm`` needs one.
-    """
+    """The task ``data.task`` names, or for ``auto`` the one the source poses or its targets read as."""
     if config.task == "auto":
         return splits.task if splits.task is not None else infer_task(np.asarray(splits.train.labels))
     if splits.task is not None and config.task is not splits.task:
@@ -249,8 +236,7 @@ def _task(config: DataSection, splits: Splits) -> Task:
 def infer_task(y: np.ndarray) -> Task:
     """The task that targets ``y`` pose, for ``task: auto``: one integer per sample (or a column of them) is a
     class index; rows of several 0/1 values are multi-label; any other numbers are regression targets."""
-    numeric = np.issubdtype(y.dtype, np.number) and not np.issubdtype(y.dtype, np.complexfloating)
-    if not numeric and y.dtype != bool:
+    if not _real(y):
         return Task.CLASSIFICATION  # not numbers at all: _checked explains what class labels must be
     column = y[:, 0] if y.ndim == 2 and y.shape[1] == 1 else y
     if column.ndim == 1 and (y.dtype == bool or _integral(column)):
@@ -260,118 +246,75 @@ def infer_task(y: np.ndarray) -> Task:
     return Task.REGRESSION
 
 
-def _split_off_validation(split: Split, fraction: float, seed: int, shuffle: bool) -> tuple[Split, Split]:
-    kept, held = hold_out(split.size, fraction, seed, shuffle)
-    return split.subset(kept), split.subset(held)
-
-
-def _checked(name: str, split: Split, task: Task, tokens: bool = False) -> Split:
-    """Validate one split's targets for the task; arrays also get compact samples (see :func:`_compact`), but
-    ``tokens``, int32 token ids, which an embedding takes as they are."""
+def _checked(name: str, split: Split, task: Task, tokens: bool) -> Split:
+    """One split with its targets checked for the task; arrays (but token ids) also get compact samples."""
     held = split.in_memory
     if held is None:  # a corpus's windows keep their targets, their own token ids, in the token file
-        return split.with_targets(lambda y: _TARGET_CHECKS[task](name, np.asarray(y)))
+        return split.with_targets(lambda y: _checked_targets(task, name, np.asarray(y)))
     x, y = np.asarray(held.x), np.asarray(held.y)
     if x.ndim < 2:
         raise DataError(f"data.x_{name}", "needs one row per sample (at least 2 dimensions)", x.shape)
-    if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
-        raise DataError(f"data.x_{name}", "samples must be numeric", str(x.dtype))
-    if np.issubdtype(x.dtype, np.complexfloating):
-        raise DataError(f"data.x_{name}", "samples must be real numbers", str(x.dtype))
+    if not _real(x):
+        kind = "real numbers" if np.issubdtype(x.dtype, np.complexfloating) else "numeric"
+        raise DataError(f"data.x_{name}", f"samples must be {kind}", str(x.dtype))
     if len(x) != len(y):
         raise DataError(f"data.y_{name}", f"has {len(y)} labels for {len(x)} samples")
     if len(y) == 0:
         raise DataError(f"data.x_{name}", "is empty")
-    y = _TARGET_CHECKS[task](name, y)
-    if tokens:
-        return ArraySplit(x, y, held.w)
-    x = _compact(x)
-    if x.dtype == np.float32 and not np.all(np.isfinite(x)):
-        raise DataError(f"data.x_{name}", "samples contain NaN or Inf")
-    if x.ndim == 3:
-        x = x[..., np.newaxis]
+    y = _checked_targets(task, name, y)
+    if not tokens:
+        # Integers of one or two bytes keep their dtype (a quarter or half of float32's memory; cast on the device).
+        if x.dtype == bool:
+            x = x.astype(np.uint8)
+        elif x.dtype not in _COMPACT:
+            x = x.astype(np.float32, copy=False)
+        if x.dtype == np.float32 and not np.all(np.isfinite(x)):
+            raise DataError(f"data.x_{name}", "samples contain NaN or Inf")
+        if x.ndim == 3:
+            x = x[..., np.newaxis]
     return ArraySplit(x, y, held.w)
 
 
-def _compact(x: np.ndarray) -> np.ndarray:
-    """Integers of one or two bytes keep their dtype (a quarter or half of float32's memory; cast on the
-    device), bool becomes uint8, any other number becomes float32."""
-    if x.dtype in _COMPACT:
-        return x
-    if x.dtype == bool:
-        return x.astype(np.uint8)
-    return x.astype(np.float32, copy=False)
-
-
-_COMPACT = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
-_FULL_SCALE = {np.dtype(np.uint8): 1 / 255, np.dtype(np.uint16): 1 / 65535}
-"""What ``rescale: auto`` multiplies unsigned integers by: their full range to [0, 1]."""
-
-
-def _class_indices(split: str, y: np.ndarray) -> np.ndarray:
+def _checked_targets(task: Task, split: str, y: np.ndarray) -> np.ndarray:
+    """``y`` checked for the task, as int32 class indices or token ids, or float32 0/1 rows or values."""
+    key = f"data.y_{split}"
+    if task is Task.CAUSAL_LM:
+        if y.ndim != 2 or not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
+            raise DataError(key, "next-token targets must be one row of token ids >= 0 per sample", y.shape)
+        return y.astype(np.int32)
+    if task is Task.MULTI_LABEL:
+        if y.ndim != 2 or not _real(y):
+            hint = " (for one 0/1 label per sample use data.task: binary)" if y.ndim == 1 else ""
+            raise DataError(key, f"multi-label targets must be one row of 0/1 values per sample{hint}", y.shape)
+        if not np.isin(y, (0, 1)).all():
+            raise DataError(key, "multi-label targets must be 0 or 1", float(y[~np.isin(y, (0, 1))][0]))
+        return y.astype(np.float32)
+    if task is Task.REGRESSION:
+        if not _real(y):
+            raise DataError(key, "regression targets must be real numbers", str(y.dtype))
+        y = y.astype(np.float32)
+        if not np.all(np.isfinite(y)):
+            raise DataError(key, "regression targets contain NaN or Inf")
+        # One value per sample is a column of one: the model's output and the loss then have the same shape.
+        return y[:, np.newaxis] if y.ndim == 1 else y
     if len(y) == 0:
-        raise DataError(f"data.y_{split}", "is empty")
+        raise DataError(key, "is empty")
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:
-        raise DataError(
-            f"data.y_{split}", "class labels must be one integer class index per sample (or set data.task)", y.shape
-        )
-    if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating) or y.dtype == bool):
-        # Text or complex labels: the integrality test below cannot even be asked of them.
-        raise DataError(f"data.y_{split}", "labels must be integer class indices", y.flat[0].item())
-    if not (y.dtype == bool or _integral(y)):
-        raise DataError(f"data.y_{split}", "labels must be integer class indices", _first_bad(y))
-    if y.min() < 0:
-        raise DataError(f"data.y_{split}", "labels must be >= 0", int(y.min()))
-    if y.max() > _MAX_CLASSES:
-        raise DataError(f"data.y_{split}", f"labels must be class indices below {_MAX_CLASSES:,}", int(y.max()))
-    return y.astype(np.int32)
-
-
-def _binary_labels(split: str, y: np.ndarray) -> np.ndarray:
-    y = _class_indices(split, y)
-    if y.max() > 1:
-        raise DataError(
-            f"data.y_{split}", "binary labels must be 0 or 1 (or set data.task: classification)", int(y.max())
-        )
-    return y
-
-
-def _next_tokens(split: str, y: np.ndarray) -> np.ndarray:
-    if y.ndim != 2 or not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
-        raise DataError(f"data.y_{split}", "next-token targets must be one row of token ids >= 0 per sample", y.shape)
-    return y.astype(np.int32)
-
-
-def _multi_hot(split: str, y: np.ndarray) -> np.ndarray:
-    if y.ndim != 2 or not _real(y):
-        hint = " (for one 0/1 label per sample use data.task: binary)" if y.ndim == 1 else ""
-        raise DataError(
-            f"data.y_{split}", f"multi-label targets must be one row of 0/1 values per sample{hint}", y.shape
-        )
-    if not np.isin(y, (0, 1)).all():
-        raise DataError(f"data.y_{split}", "multi-label targets must be 0 or 1", float(y[~np.isin(y, (0, 1))][0]))
-    return y.astype(np.float32)
-
-
-def _values(split: str, y: np.ndarray) -> np.ndarray:
+        raise DataError(key, "class labels must be one integer class index per sample (or set data.task)", y.shape)
     if not _real(y):
-        raise DataError(f"data.y_{split}", "regression targets must be real numbers", str(y.dtype))
-    y = y.astype(np.float32)
-    if not np.all(np.isfinite(y)):
-        raise DataError(f"data.y_{split}", "regression targets contain NaN or Inf")
-    # One value per sample is a column of one: the model's output and the loss then have the same shape.
-    return y[:, np.newaxis] if y.ndim == 1 else y
-
-
-_TARGET_CHECKS: dict[Task, Callable[[str, np.ndarray], np.ndarray]] = {
-    Task.CLASSIFICATION: _class_indices,
-    Task.BINARY: _binary_labels,
-    Task.MULTI_LABEL: _multi_hot,
-    Task.REGRESSION: _values,
-    Task.CAUSAL_LM: _next_tokens,
-}
+        # Text or complex labels: the integrality test below cannot even be asked of them.
+        raise DataError(key, "labels must be integer class indices", y.flat[0].item())
+    if not (y.dtype == bool or _integral(y)):
+        raise DataError(key, "labels must be integer class indices", float(y[~np.isfinite(y) | (y != np.round(y))][0]))
+    if y.min() < 0:
+        raise DataError(key, "labels must be >= 0", int(y.min()))
+    if y.max() > _MAX_CLASSES:
+        raise DataError(key, f"labels must be class indices below {_MAX_CLASSES:,}", int(y.max()))
+    if task is Task.BINARY and y.max() > 1:
+        raise DataError(key, "binary labels must be 0 or 1 (or set data.task: classification)", int(y.max()))
+    return y.astype(np.int32)
 
 
 def _real(y: np.ndarray) -> bool:
@@ -379,11 +322,5 @@ def _real(y: np.ndarray) -> bool:
 
 
 def _integral(y: np.ndarray) -> bool:
-    if np.issubdtype(y.dtype, np.integer):
-        return True
-    return bool(np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y)))
-
-
-def _first_bad(y: np.ndarray) -> float:
-    bad = y[~np.isfinite(y) | (y != np.round(y))]
-    return float(bad[0]) if len(bad) else float(y[0])
+    """Whether real (not bool) numbers ``y`` are all integers."""
+    return np.issubdtype(y.dtype, np.integer) or bool(np.all(np.isfinite(y)) and np.all(y == np.round(y)))

@@ -1,17 +1,9 @@
-"""Length grouping for bucketed padding (``data.bucket``): the samples of each batch in the order of their length.
+"""Length grouping for bucketed padding (``data.bucket``): each batch's samples in the order of their length.
 
-Bucketed padding cuts each sub-batch of token ids to its longest real sequence. In the epoch's random order nearly
-every sub-batch holds one full-length sequence, so little is cut. With grouping, the samples *within each batch*
-are put in the order of their real length (their ids that are not padding, id 0), a stable sort that keeps ties in
-the epoch's order, before the batch is cut into sub-batches: each sub-batch then holds sequences of similar length,
-and the short ones are cut short.
-
-Which samples form each batch does not change: the epoch's order (a function of the seed and the epoch) still fixes
-it, so the update, a sum over the batch's samples, is the same with grouping or without. Only the row each sample
-takes within its batch moves, and with it what is keyed by row (dropout's draws, see
-:mod:`accumrun.core.draws`). The grouping is part of the order in which the samples are visited, so every way a
-batch reaches the step sees it alike: whole batches on the device, streamed sub-batches, the replicas' slices of a
-batch, and an epoch resumed after its first batches.
+Bucketed padding cuts each sub-batch to its longest real sequence (ids that are not padding, 0); sorted by that
+length before it is cut into sub-batches, a batch's short sequences are cut short. Which samples form each batch,
+and so the update, does not change; only each sample's row (and its dropout draws) does. The grouping is part of
+the epoch's order, so every way a batch reaches the step (resumed too) sees it alike.
 """
 
 from __future__ import annotations
@@ -23,10 +15,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class LengthGroups:
-    """Groups each of an epoch's batches (``batch_sizes``, in order) by the samples' real ``lengths``."""
+    """Groups each of an epoch's batches (``batch_sizes``, in order) by the samples' real ``lengths`` (by index)."""
 
     lengths: np.ndarray
-    """Each sample's real length, by its index in the split."""
     batch_sizes: tuple[int, ...]
     """The sample count of each batch of an epoch; samples past their sum (a dropped remainder) stay in order."""
 

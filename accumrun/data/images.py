@@ -1,8 +1,6 @@
 """``data.name: image_folder``: one subfolder per class, as ``keras.utils.image_dataset_from_directory`` reads.
 
-Listing the folder is all that happens at startup: the files are decoded as they stream (see
-:mod:`accumrun.data.files`), so a folder bigger than memory trains. Class names are the sorted subfolder names;
-a file whose extension is not an image's is passed over and counted.
+The files are listed at startup and decoded as they stream, so a folder bigger than memory trains.
 """
 
 from __future__ import annotations
@@ -12,8 +10,9 @@ from typing import Literal
 
 import numpy as np
 
+from accumrun.data.files import IMAGE_EXTENSIONS, ImageFiles
 from accumrun.data.section import FileSourceConfig, ImageSourceConfig
-from accumrun.data.splits import IMAGE_EXTENSIONS, ImageFiles, Splits
+from accumrun.data.splits import Splits
 from accumrun.errors import DataError
 
 
@@ -25,33 +24,25 @@ class ImageFolderConfig(FileSourceConfig, ImageSourceConfig):
 
 
 def load_image_folder(config: ImageFolderConfig, seed: int) -> Splits:
-    """The files under ``data.path`` (and ``data.validation_path``, with the same classes), listed in a stable
-    order: by class, then by path.
+    """The files under ``data.path`` (and ``data.validation_path``, with the same classes), by class, then by path.
 
     Raises:
-        DataError: a folder is missing or empty, has fewer than two classes or no images, or the two folders'
-            classes differ.
+        DataError: a folder is missing, has fewer than two classes or a class without images, or their classes differ.
     """
-    size = config.size
-    train, names, skipped = list_image_folder(Path(config.path), "data.path", size, config.channels)
-    test = None
-    if config.validation_path:
-        test, val_names, val_skipped = list_image_folder(
-            Path(config.validation_path), "data.validation_path", size, config.channels
+    train, names, skipped = list_image_folder(Path(config.path), "data.path", config)
+    if not config.validation_path:
+        return Splits(train, class_names=names, skipped=skipped)
+    test, val_names, val_skipped = list_image_folder(Path(config.validation_path), "data.validation_path", config)
+    if val_names != names:
+        raise DataError(
+            "data.validation_path",
+            f"has classes {_names(val_names)}, data.path has {_names(names)}; they must be the same",
+            config.validation_path,
         )
-        if val_names != names:
-            raise DataError(
-                "data.validation_path",
-                f"has classes {_names(val_names)}, data.path has {_names(names)}; they must be the same",
-                config.validation_path,
-            )
-        skipped += val_skipped
-    return Splits(train, test, class_names=names, skipped=skipped)
+    return Splits(train, test, class_names=names, skipped=skipped + val_skipped)
 
 
-def list_image_folder(
-    folder: Path, key: str, size: tuple[int, int], channels: int
-) -> tuple[ImageFiles, list[str], int]:
+def list_image_folder(folder: Path, key: str, config: ImageFolderConfig) -> tuple[ImageFiles, list[str], int]:
     """The images in ``folder``'s class subfolders, their class names and the count of other files skipped."""
     if not folder.exists():
         raise DataError(key, "folder not found", str(folder))
@@ -81,8 +72,7 @@ def list_image_folder(
         noun = "folder" if len(empty) == 1 else "folders"
         shown = ", ".join(f"{name}/" for name in empty)
         raise DataError(key, f"class {noun} {shown} {'holds' if len(empty) == 1 else 'hold'} no images", str(folder))
-    files = ImageFiles(np.array(paths), np.array(labels, dtype=np.int32), size, channels)
-    return files, classes, skipped
+    return ImageFiles(np.array(paths), np.array(labels, dtype=np.int32), config.size, config.channels), classes, skipped
 
 
 def _names(names: list[str]) -> str:

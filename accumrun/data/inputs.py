@@ -1,9 +1,7 @@
-"""What ``accumrun predict`` reads: image files and folders of them, ``.npz`` files with ``x``, and CSV tables,
-as splits of samples stored the way the run's own were, each sample named for the output.
+"""What ``accumrun predict`` reads, as splits stored the way the run's own were, each sample named for the output.
 
-Images are decoded and resized, and text files tokenized, by the training pipeline's own functions when they are
-read; arrays and tables are checked against the shape the model takes here, so that a wrong input is one clear
-error, not a failure deep inside the model.
+Arrays and tables are checked here against the shape the model takes: a wrong input is one clear error, not a
+failure deep inside the model.
 """
 
 from __future__ import annotations
@@ -14,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from accumrun.data.splits import IMAGE_EXTENSIONS, ArraySplit, ImageFiles, Split, TextFiles
+from accumrun.data.files import IMAGE_EXTENSIONS, ImageFiles, TextFiles
+from accumrun.data.splits import ArraySplit, Split
 from accumrun.data.tables import read_column, read_features
 from accumrun.data.text import read_text
 from accumrun.data.tokenizers import Tokenizer
@@ -23,8 +22,7 @@ from accumrun.errors import DataError
 
 @dataclass(frozen=True)
 class InputKind:
-    """What the model takes: one sample's shape and dtype, whether it reads image files (an image run) or text
-    files (a text run: its ``tokenizer``, to ``sample_shape``), and the feature columns of a table (a CSV run)."""
+    """What the model takes: a sample's shape and dtype, and whether it reads images, text or a table's features."""
 
     sample_shape: tuple[int, ...]
     dtype: np.dtype
@@ -54,13 +52,11 @@ class InputGroup:
 
 def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -> list[InputGroup]:
     """The samples of ``paths``, in order: consecutive image files make one group, each folder, ``.npz`` or CSV
-    another. Rows of an ``.npz`` or CSV are named by their index (a CSV's by its ``id_column`` where it has one),
-    prefixed by the file when several are given. A text file is one sample, or with ``lines`` each of its lines
-    that holds more than spaces, named ``PATH:LINE``.
+    another. Rows are named by index (or ``id_column``), prefixed by the file when several are given. A text file is
+    one sample, or with ``lines`` each line that holds more than spaces, named ``PATH:LINE``.
 
     Raises:
-        DataError: a path is missing or of a kind the run does not take, an array or table has the wrong shape
-            or columns, or a folder holds no images.
+        DataError: a path is missing or of a kind the run does not take, or holds no samples the model takes.
     """
     groups: list[InputGroup] = []
     images: list[str] = []
@@ -75,15 +71,16 @@ def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -
                 raise DataError(given, "holds no .txt files")
             groups.append(_text_group(files, kind.tokenizer, kind.sample_shape, lines))
             continue
-        if path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS:
-            _check_images(given, kind)
+        image_file = path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS
+        if (image_file or path.is_dir()) and not kind.images:
+            raise DataError(given, f"is an image or a folder; this run's model takes {kind.describe()}")
+        if image_file:
             images.append(given)
             continue
         if images:
             groups.append(_image_group(images, kind))
             images = []
         if path.is_dir():
-            _check_images(given, kind)
             found = sorted(str(p) for p in path.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
             if not found:
                 raise DataError(given, f"holds no images ({', '.join(IMAGE_EXTENSIONS)})")
@@ -100,39 +97,29 @@ def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -
     return groups
 
 
-def _check_images(given: str, kind: InputKind) -> None:
-    if not kind.images:
-        raise DataError(given, f"is an image or a folder; this run's model takes {kind.describe()}")
-
-
 def _image_group(paths: list[str], kind: InputKind) -> InputGroup:
     height, width, channels = kind.sample_shape
-    files = ImageFiles(np.array(paths), np.zeros(len(paths), np.int32), (height, width), channels)
-    return InputGroup(paths, files)
+    return InputGroup(paths, ImageFiles(np.array(paths), np.zeros(len(paths), np.int32), (height, width), channels))
 
 
 def _text_group(paths: list[str], tokenizer: Tokenizer, sample_shape: tuple[int, ...], lines: bool) -> InputGroup:
-    """Text files, each one sample (or each line one, with ``lines``), tokenized as the run's training texts were:
-    whole files stream as a text folder's do (checked here, tokenized when read), lines are tokenized here.
-
-    Raises:
-        DataError: a file is not UTF-8 or is empty, or with ``lines`` holds no line of text.
-    """
+    """Text files, each one sample (or each line one, with ``lines``), tokenized as the run's training texts were;
+    a DataError where a file is not UTF-8, is empty, or with ``lines`` holds no line of text."""
     (length,) = sample_shape
     if not lines:
         for path in paths:
             read_text(Path(path), path)
         return InputGroup(paths, TextFiles(np.array(paths), np.zeros(len(paths), np.int32), tokenizer, length))
-    names, texts = [], []
+    names: list[str] = []
+    texts: list[str] = []
     for path in paths:
         text = read_text(Path(path), path)
         # Lines end at "\n" alone (not at the other breaks str.splitlines knows), with a "\r" before it dropped.
-        numbered = [(f"{path}:{number}", line.removesuffix("\r")) for number, line in enumerate(text.split("\n"), 1)]
-        kept = [(name, line) for name, line in numbered if line.strip()]
+        kept = {f"{path}:{n}": line.removesuffix("\r") for n, line in enumerate(text.split("\n"), 1) if line.strip()}
         if not kept:
             raise DataError(path, "holds no line of text")
-        names += [name for name, _ in kept]
-        texts += [line for _, line in kept]
+        names += kept
+        texts += kept.values()
     return InputGroup(names, ArraySplit(tokenizer.encode(texts, length), np.zeros(len(texts), np.int32)))
 
 
@@ -144,29 +131,27 @@ def _rows(given: str, x: np.ndarray, prefix: bool, ids: list[str] | None = None)
 
 
 def _npz(path: Path, kind: InputKind) -> np.ndarray:
-    """The ``x`` array, checked against the model's sample shape and brought to its dtype; an integer input
-    (uint8 images, digits' counts) takes only values it can hold exactly, stored as integers or floats."""
+    """The ``x`` array, checked against the model's sample shape and brought to its dtype (exactly, if integer)."""
+    where = str(path)
     try:
         with np.load(path) as archive:
             if "x" not in archive:
-                raise DataError(str(path), f"has no array 'x'; it has {sorted(archive.files)}")
+                raise DataError(where, f"has no array 'x'; it has {sorted(archive.files)}")
             x = archive["x"]
     except (OSError, ValueError) as error:
-        raise DataError(str(path), f"cannot read it as .npz: {error}") from None
+        raise DataError(where, f"cannot read it as .npz: {error}") from None
     if x.ndim == 0 or len(x) == 0:
-        raise DataError(str(path), "x holds no samples")
+        raise DataError(where, "x holds no samples")
     if (*x.shape[1:], 1) == kind.sample_shape:  # grayscale images stored without their channel axis
         x = x[..., np.newaxis]
     if tuple(x.shape[1:]) != kind.sample_shape:
-        raise DataError(
-            str(path), f"x holds samples of shape {tuple(x.shape[1:])}; the model takes {kind.sample_shape}"
-        )
+        raise DataError(where, f"x holds samples of shape {tuple(x.shape[1:])}; the model takes {kind.sample_shape}")
     if not np.issubdtype(x.dtype, np.number):
-        raise DataError(str(path), f"x is {x.dtype.name}, not numbers")
+        raise DataError(where, f"x is {x.dtype.name}, not numbers")
     converted = x.astype(kind.dtype)
     if np.issubdtype(kind.dtype, np.integer) and not np.array_equal(converted, x):
         raise DataError(
-            str(path),
+            where,
             f"x is {x.dtype.name} with values that {kind.dtype.name} cannot hold; give the samples as the run's "
             f"source stores them ({kind.dtype.name})",
         )

@@ -17,8 +17,7 @@ from pydantic import Field
 from accumrun.data.files import decode_image
 from accumrun.data.section import FileSourceConfig, ImageSourceConfig, SampleWeights
 from accumrun.data.source import AUTOTUNE, EncodedImages, taken
-from accumrun.data.splits import Splits
-from accumrun.data.weights import checked_weights
+from accumrun.data.splits import Splits, checked_weights
 from accumrun.errors import DataError
 
 if TYPE_CHECKING:

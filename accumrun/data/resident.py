@@ -1,17 +1,8 @@
 """Arrays held for the whole run: a batch is a gather of rows where the data already lives.
 
-A split that is arrays in memory, without augmentation, is made a tensor once: on the device for training and
-validation, which cross to it once per run instead of once per batch, in host memory for the one-off passes
-(evaluate, predict, BatchNorm's population statistics). An epoch's batches are then
-gathers by the epoch's order (:func:`~accumrun.data.splits.epoch_order`, the same function of the seed and the
-epoch as every other reader's; for bucketed padding, each batch's samples then ordered by length, see
-:mod:`accumrun.data.grouping`), either one chunk at a time (:meth:`ResidentArrays.chunks`) or as the row
-indices of several batches that one compiled call gathers itself (:meth:`ResidentArrays.rows`). Nothing builds a
-``tf.data`` iterator per epoch.
-
-On a GPU, arrays larger than :data:`DEVICE_LIMIT` stay in host memory (the gathered batch then crosses, as any
-fed batch does): the device's memory is for the sub-batches' activations first. On a CPU the host memory is the
-device's.
+A split of arrays in memory, without augmentation, is made a tensor once: on the device for training and validation
+(crossing once per run, not once per batch), in host memory for the one-off passes. An epoch's batches are gathers
+in the epoch's order, as every other reader's.
 """
 
 from __future__ import annotations
@@ -23,26 +14,16 @@ import tensorflow as tf
 
 from accumrun.core.targets import Targets, as_targets, each
 from accumrun.data.grouping import LengthGroups
-from accumrun.data.splits import ArraySplit, epoch_order
+from accumrun.data.source import epoch_order
+from accumrun.data.splits import ArraySplit
 
 DEVICE_LIMIT = 2**30
-"""The most bytes of arrays a GPU holds for the run; larger arrays stay in host memory."""
-
-
-def _placement(split: ArraySplit, on_device: bool) -> str:
-    if on_device and tf.config.list_logical_devices("GPU") and _bytes(split) <= DEVICE_LIMIT:
-        return "/GPU:0"
-    return "/CPU:0"
-
-
-def _bytes(split: ArraySplit) -> int:
-    return split.x.nbytes + split.y.nbytes + (split.w.nbytes if split.w is not None else 0)
+"""The most bytes of arrays a GPU holds for the run; larger arrays stay in host memory (activations come first)."""
 
 
 class ResidentArrays:
     """A split's arrays as tensors, on the device when ``on_device`` (and they fit), served in chunks that start at
-    ``starts`` (an epoch's chunk boundaries, ``len(chunks) + 1`` of them) in the order of ``seed`` and each epoch,
-    each batch's samples ordered by their length when ``groups`` is given (see :mod:`accumrun.data.grouping`)."""
+    ``starts`` (``len(chunks) + 1`` boundaries) in each epoch's order, grouped by length with ``groups``."""
 
     def __init__(
         self,
@@ -55,7 +36,9 @@ class ResidentArrays:
         groups: LengthGroups | None = None,
     ) -> None:
         self.size = split.size
-        self.device = _placement(split, on_device)
+        nbytes = split.x.nbytes + split.y.nbytes + (split.w.nbytes if split.w is not None else 0)
+        on_gpu = on_device and tf.config.list_logical_devices("GPU") and nbytes <= DEVICE_LIMIT
+        self.device = "/GPU:0" if on_gpu else "/CPU:0"
         with tf.device(self.device):
             self.x = tf.identity(tf.constant(split.x))
             self.y: Targets = each(tf.identity, as_targets(split.y, split.w))
@@ -65,8 +48,7 @@ class ResidentArrays:
         self._order: tuple[int, np.ndarray] | None = None
 
     def order(self, epoch: int) -> np.ndarray:
-        """The epoch's order of the samples, each batch's grouped by length when asked (the last epoch's is kept:
-        consecutive calls ask for it again)."""
+        """The epoch's order of the samples (the last epoch's is kept: consecutive calls ask for it again)."""
         if self._order is None or self._order[0] != epoch:
             order = epoch_order(self.size, self._seed, epoch, self._shuffle)
             if self._groups is not None:
@@ -79,8 +61,7 @@ class ResidentArrays:
         return self.order(epoch)[self._starts[chunk] : self._starts[chunk + 1]]
 
     def chunks(self, epoch: int, skip: int = 0) -> Iterator[tuple[tf.Tensor, Targets]]:
-        """The chunks of ``epoch`` after the first ``skip``, each gathered on the device (targets with their
-        weights, when the split has weights)."""
+        """The chunks of ``epoch`` after the first ``skip``, each gathered on the device (targets with weights)."""
         for chunk in range(skip, len(self._starts) - 1):
             yield self._gathered(self.chunk_rows(epoch, chunk))
 

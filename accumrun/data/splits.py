@@ -1,12 +1,5 @@
-"""What a loader gives: arrays in memory (:class:`ArraySplit`, the kind every in-memory source is), the
-:class:`Splits` of a source, and the rules that cut them: the validation hold-out and (from
-:mod:`accumrun.data.source`) the order in which an epoch visits a split's samples. The other kinds of source live
-in their own modules (image and text files, :mod:`accumrun.data.files`; TFRecord, :mod:`accumrun.data.records`;
-a text table's rows, :mod:`accumrun.data.rows`; a corpus's windows, :mod:`accumrun.data.corpus`), each a
-:class:`~accumrun.data.source.Source`.
-
-Samples keep the dtype their source stores: uint8 images stay one byte per value on the host and cross to the
-device as such; the model's input layers cast and rescale them, one sub-batch at a time.
+"""What a loader gives (:class:`Splits`), and the rules that cut and weight a split: the validation hold-out and
+``data.weight``. Each kind of split is a :class:`~accumrun.data.source.Source`; arrays in memory, an ArraySplit.
 """
 
 from __future__ import annotations
@@ -15,12 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumrun.data.files import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS
-from accumrun.data.files import ImageFiles as ImageFiles
-from accumrun.data.files import TextFiles as TextFiles
 from accumrun.data.source import ArraySplit as ArraySplit
 from accumrun.data.source import Source
-from accumrun.data.source import epoch_order as epoch_order
 from accumrun.errors import DataError
 from accumrun.kinds import Task
 
@@ -28,17 +17,10 @@ Split = Source
 """One split of a dataset, as a source gives it (or ``data.cache`` keeps it)."""
 
 
-def seeded_hold_out(shuffle: bool, files: bool) -> bool:
-    """Whether the validation hold-out is drawn by the seed: with ``data.shuffle``, and always for a split of files
-    (they are listed class by class, so their tail would be the last class)."""
-    return shuffle or files
-
-
-def hold_out(size: int, fraction: float, seed: int, shuffle: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The indices of the samples that ``validation_split: fraction`` keeps for training and of those it holds out
-    for validation: a seeded permutation's tail (without ``shuffle``, the samples' own tail, as Keras'
-    ``validation_split`` takes). The one rule for the hold-out, which a learned vocabulary reads too, so it learns
-    from exactly the training samples.
+def hold_out(size: int, fraction: float, seed: int, shuffle: bool, files: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The indices that ``validation_split: fraction`` keeps for training and holds out: the tail of a permutation
+    drawn by the seed with ``data.shuffle``, and always for ``files`` (listed class by class, their tail would be the
+    last class); else the samples' own tail, as Keras takes it. A learned vocabulary reads this rule too.
 
     Raises:
         DataError: the fraction holds out no sample.
@@ -46,8 +28,27 @@ def hold_out(size: int, fraction: float, seed: int, shuffle: bool) -> tuple[np.n
     count = round(size * fraction)
     if count == 0:
         raise DataError("data.validation_split", f"leaves no validation sample out of {size}", fraction)
-    order = np.random.default_rng(seed).permutation(size) if shuffle else np.arange(size)
+    order = np.random.default_rng(seed).permutation(size) if shuffle or files else np.arange(size)
     return order[: size - count], order[size - count :]
+
+
+def checked_weights(w: np.ndarray, where: str, samples: int) -> np.ndarray:
+    """``data.weight`` as float32, one weight per sample; ``where`` says where it was read (for the message). It
+    weights every split, validation too, as Keras weights ``validation_data=(x, y, sample_weight)``.
+
+    Raises:
+        DataError: ``w`` is not one real number per sample, or holds a negative, NaN or Inf weight.
+    """
+    if w.ndim == 2 and w.shape[1] == 1:
+        w = w[:, 0]
+    if w.ndim != 1 or len(w) != samples:
+        raise DataError("data.weight", f"{where}: needs one weight per sample ({samples:,})", w.shape)
+    if not (np.issubdtype(w.dtype, np.integer) or np.issubdtype(w.dtype, np.floating)):
+        raise DataError("data.weight", f"{where}: weights must be real numbers", str(w.dtype))
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        raise DataError("data.weight", f"{where}: weights must be finite and >= 0", float(w[bad][0]))
+    return w.astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,10 @@ class Splits:
     skipped: int = 0
     """Files passed over because they are not images."""
     scale: float | None = None
-    """What ``rescale: auto`` multiplies the raw samples by, where the source knows (digits' counts of 0..16);
-    None leaves it to the dtype: 1/255 for uint8, nothing for floats."""
+    """What ``rescale: auto`` multiplies raw samples by, where the source knows (digits' counts of 0..16)."""
     features: list[str] | None = None
-    """A table's feature columns, in the order the model takes them."""
+    """A table's feature columns, in the order the model takes them (``features.json``)."""
     vocabulary_size: int | None = None
     """For token ids (a text source): how many ids the tokenizer has, padding's 0 among them."""
     task: Task | None = None
-    """The one task the source poses, where it poses only one (a text corpus: ``causal_lm``); None: read from the
-    targets."""
+    """The one task the source poses, where it poses only one (a text corpus: ``causal_lm``)."""

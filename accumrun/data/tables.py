@@ -25,11 +25,10 @@ from accumrun.data.section import (
     none_or_memory,
     refuse_image_keys,
 )
-from accumrun.data.splits import ArraySplit, Splits
+from accumrun.data.splits import ArraySplit, Splits, checked_weights
 from accumrun.data.text import TextSourceConfig
 from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
 from accumrun.data.tokenizers import text_input, tokenizer_for
-from accumrun.data.weights import checked_weights
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
 from accumrun.sections import words

@@ -16,8 +16,9 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from accumrun.data.corpus import CorpusWindows, corpus_windows, window_starts
+from accumrun.data.files import TextFiles
 from accumrun.data.section import DEFAULT_SEQUENCE_LENGTH, FileSourceConfig, none_or_memory, refuse_image_keys
-from accumrun.data.splits import ArraySplit, Splits, TextFiles
+from accumrun.data.splits import ArraySplit, Splits
 from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
 from accumrun.data.tokenizers import tokenizer_for
 from accumrun.errors import DataError

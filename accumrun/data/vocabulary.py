@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from accumrun.data.section import DataSection
-from accumrun.data.splits import hold_out, seeded_hold_out
+from accumrun.data.splits import hold_out
 from accumrun.data.tables import read_records, read_texts
 from accumrun.data.text import corpus_files, folder_files, read_text
 from accumrun.data.tokenizer_sections import WordPieceTokenizerConfig
@@ -52,8 +52,7 @@ def training_texts(data: DataSection, seed: int) -> list[str]:
         return texts
     # A text folder streams its files: load_dataset draws their hold-out seeded, whatever data.shuffle says. A
     # table's rows hold out by the table's rule, streamed or in memory.
-    seeded = seeded_hold_out(data.shuffle, files=data.labelled_files)
-    kept, _ = hold_out(len(texts), fraction, seed, seeded)
+    kept, _ = hold_out(len(texts), fraction, seed, data.shuffle, files=data.labelled_files)
     return [texts[i] for i in kept]
 
 

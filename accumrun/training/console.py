@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from accumrun.config.schema import Watched
 from accumrun.core.split import describe_plan, replica_sub_batch_sizes
-from accumrun.data.class_weights import per_class
+from accumrun.data.dataset import per_class
 from accumrun.data.vocabulary import learned_tokenizer
 from accumrun.rundir.layout import VOCABULARY_FILE
 from accumrun.rundir.metrics import EpochRow

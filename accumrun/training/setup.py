@@ -25,8 +25,7 @@ from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import StepSpec, TrainStep, make_train_step
 from accumrun.data.augment import Augmentation
-from accumrun.data.class_weights import with_class_weights
-from accumrun.data.dataset import Dataset, load_dataset
+from accumrun.data.dataset import Dataset, load_dataset, with_class_weights
 from accumrun.data.feeder import Feeder
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
