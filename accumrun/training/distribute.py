@@ -115,9 +115,8 @@ class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolv
 
 
 def slurm_resolver() -> tf.distribute.cluster_resolver.SlurmClusterResolver:
-    """The cluster of this Slurm job step: one worker per task, ports from 8888 on each node. On GPU nodes the
-    resolver counts the GPUs with ``nvidia-smi`` and gives each task its share through ``CUDA_VISIBLE_DEVICES``,
-    before TensorFlow opens them; a node where ``nvidia-smi`` does not run is taken as CPU-only.
+    """The cluster of this Slurm job step: one worker per task, ports from 8888 on each node. On GPU nodes each task
+    gets its share of the GPUs (``CUDA_VISIBLE_DEVICES``); a node where ``nvidia-smi`` does not run is CPU-only.
 
     Raises:
         ConfigError: a Slurm variable is missing or malformed.
@@ -170,13 +169,17 @@ def read_cluster() -> dict[str, Any]:
     return spec
 
 
+def _cluster(strategy: tf.distribute.Strategy | None) -> tf.distribute.cluster_resolver.ClusterResolver | None:
+    """The cluster resolver of a multi-worker run, or None on one host."""
+    resolver = strategy.cluster_resolver if strategy is not None else None
+    return resolver if resolver is not None and resolver.cluster_spec().jobs else None
+
+
 def is_chief(strategy: tf.distribute.Strategy | None) -> bool:
     """Whether this process writes the run: always, except on a multi-worker run's workers other than the chief
     (the ``chief`` task, or worker 0 when the cluster has no chief)."""
-    resolver = strategy.cluster_resolver if strategy is not None else None
-    if resolver is None or not resolver.cluster_spec().jobs:
-        return True
-    if resolver.task_type == "chief":
+    resolver = _cluster(strategy)
+    if resolver is None or resolver.task_type == "chief":
         return True
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().jobs
 
@@ -231,7 +234,7 @@ def lost_worker(error: Exception, strategy: tf.distribute.Strategy | None) -> st
     tasks = task_addresses(strategy)
     if not tasks or not isinstance(error, PEER_ERRORS):
         return None
-    resolver = strategy.cluster_resolver if strategy is not None else None
+    resolver = _cluster(strategy)
     me = f"{resolver.task_type} {resolver.task_id}" if resolver is not None else ""
     named = re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", str(error))
     lost = [f"{job} {index}" for job, index in dict.fromkeys(named) if f"{job} {index}" != me]
@@ -246,37 +249,24 @@ def strategy_scope(strategy: tf.distribute.Strategy | None) -> contextlib.Abstra
 def describe_strategy(strategy: tf.distribute.Strategy) -> str:
     """A one-line description such as ``mirrored: 2 replicas on CPU:0, CPU:1``."""
     replicas = strategy.num_replicas_in_sync
-    devices = ", ".join(_short_device(name) for name in strategy.extended.worker_devices)
-    resolver = strategy.cluster_resolver
-    if resolver is None or not resolver.cluster_spec().jobs:
+    # /job:worker/replica:0/task:1/device:GPU:0 -> GPU:0
+    devices = ", ".join(name.rsplit("device:", 1)[-1] for name in strategy.extended.worker_devices)
+    resolver = _cluster(strategy)
+    if resolver is None:
         return f"mirrored: {replicas} replica{'s' if replicas != 1 else ''} on {devices}"
     jobs = resolver.cluster_spec().as_dict()
     workers = len(jobs.get("chief", [])) + len(jobs.get("worker", []))
     role = "the chief, writes the run" if is_chief(strategy) else "writes nothing"
     source = "Slurm" if isinstance(resolver, tf.distribute.cluster_resolver.SlurmClusterResolver) else "TF_CONFIG"
-    chief = chief_address(resolver)
+    chief = "chief" if "chief" in jobs else "worker"
     return (
-        f"multi_worker: {replicas} replicas on {workers} workers (cluster from {source}; chief {chief}); this is "
-        f"{resolver.task_type} {resolver.task_id} ({role}) with {devices}"
+        f"multi_worker: {replicas} replicas on {workers} workers (cluster from {source}; chief {chief} 0 at "
+        f"{jobs[chief][0]}); this is {resolver.task_type} {resolver.task_id} ({role}) with {devices}"
     )
-
-
-def chief_address(resolver: tf.distribute.cluster_resolver.ClusterResolver) -> str:
-    """``worker 0 at host:port``: the task that writes the run."""
-    jobs = resolver.cluster_spec().as_dict()
-    job = "chief" if "chief" in jobs else "worker"
-    return f"{job} 0 at {jobs[job][0]}"
 
 
 def task_addresses(strategy: tf.distribute.Strategy | None) -> dict[str, str]:
     """Every task of a multi-worker cluster by name (``worker 1``) and address; empty on one host."""
-    resolver = strategy.cluster_resolver if strategy is not None else None
-    if resolver is None or not resolver.cluster_spec().jobs:
-        return {}
-    jobs = resolver.cluster_spec().as_dict()
+    resolver = _cluster(strategy)
+    jobs = resolver.cluster_spec().as_dict() if resolver is not None else {}
     return {f"{job} {index}": address for job, hosts in jobs.items() for index, address in enumerate(hosts)}
-
-
-def _short_device(name: str) -> str:
-    """``/job:worker/replica:0/task:1/device:GPU:0`` -> ``GPU:0``."""
-    return name.rsplit("device:", 1)[-1]

@@ -1,19 +1,9 @@
 """Hooks: what the :class:`~accumrun.training.loop.Trainer` calls at named points of a run, modelled on Keras
-callbacks, each concern one object (the progress bar, the epoch log, TensorBoard, checkpoints, the controls, the
-signals, the non-finite policy, validation).
-
-The points, in the order a run meets them:
-
-- :meth:`Hook.on_run_start`, once, at the position the run starts from;
-- :meth:`Hook.end_call_at`, before each call: the optimizer update count the hook needs the call to end at;
-- :meth:`Hook.on_batch_end`, after the updates of a call, told how many it ran (:class:`BatchEnd`). A call
-  that crosses the end of an epoch is told in parts, one per epoch, each before its epoch's end, so an epoch's
-  row counts its own updates;
-- :meth:`Hook.epoch_figures`, then :meth:`Hook.on_epoch_end`: the columns a hook adds to the epoch's row, then
-  the row built (:class:`EpochEnd`), which a hook may mark as the run's last;
-- :meth:`Hook.on_call_end`, after the call: a hook may ask for a checkpoint or a stop (:class:`CallEnd`); then,
-  once every worker agreed on what was asked, :meth:`Hook.on_agreed` acts on it;
-- :meth:`Hook.on_stop`, once, however the run ends (normally, stopped early, or by an exception).
+callbacks, each concern one object. The points, in the order a run meets them (see :class:`Hook`):
+``on_run_start``; before each call ``end_call_at``; after it ``on_batch_end`` (a call that crosses an epoch's end
+is told in parts, one per epoch, each before its epoch's end, so an epoch's row counts its own updates), then at
+an epoch's end ``epoch_figures`` and ``on_epoch_end``; then ``on_call_end`` and, once every worker agreed on what
+the hooks asked for, ``on_agreed``; ``on_stop``, however the run ends.
 
 Hooks run in the order they are given; a later one sees what an earlier one did (as Keras callbacks see the
 ``logs`` an earlier one filled in).
@@ -56,8 +46,7 @@ class BatchEnd:
 
 @dataclass(kw_only=True)
 class EpochEnd:
-    """An epoch's end: its row, which a hook may replace (``stopped`` set, to end the run after it), and notes to
-    print after the row's line."""
+    """An epoch's end: its row (which :meth:`stop` marks as the run's last), and notes to print after its line."""
 
     row: EpochRow
     ends_call: bool
@@ -79,9 +68,9 @@ class CallEnd:
     ended: bool
     """The run has trained its last epoch, or an epoch's end stopped it."""
     signal_number: int | None = None
-    """A stop asked for (by a signal); after :meth:`Hook.on_call_end`, the one every worker agreed on."""
+    """A stop asked for (by a signal); in :meth:`Hook.on_agreed`, the one every worker agreed on (as ``checkpoint``)."""
     checkpoint: bool = False
-    """A checkpoint asked for now; after :meth:`Hook.on_call_end`, what every worker agreed on."""
+    """A checkpoint asked for now."""
     saved: Path | None = None
     """The checkpoint :meth:`Hook.on_agreed` saved, if one did."""
 
