@@ -1,15 +1,7 @@
-"""An epoch's batches through the step, one call at a time: how many updates a call may run, and what it returns.
-
-Two kinds, behind one :meth:`Batches.run`:
-
-- :class:`DeviceBatches`: the training arrays are held on the device (see :mod:`accumrun.data.resident`) and one
-  compiled call runs several whole batches (:class:`accumrun.core.updates.UpdateLoop`), across the ends of epochs
-  when every batch has the same size;
-- :class:`FedBatches`: batches that ``tf.data`` reads (files, augmentation) or that stream as sub-batches, one
-  update per call, as the feeder serves them.
-
-Either returns :class:`~accumrun.core.updates.Updates`, so the trainer handles both alike.
-"""
+"""An epoch's batches through the step, one call at a time, as :class:`~accumrun.core.updates.Updates` either way:
+:class:`DeviceBatches` runs several whole batches per compiled call from arrays held on the device (across the
+ends of epochs when every batch has the same size); :class:`FedBatches` runs one update per call, as the feeder
+serves batches or sub-batches."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def choose_feed(feed: Literal["auto"] | Feed, dataset: Dataset, batch_size: int,
         ConfigError: ``sub_batch`` on a replicated step (streaming runs on one device).
     """
     batch = input_bytes(dataset, batch_size)
-    size = f"input batch {_size(batch)}"
+    size = f"input batch {batch / 2**20:,.1f} MiB" if batch >= 2**20 else f"input batch {batch / 2**10:,.1f} KiB"
     if isinstance(feed, Feed):
         if feed is Feed.SUB_BATCH and replicated:
             raise ConfigError("data.feed", "sub_batch streams on one device; use batch with distribute", feed.value)
@@ -60,7 +60,3 @@ def choose_feed(feed: Literal["auto"] | Feed, dataset: Dataset, batch_size: int,
     if 2 * batch * BUDGET_SHARE > available:
         return Feed.SUB_BATCH, f"{size} x 2 exceeds 1/{BUDGET_SHARE} of {available / 2**30:,.1f} GiB available"
     return Feed.BATCH, size
-
-
-def _size(count: int) -> str:
-    return f"{count / 2**20:,.1f} MiB" if count >= 2**20 else f"{count / 2**10:,.1f} KiB"

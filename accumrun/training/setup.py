@@ -256,8 +256,13 @@ def build_training(
             strategy=strategy,
         )
         val_metrics = objective.objective.new_metrics()
+    # config.yaml records what the config left to accumrun; rescale stays auto where an application's own
+    # preprocess_input scales.
+    resolved_data = config.data.model_copy(
+        update={"task": dataset.task, "rescale": "auto" if preprocess is not None else rescale, "feed": feed}
+    )
     return TrainingSetup(
-        config=_resolved(config, dataset, feed, None if preprocess is not None else rescale, objective),
+        config=config.model_copy(update={"data": resolved_data, "loss": objective.loss, "metrics": objective.metrics}),
         seed=config.seed,
         shuffle=config.data.shuffle,
         drop_remainder=training.drop_remainder,
@@ -285,18 +290,6 @@ def _optimizer(config: Config, model: keras.Model) -> keras.optimizers.Optimizer
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)
     return optimizer
-
-
-def _resolved(
-    config: Config, dataset: Dataset, feed: Feed, rescale: float | None, objective: FittedObjective
-) -> Config:
-    """``config`` as ``config.yaml`` records it, with what it left to accumrun filled in: the task, the feed,
-    the loss and metrics, and the rescale factor (which stays ``auto`` where an application's own
-    ``preprocess_input`` scales, given as None)."""
-    data = config.data.model_copy(
-        update={"task": dataset.task, "rescale": "auto" if rescale is None else rescale, "feed": feed}
-    )
-    return config.model_copy(update={"data": data, "loss": objective.loss, "metrics": objective.metrics})
 
 
 def _build_model(

@@ -32,11 +32,6 @@ class StopRequests:
         # The handlers to put back on exit, as signal.signal returns them.
         self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
 
-    @property
-    def requested(self) -> bool:
-        """Whether a stop was asked for."""
-        return self.signal_number is not None
-
     def __enter__(self) -> StopRequests:
         # Python runs signal handlers in the main thread only; elsewhere (a test's thread) the defaults stay.
         if threading.current_thread() is threading.main_thread():
@@ -52,7 +47,7 @@ class StopRequests:
         self._previous.clear()
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
-        if self.requested and number == signal.SIGINT:
+        if self.signal_number is not None and number == signal.SIGINT:
             raise KeyboardInterrupt
         self.signal_number = number
         name = signal.Signals(number).name
