@@ -1,10 +1,9 @@
-"""The controls Keras users know from ``fit`` callbacks, decided from each epoch's logged row: early stopping,
-keeping the best model, and lowering the learning rate on a plateau.
+"""The controls Keras users know from ``fit`` callbacks, decided from each epoch's row: early stopping, keeping
+the best model, and lowering the learning rate on a plateau. Patience counts epochs.
 
-Their state (the best figure so far, the epochs since, the cooldown) is a function of the rows alone, so a resumed
-run rebuilds it by replaying the rows it keeps (:meth:`Controls.replay`) and then decides exactly as an
-uninterrupted run would. The learning rate itself lives in the optimizer, whose variables the checkpoints hold.
-Patience counts epochs; a lowered rate applies from the next epoch's first update.
+Their state is a function of the rows alone, so a resumed run rebuilds it by replaying the rows it keeps
+(:meth:`Controls.replay`) and then decides exactly as an uninterrupted run would. The learning rate itself lives
+in the optimizer, whose variables the checkpoints hold; a lowered rate applies from the next epoch's first update.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ class Decision:
     stop: str | None = None
     """Why training stops here, or None."""
     keep_best: bool = False
-    """Whether this epoch's model is the best so far."""
     learning_rate: float | None = None
     """The rate to train the next epoch with, when it changes."""
     notes: list[str] = field(default_factory=list)
@@ -84,8 +82,8 @@ class Controls:
 
     @property
     def every_epoch(self) -> bool:
-        """Whether a control decides at the end of every epoch: one watches a training figure. One that watches
-        a validation figure decides at the epochs that validate."""
+        """Whether a control decides at the end of every epoch: one watches a training figure (a validation figure
+        is decided at the epochs that validate)."""
         watched = (self._stopping, self._plateau, self._best_config)
         return any(w is not None and not w.monitor.startswith("val_") for w in watched)
 
@@ -103,9 +101,8 @@ class Controls:
             self.after_epoch(row, row.learning_rate)
 
     def after_epoch(self, row: EpochRow, learning_rate: float) -> Decision:
-        """Decide after the epoch that ``row`` logs, trained at ``learning_rate``. A control whose figure the
-        row does not hold (a validation figure, after an epoch that did not validate) passes that epoch by:
-        patience counts the epochs it decides at."""
+        """Decide after the epoch that ``row`` logs, trained at ``learning_rate``. A control whose figure the row
+        lacks (an epoch that did not validate) passes it by: patience counts the epochs it decides at."""
         decision = Decision()
         if self._best_watch is not None and self._best_watch.monitor in row.logged:
             decision.keep_best = self._best_watch.improves(row.figure(self._best_watch.monitor))
@@ -135,9 +132,9 @@ class Controls:
 
 
 class Controlling(Hook):
-    """The controls as a hook: after each epoch's row is built, stop the run as ``controls`` decide, with their
-    notes to print after the row's line; once the row is written and shown, :attr:`acting` keeps the best model
-    (``save_best``) and sets the next epoch's learning rate, so a failed save never loses the row."""
+    """The controls as a hook: stop the run as ``controls`` decide, with their notes; once the row is written and
+    shown, :attr:`acting` keeps the best model (``save_best``) and sets the learning rate, so a failed save never
+    loses the row."""
 
     def __init__(
         self, controls: Controls, optimizer: keras.optimizers.Optimizer, save_best: Callable[[], object]

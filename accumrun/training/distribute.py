@@ -1,11 +1,9 @@
-"""Which devices and hosts a run uses: the ``distribute:`` section turned into a ``tf.distribute`` strategy.
+"""Which devices and hosts a run uses: the ``distribute:`` section turned into a ``tf.distribute`` strategy (None
+for one device; ``mirrored`` on the local GPUs or ``logical_cpus`` slices of the CPU; ``multi_worker`` on hosts
+that ``TF_CONFIG`` or a Slurm job step describes).
 
-``none`` trains on one device without ``tf.distribute``. ``mirrored`` replicates the model on the local GPUs (or
-on ``logical_cpus`` slices of the CPU, to try it without GPUs); ``multi_worker`` on the devices of several hosts,
-whose cluster the standard ``TF_CONFIG`` environment variable or a Slurm job step describes. Logical devices and
-the multi-worker runtime must be set up before TensorFlow creates its devices, so :func:`create_strategy` is
-called first thing (the command line does so before anything else touches TensorFlow), once per process, and
-the strategy is passed down as a value.
+Logical devices and the multi-worker runtime must be set up before TensorFlow creates its devices, so
+:func:`create_strategy` is called first thing, once per process, and the strategy is passed down as a value.
 """
 
 from __future__ import annotations
@@ -103,9 +101,8 @@ def settle_cluster(cluster: Cluster | Literal["auto"]) -> Cluster:
 
 
 class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
-    """Slurm's resolver for nodes without GPUs. TensorFlow's lists a task only beside a GPU of its own, so it is
-    given placeholder GPUs to list the tasks, kept from setting ``CUDA_VISIBLE_DEVICES``, and reports no
-    accelerators, so that the strategy places each worker's replica on its CPU."""
+    """Slurm's resolver for nodes without GPUs. TensorFlow's lists a task only beside a GPU of its own, so this one
+    has placeholder GPUs, sets no ``CUDA_VISIBLE_DEVICES`` and reports no accelerators: each replica is on a CPU."""
 
     def __init__(self) -> None:
         super().__init__(gpus_per_node=1024, gpus_per_task=1, auto_set_gpu=False)
@@ -185,8 +182,7 @@ def is_chief(strategy: tf.distribute.Strategy | None) -> bool:
 
 
 class Agreed(NamedTuple):
-    """What every worker does after a call: stop (for this signal), how many updates the next call runs, and
-    whether to checkpoint now."""
+    """What every worker does after a call: stop (for this signal), the next call's size, and checkpoint now."""
 
     signal_number: int | None
     call_size: int
@@ -198,12 +194,11 @@ Agreement = Callable[[Agreed], Agreed]
 
 
 def agreement(strategy: tf.distribute.Strategy | None) -> Agreement:
-    """What every worker of a multi-worker run must agree on after each call, by one small all-reduce: the stop
-    that any worker was asked for (SIGTERM before SIGINT), so that all stop at the same batch; the chief's size for
-    the next call and the chief's decision to checkpoint (``updates_per_call: auto`` and ``checkpoint_every`` go
-    by each worker's own clock, and workers that differed would wait on each other's collectives forever: a
-    checkpoint reads the metrics' variables, which sums them across the workers). Elsewhere, the local view as it
-    is."""
+    """What every worker of a multi-worker run agrees on after each call, by one small all-reduce: the stop that any
+    worker was asked for (SIGTERM before SIGINT), so that all stop at the same batch; the chief's next call size and
+    decision to checkpoint (each worker's clock differs, and workers that differed would wait on each other's
+    collectives forever: a checkpoint reads the metrics, which sums them across the workers). Elsewhere, the local
+    view."""
     if not task_addresses(strategy):
         return lambda local: local
     assert strategy is not None
@@ -229,8 +224,8 @@ PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError)
 
 
 def lost_worker(error: Exception, strategy: tf.distribute.Strategy | None) -> str | None:
-    """``worker 1 (host:port)``, the task that ``error`` says stopped answering, or ``a worker`` when it names
-    none; None when ``error`` is not a lost peer of a multi-worker run."""
+    """``worker 1 (host:port)``, the task that ``error`` says stopped answering (``a worker`` when it names none);
+    None when ``error`` is not a lost peer of a multi-worker run."""
     tasks = task_addresses(strategy)
     if not tasks or not isinstance(error, PEER_ERRORS):
         return None

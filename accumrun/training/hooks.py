@@ -25,10 +25,9 @@ from accumrun.training.checkpoints import Position
 
 @dataclass(frozen=True, kw_only=True)
 class BatchEnd:
-    """The updates a call ran within one epoch, counted into ``position``."""
+    """The updates a call ran within one epoch (one row each), counted into ``position``."""
 
     updates: Updates
-    """One row per update."""
     first_batch: int
     """The batches of the epoch done before these."""
     position: Position
@@ -64,7 +63,6 @@ class CallEnd:
 
     position: Position
     updates: Updates
-    """Every update of the call."""
     ended: bool
     """The run has trained its last epoch, or an epoch's end stopped it."""
     signal_number: int | None = None
@@ -87,8 +85,8 @@ class Hook:
         """The run starts (or resumes) at ``position``."""
 
     def end_call_at(self, position: Position, optimizer_steps: int) -> int | None:
-        """The optimizer update count the next call must end at (at the latest), or None for no limit; the call
-        starts at ``position``, after ``optimizer_steps`` updates."""
+        """The optimizer update count the call from ``position`` (after ``optimizer_steps``) must end at, at the
+        latest, or None."""
         return None
 
     def on_batch_end(self, batches: BatchEnd) -> None:
