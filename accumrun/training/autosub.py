@@ -43,8 +43,8 @@ def choose_subdivisions(
 ) -> AutoChoice:
     """Find the fewest subdivisions of the batch ``(x, y)`` that train without running out of memory.
 
-    ``make_step(s)`` compiles the step for ``s`` subdivisions; ``state`` (the model's, optimizer's and metrics'
-    variables) is restored after every try. ``fits_in_fresh_process(s)`` runs one batch in a new process.
+    ``make_step(s)`` compiles the step for ``s`` subdivisions; ``state`` (every variable) is restored after every
+    try; ``fits_in_fresh_process(s)`` runs one batch in a new process.
 
     Raises:
         ConfigError: even sub-batches of one sample do not fit, or a size that fits in a fresh process still
@@ -107,8 +107,7 @@ def _next_or_give_up(choice: AutoChoice, batch_size: int, echo: Callable[[str], 
 
 @dataclass(frozen=True)
 class Settled:
-    """A setup with ``subdivisions`` settled, the train step compiled for it, and what ``auto`` chose (None when
-    the config set a number)."""
+    """A setup with ``subdivisions`` settled, the step compiled for it, and what ``auto`` chose (None: a number)."""
 
     setup: TrainingSetup
     subdivisions: int

@@ -112,8 +112,7 @@ class CheckpointStore:
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or None."""
-        found = self.checkpoints()
-        return found[-1] if found else None
+        return next(reversed(self.checkpoints()), None)
 
     def load(self, path: Path) -> Position:
         """Restore the state from ``path`` (the optimizer built); return the position it was taken at.

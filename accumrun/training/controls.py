@@ -75,9 +75,10 @@ class Controls:
         ):
             if watched is not None and watched.monitor not in names:
                 raise ConfigError(key, f"is not a logged figure; choose one of {', '.join(names)}", watched.monitor)
-        self._stop_watch = _watch(self._stopping, self._stopping.min_delta if self._stopping else 0.0)
-        self._plateau_watch = _watch(self._plateau, self._plateau.min_delta if self._plateau else 0.0)
-        self._best_watch = _watch(self._best_config, 0.0)
+        stopping, plateau, best = self._stopping, self._plateau, self._best_config
+        self._stop_watch = Watch(stopping.monitor, stopping.minimize, stopping.min_delta) if stopping else None
+        self._plateau_watch = Watch(plateau.monitor, plateau.minimize, plateau.min_delta) if plateau else None
+        self._best_watch = Watch(best.monitor, best.minimize) if best else None
         self._cooldown = 0
 
     @property
@@ -170,7 +171,3 @@ class _Acting(Hook):
 
     def on_epoch_end(self, end: EpochEnd) -> None:
         self._controlling.act()
-
-
-def _watch(watched: Watched | None, min_delta: float) -> Watch | None:
-    return None if watched is None else Watch(watched.monitor, watched.minimize, min_delta)

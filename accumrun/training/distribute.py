@@ -24,13 +24,17 @@ from accumrun.kinds import Cluster, Strategy
 
 
 def create_strategy(config: DistributeConfig) -> tf.distribute.Strategy | None:
-    """The strategy that ``config`` asks for (``auto`` settled by :func:`settle_strategy`), or None for one device.
+    """The strategy that ``config`` asks for, or None for one device; ``auto`` is ``mirrored`` on a host with
+    several GPUs, else ``none``.
 
     Raises:
-        ConfigError: ``multi_worker`` without a usable ``TF_CONFIG``, or ``logical_cpus`` asked for after
-            TensorFlow has created its devices.
+        ConfigError: ``multi_worker`` without a usable cluster, or ``logical_cpus`` asked for after TensorFlow has
+            created its devices.
     """
-    strategy = settle_strategy(config.strategy)
+    strategy = config.strategy
+    if strategy == "auto":
+        # Physical devices can be listed without creating the runtime's devices.
+        strategy = Strategy.MIRRORED if len(tf.config.list_physical_devices("GPU")) > 1 else Strategy.NONE
     if strategy is Strategy.NONE:
         return None
     if strategy is Strategy.MULTI_WORKER:
@@ -40,14 +44,6 @@ def create_strategy(config: DistributeConfig) -> tf.distribute.Strategy | None:
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     devices = _split_cpu(config.logical_cpus) if config.logical_cpus else None
     return tf.distribute.MirroredStrategy(devices)
-
-
-def settle_strategy(strategy: Strategy | Literal["auto"]) -> Strategy:
-    """``distribute.strategy`` settled: ``auto`` is ``mirrored`` on a host with several GPUs, else ``none``."""
-    if isinstance(strategy, Strategy):
-        return strategy
-    # Physical devices can be listed without creating the runtime's devices.
-    return Strategy.MIRRORED if len(tf.config.list_physical_devices("GPU")) > 1 else Strategy.NONE
 
 
 def _split_cpu(count: int) -> list[str]:
@@ -68,36 +64,28 @@ def _split_cpu(count: int) -> list[str]:
 
 
 def cluster_resolver(cluster: Cluster | Literal["auto"]) -> tf.distribute.cluster_resolver.ClusterResolver:
-    """The cluster of a multi-worker run, from where ``cluster`` (settled by :func:`settle_cluster`) says.
+    """The cluster of a multi-worker run, from where ``cluster`` says: ``auto`` is ``tf_config`` when ``TF_CONFIG``
+    is set, else ``slurm`` when this process is a Slurm task.
 
     Raises:
-        ConfigError: it is not there, or what is there is malformed.
+        ConfigError: ``auto`` finds neither, or what is there is missing or malformed.
     """
-    if settle_cluster(cluster) is Cluster.TF_CONFIG:
+    if cluster == "auto":
+        if os.environ.get("TF_CONFIG", "").strip():
+            cluster = Cluster.TF_CONFIG
+        elif "SLURM_PROCID" in os.environ:
+            cluster = Cluster.SLURM
+        else:
+            raise ConfigError(
+                "distribute.cluster",
+                "multi_worker needs a cluster: set TF_CONFIG, run as a Slurm task (srun), or start local workers "
+                "with accumrun launch --workers N",
+                "auto",
+            )
+    if cluster is Cluster.TF_CONFIG:
         read_cluster()
         return tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return slurm_resolver()
-
-
-def settle_cluster(cluster: Cluster | Literal["auto"]) -> Cluster:
-    """``distribute.cluster`` settled: ``auto`` is ``tf_config`` when ``TF_CONFIG`` is set, else ``slurm`` when
-    this process is a Slurm task.
-
-    Raises:
-        ConfigError: ``auto`` finds neither.
-    """
-    if isinstance(cluster, Cluster):
-        return cluster
-    if os.environ.get("TF_CONFIG", "").strip():
-        return Cluster.TF_CONFIG
-    if "SLURM_PROCID" in os.environ:
-        return Cluster.SLURM
-    raise ConfigError(
-        "distribute.cluster",
-        "multi_worker needs a cluster: set TF_CONFIG, run as a Slurm task (srun), or start local workers "
-        "with accumrun launch --workers N",
-        "auto",
-    )
 
 
 class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):

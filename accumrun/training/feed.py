@@ -1,12 +1,8 @@
-"""``data.feed``: whether the step gets whole batches or streamed sub-batches.
+"""``data.feed``: whether the step gets whole batches (one transfer, one compiled call: the fast way, as long as
+the batch fits) or streamed sub-batches (as darknet loads batch/subdivisions images per step: the same numbers).
 
-A whole batch crosses to the device in one transfer and its sub-batches run in one compiled call: the fast way,
-as long as the batch fits. When it does not (``batch_size: full`` over an image folder, or a large batch of large
-images), the feeder streams sub-batches, as darknet loads batch/subdivisions images per step: one compiled call
-per sub-batch, one update per batch, the same numbers.
-
-``auto`` streams when the data itself streams from files and the batch is the whole training set, or when two
-input batches (the one training and the one prefetched) would take more than a quarter of the memory available.
+``auto`` streams when the data streams from files and the batch is the whole training set, or when two input
+batches (the one training and the one prefetched) would take more than a quarter of the memory available.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Hooks: what the :class:`~accumrun.training.loop.Trainer` calls at named points of a run, modelled on Keras
 callbacks, each concern one object. The points, in the order a run meets them (see :class:`Hook`):
 ``on_run_start``; before each call ``end_call_at``; after it ``on_batch_end`` (a call that crosses an epoch's end
-is told in parts, one per epoch, each before its epoch's end, so an epoch's row counts its own updates), then at
-an epoch's end ``epoch_figures`` and ``on_epoch_end``; then ``on_call_end`` and, once every worker agreed on what
-the hooks asked for, ``on_agreed``; ``on_stop``, however the run ends.
-
-Hooks run in the order they are given; a later one sees what an earlier one did (as Keras callbacks see the
-``logs`` an earlier one filled in).
+is told in parts, each before its epoch's end, so an epoch's row counts its own updates), at an epoch's end
+``epoch_figures`` and ``on_epoch_end``; ``on_call_end`` and, once every worker agreed, ``on_agreed``; ``on_stop``.
+Hooks run in the order given; a later one sees what an earlier one did (as Keras callbacks see ``logs``).
 """
 
 from __future__ import annotations

@@ -51,17 +51,13 @@ def train_run(
     resume: bool = False,
     overwrite: bool = False,
 ) -> RunResult:
-    """Train as configured; write ``run.json``, ``config.yaml``, ``metrics.jsonl``, ``checkpoints/``,
-    ``model.keras`` and ``tensorboard/`` in ``run_dir``.
+    """Train as configured into ``run_dir``; with ``resume``, continue the run there from its latest checkpoint
+    (the caller has checked that ``config`` is compatible). Everything that can be refused is checked before
+    anything is written.
 
-    With ``resume``, continue the run in ``run_dir`` from its latest checkpoint (the caller has checked that
-    ``config`` is compatible with the run's). Everything that can be refused is checked before anything is written.
-
-    ``strategy`` is the one ``config.distribute`` asks for (see
-    :func:`accumrun.training.distribute.create_strategy`), or None. On a multi-worker run only the chief writes
-    ``run_dir``; the other workers train alike in a scratch folder, removed when they end. ``run_dir`` is on a
-    filesystem that every worker sees: a resumed worker restores the chief's latest checkpoint from it, so all
-    continue from the same batch boundary.
+    ``strategy`` is the one ``config.distribute`` asks for, or None. On a multi-worker run only the chief writes
+    ``run_dir``; the others train alike in a scratch folder, removed when they end. ``run_dir`` is on a filesystem
+    every worker sees: a resumed worker restores the chief's latest checkpoint, so all continue from one boundary.
 
     Raises:
         ConfigError, DataError: the config or the data is refused; nothing was written.
@@ -92,8 +88,8 @@ def _train(
     resume: bool = False,
     overwrite: bool = False,
 ) -> RunResult:
-    """Train ``settled`` into ``run_dir``: ``run_home``, the run's directory, or on a worker other than the chief a
-    scratch folder; with ``resume``, from the latest checkpoint in ``run_home``."""
+    """Train ``settled`` into ``run_dir`` (the run's directory ``run_home``, or a scratch folder); with ``resume``,
+    from the latest checkpoint in ``run_home``."""
     setup = settled.setup
     config = setup.config
     batches_per_epoch, _ = epoch_batches(setup.dataset.train_size, setup.batch_size, setup.drop_remainder)

@@ -72,7 +72,6 @@ class TrainingSetup:
     shuffle: bool
     drop_remainder: bool
     precise_bn_samples: int | None
-    """The seeded subset of training samples that ``batch_norm: precise`` recomputes statistics over (None: all)."""
     dataset: Dataset
     batch_size: int
     subdivisions: int | None
@@ -81,7 +80,7 @@ class TrainingSetup:
     rescale: float
     """What the model's input layer multiplies raw samples by."""
     preprocess: Preprocess | None
-    """A pretrained application's own ``preprocess_input`` (what ``rescale: auto`` means for it), or None."""
+    """A pretrained application's own ``preprocess_input`` (its ``rescale: auto``), or None."""
     augmentation: Augmentation | None
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
@@ -102,7 +101,7 @@ class TrainingSetup:
 
     @property
     def train_metrics(self) -> MetricSet:
-        """The training metrics the step updates (the spec of a setup always has them)."""
+        """The training metrics the step updates."""
         return _given(self.spec.metrics)
 
     @property
@@ -145,9 +144,8 @@ class TrainingSetup:
 
     def chunk_sizes(self, subdivisions: int) -> list[list[int]]:
         """Each batch of an epoch as the chunks the feeder serves it in: the whole batch, or its sub-batches."""
-        if self.feed is Feed.BATCH:
-            return [[size] for size in self.epoch_batch_sizes]
-        return [sub_batch_sizes(size, subdivisions) for size in self.epoch_batch_sizes]
+        whole = self.feed is Feed.BATCH
+        return [[size] if whole else sub_batch_sizes(size, subdivisions) for size in self.epoch_batch_sizes]
 
     def train_feeder(self, chunk_sizes: list[int]) -> Feeder:
         """The training samples in chunks of ``chunk_sizes``, augmented, in the seed's order (with bucketed padding,
@@ -195,8 +193,8 @@ class TrainingSetup:
         return (x for x, _ in feeder.epoch(0))
 
     def model_to_save(self) -> keras.Model:
-        """The trained model as ``model.keras`` holds it: taking raw samples of the stored size (with a crop of
-        the centre in front when augmentation trained it on smaller ones)."""
+        """The trained model as ``model.keras`` holds it: taking raw samples of the stored size (centre-cropped when
+        augmentation trained it on smaller ones)."""
         return at_stored_size(self.model, self.dataset.sample_shape, self.dataset.dtype)
 
     def first_batch(self) -> tuple[tf.Tensor, tf.Tensor]:
@@ -283,8 +281,8 @@ def build_training(
 
 
 def _optimizer(config: Config, model: keras.Model) -> keras.optimizers.Optimizer:
-    """The configured optimizer (loss-scaled under ``mixed_float16``), built for the model's variables now, so its
-    state exists before the first step (checkpoints and auto's tries restore it)."""
+    """The configured optimizer (loss-scaled under ``mixed_float16``), built now, so its state exists before the
+    first step (checkpoints and auto's tries restore it)."""
     optimizer = build_optimizer(config.optimizer)
     if config.training.precision is Precision.MIXED_FLOAT16:
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
