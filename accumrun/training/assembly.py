@@ -1,5 +1,4 @@
-"""The Trainer put together from a settled setup and its Run: the batches through the step, the row sizes, the
-cadence, and the hooks, in the order they run (see :mod:`.hooks`)."""
+"""The Trainer put together from a settled setup and its Run: the batches, the cadence, and the hooks, in order."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ def build_trainer(
     echo: Callable[[str], None],
     show_progress: bool,
 ) -> Trainer:
-    """The Trainer of ``settled``, given the pieces of the setup it uses, logging after ``rows``; ``save_best``
-    saves the model as the best so far."""
+    """The Trainer of ``settled``, logging after ``rows``; ``save_best`` saves the model as the best so far."""
     setup, subdivisions = settled.setup, settled.subdivisions
     config = setup.config
     plan = setup.chunk_sizes(subdivisions)
@@ -98,8 +96,7 @@ def build_trainer(
 
 
 def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
-    """The epoch's batches through the settled step: several per compiled call where the training data is held
-    on the device and batches come whole, else one per call as the feeder serves them."""
+    """The batches through the step: several per call where the data is on the device and batches whole, else one."""
     setup, step = settled.setup, settled.step
     feeder = setup.train_feeder([size for sizes in plan for size in sizes])
     if setup.several_updates_per_call and feeder.resident is not None and isinstance(step, WholeBatchStep):
@@ -116,8 +113,7 @@ def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
 
 
 def _population_statistics(setup: TrainingSetup, sub_batch_size: int) -> Callable[[], None] | None:
-    """With ``batch_norm: precise``, what recomputes the moving statistics as population statistics at the end of
-    each epoch; else None."""
+    """With ``batch_norm: precise``, what recomputes the moving statistics as population statistics; else None."""
     if setup.batch_norm.mode is not BatchNormMode.PRECISE or not setup.batch_norm.records:
         return None
     statistics = PopulationStatistics(setup.model, setup.batch_norm, sub_batch_size, setup.strategy)

@@ -116,8 +116,7 @@ class Settled:
 
 
 def settle_subdivisions(setup: TrainingSetup, echo: Callable[[str], None]) -> Settled:
-    """Compile the train step; for ``subdivisions: auto``, first choose the subdivisions (see
-    :func:`choose_subdivisions`) and record the choice in a new setup's config."""
+    """Compile the train step; for ``subdivisions: auto``, choose the subdivisions first, into a new setup."""
     if setup.subdivisions is not None:
         return Settled(setup, setup.subdivisions, setup.make_step(setup.subdivisions), None)
     x, y = setup.first_batch()

@@ -29,8 +29,7 @@ class Batches(ABC):
 
     @abstractmethod
     def most_per_call(self, batch: int) -> int:
-        """The most updates one call can run from batch ``batch`` of an epoch on (it may cross into the next
-        epochs)."""
+        """The most updates one call can run from batch ``batch`` of an epoch on (maybe into the next epochs)."""
 
     @abstractmethod
     def run(self, epoch: int, batch: int, count: int) -> Updates:
@@ -72,8 +71,7 @@ class DeviceBatches(Batches):
 
 
 class FedBatches(Batches):
-    """Batches as ``feeder`` serves them, one update per call of ``step``; the metrics are reset and read here,
-    on the host."""
+    """Batches as ``feeder`` serves them, one update per call of ``step``; metrics are reset and read on the host."""
 
     def __init__(
         self,
@@ -89,8 +87,7 @@ class FedBatches(Batches):
         self._step = step
         self._metrics = metrics
         self._optimizer = optimizer
-        # The epoch's chunks, kept between calls: (epoch, the next batch, the chunks from it on), so that one
-        # tf.data iterator serves the whole epoch.
+        # The epoch's chunks, kept between calls: (epoch, the next batch, the chunks from it on).
         self._open: tuple[int, int, Iterator[Chunk]] | None = None
 
     def most_per_call(self, batch: int) -> int:
@@ -101,7 +98,11 @@ class FedBatches(Batches):
             raise ValueError("fed batches run one update per call")
         if batch == 0:
             self._metrics.reset()
-        chunks = self._chunks(epoch, batch)
+        # The open chunks when they are next (one tf.data iterator serves the epoch), else new ones.
+        if self._open is not None and self._open[:2] == (epoch, batch):
+            chunks = self._open[2]
+        else:
+            chunks = self._feeder.epoch(epoch, skip=sum(len(sizes) for sizes in self.plan[:batch]))
         result = self._step.train_batch(itertools.islice(chunks, len(self.plan[batch])), self.sizes[batch])
         self._open = (epoch, batch + 1, chunks)
         ends = batch == len(self.plan) - 1
@@ -116,9 +117,3 @@ class FedBatches(Batches):
             optimizer_steps=np.array([int(optimizer.iterations.numpy())], np.int64),
             metrics=np.array([metrics], np.float32).reshape(1, len(self._metrics.names)),
         )
-
-    def _chunks(self, epoch: int, batch: int) -> Iterator[Chunk]:
-        """The chunks from batch ``batch`` of ``epoch`` on: the open ones when they are next, else new ones."""
-        if self._open is not None and self._open[:2] == (epoch, batch):
-            return self._open[2]
-        return self._feeder.epoch(epoch, skip=sum(len(chunks) for chunks in self.plan[:batch]))

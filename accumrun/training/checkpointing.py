@@ -13,8 +13,7 @@ from accumrun.training.hooks import CallEnd, Hook
 
 
 class Checkpointing(Hook):
-    """Asks for a checkpoint when one is due; saves it into ``store`` after ``sync`` (which forces the rows to
-    disk) once every worker agreed, or where the call ends the run or a stop was asked for."""
+    """Asks for a checkpoint when one is due; saves it (after ``sync``) once every worker agreed, at a stop or end."""
 
     def __init__(
         self, store: CheckpointStore, *, seconds: float | None, every_updates: int | None, sync: Callable[[], None]

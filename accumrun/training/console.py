@@ -26,8 +26,7 @@ def device_name() -> str:
 
 
 def describe_setup(setup: TrainingSetup) -> list[str]:
-    """The derived numbers of a run, as lines: the data, the model, the loss and metrics, the batch plan, the
-    optimizer."""
+    """The derived numbers of a run, as lines: the data, model, loss and metrics, batch plan and optimizer."""
     config, dataset, model = setup.config, setup.dataset, setup.model
     shape = "x".join(str(d) for d in dataset.sample_shape)
     learning_rate = config.optimizer.learning_rate

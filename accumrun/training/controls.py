@@ -83,8 +83,7 @@ class Controls:
 
     @property
     def every_epoch(self) -> bool:
-        """Whether a control decides at the end of every epoch: one watches a training figure (a validation figure
-        is decided at the epochs that validate)."""
+        """Whether a control decides at every epoch's end: one watches a training figure, not a validation one."""
         watched = (self._stopping, self._plateau, self._best_config)
         return any(w is not None and not w.monitor.startswith("val_") for w in watched)
 

@@ -1,5 +1,4 @@
-"""What a run records per epoch: the metrics row, and the epoch log that writes it to ``metrics.jsonl`` and the
-console."""
+"""What a run records per epoch: the metrics row, and the log that writes it to ``metrics.jsonl`` and the console."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ from accumrun.training.hooks import EpochEnd, Hook
 
 @dataclass(frozen=True)
 class RowSizes:
-    """The sizes every row of a run records: the batch, its subdivisions, the replicas that share it, and the
-    largest sub-batch one device runs."""
+    """The sizes every row of a run records (``sub_batch_size``: the largest one device runs)."""
 
     batch_size: int
     subdivisions: int

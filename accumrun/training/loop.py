@@ -94,8 +94,8 @@ class Trainer:
         return updates, seconds
 
     def _take(self, updates: Updates, seconds: float, position: Position) -> tuple[Position, str | None]:
-        """Count the call's ``updates`` into ``position``, one epoch's part at a time, and end the epochs that ended
-        in it; return the position after them, and why training stops there, if it does."""
+        """Count the call's ``updates`` into ``position`` an epoch's part at a time, ending the epochs that ended in
+        it (the call's ``seconds`` shared evenly); return the position after them, and why training stops there."""
         stopped = None
         count, per_epoch = len(updates.applied), len(self.batches.sizes)
         start = 0
@@ -103,7 +103,20 @@ class Trainer:
             end = min(count, start + per_epoch - position.batch)
             first_batch = position.batch
             for k in range(start, end):
-                self._count(position, updates, k, seconds / count)
+                samples = self.batches.sizes[position.batch]
+                position.batch += 1
+                position.train_seconds += seconds / count
+                if updates.applied[k]:
+                    position.loss_sum += float(updates.loss_sums[k])
+                    position.units += float(updates.units[k])
+                    position.samples += samples
+                    position.timed_samples += samples
+                elif self._loss_scaled and math.isfinite(float(updates.loss_sums[k])):
+                    # Overflow of the scaled float16 gradients: the optimizer lowered its loss scale; this is routine.
+                    position.loss_scale_skips += 1
+                else:
+                    # The non-finite policy (a hook) says whether training goes on past it.
+                    position.skipped_batches += 1
             self.hooks.on_batch_end(
                 BatchEnd(updates=updates_slice(updates, start, end), first_batch=first_batch, position=position)
             )
@@ -115,26 +128,8 @@ class Trainer:
             start = end
         return position, stopped
 
-    def _count(self, position: Position, updates: Updates, k: int, seconds: float) -> None:
-        """Count update ``k`` of ``updates``, which took ``seconds``, into ``position``."""
-        samples = self.batches.sizes[position.batch]
-        position.batch += 1
-        position.train_seconds += seconds
-        if updates.applied[k]:
-            position.loss_sum += float(updates.loss_sums[k])
-            position.units += float(updates.units[k])
-            position.samples += samples
-            position.timed_samples += samples
-        elif self._loss_scaled and math.isfinite(float(updates.loss_sums[k])):
-            # Overflow of the scaled float16 gradients: the optimizer lowered its loss scale; this is routine.
-            position.loss_scale_skips += 1
-        else:
-            # The non-finite policy (a hook) says whether training goes on past it.
-            position.skipped_batches += 1
-
     def _end_epoch(self, position: Position, updates: Updates, k: int) -> str | None:
-        """Record the row of the epoch that ``position`` has just finished, at update ``k`` of ``updates``; return
-        why training stops here, if a hook stops it."""
+        """Record the row of the epoch just finished at update ``k``; return why training stops here, if it does."""
         started = time.perf_counter()
         ends_call = k == len(updates.applied) - 1
         metrics = dict(zip(self.metric_names, (float(value) for value in updates.metrics[k]), strict=True))
@@ -154,8 +149,7 @@ class Trainer:
         return end.row.stopped
 
     def _host(self, call: CallEnd) -> None:
-        """What the host does after ``call``: the hooks ask, every worker agrees (a multi-worker run's workers do
-        the same after the same call, whichever got the signal), the hooks act."""
+        """After ``call``: the hooks ask, every worker agrees (whichever got the signal), the hooks act."""
         self.hooks.on_call_end(call)
         agreed = self.agree(
             Agreed(call.signal_number, self.cadence.wanted(self._clock.seconds_per_update), call.checkpoint)

@@ -34,8 +34,7 @@ from accumrun.training.setup import TrainingSetup, build_training
 
 @dataclass
 class RunResult:
-    """What a finished run leaves: its directory, its per-epoch metrics rows (as ``metrics.jsonl`` holds them)
-    and the trained model."""
+    """What a finished run leaves: its directory, its rows (as ``metrics.jsonl`` holds them) and the model."""
 
     run_dir: Path
     metrics: list[dict[str, Any]]

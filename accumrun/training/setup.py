@@ -193,8 +193,7 @@ class TrainingSetup:
         return (x for x, _ in feeder.epoch(0))
 
     def model_to_save(self) -> keras.Model:
-        """The trained model as ``model.keras`` holds it: taking raw samples of the stored size (centre-cropped when
-        augmentation trained it on smaller ones)."""
+        """The model as ``model.keras`` holds it: on raw samples of the stored size (centre-cropped if augmented)."""
         return at_stored_size(self.model, self.dataset.sample_shape, self.dataset.dtype)
 
     def first_batch(self) -> tuple[tf.Tensor, tf.Tensor]:
@@ -348,8 +347,7 @@ def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
 
 
 def _rescaling(config: Config, dataset: Dataset) -> tuple[float, Preprocess | None]:
-    """``data.rescale`` settled: a factor, or for ``auto``, a pretrained application's own ``preprocess_input``
-    (which takes 0..255, so the factor is 1), else the source's scale (1/255 for uint8)."""
+    """``data.rescale`` settled: ``auto`` is an application's ``preprocess_input`` (on 0..255) or the source's scale."""
     rescale = config.data.rescale
     if rescale != "auto":
         return (1.0 if rescale is False else float(rescale)), None

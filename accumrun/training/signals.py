@@ -64,8 +64,7 @@ def resume_command(run_dir: Path) -> str:
 
 
 class Signals(Hook):
-    """The hook of graceful stops: while the run trains, SIGINT and SIGTERM become a stop asked for at the end of
-    the call; once every worker agreed and the checkpoint is saved, :class:`Interrupted` says how to resume."""
+    """SIGINT and SIGTERM ask for a stop at the call's end; after its checkpoint, :class:`Interrupted` says so."""
 
     def __init__(self, batches_per_epoch: int, resume_command: str) -> None:
         self._batches_per_epoch = batches_per_epoch
