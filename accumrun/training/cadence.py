@@ -51,8 +51,7 @@ class Cadence:
         return count
 
     def wanted(self, seconds_per_update: float | None) -> int:
-        """The updates a call should run: ``updates_per_call``, or with ``auto`` about :data:`CALL_SECONDS` of
-        work at ``seconds_per_update`` (one, until a call has been timed)."""
+        """``updates_per_call``, or for ``auto`` :data:`CALL_SECONDS` of work (one, until a call has been timed)."""
         if self.updates_per_call is not None:
             return self.updates_per_call
         if seconds_per_update is None:

@@ -40,8 +40,7 @@ class Position:
     timed_samples: int = 0
 
     def counted(self, batches_per_epoch: int) -> tuple[int, int]:
-        """``(epoch, batch)`` as the console counts: the 1-based epoch and the batches done in it (an epoch's end is
-        its last batch, not batch 0 of the next)."""
+        """``(epoch, batch)`` as the console counts: 1-based epoch, batches done (an epoch's end is its last batch)."""
         if self.batch == 0 and self.epoch > 0:
             return self.epoch, batches_per_epoch
         return self.epoch + 1, self.batch

@@ -161,8 +161,7 @@ class ProgressBars(Hook):
 
 
 def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:
-    """``epoch 3/10 | loss 0.4312 | accuracy 0.872 | val_loss ... | val_accuracy ... | 2.1 s | 4,870 samples/s``:
-    each metric under its Keras name."""
+    """``epoch 3/10 | loss 0.4312 | accuracy 0.872 | val_loss ... | val_accuracy ... | 2.1 s | 4,870 samples/s``."""
     names = ["loss", *metric_names]
     if "val_loss" in row.figures:
         names += [f"val_{name}" for name in names]

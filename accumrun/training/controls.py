@@ -88,8 +88,7 @@ class Controls:
         return any(w is not None and not w.monitor.startswith("val_") for w in watched)
 
     def headline(self, validated: bool) -> Watched:
-        """The figure a run's summary reports the best of: the one ``keep_best`` or early stopping watches, else
-        ``val_loss`` when the run validates, else ``loss``."""
+        """The figure the summary reports the best of: ``keep_best``'s, early stopping's, ``val_loss`` or ``loss``."""
         for watched in (self._best_config, self._stopping):
             if watched is not None:
                 return watched

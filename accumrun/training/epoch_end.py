@@ -1,5 +1,5 @@
-"""What an epoch that ends a call computes before its row, as hooks: the BatchNorm population statistics of
-``batch_norm: precise`` (first, so that validation and the epoch's checkpoint hold them), then validation."""
+"""What an epoch that ends a call computes before its row, as hooks: precise BatchNorm statistics (first, so that
+validation and the epoch's checkpoint hold them), then validation."""
 
 from __future__ import annotations
 

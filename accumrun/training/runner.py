@@ -1,5 +1,5 @@
-"""A training run from start to end: build the setup and settle ``subdivisions: auto``, open the Run (its folder,
-files, checkpoints and status), assemble the Trainer from the setup's pieces, fit, and save the model."""
+"""A training run from start to end: build the setup, settle ``subdivisions: auto``, open the Run, assemble the
+Trainer, fit, and save the model."""
 
 from __future__ import annotations
 
@@ -87,8 +87,7 @@ def _train(
     resume: bool = False,
     overwrite: bool = False,
 ) -> RunResult:
-    """Train ``settled`` into ``run_dir`` (the run's directory ``run_home``, or a scratch folder); with ``resume``,
-    from the latest checkpoint in ``run_home``."""
+    """Train ``settled`` into ``run_dir`` (``run_home``, or a scratch folder), resuming from ``run_home`` if asked."""
     setup = settled.setup
     config = setup.config
     batches_per_epoch, _ = epoch_batches(setup.dataset.train_size, setup.batch_size, setup.drop_remainder)
