@@ -1,10 +1,7 @@
-"""``training.subdivisions: auto``: the fewest subdivisions whose sub-batch fits in memory, found by trying.
-
-The batch size, and so the math of every update, stays fixed; only the sub-batch shrinks. The first batch is tried
-with 1, 2, 4, ... subdivisions (or from what ``training.max_sub_batch`` implies) through the real compiled step,
-and the state is put back after each try, so training starts as a run with the chosen value fixed would.
-TensorFlow does not always recover cleanly from an out-of-memory error; when a retry fails with another error,
-the sizes are probed in fresh processes instead.
+"""``training.subdivisions: auto``: the fewest subdivisions whose sub-batch fits in memory, found by trying the
+first batch with 1, 2, 4, ... through the real step (the batch, so the math, stays fixed). The state is put back
+after each try, so training starts as a run with the chosen value fixed would. TensorFlow does not always recover
+cleanly from an out-of-memory error; when a retry fails otherwise, the sizes are probed in fresh processes.
 """
 
 from __future__ import annotations

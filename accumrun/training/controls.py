@@ -1,9 +1,7 @@
 """The controls Keras users know from ``fit`` callbacks, decided from each epoch's row: early stopping, keeping
-the best model, and lowering the learning rate on a plateau. Patience counts epochs.
-
-Their state is a function of the rows alone, so a resumed run rebuilds it by replaying the rows it keeps
-(:meth:`Controls.replay`) and then decides exactly as an uninterrupted run would. The learning rate itself lives
-in the optimizer, whose variables the checkpoints hold; a lowered rate applies from the next epoch's first update.
+the best model, and lowering the learning rate on a plateau. Their state is a function of the rows alone, so a
+resumed run rebuilds it by replaying the rows it keeps (:meth:`Controls.replay`); the learning rate itself lives
+in the optimizer, which the checkpoints hold.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The Trainer: batches through the step from a position to the last epoch (or an early stop), returning rows.
-
-The trainer keeps the loop alone. It runs the batches a call at a time (:mod:`.batches`), each call as many
-updates as :mod:`.cadence` and the hooks allow before the host is needed; after each call it counts the updates
-into the position, ends the epochs that ended in it (each one row), and lets every worker agree on what the hooks
-asked for. Everything else is a hook (:mod:`.hooks`); the trainer knows nothing of the config or the run folder.
+"""The Trainer: the loop alone. It runs the batches a call at a time (:mod:`.batches`), as many updates as
+:mod:`.cadence` and the hooks allow; after each call it counts the updates, ends the epochs that ended in it (one
+row each), and lets every worker agree on what the hooks asked for. Everything else is a hook (:mod:`.hooks`).
 """
 
 from __future__ import annotations
@@ -51,8 +48,7 @@ class Trainer:
     _clock: _Clock = field(default_factory=_Clock, init=False)
 
     def fit(self, position: Position) -> list[EpochRow]:
-        """Train from ``position`` to the last epoch, or until a hook stops it (the last row says why); return
-        every row of the run, those a resumed run kept included.
+        """Train from ``position`` to the last epoch, or until a hook stops it; return every row of the run.
 
         Raises:
             Interrupted: a stop was requested; the checkpoint at the batch boundary is saved.

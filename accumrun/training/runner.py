@@ -50,13 +50,10 @@ def train_run(
     resume: bool = False,
     overwrite: bool = False,
 ) -> RunResult:
-    """Train as configured into ``run_dir``; with ``resume``, continue the run there from its latest checkpoint
-    (the caller has checked that ``config`` is compatible). Everything that can be refused is checked before
-    anything is written.
-
-    ``strategy`` is the one ``config.distribute`` asks for, or None. On a multi-worker run only the chief writes
-    ``run_dir``; the others train alike in a scratch folder, removed when they end. ``run_dir`` is on a filesystem
-    every worker sees: a resumed worker restores the chief's latest checkpoint, so all continue from one boundary.
+    """Train as configured into ``run_dir``; with ``resume``, continue the run there (the caller has checked that
+    ``config`` is compatible). Everything that can be refused is checked before anything is written. On a
+    multi-worker run only the chief writes ``run_dir``, on a filesystem every worker sees (a resumed worker
+    restores the chief's latest checkpoint); the others train alike in a scratch folder, removed when they end.
 
     Raises:
         ConfigError, DataError: the config or the data is refused; nothing was written.

@@ -204,12 +204,9 @@ class TrainingSetup:
 def build_training(
     config: Config, strategy: tf.distribute.Strategy | None = None, *, resumed: Path | None = None
 ) -> TrainingSetup:
-    """Load the data, build the model, its loss and metrics, and the optimizer, from the seed; settle every
-    ``auto`` of the config but ``subdivisions``.
-
-    With a ``strategy``, the variables are made in its scope, to live on every replica. A learned vocabulary is
-    learned from the training texts, or for a ``resumed`` run read from its folder; the resolved config carries
-    its tokens, for the run to save.
+    """Load the data, build the model, its loss and metrics, and the optimizer, from the seed (the variables in
+    ``strategy``'s scope); settle every ``auto`` but ``subdivisions``. A learned vocabulary is learned, or for a
+    ``resumed`` run read from its folder, and carried in the resolved config for the run to save.
 
     Raises:
         ConfigError: the model, loss, metrics, optimizer, class weights or sizes do not fit the config or the
@@ -312,13 +309,8 @@ def _build_model(
 
 
 def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
-    """Bucketed padding needs every training sample's length before an epoch (to order each batch by length), a
-    model that takes token ids of any length, and shapes that XLA need not know.
-
-    Raises:
-        ConfigError: the training samples' lengths are unknown, the model takes a fixed length, or
-            ``training.jit_compile`` is on.
-    """
+    """Refuse bucketed padding without every training sample's length before an epoch (to order each batch by
+    length), a model that takes token ids of any length, and shapes that XLA need not know."""
     bucket = config.data.token_bucket
     if bucket is None:
         return
