@@ -1,11 +1,7 @@
 """Checkpoints at batch boundaries: one ``.npz`` file of every model, optimizer and training-metric variable, and
-the :class:`Position`. The data order needs nothing more: it is a function of the seed and the epoch, so the
-position says where to pick it up. Files are written atomically, so a run killed at any instant leaves only
-complete checkpoints.
-
-Names count as the console does: ``ckpt-epochEEEEE-batchBBBBBBB.npz`` is taken after batch B (1..n) of epoch E
-(1-based). The position inside the file is what counts, so files named the old way (0-based epochs) still load,
-and the newest is found by position, not by name.
+the :class:`Position` (the data order is a function of the seed and the epoch). Files are written atomically, so a
+run killed at any instant leaves only complete checkpoints. The newest is found by the position inside, not by the
+name, so files named the old way (0-based epochs) still load.
 """
 
 from __future__ import annotations

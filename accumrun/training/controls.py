@@ -29,11 +29,8 @@ class Watch:
 
     def improves(self, value: float) -> bool:
         """Record ``value``; whether it beats the best so far by more than ``min_delta``."""
-        better = (
-            self.best is None
-            or (self.minimize and value < self.best - self.min_delta)
-            or (not self.minimize and value > self.best + self.min_delta)
-        )
+        best = self.best
+        better = best is None or (value < best - self.min_delta if self.minimize else value > best + self.min_delta)
         if better:
             self.best, self.since_best = value, 0
         else:
@@ -57,11 +54,7 @@ class Controls:
     """Early stopping, best-model keeping and reduce-on-plateau, as ``config`` asks for them."""
 
     def __init__(self, config: Config, logged: Iterable[str]) -> None:
-        """Check that every monitored figure is one the rows log (``logged``).
-
-        Raises:
-            ConfigError: a monitor names a figure that is not logged, with the ones that are.
-        """
+        """Check that every monitored figure is one the rows log (``logged``), or raise ConfigError naming them."""
         names = sorted(logged)
         self._stopping = config.training.early_stopping
         self._plateau = config.optimizer.reduce_on_plateau

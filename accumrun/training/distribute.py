@@ -1,6 +1,4 @@
-"""Which devices and hosts a run uses: the ``distribute:`` section turned into a ``tf.distribute`` strategy (None
-for one device; ``mirrored`` on the local GPUs or ``logical_cpus`` slices of the CPU; ``multi_worker`` on hosts
-that ``TF_CONFIG`` or a Slurm job step describes).
+"""Which devices and hosts a run uses: the ``distribute:`` section turned into a ``tf.distribute`` strategy.
 
 Logical devices and the multi-worker runtime must be set up before TensorFlow creates its devices, so
 :func:`create_strategy` is called first thing, once per process, and the strategy is passed down as a value.
@@ -25,12 +23,7 @@ from accumrun.kinds import Cluster, Strategy
 
 def create_strategy(config: DistributeConfig) -> tf.distribute.Strategy | None:
     """The strategy that ``config`` asks for, or None for one device; ``auto`` is ``mirrored`` on a host with
-    several GPUs, else ``none``.
-
-    Raises:
-        ConfigError: ``multi_worker`` without a usable cluster, or ``logical_cpus`` asked for after TensorFlow has
-            created its devices.
-    """
+    several GPUs, else ``none``. ConfigError: no usable cluster, or ``logical_cpus`` after TensorFlow started."""
     strategy = config.strategy
     if strategy == "auto":
         # Physical devices can be listed without creating the runtime's devices.
@@ -100,12 +93,8 @@ class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolv
 
 
 def slurm_resolver() -> tf.distribute.cluster_resolver.SlurmClusterResolver:
-    """The cluster of this Slurm job step: one worker per task, ports from 8888 on each node. On GPU nodes each task
-    gets its share of the GPUs (``CUDA_VISIBLE_DEVICES``); a node where ``nvidia-smi`` does not run is CPU-only.
-
-    Raises:
-        ConfigError: a Slurm variable is missing or malformed.
-    """
+    """The cluster of this Slurm job step: one worker per task, ports from 8888 on each node, each task its share
+    of a node's GPUs (a node where ``nvidia-smi`` does not run is CPU-only); ConfigError if malformed."""
     try:
         try:
             resolver: tf.distribute.cluster_resolver.SlurmClusterResolver = (

@@ -1,6 +1,5 @@
 """``data.feed``: whether the step gets whole batches (one transfer, one compiled call: the fast way, as long as
 the batch fits) or streamed sub-batches (as darknet loads batch/subdivisions images per step: the same numbers).
-
 ``auto`` streams when the data streams from files and the batch is the whole training set, or when two input
 batches (the one training and the one prefetched) would take more than a quarter of the memory available.
 """
@@ -37,11 +36,7 @@ def input_bytes(dataset: Dataset, samples: int) -> int:
 
 
 def choose_feed(feed: Literal["auto"] | Feed, dataset: Dataset, batch_size: int, replicated: bool) -> tuple[Feed, str]:
-    """The feed to use and why, in words for the startup summary.
-
-    Raises:
-        ConfigError: ``sub_batch`` on a replicated step (streaming runs on one device).
-    """
+    """The feed to use and why, in words for the startup summary; ConfigError for ``sub_batch`` with replicas."""
     batch = input_bytes(dataset, batch_size)
     size = f"input batch {batch / 2**20:,.1f} MiB" if batch >= 2**20 else f"input batch {batch / 2**10:,.1f} KiB"
     if isinstance(feed, Feed):

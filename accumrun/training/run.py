@@ -47,11 +47,7 @@ class Run:
 
     def resume(self, epochs: int) -> tuple[Position, list[EpochRow]]:
         """Restore the run's latest checkpoint; return its position and the rows logged up to it (the later ones
-        are dropped: they will be logged again).
-
-        Raises:
-            ConfigError: no checkpoint, a run that early stopping ended, or one that has trained its ``epochs``.
-        """
+        are dropped: they will be logged again). ConfigError: no checkpoint, or nothing left to train."""
         checkpoint = self.home_store.latest()
         if checkpoint is None:
             raise ConfigError(

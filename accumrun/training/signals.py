@@ -1,8 +1,6 @@
-"""Graceful stops: SIGINT or SIGTERM asks the run to stop at the next batch boundary.
-
-A compiled call cannot be cut in half, and a checkpoint taken mid-accumulation would be wrong, so the signal only
-raises a flag, checked after every call. A second Ctrl-C raises ``KeyboardInterrupt`` at once; checkpoints are
-renamed into place, so the last complete one stays valid either way.
+"""Graceful stops: SIGINT or SIGTERM asks the run to stop at the next batch boundary. A compiled call cannot be cut
+in half, and a checkpoint taken mid-accumulation would be wrong, so the signal only raises a flag, checked after
+every call; a second Ctrl-C raises ``KeyboardInterrupt`` at once.
 """
 
 from __future__ import annotations
