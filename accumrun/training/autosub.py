@@ -41,11 +41,8 @@ def choose_subdivisions(
     """Find the fewest subdivisions of the batch ``(x, y)`` that train without running out of memory.
 
     ``make_step(s)`` compiles the step for ``s`` subdivisions; ``state`` (every variable) is restored after every
-    try; ``fits_in_fresh_process(s)`` runs one batch in a new process.
-
-    Raises:
-        ConfigError: even sub-batches of one sample do not fit, or a size that fits in a fresh process still
-            fails in this one.
+    try; ``fits_in_fresh_process(s)`` runs one batch in a new process. ConfigError: even sub-batches of one sample
+    do not fit, or a size that fits in a fresh process still fails in this one.
     """
     batch_size = int(x.shape[0])
     snapshot = [v.numpy() for v in state]

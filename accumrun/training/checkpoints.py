@@ -20,10 +20,9 @@ from accumrun.rundir.atomic import write_atomically
 
 @dataclass
 class Position:
-    """Where a run stands: ``batch`` batches done in epoch ``epoch`` (0-based), and that epoch's sums so far; the
-    end of an epoch is ``Position(epoch=e + 1)``. ``units`` is what ``loss_sum`` sums over (samples, or real
-    tokens). ``train_seconds`` and ``timed_samples`` time this process's batches: a resumed process starts them
-    again, so a resumed epoch reports its own speed, not one spread over two processes."""
+    """Where a run stands: ``batch`` batches done in epoch ``epoch`` (0-based; an epoch's end is the next one's
+    start), and that epoch's sums (``units``: samples, or real tokens). A resumed process starts ``train_seconds``
+    and ``timed_samples`` again, so a resumed epoch reports its own speed, not one spread over two processes."""
 
     epoch: int = 0
     batch: int = 0
@@ -110,11 +109,8 @@ class CheckpointStore:
         return next(reversed(self.checkpoints()), None)
 
     def load(self, path: Path) -> Position:
-        """Restore the state from ``path`` (the optimizer built); return the position it was taken at.
-
-        Raises:
-            ConfigError: the checkpoint is unreadable or was made for another model, optimizer or metrics.
-        """
+        """Restore the state from ``path`` (the optimizer built); return the position it was taken at. ConfigError:
+        the checkpoint is unreadable or was made for another model, optimizer or metrics."""
         try:
             with np.load(path) as stored:
                 arrays = {key: stored[key] for key in stored.files}

@@ -43,7 +43,7 @@ class Decision:
     """What the controls decided after one epoch."""
 
     stop: str | None = None
-    """Why training stops here, or None."""
+    """Why training stops here."""
     keep_best: bool = False
     learning_rate: float | None = None
     """The rate to train the next epoch with, when it changes."""
@@ -122,9 +122,8 @@ class Controls:
 
 
 class Controlling(Hook):
-    """The controls as a hook: stop the run as ``controls`` decide, with their notes; once the row is written and
-    shown, :attr:`acting` keeps the best model (``save_best``) and sets the learning rate, so a failed save never
-    loses the row."""
+    """The controls as a hook: stop as ``controls`` decide; once the row is written and shown, :attr:`acting` keeps
+    the best model (``save_best``) and sets the learning rate, so a failed save never loses the row."""
 
     def __init__(
         self, controls: Controls, optimizer: keras.optimizers.Optimizer, save_best: Callable[[], object]

@@ -58,11 +58,7 @@ def _split_cpu(count: int) -> list[str]:
 
 def cluster_resolver(cluster: Cluster | Literal["auto"]) -> tf.distribute.cluster_resolver.ClusterResolver:
     """The cluster of a multi-worker run, from where ``cluster`` says: ``auto`` is ``tf_config`` when ``TF_CONFIG``
-    is set, else ``slurm`` when this process is a Slurm task.
-
-    Raises:
-        ConfigError: ``auto`` finds neither, or what is there is missing or malformed.
-    """
+    is set, else ``slurm`` in a Slurm task. ConfigError: ``auto`` finds neither, or what is there is malformed."""
     if cluster == "auto":
         if os.environ.get("TF_CONFIG", "").strip():
             cluster = Cluster.TF_CONFIG
@@ -111,11 +107,7 @@ def slurm_resolver() -> tf.distribute.cluster_resolver.SlurmClusterResolver:
 
 
 def read_cluster() -> dict[str, Any]:
-    """The parsed ``TF_CONFIG`` of a multi-worker run, checked for the fields that TensorFlow needs.
-
-    Raises:
-        ConfigError: it is not set, not JSON, or its ``task`` is not one of its ``cluster``'s workers.
-    """
+    """The parsed ``TF_CONFIG`` of a multi-worker run, checked for the fields TensorFlow needs (else ConfigError)."""
     text = os.environ.get("TF_CONFIG", "").strip()
     if not text:
         raise ConfigError(

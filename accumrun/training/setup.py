@@ -42,11 +42,7 @@ T = TypeVar("T")
 
 
 def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
-    """The batch size in samples: ``full`` is the whole training set.
-
-    Raises:
-        ConfigError: the batch is larger than the training set, or has fewer samples than subdivisions.
-    """
+    """The batch size in samples (``full``: the training set); ConfigError if too large, or under subdivisions."""
     batch_size = train_size if training.batch_size == "full" else training.batch_size
     if batch_size > train_size:
         raise ConfigError(
