@@ -165,9 +165,9 @@ Agreement = Callable[[Agreed], Agreed]
 def agreement(strategy: tf.distribute.Strategy | None) -> Agreement:
     """What every worker of a multi-worker run agrees on after each call, by one small all-reduce: the stop that any
     worker was asked for (SIGTERM before SIGINT), so that all stop at the same batch; the chief's next call size and
-    decision to checkpoint (each worker's clock differs, and workers that differed would wait on each other's
-    collectives forever: a checkpoint reads the metrics, which sums them across the workers). Elsewhere, the local
-    view."""
+    decision to checkpoint (``updates_per_call: auto`` and ``checkpoint_every`` go by each worker's own clock, and
+    workers that differed would wait on each other's collectives forever: a checkpoint reads the metrics, which sums
+    them across the workers). Elsewhere, the local view."""
     if not task_addresses(strategy):
         return lambda local: local
     assert strategy is not None
