@@ -1,11 +1,9 @@
-"""The Trainer put together from a settled setup and its Run: the batches through the step, the row sizes, the
-cadence, and the hooks, in the order they run (see :mod:`.hooks`)."""
+"""The Trainer put together from a settled setup and its Run: the batches, the cadence, and the hooks, in order."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from accumrun.config.schema import Config
 from accumrun.core.batch_norm import PopulationStatistics
 from accumrun.core.split import replica_sub_batch_sizes
 from accumrun.core.step import WholeBatchStep
@@ -41,30 +39,34 @@ def build_trainer(
     echo: Callable[[str], None],
     show_progress: bool,
 ) -> Trainer:
-    """The Trainer of ``settled``, given the pieces of the setup it uses, logging after ``rows``; ``save_best``
-    saves the model as the best so far."""
+    """The Trainer of ``settled``, logging after ``rows``; ``save_best`` saves the model as the best so far."""
     setup, subdivisions = settled.setup, settled.subdivisions
     config = setup.config
     plan = setup.chunk_sizes(subdivisions)
     # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
     sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
     recompute = _population_statistics(setup, sub_batch_size)
-    cadence = _cadence(
-        config,
-        len(plan),
+    training, output = config.training, config.output
+    cadence = Cadence(
+        epochs=training.epochs,
+        batches_per_epoch=len(plan),
+        validate_every=training.validate_every,
         validates=bool(setup.dataset.val_size),
-        every_epoch_end=(controls.every_epoch or recompute is not None or config.output.checkpoint_seconds is None),
+        every_epoch_end=controls.every_epoch or recompute is not None or output.checkpoint_seconds is None,
+        checkpoint_seconds=output.checkpoint_seconds,
+        checkpoint_every_updates=output.checkpoint_every_updates,
+        updates_per_call=None if training.updates_per_call == "auto" else training.updates_per_call,
     )
     hooks: list[Hook] = [PreciseStatistics(recompute)] if recompute is not None else []
     if setup.dataset.val_size:
-        hooks.append(Validation(_validation(setup, sub_batch_size), cadence))
+        # In batches no larger than a training sub-batch, so validation never needs more memory than training.
+        scorer = Scorer(setup.model, setup.objective.objective, setup.val_metrics)
+        val_feeder = setup.val_feeder(sub_batch_size)
+        hooks.append(Validation(lambda: {f"val_{name}": value for name, value in scorer(val_feeder).items()}, cadence))
     metric_names = setup.objective.metric_names
-    output = config.output
     # Before the non-finite policy, which may stop the run: the good updates of its call are logged first.
     hooks.append(TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates, metric_names))
-    hooks.append(
-        NonFinitePolicy(config.training.on_nonfinite, loss_scaled=setup.loss_scaled, store=run.store, echo=echo)
-    )
+    hooks.append(NonFinitePolicy(training.on_nonfinite, loss_scaled=setup.loss_scaled, store=run.store, echo=echo))
     if show_progress:
         hooks.append(ProgressBars(len(plan), cadence.epochs))
     epoch_log = EpochLog(run.folder, epochs=cadence.epochs, metric_names=metric_names, echo=echo)
@@ -93,23 +95,8 @@ def build_trainer(
     )
 
 
-def _cadence(config: Config, batches_per_epoch: int, *, validates: bool, every_epoch_end: bool) -> Cadence:
-    training, output = config.training, config.output
-    return Cadence(
-        epochs=training.epochs,
-        batches_per_epoch=batches_per_epoch,
-        validate_every=training.validate_every,
-        validates=validates,
-        every_epoch_end=every_epoch_end,
-        checkpoint_seconds=output.checkpoint_seconds,
-        checkpoint_every_updates=output.checkpoint_every_updates,
-        updates_per_call=None if training.updates_per_call == "auto" else training.updates_per_call,
-    )
-
-
 def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
-    """The epoch's batches through the settled step: several per compiled call where the training data is held
-    on the device and batches come whole, else one per call as the feeder serves them."""
+    """The batches through the step: several per call where the data is on the device and batches whole, else one."""
     setup, step = settled.setup, settled.step
     feeder = setup.train_feeder([size for sizes in plan for size in sizes])
     if setup.several_updates_per_call and feeder.resident is not None and isinstance(step, WholeBatchStep):
@@ -125,21 +112,8 @@ def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
     return FedBatches(plan, feeder, step, metrics=setup.train_metrics, optimizer=setup.optimizer)
 
 
-def _validation(setup: TrainingSetup, batch_size: int) -> Callable[[], dict[str, float]]:
-    """``val_loss`` and ``val_<metric>`` over the validation data in batches of ``batch_size``, no larger than a
-    training sub-batch, so validation never needs more memory than training."""
-    scorer = Scorer(setup.model, setup.objective.objective, setup.val_metrics)
-    feeder = setup.val_feeder(batch_size)
-
-    def validate() -> dict[str, float]:
-        return {f"val_{name}": value for name, value in scorer(feeder).items()}
-
-    return validate
-
-
 def _population_statistics(setup: TrainingSetup, sub_batch_size: int) -> Callable[[], None] | None:
-    """With ``batch_norm: precise``, what recomputes the moving statistics as population statistics at the end of
-    each epoch; else None."""
+    """With ``batch_norm: precise``, what recomputes the moving statistics as population statistics; else None."""
     if setup.batch_norm.mode is not BatchNormMode.PRECISE or not setup.batch_norm.records:
         return None
     statistics = PopulationStatistics(setup.model, setup.batch_norm, sub_batch_size, setup.strategy)

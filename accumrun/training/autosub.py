@@ -1,10 +1,7 @@
-"""``training.subdivisions: auto``: the fewest subdivisions whose sub-batch fits in memory, found by trying.
-
-The batch size, and so the math of every update, stays fixed; only the sub-batch shrinks. The first batch is
-tried with 1, 2, 4, ... subdivisions (or from the count ``training.max_sub_batch`` implies). Each try runs the
-real compiled step, and the weights and optimizer state are put back afterwards, so training then starts from
-the same state as a run with the chosen value fixed. TensorFlow does not always recover cleanly from an
-out-of-memory error; when a retry fails with another error, the sizes are probed in fresh processes instead.
+"""``training.subdivisions: auto``: the fewest subdivisions whose sub-batch fits in memory, found by trying the
+first batch with 1, 2, 4, ... through the real step (the batch, so the math, stays fixed). The state is put back
+after each try, so training starts as a run with the chosen value fixed would. TensorFlow does not always recover
+cleanly from an out-of-memory error; when a retry fails otherwise, the sizes are probed in fresh processes.
 """
 
 from __future__ import annotations
@@ -32,11 +29,6 @@ class AutoChoice:
     tried: list[int] = field(default_factory=list)
 
 
-def first_subdivisions(batch_size: int, max_sub_batch: int | None) -> int:
-    """Where the search starts: one sub-batch, or as few as keep sub-batches within ``max_sub_batch``."""
-    return min(batch_size, math.ceil(batch_size / max_sub_batch)) if max_sub_batch else 1
-
-
 def choose_subdivisions(
     make_step: Callable[[int], TrainStep],
     state: list[tf.Variable],
@@ -48,16 +40,14 @@ def choose_subdivisions(
 ) -> AutoChoice:
     """Find the fewest subdivisions of the batch ``(x, y)`` that train without running out of memory.
 
-    ``make_step(s)`` compiles the step for ``s`` subdivisions; ``state`` (the model's, optimizer's and metrics'
-    variables) is restored after every try. ``fits_in_fresh_process(s)`` runs one batch in a new process.
-
-    Raises:
-        ConfigError: even sub-batches of one sample do not fit, or a size that fits in a fresh process still
-            fails in this one.
+    ``make_step(s)`` compiles the step for ``s`` subdivisions; ``state`` (every variable) is restored after every
+    try; ``fits_in_fresh_process(s)`` runs one batch in a new process. ConfigError: even sub-batches of one sample
+    do not fit, or a size that fits in a fresh process still fails in this one.
     """
     batch_size = int(x.shape[0])
     snapshot = [v.numpy() for v in state]
-    choice = AutoChoice(first_subdivisions(batch_size, max_sub_batch))
+    # One sub-batch, or as few as keep sub-batches within max_sub_batch.
+    choice = AutoChoice(min(batch_size, math.ceil(batch_size / max_sub_batch)) if max_sub_batch else 1)
     try:
         while True:
             choice.tried.append(choice.subdivisions)
@@ -72,7 +62,12 @@ def choose_subdivisions(
                     raise
                 # The runtime may be left unusable by the earlier out-of-memory error; ask a clean process.
                 echo(f"subdivisions {choice.subdivisions}: {type(error).__name__} after out of memory")
-                _probe_fresh_processes(choice, batch_size, fits_in_fresh_process, echo)
+                while True:
+                    echo(f"probing subdivisions {choice.subdivisions} in a fresh process")
+                    if fits_in_fresh_process(choice.subdivisions):
+                        break
+                    _next_or_give_up(choice, batch_size, echo)
+                    choice.tried.append(choice.subdivisions)
                 choice.step = make_step(choice.subdivisions)
                 try:
                     choice.step.train_batch([(x, y)], batch_size)
@@ -104,21 +99,9 @@ def _next_or_give_up(choice: AutoChoice, batch_size: int, echo: Callable[[str], 
     gc.collect()
 
 
-def _probe_fresh_processes(
-    choice: AutoChoice, batch_size: int, fits: Callable[[int], bool], echo: Callable[[str], None]
-) -> None:
-    while True:
-        echo(f"probing subdivisions {choice.subdivisions} in a fresh process")
-        if fits(choice.subdivisions):
-            return
-        _next_or_give_up(choice, batch_size, echo)
-        choice.tried.append(choice.subdivisions)
-
-
 @dataclass(frozen=True)
 class Settled:
-    """A setup with ``subdivisions`` settled, the train step compiled for it, and what ``auto`` chose (None when
-    the config set a number)."""
+    """A setup with ``subdivisions`` settled, the step compiled for it, and what ``auto`` chose (None: a number)."""
 
     setup: TrainingSetup
     subdivisions: int
@@ -127,8 +110,7 @@ class Settled:
 
 
 def settle_subdivisions(setup: TrainingSetup, echo: Callable[[str], None]) -> Settled:
-    """Compile the train step; for ``subdivisions: auto``, first choose the fewest subdivisions whose first batch
-    fits in memory (see :func:`choose_subdivisions`), and record the choice in a new setup's config."""
+    """Compile the train step; for ``subdivisions: auto``, choose the subdivisions first, into a new setup."""
     if setup.subdivisions is not None:
         return Settled(setup, setup.subdivisions, setup.make_step(setup.subdivisions), None)
     x, y = setup.first_batch()

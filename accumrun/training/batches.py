@@ -1,15 +1,7 @@
-"""An epoch's batches through the step, one call at a time: how many updates a call may run, and what it returns.
-
-Two kinds, behind one :meth:`Batches.run`:
-
-- :class:`DeviceBatches`: the training arrays are held on the device (see :mod:`accumrun.data.resident`) and one
-  compiled call runs several whole batches (:class:`accumrun.core.updates.UpdateLoop`), across the ends of epochs
-  when every batch has the same size;
-- :class:`FedBatches`: batches that ``tf.data`` reads (files, augmentation) or that stream as sub-batches, one
-  update per call, as the feeder serves them.
-
-Either returns :class:`~accumrun.core.updates.Updates`, so the trainer handles both alike.
-"""
+"""An epoch's batches through the step, one call at a time, as :class:`~accumrun.core.updates.Updates` either way:
+:class:`DeviceBatches` runs several whole batches per compiled call from arrays held on the device (across the
+ends of epochs when every batch has the same size); :class:`FedBatches` runs one update per call, as the feeder
+serves batches or sub-batches."""
 
 from __future__ import annotations
 
@@ -37,8 +29,7 @@ class Batches(ABC):
 
     @abstractmethod
     def most_per_call(self, batch: int) -> int:
-        """The most updates one call can run from batch ``batch`` of an epoch on (it may cross into the next
-        epochs)."""
+        """The most updates one call can run from batch ``batch`` of an epoch on (maybe into the next epochs)."""
 
     @abstractmethod
     def run(self, epoch: int, batch: int, count: int) -> Updates:
@@ -80,8 +71,7 @@ class DeviceBatches(Batches):
 
 
 class FedBatches(Batches):
-    """Batches as ``feeder`` serves them, one update per call of ``step``; the metrics are reset and read here,
-    on the host."""
+    """Batches as ``feeder`` serves them, one update per call of ``step``; metrics are reset and read on the host."""
 
     def __init__(
         self,
@@ -97,8 +87,7 @@ class FedBatches(Batches):
         self._step = step
         self._metrics = metrics
         self._optimizer = optimizer
-        # The epoch's chunks, kept between calls: (epoch, the next batch, the chunks from it on), so that one
-        # tf.data iterator serves the whole epoch.
+        # The epoch's chunks, kept between calls: (epoch, the next batch, the chunks from it on).
         self._open: tuple[int, int, Iterator[Chunk]] | None = None
 
     def most_per_call(self, batch: int) -> int:
@@ -109,7 +98,11 @@ class FedBatches(Batches):
             raise ValueError("fed batches run one update per call")
         if batch == 0:
             self._metrics.reset()
-        chunks = self._chunks(epoch, batch)
+        # The open chunks when they are next (one tf.data iterator serves the epoch), else new ones.
+        if self._open is not None and self._open[:2] == (epoch, batch):
+            chunks = self._open[2]
+        else:
+            chunks = self._feeder.epoch(epoch, skip=sum(len(sizes) for sizes in self.plan[:batch]))
         result = self._step.train_batch(itertools.islice(chunks, len(self.plan[batch])), self.sizes[batch])
         self._open = (epoch, batch + 1, chunks)
         ends = batch == len(self.plan) - 1
@@ -124,9 +117,3 @@ class FedBatches(Batches):
             optimizer_steps=np.array([int(optimizer.iterations.numpy())], np.int64),
             metrics=np.array([metrics], np.float32).reshape(1, len(self._metrics.names)),
         )
-
-    def _chunks(self, epoch: int, batch: int) -> Iterator[Chunk]:
-        """The chunks from batch ``batch`` of ``epoch`` on: the open ones when they are next, else new ones."""
-        if self._open is not None and self._open[:2] == (epoch, batch):
-            return self._open[2]
-        return self._feeder.epoch(epoch, skip=sum(len(chunks) for chunks in self.plan[:batch]))

@@ -1,10 +1,7 @@
-"""When the host is needed: where a call of several updates must end, and when a checkpoint is due.
-
-A call ends where the run needs the host: at the end of an epoch that validates, that a control decides at, that
-``batch_norm: precise`` recomputes statistics after, that ends the run, or that checkpoints (``checkpoint_every:
-null``); at an update whose count ``checkpoint_every_updates`` divides; and, with ``updates_per_call: auto``,
-after about :data:`CALL_SECONDS` of work, so that a signal is answered within about a second and a timed
-checkpoint is late by no more. Rows stay one per epoch, whatever a call spans.
+"""Where a call of several updates must end: where the run needs the host, at the end of an epoch that validates,
+that a control decides at, that ``batch_norm: precise`` recomputes statistics after, that ends the run, or that
+checkpoints; at an update count that ``checkpoint_every_updates`` divides; and, with ``updates_per_call: auto``,
+after about :data:`CALL_SECONDS` of work, so that a signal or a timed checkpoint waits about a second at most.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ class Cadence:
     validates: bool
     """Whether there is validation data."""
     every_epoch_end: bool
-    """Whether every epoch's end needs the host: a control watches a training figure, ``batch_norm: precise``,
-    or a checkpoint at every epoch's end."""
+    """Whether every epoch's end needs the host (a control of a training figure, precise BatchNorm, a checkpoint)."""
     checkpoint_seconds: float | None
     checkpoint_every_updates: int | None
     updates_per_call: int | None
@@ -55,8 +51,7 @@ class Cadence:
         return count
 
     def wanted(self, seconds_per_update: float | None) -> int:
-        """The updates a call should run: ``updates_per_call``, or with ``auto`` about :data:`CALL_SECONDS` of
-        work at ``seconds_per_update`` (one, until a call has been timed)."""
+        """``updates_per_call``, or for ``auto`` :data:`CALL_SECONDS` of work (one, until a call has been timed)."""
         if self.updates_per_call is not None:
             return self.updates_per_call
         if seconds_per_update is None:
@@ -64,6 +59,5 @@ class Cadence:
         return max(1, min(int(CALL_SECONDS / max(seconds_per_update, 1e-9)), MOST_ROWS_PER_CALL))
 
     def call_size(self, wanted: int, until_host: int, most: int, batch_size: int) -> int:
-        """The updates of the next call: ``wanted``, but no more than ``until_host``, ``most`` (what one call can
-        hold) and :data:`MOST_ROWS_PER_CALL` rows."""
+        """``wanted``, but no more than ``until_host``, ``most`` (what one call holds) and the rows a call takes."""
         return max(1, min(wanted, until_host, most, MOST_ROWS_PER_CALL // batch_size))

@@ -1,10 +1,7 @@
-"""The checkpoint hook: when a checkpoint is due, and taking it at the call's end.
-
-A checkpoint is due at the end of an epoch (``checkpoint_every: null``), ``checkpoint_every`` since the last, or
-after an update count that ``checkpoint_every_updates`` divides (the cadence ends a call there); one is taken
-too at a stop, a signal and the run's end. The rows logged so far are forced to disk first: a resume trusts
-them up to the checkpoint.
-"""
+"""The checkpoint hook. A checkpoint is due at the end of an epoch (``checkpoint_every: null``),
+``checkpoint_every`` since the last, or after an update count that ``checkpoint_every_updates`` divides (the
+cadence ends a call there); one is taken too at a stop, a signal and the run's end. The rows logged so far are
+forced to disk first: a resume trusts them up to the checkpoint."""
 
 from __future__ import annotations
 
@@ -16,16 +13,10 @@ from accumrun.training.hooks import CallEnd, Hook
 
 
 class Checkpointing(Hook):
-    """Asks for a checkpoint when one is due, and saves it into ``store`` (after ``sync``, which forces the rows
-    to disk) once every worker agreed, or where the call ends the run or a stop was asked for."""
+    """Asks for a checkpoint when one is due; saves it (after ``sync``) once every worker agreed, at a stop or end."""
 
     def __init__(
-        self,
-        store: CheckpointStore,
-        *,
-        seconds: float | None,
-        every_updates: int | None,
-        sync: Callable[[], None],
+        self, store: CheckpointStore, *, seconds: float | None, every_updates: int | None, sync: Callable[[], None]
     ) -> None:
         self._store = store
         self._seconds = seconds

@@ -1,15 +1,7 @@
-"""Checkpoints at batch boundaries: the model, the optimizer and where in the data order the run stands.
-
-A checkpoint is one ``.npz`` file holding every model variable (weights, BatchNorm statistics, dropout seed
-state), every optimizer variable (its iteration counter and moments), the training metrics' state so far in the
-epoch, and a :class:`Position`. The data order
-needs nothing more: it is a function of the seed and the epoch (:func:`accumrun.data.dataset.epoch_order`), so
-the position says where to pick it up. Files are written atomically, so a run killed at any instant leaves only
-complete checkpoints.
-
-Names count as the console does: ``ckpt-epochEEEEE-batchBBBBBBB.npz`` is taken after batch B (1..n) of epoch E
-(1-based); the epoch-end checkpoint is ``batch{n}``. The position inside the file is what counts, so files named
-the old way (0-based epochs) still load, and the newest is found by position, not by name.
+"""Checkpoints at batch boundaries: one ``.npz`` file of every model, optimizer and training-metric variable, and
+the :class:`Position` (the data order is a function of the seed and the epoch). Files are written atomically, so a
+run killed at any instant leaves only complete checkpoints. The newest is found by the position inside, not by the
+name, so files named the old way (0-based epochs) still load.
 """
 
 from __future__ import annotations
@@ -28,13 +20,9 @@ from accumrun.rundir.atomic import write_atomically
 
 @dataclass
 class Position:
-    """Where a run stands: ``batch`` batches done in epoch ``epoch`` (0-based), and that epoch's sums so far.
-
-    The end of an epoch is the start of the next one: ``Position(epoch=e + 1)``. ``train_seconds`` and
-    ``timed_samples`` time the epoch's batches that this process trained: a checkpoint keeps them, but a resumed
-    process starts them again, so a resumed epoch reports its own speed, not one spread over two processes.
-    ``units`` is what ``loss_sum`` is a sum over: the samples, or the real tokens of a token-level loss.
-    """
+    """Where a run stands: ``batch`` batches done in epoch ``epoch`` (0-based; an epoch's end is the next one's
+    start), and that epoch's sums (``units``: samples, or real tokens). A resumed process starts ``train_seconds``
+    and ``timed_samples`` again, so a resumed epoch reports its own speed, not one spread over two processes."""
 
     epoch: int = 0
     batch: int = 0
@@ -47,8 +35,7 @@ class Position:
     timed_samples: int = 0
 
     def counted(self, batches_per_epoch: int) -> tuple[int, int]:
-        """``(epoch, batch)`` as the console counts: the 1-based epoch and the batches done in it. The end of
-        an epoch is that epoch's last batch, not batch 0 of the next."""
+        """``(epoch, batch)`` as the console counts: 1-based epoch, batches done (an epoch's end is its last batch)."""
         if self.batch == 0 and self.epoch > 0:
             return self.epoch, batches_per_epoch
         return self.epoch + 1, self.batch
@@ -65,8 +52,7 @@ class Position:
 
     @classmethod
     def stored(cls, text: str) -> Position:
-        """The position a checkpoint holds, its timing started again; keys that older versions stored and this one
-        does not are dropped."""
+        """The position a checkpoint holds, its timing started again (keys this version does not know dropped)."""
         known = {field.name for field in fields(cls)} - {"train_seconds", "timed_samples"}
         stored = {key: value for key, value in json.loads(text).items() if key in known}
         # Checkpoints from before token-level losses counted samples, one unit each.
@@ -120,15 +106,11 @@ class CheckpointStore:
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or None."""
-        found = self.checkpoints()
-        return found[-1] if found else None
+        return next(reversed(self.checkpoints()), None)
 
     def load(self, path: Path) -> Position:
-        """Restore the state from ``path`` (the optimizer built); return the position it was taken at.
-
-        Raises:
-            ConfigError: the checkpoint is unreadable or was made for another model, optimizer or metrics.
-        """
+        """Restore the state from ``path`` (the optimizer built); return the position it was taken at. ConfigError:
+        the checkpoint is unreadable or was made for another model, optimizer or metrics."""
         try:
             with np.load(path) as stored:
                 arrays = {key: stored[key] for key in stored.files}

@@ -26,13 +26,13 @@ def device_name() -> str:
 
 
 def describe_setup(setup: TrainingSetup) -> list[str]:
-    """The derived numbers of a run, as lines: data sizes and targets, parameter count, the loss (on logits or
-    probabilities) and metrics, the batch plan (dealt out to the replicas) and the optimizer."""
+    """The derived numbers of a run, as lines: the data, model, loss and metrics, batch plan and optimizer."""
     config, dataset, model = setup.config, setup.dataset, setup.model
     shape = "x".join(str(d) for d in dataset.sample_shape)
     learning_rate = config.optimizer.learning_rate
     rate = f"{learning_rate:g}" if isinstance(learning_rate, float) else f"schedule {learning_rate.name}"
     parameters = model.count_params()
+    subdivisions = setup.subdivisions or 1
     frozen = ""
     if getattr(config.model, "freeze_base", False):
         frozen = f" ({sum(int(np.prod(v.shape)) for v in model.trainable_variables):,} trainable: the base is frozen)"
@@ -45,7 +45,8 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         f"model {config.model.name}: {parameters:,} parameters{frozen}",
         *setup.objective.describe(),
         _plan(setup),
-        *setup.batch_norm.describe(_smallest_sub_batch(setup)),
+        # The fewest samples a replica's sub-batch of a full batch holds.
+        *setup.batch_norm.describe(min(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))),
         *setup.draws.describe(),
         f"optimizer {config.optimizer.name}, learning rate {rate}, {_count(config.training.epochs, 'epoch')}, "
         f"seed {config.seed}",
@@ -77,15 +78,8 @@ def _weights_lines(setup: TrainingSetup) -> list[str]:
     ]
 
 
-def _smallest_sub_batch(setup: TrainingSetup) -> int:
-    """The fewest samples a replica's sub-batch of a full batch holds (the subdivisions settled)."""
-    subdivisions = setup.subdivisions or 1
-    return min(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
-
-
 def _input_line(setup: TrainingSetup) -> str:
-    """How samples reach the model: stored dtype, streamed or held, skipped files, the input layers, the
-    augmentation, and the feed (with why)."""
+    """How samples reach the model: dtype, storage, the input layers, the augmentation, and the feed (with why)."""
     dataset, data = setup.dataset, setup.config.data
     held = "streamed from files" if dataset.streamed else "held in memory"
     parts = [f"input {dataset.dtype.name} {held}"]
@@ -120,23 +114,6 @@ def _plan(setup: TrainingSetup) -> str:
     return f"batch full = all {train_size:,} training samples ({validation}): {plan}"
 
 
-def progress_bar(count: int, epoch: int, epochs: int, done: int = 0) -> progressbar.ProgressBar | None:
-    """A progress bar over an epoch's ``count`` batches, ``done`` of them already; None when not on a terminal."""
-    if not sys.stdout.isatty():
-        return None
-    widgets = [
-        f"epoch {epoch + 1}/{epochs} ",
-        progressbar.SimpleProgress(),
-        " ",
-        progressbar.Bar(),
-        " ",
-        progressbar.Variable("loss", format="loss {formatted_value}", precision=4),
-        " ",
-        progressbar.ETA(),
-    ]
-    return progressbar.ProgressBar(max_value=count, initial_value=done, widgets=widgets, fd=sys.stdout).start()
-
-
 class ProgressBars(Hook):
     """The progress bar of each epoch of more than one batch, moved after every call (on a terminal only)."""
 
@@ -151,7 +128,7 @@ class ProgressBars(Hook):
             return
         if position.epoch not in self._bars:
             self.on_stop(None)
-            self._bars[position.epoch] = progress_bar(self._count, position.epoch, self._epochs, batches.first_batch)
+            self._bars[position.epoch] = self._bar(position.epoch, batches.first_batch)
         bar = self._bars[position.epoch]
         if bar is not None:
             bar.update(position.batch, loss=position.loss_sum / max(position.units, 1.0))
@@ -165,10 +142,26 @@ class ProgressBars(Hook):
                 bar.finish(dirty=True)
         self._bars.clear()
 
+    def _bar(self, epoch: int, done: int) -> progressbar.ProgressBar | None:
+        """A bar over the epoch's batches, ``done`` of them already; None when not on a terminal."""
+        if not sys.stdout.isatty():
+            return None
+        widgets = [
+            f"epoch {epoch + 1}/{self._epochs} ",
+            progressbar.SimpleProgress(),
+            " ",
+            progressbar.Bar(),
+            " ",
+            progressbar.Variable("loss", format="loss {formatted_value}", precision=4),
+            " ",
+            progressbar.ETA(),
+        ]
+        bar = progressbar.ProgressBar(max_value=self._count, initial_value=done, widgets=widgets, fd=sys.stdout)
+        return bar.start()
+
 
 def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:
-    """``epoch 3/10 | loss 0.4312 | accuracy 0.872 | val_loss ... | val_accuracy ... | 2.1 s | 4,870 samples/s``:
-    each metric under its Keras name."""
+    """``epoch 3/10 | loss 0.4312 | accuracy 0.872 | val_loss ... | val_accuracy ... | 2.1 s | 4,870 samples/s``."""
     names = ["loss", *metric_names]
     if "val_loss" in row.figures:
         names += [f"val_{name}" for name in names]
@@ -185,9 +178,8 @@ def run_summary(
     rows: list[EpochRow], first_epoch: int, seconds: float, headline: Watched, model: Path, *, resumed: bool
 ) -> str:
     """``done: 5 epochs in 12.3 s | 4,870 samples/s after the first | best val_loss 0.4521 at epoch 4 | model
-    runs/x/model.keras``: what this session trained (from epoch ``first_epoch``, 1-based, on; ``epochs 3 to 5``
-    when it was ``resumed``), in ``seconds`` of wall time, its mean speed after its first epoch (which traces the
-    step), and the best ``headline`` figure of the whole run."""
+    runs/x/model.keras``: this session's epochs (from ``first_epoch``, 1-based), its mean speed after its first
+    epoch (which traces the step), and the best ``headline`` figure of the whole run."""
     session = [row for row in rows if row.epoch >= first_epoch]
     if not resumed:
         epochs = _count(len(session), "epoch")

@@ -1,10 +1,7 @@
-"""The controls Keras users know from ``fit`` callbacks, decided from each epoch's logged row: early stopping,
-keeping the best model, and lowering the learning rate on a plateau.
-
-Their state (the best figure so far, the epochs since, the cooldown) is a function of the rows alone, so a resumed
-run rebuilds it by replaying the rows it keeps (:meth:`Controls.replay`) and then decides exactly as an
-uninterrupted run would. The learning rate itself lives in the optimizer, whose variables the checkpoints hold.
-Patience counts epochs; a lowered rate applies from the next epoch's first update.
+"""The controls Keras users know from ``fit`` callbacks, decided from each epoch's row: early stopping, keeping
+the best model, and lowering the learning rate on a plateau. Their state is a function of the rows alone, so a
+resumed run rebuilds it by replaying the rows it keeps (:meth:`Controls.replay`); the learning rate itself lives
+in the optimizer, which the checkpoints hold.
 """
 
 from __future__ import annotations
@@ -32,11 +29,8 @@ class Watch:
 
     def improves(self, value: float) -> bool:
         """Record ``value``; whether it beats the best so far by more than ``min_delta``."""
-        better = (
-            self.best is None
-            or (self.minimize and value < self.best - self.min_delta)
-            or (not self.minimize and value > self.best + self.min_delta)
-        )
+        best = self.best
+        better = best is None or (value < best - self.min_delta if self.minimize else value > best + self.min_delta)
         if better:
             self.best, self.since_best = value, 0
         else:
@@ -49,9 +43,8 @@ class Decision:
     """What the controls decided after one epoch."""
 
     stop: str | None = None
-    """Why training stops here, or None."""
+    """Why training stops here."""
     keep_best: bool = False
-    """Whether this epoch's model is the best so far."""
     learning_rate: float | None = None
     """The rate to train the next epoch with, when it changes."""
     notes: list[str] = field(default_factory=list)
@@ -61,11 +54,7 @@ class Controls:
     """Early stopping, best-model keeping and reduce-on-plateau, as ``config`` asks for them."""
 
     def __init__(self, config: Config, logged: Iterable[str]) -> None:
-        """Check that every monitored figure is one the rows log (``logged``).
-
-        Raises:
-            ConfigError: a monitor names a figure that is not logged, with the ones that are.
-        """
+        """Check that every monitored figure is one the rows log (``logged``), or raise ConfigError naming them."""
         names = sorted(logged)
         self._stopping = config.training.early_stopping
         self._plateau = config.optimizer.reduce_on_plateau
@@ -77,21 +66,20 @@ class Controls:
         ):
             if watched is not None and watched.monitor not in names:
                 raise ConfigError(key, f"is not a logged figure; choose one of {', '.join(names)}", watched.monitor)
-        self._stop_watch = _watch(self._stopping, self._stopping.min_delta if self._stopping else 0.0)
-        self._plateau_watch = _watch(self._plateau, self._plateau.min_delta if self._plateau else 0.0)
-        self._best_watch = _watch(self._best_config, 0.0)
+        stopping, plateau, best = self._stopping, self._plateau, self._best_config
+        self._stop_watch = Watch(stopping.monitor, stopping.minimize, stopping.min_delta) if stopping else None
+        self._plateau_watch = Watch(plateau.monitor, plateau.minimize, plateau.min_delta) if plateau else None
+        self._best_watch = Watch(best.monitor, best.minimize) if best else None
         self._cooldown = 0
 
     @property
     def every_epoch(self) -> bool:
-        """Whether a control decides at the end of every epoch: one watches a training figure. One that watches
-        a validation figure decides at the epochs that validate."""
+        """Whether a control decides at every epoch's end: one watches a training figure, not a validation one."""
         watched = (self._stopping, self._plateau, self._best_config)
         return any(w is not None and not w.monitor.startswith("val_") for w in watched)
 
     def headline(self, validated: bool) -> Watched:
-        """The figure a run's summary reports the best of: the one ``keep_best`` or early stopping watches, else
-        ``val_loss`` when the run validates, else ``loss``."""
+        """The figure the summary reports the best of: ``keep_best``'s, early stopping's, ``val_loss`` or ``loss``."""
         for watched in (self._best_config, self._stopping):
             if watched is not None:
                 return watched
@@ -103,9 +91,8 @@ class Controls:
             self.after_epoch(row, row.learning_rate)
 
     def after_epoch(self, row: EpochRow, learning_rate: float) -> Decision:
-        """Decide after the epoch that ``row`` logs, trained at ``learning_rate``. A control whose figure the
-        row does not hold (a validation figure, after an epoch that did not validate) passes that epoch by:
-        patience counts the epochs it decides at."""
+        """Decide after the epoch that ``row`` logs, trained at ``learning_rate``. A control whose figure the row
+        lacks (an epoch that did not validate) passes it by: patience counts the epochs it decides at."""
         decision = Decision()
         if self._best_watch is not None and self._best_watch.monitor in row.logged:
             decision.keep_best = self._best_watch.improves(row.figure(self._best_watch.monitor))
@@ -135,9 +122,8 @@ class Controls:
 
 
 class Controlling(Hook):
-    """The controls as a hook: after each epoch's row is built, stop the run as ``controls`` decide, with their
-    notes to print after the row's line; once the row is written and shown, :attr:`acting` keeps the best model
-    (``save_best``) and sets the next epoch's learning rate, so a failed save never loses the row."""
+    """The controls as a hook: stop as ``controls`` decide; once the row is written and shown, :attr:`acting` keeps
+    the best model (``save_best``) and sets the learning rate, so a failed save never loses the row."""
 
     def __init__(
         self, controls: Controls, optimizer: keras.optimizers.Optimizer, save_best: Callable[[], object]
@@ -173,7 +159,3 @@ class _Acting(Hook):
 
     def on_epoch_end(self, end: EpochEnd) -> None:
         self._controlling.act()
-
-
-def _watch(watched: Watched | None, min_delta: float) -> Watch | None:
-    return None if watched is None else Watch(watched.monitor, watched.minimize, min_delta)

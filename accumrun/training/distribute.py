@@ -1,11 +1,7 @@
 """Which devices and hosts a run uses: the ``distribute:`` section turned into a ``tf.distribute`` strategy.
 
-``none`` trains on one device without ``tf.distribute``. ``mirrored`` replicates the model on the local GPUs (or
-on ``logical_cpus`` slices of the CPU, to try it without GPUs); ``multi_worker`` on the devices of several hosts,
-whose cluster the standard ``TF_CONFIG`` environment variable or a Slurm job step describes. Logical devices and
-the multi-worker runtime must be set up before TensorFlow creates its devices, so :func:`create_strategy` is
-called first thing (the command line does so before anything else touches TensorFlow), once per process, and
-the strategy is passed down as a value.
+Logical devices and the multi-worker runtime must be set up before TensorFlow creates its devices, so
+:func:`create_strategy` is called first thing, once per process, and the strategy is passed down as a value.
 """
 
 from __future__ import annotations
@@ -26,13 +22,12 @@ from accumrun.kinds import Cluster, Strategy
 
 
 def create_strategy(config: DistributeConfig) -> tf.distribute.Strategy | None:
-    """The strategy that ``config`` asks for (``auto`` settled by :func:`settle_strategy`), or None for one device.
-
-    Raises:
-        ConfigError: ``multi_worker`` without a usable ``TF_CONFIG``, or ``logical_cpus`` asked for after
-            TensorFlow has created its devices.
-    """
-    strategy = settle_strategy(config.strategy)
+    """The strategy that ``config`` asks for, or None for one device; ``auto`` is ``mirrored`` on a host with
+    several GPUs, else ``none``. ConfigError: no usable cluster, or ``logical_cpus`` after TensorFlow started."""
+    strategy = config.strategy
+    if strategy == "auto":
+        # Physical devices can be listed without creating the runtime's devices.
+        strategy = Strategy.MIRRORED if len(tf.config.list_physical_devices("GPU")) > 1 else Strategy.NONE
     if strategy is Strategy.NONE:
         return None
     if strategy is Strategy.MULTI_WORKER:
@@ -42,14 +37,6 @@ def create_strategy(config: DistributeConfig) -> tf.distribute.Strategy | None:
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     devices = _split_cpu(config.logical_cpus) if config.logical_cpus else None
     return tf.distribute.MirroredStrategy(devices)
-
-
-def settle_strategy(strategy: Strategy | Literal["auto"]) -> Strategy:
-    """``distribute.strategy`` settled: ``auto`` is ``mirrored`` on a host with several GPUs, else ``none``."""
-    if isinstance(strategy, Strategy):
-        return strategy
-    # Physical devices can be listed without creating the runtime's devices.
-    return Strategy.MIRRORED if len(tf.config.list_physical_devices("GPU")) > 1 else Strategy.NONE
 
 
 def _split_cpu(count: int) -> list[str]:
@@ -70,42 +57,29 @@ def _split_cpu(count: int) -> list[str]:
 
 
 def cluster_resolver(cluster: Cluster | Literal["auto"]) -> tf.distribute.cluster_resolver.ClusterResolver:
-    """The cluster of a multi-worker run, from where ``cluster`` (settled by :func:`settle_cluster`) says.
-
-    Raises:
-        ConfigError: it is not there, or what is there is malformed.
-    """
-    if settle_cluster(cluster) is Cluster.TF_CONFIG:
+    """The cluster of a multi-worker run, from where ``cluster`` says: ``auto`` is ``tf_config`` when ``TF_CONFIG``
+    is set, else ``slurm`` in a Slurm task. ConfigError: ``auto`` finds neither, or what is there is malformed."""
+    if cluster == "auto":
+        if os.environ.get("TF_CONFIG", "").strip():
+            cluster = Cluster.TF_CONFIG
+        elif "SLURM_PROCID" in os.environ:
+            cluster = Cluster.SLURM
+        else:
+            raise ConfigError(
+                "distribute.cluster",
+                "multi_worker needs a cluster: set TF_CONFIG, run as a Slurm task (srun), or start local workers "
+                "with accumrun launch --workers N",
+                "auto",
+            )
+    if cluster is Cluster.TF_CONFIG:
         read_cluster()
         return tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return slurm_resolver()
 
 
-def settle_cluster(cluster: Cluster | Literal["auto"]) -> Cluster:
-    """``distribute.cluster`` settled: ``auto`` is ``tf_config`` when ``TF_CONFIG`` is set, else ``slurm`` when
-    this process is a Slurm task.
-
-    Raises:
-        ConfigError: ``auto`` finds neither.
-    """
-    if isinstance(cluster, Cluster):
-        return cluster
-    if os.environ.get("TF_CONFIG", "").strip():
-        return Cluster.TF_CONFIG
-    if "SLURM_PROCID" in os.environ:
-        return Cluster.SLURM
-    raise ConfigError(
-        "distribute.cluster",
-        "multi_worker needs a cluster: set TF_CONFIG, run as a Slurm task (srun), or start local workers "
-        "with accumrun launch --workers N",
-        "auto",
-    )
-
-
 class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
-    """Slurm's resolver for nodes without GPUs. TensorFlow's lists a task only beside a GPU of its own, so it is
-    given placeholder GPUs to list the tasks, kept from setting ``CUDA_VISIBLE_DEVICES``, and reports no
-    accelerators, so that the strategy places each worker's replica on its CPU."""
+    """Slurm's resolver for nodes without GPUs. TensorFlow's lists a task only beside a GPU of its own, so this one
+    has placeholder GPUs, sets no ``CUDA_VISIBLE_DEVICES`` and reports no accelerators: each replica is on a CPU."""
 
     def __init__(self) -> None:
         super().__init__(gpus_per_node=1024, gpus_per_task=1, auto_set_gpu=False)
@@ -115,13 +89,8 @@ class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolv
 
 
 def slurm_resolver() -> tf.distribute.cluster_resolver.SlurmClusterResolver:
-    """The cluster of this Slurm job step: one worker per task, ports from 8888 on each node. On GPU nodes the
-    resolver counts the GPUs with ``nvidia-smi`` and gives each task its share through ``CUDA_VISIBLE_DEVICES``,
-    before TensorFlow opens them; a node where ``nvidia-smi`` does not run is taken as CPU-only.
-
-    Raises:
-        ConfigError: a Slurm variable is missing or malformed.
-    """
+    """The cluster of this Slurm job step: one worker per task, ports from 8888 on each node, each task its share
+    of a node's GPUs (a node where ``nvidia-smi`` does not run is CPU-only); ConfigError if malformed."""
     try:
         try:
             resolver: tf.distribute.cluster_resolver.SlurmClusterResolver = (
@@ -138,11 +107,7 @@ def slurm_resolver() -> tf.distribute.cluster_resolver.SlurmClusterResolver:
 
 
 def read_cluster() -> dict[str, Any]:
-    """The parsed ``TF_CONFIG`` of a multi-worker run, checked for the fields that TensorFlow needs.
-
-    Raises:
-        ConfigError: it is not set, not JSON, or its ``task`` is not one of its ``cluster``'s workers.
-    """
+    """The parsed ``TF_CONFIG`` of a multi-worker run, checked for the fields TensorFlow needs (else ConfigError)."""
     text = os.environ.get("TF_CONFIG", "").strip()
     if not text:
         raise ConfigError(
@@ -170,20 +135,23 @@ def read_cluster() -> dict[str, Any]:
     return spec
 
 
+def _cluster(strategy: tf.distribute.Strategy | None) -> tf.distribute.cluster_resolver.ClusterResolver | None:
+    """The cluster resolver of a multi-worker run, or None on one host."""
+    resolver = strategy.cluster_resolver if strategy is not None else None
+    return resolver if resolver is not None and resolver.cluster_spec().jobs else None
+
+
 def is_chief(strategy: tf.distribute.Strategy | None) -> bool:
     """Whether this process writes the run: always, except on a multi-worker run's workers other than the chief
     (the ``chief`` task, or worker 0 when the cluster has no chief)."""
-    resolver = strategy.cluster_resolver if strategy is not None else None
-    if resolver is None or not resolver.cluster_spec().jobs:
-        return True
-    if resolver.task_type == "chief":
+    resolver = _cluster(strategy)
+    if resolver is None or resolver.task_type == "chief":
         return True
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().jobs
 
 
 class Agreed(NamedTuple):
-    """What every worker does after a call: stop (for this signal), how many updates the next call runs, and
-    whether to checkpoint now."""
+    """What every worker does after a call: stop (for this signal), the next call's size, and checkpoint now."""
 
     signal_number: int | None
     call_size: int
@@ -195,12 +163,11 @@ Agreement = Callable[[Agreed], Agreed]
 
 
 def agreement(strategy: tf.distribute.Strategy | None) -> Agreement:
-    """What every worker of a multi-worker run must agree on after each call, by one small all-reduce: the stop
-    that any worker was asked for (SIGTERM before SIGINT), so that all stop at the same batch; the chief's size for
-    the next call and the chief's decision to checkpoint (``updates_per_call: auto`` and ``checkpoint_every`` go
-    by each worker's own clock, and workers that differed would wait on each other's collectives forever: a
-    checkpoint reads the metrics' variables, which sums them across the workers). Elsewhere, the local view as it
-    is."""
+    """What every worker of a multi-worker run agrees on after each call, by one small all-reduce: the stop that any
+    worker was asked for (SIGTERM before SIGINT), so that all stop at the same batch; the chief's next call size and
+    decision to checkpoint (``updates_per_call: auto`` and ``checkpoint_every`` go by each worker's own clock, and
+    workers that differed would wait on each other's collectives forever: a checkpoint reads the metrics, which sums
+    them across the workers). Elsewhere, the local view."""
     if not task_addresses(strategy):
         return lambda local: local
     assert strategy is not None
@@ -226,12 +193,12 @@ PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError)
 
 
 def lost_worker(error: Exception, strategy: tf.distribute.Strategy | None) -> str | None:
-    """``worker 1 (host:port)``, the task that ``error`` says stopped answering, or ``a worker`` when it names
-    none; None when ``error`` is not a lost peer of a multi-worker run."""
+    """``worker 1 (host:port)``, the task that ``error`` says stopped answering (``a worker`` when it names none);
+    None when ``error`` is not a lost peer of a multi-worker run."""
     tasks = task_addresses(strategy)
     if not tasks or not isinstance(error, PEER_ERRORS):
         return None
-    resolver = strategy.cluster_resolver if strategy is not None else None
+    resolver = _cluster(strategy)
     me = f"{resolver.task_type} {resolver.task_id}" if resolver is not None else ""
     named = re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", str(error))
     lost = [f"{job} {index}" for job, index in dict.fromkeys(named) if f"{job} {index}" != me]
@@ -246,37 +213,24 @@ def strategy_scope(strategy: tf.distribute.Strategy | None) -> contextlib.Abstra
 def describe_strategy(strategy: tf.distribute.Strategy) -> str:
     """A one-line description such as ``mirrored: 2 replicas on CPU:0, CPU:1``."""
     replicas = strategy.num_replicas_in_sync
-    devices = ", ".join(_short_device(name) for name in strategy.extended.worker_devices)
-    resolver = strategy.cluster_resolver
-    if resolver is None or not resolver.cluster_spec().jobs:
+    # /job:worker/replica:0/task:1/device:GPU:0 -> GPU:0
+    devices = ", ".join(name.rsplit("device:", 1)[-1] for name in strategy.extended.worker_devices)
+    resolver = _cluster(strategy)
+    if resolver is None:
         return f"mirrored: {replicas} replica{'s' if replicas != 1 else ''} on {devices}"
     jobs = resolver.cluster_spec().as_dict()
     workers = len(jobs.get("chief", [])) + len(jobs.get("worker", []))
     role = "the chief, writes the run" if is_chief(strategy) else "writes nothing"
     source = "Slurm" if isinstance(resolver, tf.distribute.cluster_resolver.SlurmClusterResolver) else "TF_CONFIG"
-    chief = chief_address(resolver)
+    chief = "chief" if "chief" in jobs else "worker"
     return (
-        f"multi_worker: {replicas} replicas on {workers} workers (cluster from {source}; chief {chief}); this is "
-        f"{resolver.task_type} {resolver.task_id} ({role}) with {devices}"
+        f"multi_worker: {replicas} replicas on {workers} workers (cluster from {source}; chief {chief} 0 at "
+        f"{jobs[chief][0]}); this is {resolver.task_type} {resolver.task_id} ({role}) with {devices}"
     )
-
-
-def chief_address(resolver: tf.distribute.cluster_resolver.ClusterResolver) -> str:
-    """``worker 0 at host:port``: the task that writes the run."""
-    jobs = resolver.cluster_spec().as_dict()
-    job = "chief" if "chief" in jobs else "worker"
-    return f"{job} 0 at {jobs[job][0]}"
 
 
 def task_addresses(strategy: tf.distribute.Strategy | None) -> dict[str, str]:
     """Every task of a multi-worker cluster by name (``worker 1``) and address; empty on one host."""
-    resolver = strategy.cluster_resolver if strategy is not None else None
-    if resolver is None or not resolver.cluster_spec().jobs:
-        return {}
-    jobs = resolver.cluster_spec().as_dict()
+    resolver = _cluster(strategy)
+    jobs = resolver.cluster_spec().as_dict() if resolver is not None else {}
     return {f"{job} {index}": address for job, hosts in jobs.items() for index, address in enumerate(hosts)}
-
-
-def _short_device(name: str) -> str:
-    """``/job:worker/replica:0/task:1/device:GPU:0`` -> ``GPU:0``."""
-    return name.rsplit("device:", 1)[-1]

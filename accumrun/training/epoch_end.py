@@ -1,5 +1,5 @@
-"""What an epoch that ends a call computes before its row, as hooks: the BatchNorm population statistics of
-``batch_norm: precise`` (first, so that validation and the epoch's checkpoint hold them), then validation."""
+"""What an epoch that ends a call computes before its row, as hooks: precise BatchNorm statistics (first, so that
+validation and the epoch's checkpoint hold them), then validation."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from accumrun.training.hooks import Hook
 
 
 class PreciseStatistics(Hook):
-    """Recomputes the BatchNorm moving statistics as population statistics (``recompute``) at the end of each
-    epoch that ends its call (with ``batch_norm: precise``, every epoch does; see the cadence)."""
+    """Recomputes the BatchNorm moving statistics (``recompute``) at each epoch's end (each ends its call)."""
 
     def __init__(self, recompute: Callable[[], None]) -> None:
         self._recompute = recompute
@@ -24,8 +23,7 @@ class PreciseStatistics(Hook):
 
 
 class Validation(Hook):
-    """Adds ``val_loss`` and ``val_<metric>`` (``validate``, under the current weights) to the row of each epoch
-    that validates (``cadence``), where it ends its call."""
+    """Adds ``val_loss`` and ``val_<metric>`` (``validate``) to the row of each epoch that validates."""
 
     def __init__(self, validate: Callable[[], dict[str, float]], cadence: Cadence) -> None:
         self._validate = validate

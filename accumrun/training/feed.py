@@ -1,12 +1,7 @@
-"""``data.feed``: whether the step gets whole batches or streamed sub-batches.
-
-A whole batch crosses to the device in one transfer and its sub-batches run in one compiled call: the fast way,
-as long as the batch fits. When it does not (``batch_size: full`` over an image folder, or a large batch of large
-images), the feeder streams sub-batches, as darknet loads batch/subdivisions images per step: one compiled call
-per sub-batch, one update per batch, the same numbers.
-
-``auto`` streams when the data itself streams from files and the batch is the whole training set, or when two
-input batches (the one training and the one prefetched) would take more than a quarter of the memory available.
+"""``data.feed``: whether the step gets whole batches (one transfer, one compiled call: the fast way, as long as
+the batch fits) or streamed sub-batches (as darknet loads batch/subdivisions images per step: the same numbers).
+``auto`` streams when the data streams from files and the batch is the whole training set, or when two input
+batches (the one training and the one prefetched) would take more than a quarter of the memory available.
 """
 
 from __future__ import annotations
@@ -41,13 +36,9 @@ def input_bytes(dataset: Dataset, samples: int) -> int:
 
 
 def choose_feed(feed: Literal["auto"] | Feed, dataset: Dataset, batch_size: int, replicated: bool) -> tuple[Feed, str]:
-    """The feed to use and why, in words for the startup summary.
-
-    Raises:
-        ConfigError: ``sub_batch`` on a replicated step (streaming runs on one device).
-    """
+    """The feed to use and why, in words for the startup summary; ConfigError for ``sub_batch`` with replicas."""
     batch = input_bytes(dataset, batch_size)
-    size = f"input batch {_size(batch)}"
+    size = f"input batch {batch / 2**20:,.1f} MiB" if batch >= 2**20 else f"input batch {batch / 2**10:,.1f} KiB"
     if isinstance(feed, Feed):
         if feed is Feed.SUB_BATCH and replicated:
             raise ConfigError("data.feed", "sub_batch streams on one device; use batch with distribute", feed.value)
@@ -60,7 +51,3 @@ def choose_feed(feed: Literal["auto"] | Feed, dataset: Dataset, batch_size: int,
     if 2 * batch * BUDGET_SHARE > available:
         return Feed.SUB_BATCH, f"{size} x 2 exceeds 1/{BUDGET_SHARE} of {available / 2**30:,.1f} GiB available"
     return Feed.BATCH, size
-
-
-def _size(count: int) -> str:
-    return f"{count / 2**20:,.1f} MiB" if count >= 2**20 else f"{count / 2**10:,.1f} KiB"

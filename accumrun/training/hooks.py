@@ -1,22 +1,9 @@
 """Hooks: what the :class:`~accumrun.training.loop.Trainer` calls at named points of a run, modelled on Keras
-callbacks, each concern one object (the progress bar, the epoch log, TensorBoard, checkpoints, the controls, the
-signals, the non-finite policy, validation).
-
-The points, in the order a run meets them:
-
-- :meth:`Hook.on_run_start`, once, at the position the run starts from;
-- :meth:`Hook.end_call_at`, before each call: the optimizer update count the hook needs the call to end at;
-- :meth:`Hook.on_batch_end`, after the updates of a call, told how many it ran (:class:`BatchEnd`). A call
-  that crosses the end of an epoch is told in parts, one per epoch, each before its epoch's end, so an epoch's
-  row counts its own updates;
-- :meth:`Hook.epoch_figures`, then :meth:`Hook.on_epoch_end`: the columns a hook adds to the epoch's row, then
-  the row built (:class:`EpochEnd`), which a hook may mark as the run's last;
-- :meth:`Hook.on_call_end`, after the call: a hook may ask for a checkpoint or a stop (:class:`CallEnd`); then,
-  once every worker agreed on what was asked, :meth:`Hook.on_agreed` acts on it;
-- :meth:`Hook.on_stop`, once, however the run ends (normally, stopped early, or by an exception).
-
-Hooks run in the order they are given; a later one sees what an earlier one did (as Keras callbacks see the
-``logs`` an earlier one filled in).
+callbacks, each concern one object. The points, in the order a run meets them (see :class:`Hook`):
+``on_run_start``; before each call ``end_call_at``; after it ``on_batch_end`` (a call that crosses an epoch's end
+is told in parts, each before its epoch's end, so an epoch's row counts its own updates), at an epoch's end
+``epoch_figures`` and ``on_epoch_end``; ``on_call_end`` and, once every worker agreed, ``on_agreed``; ``on_stop``.
+Hooks run in the order given; a later one sees what an earlier one did (as Keras callbacks see ``logs``).
 """
 
 from __future__ import annotations
@@ -35,10 +22,9 @@ from accumrun.training.checkpoints import Position
 
 @dataclass(frozen=True, kw_only=True)
 class BatchEnd:
-    """The updates a call ran within one epoch, counted into ``position``."""
+    """The updates a call ran within one epoch (one row each), counted into ``position``."""
 
     updates: Updates
-    """One row per update."""
     first_batch: int
     """The batches of the epoch done before these."""
     position: Position
@@ -56,8 +42,7 @@ class BatchEnd:
 
 @dataclass(kw_only=True)
 class EpochEnd:
-    """An epoch's end: its row, which a hook may replace (``stopped`` set, to end the run after it), and notes to
-    print after the row's line."""
+    """An epoch's end: its row (which :meth:`stop` marks as the run's last), and notes to print after its line."""
 
     row: EpochRow
     ends_call: bool
@@ -75,13 +60,12 @@ class CallEnd:
 
     position: Position
     updates: Updates
-    """Every update of the call."""
     ended: bool
     """The run has trained its last epoch, or an epoch's end stopped it."""
     signal_number: int | None = None
-    """A stop asked for (by a signal); after :meth:`Hook.on_call_end`, the one every worker agreed on."""
+    """A stop asked for (by a signal); in :meth:`Hook.on_agreed`, the one every worker agreed on (as ``checkpoint``)."""
     checkpoint: bool = False
-    """A checkpoint asked for now; after :meth:`Hook.on_call_end`, what every worker agreed on."""
+    """A checkpoint asked for now."""
     saved: Path | None = None
     """The checkpoint :meth:`Hook.on_agreed` saved, if one did."""
 
@@ -98,8 +82,8 @@ class Hook:
         """The run starts (or resumes) at ``position``."""
 
     def end_call_at(self, position: Position, optimizer_steps: int) -> int | None:
-        """The optimizer update count the next call must end at (at the latest), or None for no limit; the call
-        starts at ``position``, after ``optimizer_steps`` updates."""
+        """The optimizer update count the call from ``position`` (after ``optimizer_steps``) must end at, at the
+        latest, or None."""
         return None
 
     def on_batch_end(self, batches: BatchEnd) -> None:

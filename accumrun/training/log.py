@@ -1,5 +1,4 @@
-"""What a run records per epoch: the metrics row, and the epoch log that writes it to ``metrics.jsonl`` and the
-console (TensorBoard is its own hook)."""
+"""What a run records per epoch: the metrics row, and the log that writes it to ``metrics.jsonl`` and the console."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ from accumrun.training.hooks import EpochEnd, Hook
 
 @dataclass(frozen=True)
 class RowSizes:
-    """The sizes every row of a run records: the batch, its subdivisions, the replicas that share it, and the
-    largest sub-batch one device runs."""
+    """The sizes every row of a run records (``sub_batch_size``: the largest one device runs)."""
 
     batch_size: int
     subdivisions: int
@@ -38,9 +36,8 @@ def epoch_row(
     loss_scaled: bool,
     learning_rate: float,
 ) -> EpochRow:
-    """The row of the epoch that ``position`` has just finished: the epoch (1-based), the mean loss over its
-    samples (or real tokens), the metrics and validation ``figures``, its wall time and throughput (in this
-    process, for an epoch that a resume finished), the sizes, the optimizer's state, and the peak memory so far."""
+    """The row of the epoch that ``position`` has just finished, with the metrics and validation ``figures``; its
+    throughput is this process's (for an epoch that a resume finished)."""
     rss, device = peak_memory_mib()
     return EpochRow(
         epoch=position.epoch + 1,
@@ -62,8 +59,8 @@ def epoch_row(
 
 
 class EpochLog(Hook):
-    """The epoch log: each row appended to ``metrics.jsonl`` (flushed; forced to disk by :meth:`sync`, with each
-    checkpoint) and printed as one line, then the notes of its epoch; the reason an early stop gives, last."""
+    """Each row appended to ``metrics.jsonl`` (flushed; forced to disk by :meth:`sync`) and printed as one line,
+    then its epoch's notes; the reason an early stop gives, last."""
 
     def __init__(self, run_dir: Path, *, epochs: int, metric_names: list[str], echo: Callable[[str], None]) -> None:
         self._run_dir = run_dir
@@ -87,8 +84,7 @@ class EpochLog(Hook):
 
 
 def peak_memory_mib() -> tuple[float, float | None]:
-    """The process's peak resident memory and, on a GPU, the device's peak allocation (else None), in MiB, so
-    far."""
+    """The process's peak resident memory and, on a GPU, the device's peak allocation (else None), in MiB."""
     # Linux reports ru_maxrss in KiB.
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if not tf.config.list_logical_devices("GPU"):

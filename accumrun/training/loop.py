@@ -1,13 +1,6 @@
-"""The Trainer: batches through the step, in the seed's order, from a position to the last epoch (or an early
-stop), returning the epochs' rows.
-
-The trainer keeps the loop alone. It runs the batches a call at a time (:mod:`.batches`): one update per call, or
-where the data is held on the device several, as many as :mod:`.cadence` and the hooks allow before the host is
-needed. After each call it counts what every update returned into the position, ends the epochs that ended in it
-(each one row), and lets every worker agree on what the hooks asked for (a checkpoint, a stop). Everything else is
-a hook (:mod:`.hooks`), called at named points: the progress bar, the epoch log, TensorBoard, validation, the
-controls, checkpoints, signals and the non-finite policy. The trainer knows nothing of the config or the run
-folder.
+"""The Trainer: the loop alone. It runs the batches a call at a time (:mod:`.batches`), as many updates as
+:mod:`.cadence` and the hooks allow; after each call it counts the updates, ends the epochs that ended in it (one
+row each), and lets every worker agree on what the hooks asked for. Everything else is a hook (:mod:`.hooks`).
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from accumrun.training.log import RowSizes, epoch_row
 
 @dataclass(kw_only=True)
 class _Clock:
-    """What the trainer times: the size of the next call (agreed by every worker)."""
+    """The size of the next call (agreed by every worker), and what an update costs."""
 
     seconds_per_update: float | None = None
     """What an update costs, once a call has been timed (a call that traced is not)."""
@@ -50,15 +43,12 @@ class Trainer:
     hooks: Hook
     """Every concern besides the loop (several as one: :class:`~accumrun.training.hooks.Hooks`)."""
     agree: Agreement
-    """What every worker does after a call: stop, the next call's size, a checkpoint (see
-    :func:`accumrun.training.distribute.agreement`)."""
     rows: list[EpochRow] = field(default_factory=list)
     """Every epoch's row so far, those a resumed run kept included; :meth:`fit` adds its own."""
     _clock: _Clock = field(default_factory=_Clock, init=False)
 
     def fit(self, position: Position) -> list[EpochRow]:
-        """Train from ``position`` to the last epoch, or until a hook stops it (the last row says why); return
-        every row of the run, those a resumed run kept included.
+        """Train from ``position`` to the last epoch, or until a hook stops it; return every row of the run.
 
         Raises:
             Interrupted: a stop was requested; the checkpoint at the batch boundary is saved.
@@ -71,7 +61,8 @@ class Trainer:
             while position.epoch < self.cadence.epochs and stopped is None:
                 updates, seconds = self._call(position)
                 position, stopped = self._take(updates, seconds, position)
-                self._host(CallEnd(position=position, updates=updates, ended=self._ended(position, stopped)))
+                ended = stopped is not None or position.epoch >= self.cadence.epochs
+                self._host(CallEnd(position=position, updates=updates, ended=ended))
         except BaseException:
             # The hooks still let go (bars, signal handlers, files), but the run's own exception is what surfaces.
             with contextlib.suppress(Exception):
@@ -79,9 +70,6 @@ class Trainer:
             raise
         self.hooks.on_stop(stopped)
         return self.rows
-
-    def _ended(self, position: Position, stopped: str | None) -> bool:
-        return stopped is not None or position.epoch >= self.cadence.epochs
 
     def _call(self, position: Position) -> tuple[Updates, float]:
         """Run the next call's updates from ``position``; return what they gave and the call's wall time."""
@@ -102,9 +90,8 @@ class Trainer:
         return updates, seconds
 
     def _take(self, updates: Updates, seconds: float, position: Position) -> tuple[Position, str | None]:
-        """Count the call's ``updates`` into ``position`` (the call's ``seconds`` shared among them), one epoch's
-        part at a time, and end the epochs that ended in it; return the position after them, and why training
-        stops there, if it does."""
+        """Count the call's ``updates`` into ``position`` an epoch's part at a time, ending the epochs that ended in
+        it (the call's ``seconds`` shared evenly); return the position after them, and why training stops there."""
         stopped = None
         count, per_epoch = len(updates.applied), len(self.batches.sizes)
         start = 0
@@ -112,7 +99,20 @@ class Trainer:
             end = min(count, start + per_epoch - position.batch)
             first_batch = position.batch
             for k in range(start, end):
-                self._count(position, updates, k, seconds / count)
+                samples = self.batches.sizes[position.batch]
+                position.batch += 1
+                position.train_seconds += seconds / count
+                if updates.applied[k]:
+                    position.loss_sum += float(updates.loss_sums[k])
+                    position.units += float(updates.units[k])
+                    position.samples += samples
+                    position.timed_samples += samples
+                elif self._loss_scaled and math.isfinite(float(updates.loss_sums[k])):
+                    # Overflow of the scaled float16 gradients: the optimizer lowered its loss scale; this is routine.
+                    position.loss_scale_skips += 1
+                else:
+                    # The non-finite policy (a hook) says whether training goes on past it.
+                    position.skipped_batches += 1
             self.hooks.on_batch_end(
                 BatchEnd(updates=updates_slice(updates, start, end), first_batch=first_batch, position=position)
             )
@@ -124,26 +124,8 @@ class Trainer:
             start = end
         return position, stopped
 
-    def _count(self, position: Position, updates: Updates, k: int, seconds: float) -> None:
-        """Count update ``k`` of ``updates``, which took ``seconds``, into ``position``."""
-        samples = self.batches.sizes[position.batch]
-        position.batch += 1
-        position.train_seconds += seconds
-        if updates.applied[k]:
-            position.loss_sum += float(updates.loss_sums[k])
-            position.units += float(updates.units[k])
-            position.samples += samples
-            position.timed_samples += samples
-        elif self._loss_scaled and math.isfinite(float(updates.loss_sums[k])):
-            # Overflow of the scaled float16 gradients: the optimizer lowered its loss scale; this is routine.
-            position.loss_scale_skips += 1
-        else:
-            # The non-finite policy (a hook) says whether training goes on past it.
-            position.skipped_batches += 1
-
     def _end_epoch(self, position: Position, updates: Updates, k: int) -> str | None:
-        """Record the row of the epoch that ``position`` has just finished, at update ``k`` of ``updates``: its
-        training metrics and the hooks' columns; return why training stops here, if a hook stops it."""
+        """Record the row of the epoch just finished at update ``k``; return why training stops here, if it does."""
         started = time.perf_counter()
         ends_call = k == len(updates.applied) - 1
         metrics = dict(zip(self.metric_names, (float(value) for value in updates.metrics[k]), strict=True))
@@ -163,8 +145,7 @@ class Trainer:
         return end.row.stopped
 
     def _host(self, call: CallEnd) -> None:
-        """What the host does after ``call``: the hooks ask, every worker agrees (a multi-worker run's workers do
-        the same after the same call, whichever got the signal), the hooks act."""
+        """After ``call``: the hooks ask, every worker agrees (whichever got the signal), the hooks act."""
         self.hooks.on_call_end(call)
         agreed = self.agree(
             Agreed(call.signal_number, self.cadence.wanted(self._clock.seconds_per_update), call.checkpoint)

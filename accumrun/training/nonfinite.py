@@ -1,6 +1,5 @@
-"""The non-finite policy (``training.on_nonfinite``) as a hook: a batch whose loss or gradient is NaN or Inf was
-not applied; ``skip_batch`` says so and goes on, ``stop`` ends the run with the last good checkpoint named. A
-loss-scale optimizer's overflow (a finite loss) is routine, and passes silently."""
+"""The non-finite policy (``training.on_nonfinite``) as a hook: ``skip_batch`` says that an update was not applied
+for a NaN or Inf and goes on, ``stop`` ends the run; a loss-scale overflow (a finite loss) passes silently."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from accumrun.training.hooks import BatchEnd, Hook
 
 
 class NonFinitePolicy(Hook):
-    """Says, or stops at, every update that was not applied for a NaN or Inf."""
+    """The non-finite policy as a hook."""
 
     def __init__(
         self, policy: OnNonFinite, *, loss_scaled: bool, store: CheckpointStore, echo: Callable[[str], None]
@@ -25,7 +24,8 @@ class NonFinitePolicy(Hook):
         self._echo = echo
 
     def on_batch_end(self, batches: BatchEnd) -> None:
-        """
+        """Say, or stop at, each update not applied for a NaN or Inf.
+
         Raises:
             TrainingDiverged: a non-finite loss or gradient with ``training.on_nonfinite: stop``.
         """

@@ -1,8 +1,5 @@
-"""One batch in a fresh process: does this many subdivisions fit in memory? Used by ``subdivisions: auto``.
-
-``python -m accumrun.training.probe CONFIG`` builds the run CONFIG describes, trains its first batch once with
-``training.subdivisions`` and exits 0 when it fits, 3 when TensorFlow runs out of memory, and 1 on any other
-failure.
+"""One batch in a fresh process, for ``subdivisions: auto``: ``python -m accumrun.training.probe CONFIG`` trains
+the first batch once and exits 0 when it fits, 3 when TensorFlow runs out of memory, and 1 on any other failure.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The Run: a run's folder as training uses it. A new run claims the folder, a resumed one reopens it at its
-latest checkpoint; the run writes its files beside training, keeps its checkpoints, and records in ``run.json``
-how each session ended (:class:`accumrun.rundir.status.RunStatus`). What trains is the
-:class:`accumrun.training.loop.Trainer`; the Run knows nothing of the model but the variables it checkpoints."""
+latest checkpoint; the run writes its files, keeps its checkpoints, and records in ``run.json`` how each session
+ended. It knows nothing of the model but the variables it checkpoints."""
 
 from __future__ import annotations
 
@@ -26,14 +25,13 @@ class Run:
     """Where a run writes, where it lives, and its checkpoints."""
 
     folder: Path
-    """Where this process writes: the run's directory, or on a multi-worker run's other workers a scratch
-    folder."""
+    """Where this process writes: ``home``, or on a multi-worker run's other workers a scratch folder."""
     home: Path
     """The run's directory, which a resume names."""
     store: CheckpointStore
     """The checkpoints this process writes."""
     home_store: CheckpointStore
-    """The run's own checkpoints, which a resume restores: ``store``, except on a worker other than the chief."""
+    """The run's own checkpoints, which a resume restores."""
 
     @classmethod
     def open(cls, folder: Path, *, home: Path, keep: int, batches_per_epoch: int, state: State) -> Run:
@@ -43,18 +41,13 @@ class Run:
         return cls(folder, home, store, home_store)
 
     def start(self, *, overwrite: bool = False) -> tuple[Position, list[EpochRow]]:
-        """Claim the folder for a new run (see :func:`accumrun.rundir.layout.prepare_run_dir`); it starts at the
-        beginning, with no rows."""
+        """Claim the folder for a new run (see :func:`accumrun.rundir.layout.prepare_run_dir`), at its start."""
         prepare_run_dir(self.folder, overwrite)
         return Position(), []
 
     def resume(self, epochs: int) -> tuple[Position, list[EpochRow]]:
-        """Restore the latest checkpoint of the run; return its position and the rows logged up to it (those
-        after it are dropped: they will be logged again).
-
-        Raises:
-            ConfigError: no checkpoint, a run that early stopping ended, or one that has trained its ``epochs``.
-        """
+        """Restore the run's latest checkpoint; return its position and the rows logged up to it (the later ones
+        are dropped: they will be logged again). ConfigError: no checkpoint, or nothing left to train."""
         checkpoint = self.home_store.latest()
         if checkpoint is None:
             raise ConfigError(
@@ -79,8 +72,7 @@ class Run:
         return position, rows
 
     def write_files(self, config: Config, dataset: Dataset) -> None:
-        """``config.yaml`` (the resolved config), ``labels.json`` and ``features.json`` where the data has them, and
-        ``tokenizer/vocabulary.txt`` where the tokenizer learned its vocabulary."""
+        """``config.yaml`` (resolved), and where there are any, the labels, features and learned vocabulary."""
         write_text_atomically(self.folder / "config.yaml", config.to_yaml())
         learned = learned_tokenizer(config.data)
         if learned is not None:

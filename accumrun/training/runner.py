@@ -1,5 +1,5 @@
-"""A training run from start to end: build the setup and settle ``subdivisions: auto``, open the Run (its folder,
-files, checkpoints and status), assemble the Trainer from the setup's pieces, fit, and save the model."""
+"""A training run from start to end: build the setup, settle ``subdivisions: auto``, open the Run, assemble the
+Trainer, fit, and save the model."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from accumrun.models.saving import CompileSpec, save_trained_model
 from accumrun.rundir.status import BatchNormNote
 from accumrun.training.assembly import build_trainer
 from accumrun.training.autosub import Settled, settle_subdivisions
-from accumrun.training.checkpoints import Position, State
+from accumrun.training.checkpoints import Position
 from accumrun.training.console import describe_setup, device_name, run_summary
 from accumrun.training.controls import Controls
 from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chief, lost_worker
@@ -34,8 +34,7 @@ from accumrun.training.setup import TrainingSetup, build_training
 
 @dataclass
 class RunResult:
-    """What a finished run leaves: its directory, its per-epoch metrics rows (as ``metrics.jsonl`` holds them)
-    and the trained model."""
+    """What a finished run leaves: its directory, its rows (as ``metrics.jsonl`` holds them) and the model."""
 
     run_dir: Path
     metrics: list[dict[str, Any]]
@@ -51,19 +50,10 @@ def train_run(
     resume: bool = False,
     overwrite: bool = False,
 ) -> RunResult:
-    """Train as configured; write ``run.json``, ``config.yaml``, ``metrics.jsonl``, ``checkpoints/``,
-    ``model.keras`` and ``tensorboard/`` in ``run_dir``.
-
-    With ``resume``, continue the run in ``run_dir`` from its latest checkpoint instead of starting one; the
-    caller has checked that ``config`` is compatible with the run's. ``subdivisions: auto`` is settled first,
-    and the value chosen goes into ``config.yaml`` and ``run.json``. Everything that can be refused (data,
-    model, optimizer, sizes, the run directory, the checkpoint) is checked before anything is written.
-
-    ``strategy`` is the ``tf.distribute`` strategy that ``config.distribute`` asks for (see
-    :func:`accumrun.training.distribute.create_strategy`), or None for one device. On a multi-worker run only
-    the chief writes ``run_dir``; the other workers train alike in a scratch folder under the system temp
-    folder, removed when they end. ``run_dir`` is on a filesystem that every worker sees: a resumed worker
-    restores the chief's latest checkpoint from it, so all continue from the same batch boundary.
+    """Train as configured into ``run_dir``; with ``resume``, continue the run there (the caller has checked that
+    ``config`` is compatible). Everything that can be refused is checked before anything is written. On a
+    multi-worker run only the chief writes ``run_dir``, on a filesystem every worker sees (a resumed worker
+    restores the chief's latest checkpoint); the others train alike in a scratch folder, removed when they end.
 
     Raises:
         ConfigError, DataError: the config or the data is refused; nothing was written.
@@ -71,7 +61,7 @@ def train_run(
         TrainingDiverged: the loss or a gradient became NaN or Inf.
         WorkerLost: a worker of a multi-worker run stopped answering; the last checkpoint is intact.
     """
-    echo = _silent if quiet else _print
+    echo: Callable[[str], None] = (lambda line: None) if quiet else functools.partial(print, flush=True)
     settled = settle_subdivisions(build_training(config, strategy, resumed=run_dir if resume else None), echo)
     if is_chief(strategy):
         return _train(
@@ -94,8 +84,7 @@ def _train(
     resume: bool = False,
     overwrite: bool = False,
 ) -> RunResult:
-    """Train ``settled`` into ``run_dir``: ``run_home``, the run's directory, or on a worker other than the chief a
-    scratch folder; with ``resume``, from the latest checkpoint in ``run_home``."""
+    """Train ``settled`` into ``run_dir`` (``run_home``, or a scratch folder), resuming from ``run_home`` if asked."""
     setup = settled.setup
     config = setup.config
     batches_per_epoch, _ = epoch_batches(setup.dataset.train_size, setup.batch_size, setup.drop_remainder)
@@ -104,7 +93,12 @@ def _train(
         home=run_home,
         keep=config.output.keep_checkpoints,
         batches_per_epoch=batches_per_epoch,
-        state=_state(setup),
+        # What a checkpoint holds.
+        state={
+            "model": setup.model.variables,
+            "optimizer": setup.optimizer.variables,
+            "metrics": setup.train_metrics.variables,
+        },
     )
     logged = ["loss", *setup.objective.metric_names]
     controls = Controls(config, logged + [f"val_{name}" for name in logged] if setup.dataset.val_size else logged)
@@ -138,18 +132,8 @@ def _train(
             echo(note)
         headline = controls.headline(validated=setup.dataset.val_size > 0)
         seconds = time.monotonic() - started
-        model_path = run.folder / "model.keras"
-        echo(run_summary(rows, position.epoch + 1, seconds, headline, model_path, resumed=resume))
+        echo(run_summary(rows, position.epoch + 1, seconds, headline, run.folder / "model.keras", resumed=resume))
     return RunResult(run.folder, [row.to_json() for row in rows], setup.model)
-
-
-def _state(setup: TrainingSetup) -> State:
-    """What a checkpoint holds: the model's, the optimizer's and the training metrics' variables."""
-    return {
-        "model": setup.model.variables,
-        "optimizer": setup.optimizer.variables,
-        "metrics": setup.train_metrics.variables,
-    }
 
 
 def _save_model(setup: TrainingSetup, path: Path) -> CompileSpec:
@@ -179,14 +163,6 @@ def _worker_losses(setup: TrainingSetup, run: Run) -> Iterator[None]:
         )
         timeout = setup.config.distribute.timeout_seconds
         raise WorkerLost(f"{lost} stopped answering (distribute.timeout_seconds: {timeout}); {after}") from None
-
-
-def _print(line: str) -> None:
-    print(line, flush=True)
-
-
-def _silent(line: str) -> None:
-    """Print nothing (``quiet``)."""
 
 
 def _announce(setup: TrainingSetup, run_dir: Path, position: Position, echo: Callable[[str], None]) -> None:

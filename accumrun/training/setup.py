@@ -1,11 +1,6 @@
-"""Everything a run trains, built from a config: the data, the batch size, the model, the optimizer, the loss
-and metrics, and the steps.
-
-:func:`build_training` settles every ``auto`` of the config but ``subdivisions`` (the task, the rescale factor,
-the feed, the loss and the metrics) into one frozen :class:`TrainingSetup`; :func:`settle_subdivisions` then
-settles ``subdivisions: auto`` by trying the first batch, and returns a new one. Nothing after reads the config's
-``auto`` values, and nothing changes a setup.
-"""
+"""Everything a run trains, built from a config into one frozen :class:`TrainingSetup`: the data, the batch size,
+the model, the optimizer, the loss and metrics, and the step's options, with every ``auto`` but ``subdivisions``
+settled (:func:`accumrun.training.autosub.settle_subdivisions` settles that into a new setup)."""
 
 from __future__ import annotations
 
@@ -46,11 +41,7 @@ T = TypeVar("T")
 
 
 def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
-    """The batch size in samples: ``full`` is the whole training set.
-
-    Raises:
-        ConfigError: the batch is larger than the training set, or has fewer samples than subdivisions.
-    """
+    """The batch size in samples (``full``: the training set); ConfigError if too large, or under subdivisions."""
     batch_size = train_size if training.batch_size == "full" else training.batch_size
     if batch_size > train_size:
         raise ConfigError(
@@ -68,20 +59,14 @@ def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingSetup:
-    """What a run trains, resolved: the data, the batch size, how batches are fed, the model, optimizer, loss and
-    metrics, and the state the steps share.
-
-    ``config`` is resolved: the task, rescale factor, feed, loss and metrics it left to accumrun are filled in,
-    and ``training.subdivisions`` once :func:`settle_subdivisions` has settled ``auto``. It is carried to be
-    recorded (``config.yaml``) and described; the setup's own methods read the typed fields, resolved from it once.
-    """
+    """What a run trains, resolved. ``config`` has what it left to accumrun filled in, to be recorded
+    (``config.yaml``) and described; the setup's own methods read the typed fields, resolved from it once."""
 
     config: Config
     seed: int
     shuffle: bool
     drop_remainder: bool
     precise_bn_samples: int | None
-    """The seeded subset of training samples that ``batch_norm: precise`` recomputes statistics over (None: all)."""
     dataset: Dataset
     batch_size: int
     subdivisions: int | None
@@ -90,15 +75,14 @@ class TrainingSetup:
     rescale: float
     """What the model's input layer multiplies raw samples by."""
     preprocess: Preprocess | None
-    """A pretrained application's own ``preprocess_input`` (what ``rescale: auto`` means for it), or None."""
+    """A pretrained application's own ``preprocess_input`` (its ``rescale: auto``), or None."""
     augmentation: Augmentation | None
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     objective: FittedObjective
     val_metrics: MetricSet
     spec: StepSpec
-    """The train step's options but its subdivisions (the feed, training metrics, BatchNorm statistics, draws,
-    bucket, XLA and strategy), which :meth:`make_step` sets."""
+    """The train step's options but its subdivisions, which :meth:`make_step` sets."""
 
     @property
     def feed(self) -> Feed:
@@ -112,7 +96,7 @@ class TrainingSetup:
 
     @property
     def train_metrics(self) -> MetricSet:
-        """The training metrics the step updates (the spec of a setup always has them)."""
+        """The training metrics the step updates."""
         return _given(self.spec.metrics)
 
     @property
@@ -124,11 +108,6 @@ class TrainingSetup:
     def draws(self) -> LayerDraws:
         """How the random layers draw."""
         return _given(self.spec.draws)
-
-    @property
-    def bucket(self) -> int | None:
-        """``data.bucket`` of a source of token ids (bucketed padding), else None."""
-        return self.spec.bucket
 
     @property
     def loss_scaled(self) -> bool:
@@ -160,13 +139,12 @@ class TrainingSetup:
 
     def chunk_sizes(self, subdivisions: int) -> list[list[int]]:
         """Each batch of an epoch as the chunks the feeder serves it in: the whole batch, or its sub-batches."""
-        if self.feed is Feed.BATCH:
-            return [[size] for size in self.epoch_batch_sizes]
-        return [sub_batch_sizes(size, subdivisions) for size in self.epoch_batch_sizes]
+        whole = self.feed is Feed.BATCH
+        return [[size] if whole else sub_batch_sizes(size, subdivisions) for size in self.epoch_batch_sizes]
 
     def train_feeder(self, chunk_sizes: list[int]) -> Feeder:
-        """The training samples in chunks of ``chunk_sizes``, augmented, in the seed's order; with bucketed
-        padding, each batch's samples ordered by their real length (see :mod:`accumrun.data.grouping`)."""
+        """The training samples in chunks of ``chunk_sizes``, augmented, in the seed's order (with bucketed padding,
+        each batch ordered by length: :mod:`accumrun.data.grouping`)."""
         return Feeder(
             self.dataset.train,
             chunk_sizes,
@@ -174,7 +152,7 @@ class TrainingSetup:
             shuffle=self.shuffle,
             augmentation=self.augmentation,
             on_device=True,
-            group_by_length=self.epoch_batch_sizes if self.bucket is not None else None,
+            group_by_length=self.epoch_batch_sizes if self.spec.bucket is not None else None,
         )
 
     def val_feeder(self, batch_size: int) -> Feeder:
@@ -192,9 +170,8 @@ class TrainingSetup:
         )
 
     def population_chunks(self, chunk_size: int) -> Iterator[tf.Tensor]:
-        """The training samples that ``batch_norm: precise`` computes population statistics over (all, or a
-        seeded subset of ``training.precise_bn_samples``), in chunks of ``chunk_size``, as validation sees them:
-        augmentation in inference mode."""
+        """The training samples (or ``precise_bn_samples`` of them, seeded) that ``batch_norm: precise`` computes
+        population statistics over, in chunks of ``chunk_size``, augmentation in inference mode."""
         train = self.dataset.train
         limit = self.precise_bn_samples
         if limit is not None and limit < train.size:
@@ -211,8 +188,7 @@ class TrainingSetup:
         return (x for x, _ in feeder.epoch(0))
 
     def model_to_save(self) -> keras.Model:
-        """The trained model as ``model.keras`` holds it: taking raw samples of the stored size (with a crop of
-        the centre in front when augmentation trained it on smaller ones)."""
+        """The model as ``model.keras`` holds it: on raw samples of the stored size (centre-cropped if augmented)."""
         return at_stored_size(self.model, self.dataset.sample_shape, self.dataset.dtype)
 
     def first_batch(self) -> tuple[tf.Tensor, tf.Tensor]:
@@ -223,13 +199,9 @@ class TrainingSetup:
 def build_training(
     config: Config, strategy: tf.distribute.Strategy | None = None, *, resumed: Path | None = None
 ) -> TrainingSetup:
-    """Load the data, build the model (under ``training.precision``), its loss and metrics, and the optimizer,
-    from the seed; settle every ``auto`` of the config but ``subdivisions``.
-
-    With a ``strategy``, the variables are made in its scope, to live on every replica, and the steps are
-    replicated ones. A learned vocabulary (``data.tokenizer.vocabulary_size``) is learned from the training texts,
-    or for a ``resumed`` run read from its folder (see :mod:`accumrun.data.vocabulary`); the resolved config
-    carries its tokens, for the run to save.
+    """Load the data, build the model, its loss and metrics, and the optimizer, from the seed (the variables in
+    ``strategy``'s scope); settle every ``auto`` but ``subdivisions``. A learned vocabulary is learned, or for a
+    ``resumed`` run read from its folder, and carried in the resolved config for the run to save.
 
     Raises:
         ConfigError: the model, loss, metrics, optimizer, class weights or sizes do not fit the config or the
@@ -239,11 +211,17 @@ def build_training(
     config = config.model_copy(update={"data": settle_vocabulary(config.data, config.seed, resumed)})
     # Class weights weight the training samples alone (validation, as Keras', is unweighted by class).
     dataset = with_class_weights(load_dataset(config.data, config.seed), config.training.class_weight)
-    batch_size = resolve_batch_size(config.training, dataset.train_size)
-    feed, feed_reason = _feed(config, dataset, batch_size, strategy is not None)
-    subdivisions = config.training.fixed_subdivisions
-    data = config.data
-    augmentation = Augmentation(data.augment, dataset.sample_shape, dataset.dtype) if data.augment else None
+    training = config.training
+    batch_size = resolve_batch_size(training, dataset.train_size)
+    feed, feed_reason = choose_feed(config.data.feed, dataset, batch_size, strategy is not None)
+    if feed is Feed.SUB_BATCH and training.fixed_subdivisions is None:
+        raise ConfigError(
+            "training.subdivisions",
+            f"auto tries whole batches, and this run streams sub-batches ({feed_reason}); set a number",
+            "auto",
+        )
+    augment = config.data.augment
+    augmentation = Augmentation(augment, dataset.sample_shape, dataset.dtype) if augment else None
     rescale, preprocess = _rescaling(config, dataset)
     keras.utils.set_random_seed(config.seed)
     with strategy_scope(strategy):
@@ -256,18 +234,31 @@ def build_training(
         probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
         objective = fit_objective(config, dataset, model, _first(probe))
         optimizer = _optimizer(config, model)
-        spec = _step_spec(config, model, optimizer, objective.objective.new_metrics(), feed, strategy)
+        spec = StepSpec(
+            feed=feed,
+            metrics=objective.objective.new_metrics(),
+            batch_norm=BatchNormStatistics(model, training.batch_norm, strategy),
+            # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
+            draws=LayerDraws(model, optimizer.iterations, training.random_draws),
+            bucket=config.data.token_bucket,
+            jit_compile=training.jit_compile,
+            strategy=strategy,
+        )
         val_metrics = objective.objective.new_metrics()
-    training = config.training
+    # config.yaml records what the config left to accumrun; rescale stays auto where an application's own
+    # preprocess_input scales.
+    resolved_data = config.data.model_copy(
+        update={"task": dataset.task, "rescale": "auto" if preprocess is not None else rescale, "feed": feed}
+    )
     return TrainingSetup(
-        config=_resolved(config, dataset, feed, None if preprocess is not None else rescale, objective),
+        config=config.model_copy(update={"data": resolved_data, "loss": objective.loss, "metrics": objective.metrics}),
         seed=config.seed,
         shuffle=config.data.shuffle,
         drop_remainder=training.drop_remainder,
         precise_bn_samples=training.precise_bn_samples,
         dataset=dataset,
         batch_size=batch_size,
-        subdivisions=subdivisions,
+        subdivisions=training.fixed_subdivisions,
         feed_reason=feed_reason,
         rescale=rescale,
         preprocess=preprocess,
@@ -280,64 +271,14 @@ def build_training(
     )
 
 
-def _step_spec(
-    config: Config,
-    model: keras.Model,
-    optimizer: keras.optimizers.Optimizer,
-    train_metrics: MetricSet,
-    feed: Feed,
-    strategy: tf.distribute.Strategy | None,
-) -> StepSpec:
-    """The train step's options as ``config`` sets them, but its subdivisions (created in the strategy's scope)."""
-    training = config.training
-    return StepSpec(
-        feed=feed,
-        metrics=train_metrics,
-        batch_norm=BatchNormStatistics(model, training.batch_norm, strategy),
-        # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
-        draws=LayerDraws(model, optimizer.iterations, training.random_draws),
-        bucket=_bucket(config),
-        jit_compile=training.jit_compile,
-        strategy=strategy,
-    )
-
-
-def _feed(config: Config, dataset: Dataset, batch_size: int, replicated: bool) -> tuple[Feed, str]:
-    """How batches reach the step (see :func:`choose_feed`), and why.
-
-    Raises:
-        ConfigError: sub-batches are streamed and ``subdivisions`` is ``auto``, which tries whole batches.
-    """
-    feed, reason = choose_feed(config.data.feed, dataset, batch_size, replicated)
-    if feed is Feed.SUB_BATCH and config.training.fixed_subdivisions is None:
-        raise ConfigError(
-            "training.subdivisions",
-            f"auto tries whole batches, and this run streams sub-batches ({reason}); set a number",
-            "auto",
-        )
-    return feed, reason
-
-
 def _optimizer(config: Config, model: keras.Model) -> keras.optimizers.Optimizer:
-    """The configured optimizer (loss-scaled under ``mixed_float16``), built for the model's variables now, so its
-    state exists before the first step (checkpoints and auto's tries restore it)."""
+    """The configured optimizer (loss-scaled under ``mixed_float16``), built now, so its state exists before the
+    first step (checkpoints and auto's tries restore it)."""
     optimizer = build_optimizer(config.optimizer)
     if config.training.precision is Precision.MIXED_FLOAT16:
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)
     return optimizer
-
-
-def _resolved(
-    config: Config, dataset: Dataset, feed: Feed, rescale: float | None, objective: FittedObjective
-) -> Config:
-    """``config`` as ``config.yaml`` records it, with what it left to accumrun filled in: the task, the feed,
-    the loss and metrics, and the rescale factor (which stays ``auto`` where an application's own
-    ``preprocess_input`` scales, given as None)."""
-    data = config.data.model_copy(
-        update={"task": dataset.task, "rescale": "auto" if rescale is None else rescale, "feed": feed}
-    )
-    return config.model_copy(update={"data": data, "loss": objective.loss, "metrics": objective.metrics})
 
 
 def _build_model(
@@ -355,28 +296,17 @@ def _build_model(
             dataset.outputs,
             dataset.vocabulary_size,
             per_position=dataset.task is Task.CAUSAL_LM,
-            any_length=_bucket(config) is not None,
+            any_length=config.data.token_bucket is not None,
         )
         return with_input_preprocessing(model, input_shape, dataset.dtype, rescale, config.data.normalize, preprocess)
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)
 
 
-def _bucket(config: Config) -> int | None:
-    """``data.bucket`` of a source of token ids (a text source, or a csv with a text column), else None."""
-    return config.data.token_bucket
-
-
 def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
-    """Bucketed padding needs every training sample's length before an epoch (to order each batch by length: token
-    ids in memory, or a corpus's windows on disk, whose bounds give their lengths), a model that takes token ids of
-    any length, and shapes that XLA need not know.
-
-    Raises:
-        ConfigError: the training samples stream from files or a table's rows, the model takes a fixed length, or
-            ``training.jit_compile`` is on.
-    """
-    bucket = _bucket(config)
+    """Refuse bucketed padding without every training sample's length before an epoch (to order each batch by
+    length), a model that takes token ids of any length, and shapes that XLA need not know."""
+    bucket = config.data.token_bucket
     if bucket is None:
         return
     if dataset.train.lengths is None:
@@ -404,9 +334,7 @@ def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
 
 
 def _rescaling(config: Config, dataset: Dataset) -> tuple[float, Preprocess | None]:
-    """``data.rescale`` settled: a factor, or for ``auto`` with a pretrained application, 1 and its own
-    ``preprocess_input`` (which takes values of 0..255); otherwise ``auto`` is the source's scale (1/255 for
-    uint8)."""
+    """``data.rescale`` settled: ``auto`` is an application's ``preprocess_input`` (on 0..255) or the source's scale."""
     rescale = config.data.rescale
     if rescale != "auto":
         return (1.0 if rescale is False else float(rescale)), None

@@ -1,9 +1,6 @@
-"""Graceful stops: SIGINT or SIGTERM asks the run to stop at the next batch boundary.
-
-A compiled call cannot be cut in half, and a checkpoint taken mid-accumulation would be wrong, so the signal
-only raises a flag; the trainer checks it after every call (one batch, or the few updates of one call). A second
-Ctrl-C raises ``KeyboardInterrupt`` at once, for the user who cannot wait for the call to end. Checkpoints are
-renamed into place, so the last complete one stays valid either way.
+"""Graceful stops: SIGINT or SIGTERM asks the run to stop at the next batch boundary. A compiled call cannot be cut
+in half, and a checkpoint taken mid-accumulation would be wrong, so the signal only raises a flag, checked after
+every call; a second Ctrl-C raises ``KeyboardInterrupt`` at once.
 """
 
 from __future__ import annotations
@@ -32,11 +29,6 @@ class StopRequests:
         # The handlers to put back on exit, as signal.signal returns them.
         self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
 
-    @property
-    def requested(self) -> bool:
-        """Whether a stop was asked for."""
-        return self.signal_number is not None
-
     def __enter__(self) -> StopRequests:
         # Python runs signal handlers in the main thread only; elsewhere (a test's thread) the defaults stay.
         if threading.current_thread() is threading.main_thread():
@@ -52,7 +44,7 @@ class StopRequests:
         self._previous.clear()
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
-        if self.requested and number == signal.SIGINT:
+        if self.signal_number is not None and number == signal.SIGINT:
             raise KeyboardInterrupt
         self.signal_number = number
         name = signal.Signals(number).name
@@ -70,8 +62,7 @@ def resume_command(run_dir: Path) -> str:
 
 
 class Signals(Hook):
-    """The hook of graceful stops: while the run trains, SIGINT and SIGTERM become a stop asked for at the end of
-    the call; once every worker agreed and the checkpoint is saved, :class:`Interrupted` says how to resume."""
+    """SIGINT and SIGTERM ask for a stop at the call's end; after its checkpoint, :class:`Interrupted` says so."""
 
     def __init__(self, batches_per_epoch: int, resume_command: str) -> None:
         self._batches_per_epoch = batches_per_epoch
