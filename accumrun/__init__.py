@@ -55,19 +55,13 @@ def train(
     quiet: bool = False,
     strategy: tf.distribute.Strategy | None = None,
 ) -> RunResult:
-    """Train as ``config`` says (a loaded config, a YAML file or a mapping) and return the run's result.
+    """Train as ``config`` says (a loaded config, a YAML file or a mapping) into ``run_dir`` (by default the
+    config's ``output.run_dir``); return the run directory, its per-epoch metrics rows and the trained model.
 
     Args:
-        config: What to train.
-        run_dir: Where the run writes its files; ``output.run_dir`` of the config by default.
-        resume: Continue the run in ``run_dir`` from its latest checkpoint.
-        overwrite: Replace a run already in ``run_dir``.
-        quiet: Print nothing.
+        resume: Continue the run in ``run_dir`` from its latest checkpoint; ``overwrite`` replaces a run there.
         strategy: The ``tf.distribute`` strategy to train under; by default the one ``distribute`` asks for,
             created here (it must be created before TensorFlow creates its devices).
-
-    Returns:
-        The run directory, its per-epoch metrics rows and the trained model.
 
     Raises:
         ConfigError, DataError: the config or the data is refused; nothing was written.
@@ -99,7 +93,6 @@ def evaluate(
     """Score a finished run's model with its own loss and metrics; also written to ``run_dir/eval-<split>.json``.
 
     Args:
-        run_dir: A finished run's directory.
         split: ``val`` (the run's validation data), ``test`` (the source's test split) or ``train``.
         data: Score all of this source instead (a file or folder of the run's kind); the result's split is
             ``data``.
@@ -115,9 +108,8 @@ def evaluate(
     """
     from accumrun.reports.evaluate import evaluate_run
 
-    chosen = _member(Split, "split", split)
-    which = _member(ModelFile, "model", model)
-    return evaluate_run(Path(run_dir), chosen, str(data) if data is not None else None, which)
+    data_path = str(data) if data is not None else None
+    return evaluate_run(Path(run_dir), _member(Split, "split", split), data_path, _member(ModelFile, "model", model))
 
 
 def predict(
@@ -129,15 +121,13 @@ def predict(
     show_progress: bool = False,
     lines: bool = False,
 ) -> Predictions:
-    """Predict new inputs with a finished run's model: one row per sample.
+    """Predict new inputs with a finished run's model (``final`` or ``best``): one row per sample.
 
     Args:
-        run_dir: A finished run's directory.
         inputs: Image files or folders of them (image runs), ``.npz`` files with ``x``, CSV tables with the
             run's feature columns (CSV runs), or ``.txt`` files or folders of them (text runs); raw samples, as
             the run's source stores them.
         top_k: Classes per row for classification; default ``min(5, classes)``.
-        model: ``final`` or ``best``.
         show_progress: A progress bar on standard error (on a terminal, over more than one batch).
         lines: Text runs: each line of a ``.txt`` file is one input, named ``PATH:LINE`` (blank lines skipped).
 
@@ -167,16 +157,13 @@ def generate(
     seed: int = 0,
     model: ModelFile | str = ModelFile.FINAL,
 ) -> Generated:
-    """Continue ``prompt`` with a finished language model's run (``task: causal_lm``).
+    """Continue ``prompt`` (tokenized as the run's corpus was) by ``max_tokens`` tokens with a finished language
+    model's run (``task: causal_lm``) and its ``final`` or ``best`` model.
 
     Args:
-        run_dir: A finished run's directory.
-        prompt: The text to continue, tokenized as the run's corpus was.
-        max_tokens: How many tokens to write.
         temperature: 0 picks the most likely token (greedy); above 0, a draw from the softmax of the logits divided
             by it.
         seed: Seeds the draws, so that the same call gives the same text.
-        model: ``final`` or ``best``.
 
     Returns:
         ``prompt``, ``continuation``, ``text`` (both) and ``tokens`` (how many were written).
@@ -187,14 +174,8 @@ def generate(
     """
     from accumrun.reports.generate import generate_text
 
-    return generate_text(
-        Path(run_dir),
-        prompt,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        seed=seed,
-        which=_member(ModelFile, "model", model),
-    )
+    which = _member(ModelFile, "model", model)
+    return generate_text(Path(run_dir), prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, which=which)
 
 
 def export(
@@ -204,15 +185,10 @@ def export(
     overwrite: bool = False,
     model: ModelFile | str = ModelFile.FINAL,
 ) -> Exported:
-    """Export a finished run's model as a TensorFlow SavedModel with a ``serving_default`` signature on raw samples
+    """Export a finished run's model (``final`` or ``best``) as a TensorFlow SavedModel in ``output`` (by default
+    ``run_dir/export/savedmodel``; ``overwrite`` replaces it) with a ``serving_default`` signature on raw samples
     that returns ``probabilities``, ``class_index`` and ``class_name`` (classification), ``probabilities``
     (multi-label) or ``values`` (regression).
-
-    Args:
-        run_dir: A finished run's directory.
-        output: The SavedModel folder; ``run_dir/export/savedmodel`` by default.
-        overwrite: Replace an existing ``output``.
-        model: ``final`` or ``best``.
 
     Raises:
         ArgumentError: ``model`` is neither ``final`` nor ``best``.
@@ -236,7 +212,6 @@ def compare(
     data order) and compare the curves, the speed, the memory and the final weights.
 
     Args:
-        config: A YAML config file.
         subdivisions: The counts to train (``auto`` among them); default the config's and 1.
         run_dir: The folder for the variants and ``compare.json``/``compare.png``; new or empty.
         overrides: ``key.path=value`` settings for every variant.
@@ -271,11 +246,7 @@ def compare(
 
 
 def _member(kind: type[K], argument: str, value: K | str) -> K:
-    """``value`` as a member of ``kind``: a member already, or its word.
-
-    Raises:
-        ArgumentError: ``value`` is none of ``kind``'s words.
-    """
+    """``value`` as a member of ``kind``: a member already, or its word; else an ArgumentError."""
     from accumrun.errors import ArgumentError
 
     try:

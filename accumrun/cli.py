@@ -5,12 +5,11 @@ TensorFlow is imported inside the command bodies only, so ``accumrun --help`` an
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -47,8 +46,7 @@ class _PositiveOr(click.ParamType):
 
 
 class _RunFolder(click.ParamType):
-    """A run's folder, which holds its ``run.json``. A missing folder, or one that is not a run, is a usage error
-    in one wording for every command that takes one."""
+    """A run's folder, which holds its ``run.json``; anything else is a usage error, worded alike for every command."""
 
     name = "run_dir"
 
@@ -87,8 +85,7 @@ _SET_OPTION = click.option(
 
 
 class _Command(click.Command):
-    """Shows a bad argument of the API call (:class:`~accumrun.errors.ArgumentError`) as a usage error, with the
-    command's usage line."""
+    """Shows a bad argument of the API call (:class:`~accumrun.errors.ArgumentError`) as a usage error."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -98,9 +95,8 @@ class _Command(click.Command):
 
 
 class _ClosedStdoutIgnored:
-    """``sys.stdout`` for a command whose reader may go away (``accumrun train ... | head -4``): once a write
-    finds the pipe closed, the output goes to the null device and the command carries on, as its run folder is
-    what counts."""
+    """``sys.stdout`` for a command whose reader may go away (``accumrun train ... | head -4``): once the pipe is
+    closed, the output goes to the null device and the command carries on, as its run folder is what counts."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -119,8 +115,7 @@ class _ClosedStdoutIgnored:
             self._to_null_device()
 
     def _to_null_device(self) -> None:
-        # Python's own advice (the signal module's notes on SIGPIPE): point the descriptor at os.devnull, so that
-        # this write's buffer, and every later one, is flushed there, at exit too.
+        # Python's advice (the signal module's notes on SIGPIPE): this buffer and every later one go to os.devnull.
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, self._stream.fileno())
         os.close(null)
@@ -131,8 +126,7 @@ class _ClosedStdoutIgnored:
 
 
 class _Group(click.Group):
-    """Turns any unexpected exception into a one-line error instead of a traceback; a closed standard output ends
-    nothing."""
+    """Turns an unexpected exception into a one-line error instead of a traceback; a closed stdout ends nothing."""
 
     command_class = _Command
 
@@ -226,10 +220,10 @@ _MODEL_OPTION = click.option(
 
 def _overrides(
     assignments: tuple[str, ...],
-    subdivisions: str | None,
-    no_subdivisions: bool,
-    epochs: int | None,
-    batch_size: str | None,
+    subdivisions: str | None = None,
+    no_subdivisions: bool = False,
+    epochs: int | None = None,
+    batch_size: str | None = None,
 ) -> list[str]:
     """The ``--set`` assignments, then the dedicated flags (which win, being more specific)."""
     if no_subdivisions and subdivisions is not None:
@@ -290,38 +284,29 @@ class _TrainOptions:
         return resolve_run_dir(config.output.run_dir, Path(self.config_path).stem)
 
 
-@contextlib.contextmanager
-def _native_stderr_hidden() -> Iterator[None]:
-    """Hide what native code writes to file descriptor 2 while TensorFlow starts.
+def _start_tensorflow(distribute: DistributeConfig | None = None) -> tf.distribute.Strategy | None:
+    """Import TensorFlow and create its devices quietly; return the strategy ``distribute`` asks for.
 
-    TensorFlow prints CUDA probing and CPU-feature notes there before its logging is set up, so no environment
-    variable silences them; a failed import still raises its Python exception afterwards.
+    File descriptor 2 is hidden meanwhile: TensorFlow's native code prints CUDA probing and CPU-feature notes there
+    before its logging is set up, so no environment variable silences them (a failed import still raises). The
+    strategy is created first: logical CPUs and the multi-worker runtime can only be set up before TensorFlow
+    creates its devices. This is the one place the command line creates it.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.stderr.flush()
     saved_stderr, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     try:
-        yield
-    finally:
-        os.dup2(saved_stderr, 2)
-        os.close(saved_stderr)
-        os.close(devnull)
-
-
-def _start_tensorflow(distribute: DistributeConfig | None = None) -> tf.distribute.Strategy | None:
-    """Import TensorFlow and create its devices quietly; return the strategy ``distribute`` asks for.
-
-    The strategy is created first: logical CPUs and the multi-worker runtime can only be set up before
-    TensorFlow creates its devices. This is the one place the command line creates it.
-    """
-    with _native_stderr_hidden():
         import tensorflow as tf
 
         from accumrun.training.distribute import create_strategy
 
         strategy = create_strategy(distribute) if distribute is not None else None
         tf.config.list_logical_devices()
+    finally:
+        os.dup2(saved_stderr, 2)
+        os.close(saved_stderr)
+        os.close(devnull)
     return strategy
 
 
@@ -344,7 +329,7 @@ def train(**options: Any) -> None:
     # Before anything imports TensorFlow, so that its start-up chatter is hidden.
     strategy = _start_tensorflow(config.distribute)
     target = request.target(config)
-    from accumrun.training.checkpoints import CheckpointStore
+    from accumrun.rundir.layout import has_checkpoint
     from accumrun.training.signals import resume_command
 
     resume = request.resume_dir is not None
@@ -353,7 +338,7 @@ def train(**options: Any) -> None:
             config, target, resume=resume, overwrite=request.overwrite, quiet=request.quiet, strategy=strategy
         )
     except KeyboardInterrupt:
-        if CheckpointStore(target / "checkpoints", keep=1).latest() is not None:
+        if has_checkpoint(target):
             command = resume_command(target)
             click.echo(f"\nstopped at once; resume from the last checkpoint with: {command}", err=True)
         else:
@@ -365,20 +350,11 @@ def train(**options: Any) -> None:
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @_options(_OVERRIDE_OPTIONS)
 @click.option("--memory", is_flag=True, help="Also estimate the memory per sub-batch size, to choose subdivisions.")
-def check(
-    config_path: str,
-    subdivisions: str | None,
-    no_subdivisions: bool,
-    epochs: int | None,
-    batch_size: str | None,
-    assignments: tuple[str, ...],
-    memory: bool,
-) -> None:
+def check(config_path: str, memory: bool, **overrides: Any) -> None:
     """Validate CONFIG and print it resolved, with the derived batch sizes."""
     from accumrun.config.loading import load_config
 
-    overrides = _overrides(assignments, subdivisions, no_subdivisions, epochs, batch_size)
-    config = load_config(config_path, overrides)
+    config = load_config(config_path, _overrides(**overrides))
     _start_tensorflow()
     from accumrun.training.console import describe_setup
     from accumrun.training.setup import build_training
@@ -439,7 +415,7 @@ def compare(
     Each variant is a run folder of its own under the compare folder, with its TensorBoard scalars, so
     `tensorboard --logdir COMPARE_DIR` overlays them.
     """
-    overrides = _overrides(assignments, None, False, epochs, batch_size)
+    overrides = _overrides(assignments, epochs=epochs, batch_size=batch_size)
     _start_tensorflow()
     comparison = accumrun.compare(config_path, subdivisions, run_dir, overrides=overrides)
     click.echo("")
@@ -617,34 +593,27 @@ def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> N
 
         raise DataError(str(target), "already exists; choose another target or remove it")
     _start_tensorflow()
-    from accumrun.data.examples import (
-        write_corpus,
-        write_csv,
-        write_image_folder,
-        write_text_folder,
-        write_tfrecords,
-        write_tokens,
-    )
+    from accumrun.data import examples
 
     if kind == "images":
-        write_image_folder(target, count, size, seed)
+        examples.write_image_folder(target, count, size, seed)
     elif kind == "tfrecord":
-        shards = write_tfrecords(target, count, size, seed)
+        shards = examples.write_tfrecords(target, count, size, seed)
         click.echo(f"wrote {count:,} images to {len(shards)} shards, {shards[0].name} to {shards[-1].name}")
         click.echo(f"train on them with data.path: {target}")
         return
     elif kind == "text":
-        write_text_folder(target, count, seed)
+        examples.write_text_folder(target, count, seed)
     elif kind == "corpus":
-        write_corpus(target, count, seed)
+        examples.write_corpus(target, count, seed)
     elif kind == "tokens":
-        train, val = write_tokens(target, count, seed)
+        train, val = examples.write_tokens(target, count, seed)
         click.echo(f"wrote the bytes of {count:,} texts as uint16 token ids to {train} and {val}")
         click.echo(
             f"train on them with data: {{name: tokens, path: {train}, validation_path: {val}, vocabulary_size: 256}}"
         )
         return
     else:
-        write_csv(target, count, seed=seed)
+        examples.write_csv(target, count, seed=seed)
     noun = {"csv": "rows", "text": "texts", "corpus": "text files"}.get(kind, "images")
     click.echo(f"wrote {count:,} {noun} to {target}")

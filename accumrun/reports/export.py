@@ -49,10 +49,7 @@ def export_run(
             ``overwrite`` is not set.
     """
     run = FinishedRun(run_dir)
-    if run.task is Task.CAUSAL_LM:
-        raise ConfigError(
-            "RUN_DIR", "is a language model (task causal_lm): continue text with accumrun generate", str(run_dir)
-        )
+    run.refuse_language_model()
     target = output if output is not None else run_dir / "export" / "savedmodel"
     if target.exists() and not overwrite:
         raise ConfigError("output", "exists; pass --overwrite to replace it", str(target))

@@ -48,6 +48,12 @@ class FinishedRun:
         """The task the run settled on (its ``config.yaml`` records it, never ``auto``)."""
         return Task(self.config.data.task)
 
+    def refuse_language_model(self) -> None:
+        """Raise a ConfigError for a language model's run: predict and export take samples; it continues text."""
+        if self.task is Task.CAUSAL_LM:
+            message = "is a language model (task causal_lm): continue text with accumrun generate"
+            raise ConfigError("RUN_DIR", message, str(self.run_dir))
+
     def model_path(self, which: ModelFile) -> Path:
         """``model.keras`` or ``model.best.keras``.
 
@@ -83,11 +89,6 @@ class FinishedRun:
     def text_input(self) -> tuple[Tokenizer, int] | None:
         """The tokenizer and sequence length of a run on text; None for other runs."""
         return text_input(self.config.data)
-
-    @property
-    def id_column(self) -> str | None:
-        """The column that names a CSV run's rows (``data.id``), for predict's ``input`` column."""
-        return self.config.data.id_column
 
     @property
     def sub_batch_size(self) -> int:

@@ -60,12 +60,9 @@ def generate_text(
         )
     if not prompt:
         raise ConfigError("prompt", "give the model some text to continue")
-    if max_tokens < 0 or temperature < 0:
-        raise ConfigError(
-            "max_tokens" if max_tokens < 0 else "temperature",
-            "must be >= 0",
-            max_tokens if max_tokens < 0 else temperature,
-        )
+    for key, value in (("max_tokens", max_tokens), ("temperature", temperature)):
+        if value < 0:
+            raise ConfigError(key, "must be >= 0", value)
     text = run.text_input
     if text is None:  # a token file's run decodes only with data.tokenizer
         raise ConfigError(

@@ -57,7 +57,8 @@ class Predictions:
 
     def table(self) -> str:
         """The rows as aligned text columns, probabilities and values to 4 decimals."""
-        cells = [self.columns] + [[_text(cell) for cell in row] for row in self.rows]
+        text = [[f"{cell:.4f}" if isinstance(cell, float) else cell for cell in row] for row in self.rows]
+        cells = [self.columns, *text]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
         return "\n".join(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells
@@ -83,10 +84,7 @@ def predict_run(
         DataError: an input is missing, of a kind the run does not take, or of the wrong shape or columns.
     """
     run = FinishedRun(run_dir)
-    if run.task is Task.CAUSAL_LM:
-        raise ConfigError(
-            "RUN_DIR", "is a language model (task causal_lm): continue text with accumrun generate", str(run_dir)
-        )
+    run.refuse_language_model()
     text = run.text_input
     if lines and text is None:
         raise ArgumentError("lines", "reads lines of text files; this run's model does not take text")
@@ -114,9 +112,8 @@ def predict_run(
         ]
         return Predictions(["input", "prediction", *labels], rows)
     assert top_k is not None
-    return Predictions(
-        _top_k_columns(top_k), [_top_k_row(name, row, labels, top_k) for name, row in zip(names, values, strict=True)]
-    )
+    columns = ["input", "prediction", *(f"top{i}_{what}" for i in range(1, top_k + 1) for what in ("class", "prob"))]
+    return Predictions(columns, [_top_k_row(name, row, labels, top_k) for name, row in zip(names, values, strict=True)])
 
 
 def _probabilities(run: FinishedRun, model: keras.Model, groups: list[InputGroup], show_progress: bool) -> np.ndarray:
@@ -155,12 +152,8 @@ def _input_kind(run: FinishedRun, model: keras.Model) -> InputKind:
         images=run.config.data.images,
         tokenizer=text[0] if text is not None else None,
         features=run.features,
-        id_column=run.id_column,
+        id_column=run.config.data.id_column,
     )
-
-
-def _top_k_columns(k: int) -> list[str]:
-    return ["input", "prediction", *(f"top{i}_{what}" for i in range(1, k + 1) for what in ("class", "prob"))]
 
 
 def _top_k_row(name: str, probabilities: np.ndarray, labels: list[str], k: int) -> list[Cell]:
@@ -173,10 +166,6 @@ def _top_k_row(name: str, probabilities: np.ndarray, labels: list[str], k: int) 
     for index in order:
         cells += [labels[index], float(probabilities[index])]
     return cells
-
-
-def _text(cell: Cell) -> str:
-    return f"{cell:.4f}" if isinstance(cell, float) else cell
 
 
 def _progress_bar(count: int) -> progressbar.ProgressBar | None:
