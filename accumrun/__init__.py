@@ -8,6 +8,9 @@ The Python API. ``import accumrun`` stays light: TensorFlow is imported on the f
     >>> accumrun.evaluate(result.run_dir)["accuracy"]
     >>> accumrun.predict(result.run_dir, ["new.npz"]).records()[0]["prediction"]
     >>> accumrun.generate("runs/char_lm", "Alice was").text  # a language model's run
+
+The functions on a finished run take ``model``: ``final`` (``model.keras``) or ``best`` (``model.best.keras``, kept
+with ``output.keep_best``); another word raises ArgumentError.
 """
 
 from __future__ import annotations
@@ -90,16 +93,12 @@ def evaluate(
     data: str | Path | None = None,
     model: ModelFile | str = ModelFile.FINAL,
 ) -> dict[str, Any]:
-    """Score a finished run's model with its own loss and metrics; also written to ``run_dir/eval-<split>.json``.
+    """Score a finished run's model with its own loss and metrics; return ``loss``, each metric under its name,
+    ``samples``, ``model`` and ``split``, as written to ``run_dir/eval-<split>.json``.
 
     Args:
         split: ``val`` (the run's validation data), ``test`` (the source's test split) or ``train``.
-        data: Score all of this source instead (a file or folder of the run's kind); the result's split is
-            ``data``.
-        model: ``final`` (``model.keras``) or ``best`` (``model.best.keras``, with ``output.keep_best``).
-
-    Returns:
-        ``loss``, each metric under its name, ``samples``, ``model`` and ``split``.
+        data: Score all of this source instead (a file or folder of the run's kind), as split ``data``.
 
     Raises:
         ArgumentError: ``split`` or ``model`` is none of its words.
@@ -121,7 +120,7 @@ def predict(
     show_progress: bool = False,
     lines: bool = False,
 ) -> Predictions:
-    """Predict new inputs with a finished run's model (``final`` or ``best``): one row per sample.
+    """Predict new inputs with a finished run's model: one row per sample.
 
     Args:
         inputs: Image files or folders of them (image runs), ``.npz`` files with ``x``, CSV tables with the
@@ -137,7 +136,7 @@ def predict(
         ``input, prediction, <one probability per class>`` (multi-label) or ``input, value_0, ...``.
 
     Raises:
-        ArgumentError: ``model`` is neither ``final`` nor ``best``, or ``lines`` for a run not on text.
+        ArgumentError: ``lines`` for a run not on text.
         ConfigError: not a finished run, no such model, ``top_k`` out of range.
         DataError: an input is missing, unreadable, of the wrong kind, shape or columns.
     """
@@ -158,18 +157,12 @@ def generate(
     model: ModelFile | str = ModelFile.FINAL,
 ) -> Generated:
     """Continue ``prompt`` (tokenized as the run's corpus was) by ``max_tokens`` tokens with a finished language
-    model's run (``task: causal_lm``) and its ``final`` or ``best`` model.
+    model's run (``task: causal_lm``); return ``prompt``, ``continuation``, ``text`` (both) and ``tokens``.
 
-    Args:
-        temperature: 0 picks the most likely token (greedy); above 0, a draw from the softmax of the logits divided
-            by it.
-        seed: Seeds the draws, so that the same call gives the same text.
-
-    Returns:
-        ``prompt``, ``continuation``, ``text`` (both) and ``tokens`` (how many were written).
+    ``temperature`` 0 picks the most likely token (greedy); above 0, a token is drawn from the softmax of the logits
+    divided by it, by a generator seeded by ``seed``, so that the same call gives the same text.
 
     Raises:
-        ArgumentError: ``model`` is neither ``final`` nor ``best``.
         ConfigError: not a finished run or not a language model, an empty prompt, a negative setting.
     """
     from accumrun.reports.generate import generate_text
@@ -185,13 +178,12 @@ def export(
     overwrite: bool = False,
     model: ModelFile | str = ModelFile.FINAL,
 ) -> Exported:
-    """Export a finished run's model (``final`` or ``best``) as a TensorFlow SavedModel in ``output`` (by default
+    """Export a finished run's model as a TensorFlow SavedModel in ``output`` (by default
     ``run_dir/export/savedmodel``; ``overwrite`` replaces it) with a ``serving_default`` signature on raw samples
     that returns ``probabilities``, ``class_index`` and ``class_name`` (classification), ``probabilities``
     (multi-label) or ``values`` (regression).
 
     Raises:
-        ArgumentError: ``model`` is neither ``final`` nor ``best``.
         ConfigError: not a finished run, no such model, or ``output`` exists without ``overwrite``.
     """
     from accumrun.reports.export import export_run
@@ -237,9 +229,8 @@ def compare(
                 "subdivisions", "the config trains with subdivisions 1; name the counts to compare, e.g. 8,1"
             )
         subdivisions = [loaded.training.subdivisions, 1]
-    target = (
-        Path(run_dir) if run_dir is not None else resolve_run_dir("runs/compare-{config_name}-{timestamp}", path.stem)
-    )
+    template = "runs/compare-{config_name}-{timestamp}"
+    target = Path(run_dir) if run_dir is not None else resolve_run_dir(template, path.stem)
     # Flushed, so that each line comes before the output of the variant's process that follows it.
     echo = (lambda _: None) if quiet else functools.partial(print, flush=True)
     return compare_runs(path, list(subdivisions), target, list(overrides), echo=echo)

@@ -1,9 +1,8 @@
 """Subdivisions on vs off: the same config trained under several subdivision counts, side by side.
 
 Each variant is a separate ``accumrun train`` process, so that its peak memory is its own, and a run folder of
-its own (with its TensorBoard scalars, so ``tensorboard --logdir COMPARE_DIR`` overlays the variants). All
-variants share the seed, hence the initial weights and every epoch's data order; only ``training.subdivisions``
-differs.
+its own. All variants share the seed, hence the initial weights and every epoch's data order; only
+``training.subdivisions`` differs.
 """
 
 from __future__ import annotations
@@ -99,36 +98,16 @@ def compare_runs(
     config_path: Path,
     subdivisions: list[int | str],
     out_dir: Path,
-    overrides: list[str] | None = None,
+    overrides: list[str],
     *,
     echo: Callable[[str], None],
 ) -> Comparison:
-    """Train ``config_path`` once per subdivision count into ``out_dir`` (which must be empty or new), then write
-    ``compare.json`` there, and ``compare.png`` when some variant has metrics.
-
-    Raises:
-        ArgumentError: ``out_dir`` holds files.
-    """
+    """Train ``config_path`` once per subdivision count into ``out_dir/subdivisions-N`` (``out_dir`` must be empty
+    or new; a failed variant does not stop the rest), then write ``compare.json`` there, and ``compare.png`` when
+    some variant has metrics: :func:`accumrun.compare`."""
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ArgumentError("run_dir", "exists and is not empty; choose another", str(out_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
-    variants = run_variants(config_path, overrides or [], subdivisions, out_dir, echo)
-    report = {"config": str(config_path), "variants": [v.to_json() for v in variants]}
-    json_path = write_text_atomically(out_dir / "compare.json", json.dumps(report, indent=2) + "\n")
-    curves = {v.label: [row.to_json() for row in v.metrics] for v in variants if v.metrics}
-    title = f"{config_path.name}: subdivisions compared"
-    png_path = plot_curves(curves, out_dir / "compare.png", title=title) if curves else None
-    return Comparison(variants, json_path, png_path)
-
-
-def run_variants(
-    config_path: Path,
-    overrides: list[str],
-    subdivisions: list[int | str],
-    out_dir: Path,
-    echo: Callable[[str], None],
-) -> list[Variant]:
-    """Train one variant per subdivision count into ``out_dir/subdivisions-N``; a failure does not stop the rest."""
     variants = []
     for count in subdivisions:
         variant = Variant(count, out_dir / f"subdivisions-{count}")
@@ -149,7 +128,12 @@ def run_variants(
             echo(f"   failed: {variant.error}")
         variants.append(variant)
     _fill_weight_differences(variants)
-    return variants
+    report = {"config": str(config_path), "variants": [v.to_json() for v in variants]}
+    json_path = write_text_atomically(out_dir / "compare.json", json.dumps(report, indent=2) + "\n")
+    curves = {v.label: [row.to_json() for row in v.metrics] for v in variants if v.metrics}
+    title = f"{config_path.name}: subdivisions compared"
+    png_path = plot_curves(curves, out_dir / "compare.png", title=title) if curves else None
+    return Comparison(variants, json_path, png_path)
 
 
 def _fill_weight_differences(variants: list[Variant]) -> None:
@@ -162,10 +146,8 @@ def _fill_weight_differences(variants: list[Variant]) -> None:
     reference = keras.models.load_model(done[0].run_dir / "model.keras", compile=False).get_weights()
     done[0].max_weight_difference = 0.0
     for variant in done[1:]:
-        weights = keras.models.load_model(variant.run_dir / "model.keras", compile=False).get_weights()
-        variant.max_weight_difference = max(
-            float(np.max(np.abs(a - b))) for a, b in zip(reference, weights, strict=True)
-        )
+        own = keras.models.load_model(variant.run_dir / "model.keras", compile=False).get_weights()
+        variant.max_weight_difference = max(float(np.max(np.abs(a - b))) for a, b in zip(reference, own, strict=True))
 
 
 def format_table(variants: list[Variant]) -> str:

@@ -1,10 +1,8 @@
-"""``accumrun evaluate``: score a finished run's saved model on its validation, test or training data, or on
-another source of the same kind, with the run's own loss and metrics.
+"""``accumrun evaluate``: score a finished run's saved model with the run's own loss and metrics.
 
-The model is the saved one (``model.keras`` or ``model.best.keras``): it takes the samples as the source stores
-them, so they are read without augmentation (a model trained on crops crops the centre itself). The scoring is
-the run's validation pass: the same per-sample loss, the same metrics, in batches of one training sub-batch, in
-inference mode. So ``--split val --model final`` gives the run's last ``val_*`` figures.
+The saved model takes the samples as the source stores them, so they are read without augmentation (a model trained
+on crops crops the centre itself). The scoring is the run's validation pass, in batches of one training sub-batch,
+so ``--split val --model final`` gives the run's last ``val_*`` figures.
 """
 
 from __future__ import annotations
@@ -30,14 +28,8 @@ from accumrun.rundir.atomic import write_text_atomically
 def evaluate_run(
     run_dir: Path, split: Split = Split.VAL, data_path: str | None = None, which: ModelFile = ModelFile.FINAL
 ) -> dict[str, Any]:
-    """Score the run's model on ``split`` of its data (all of ``data_path`` when given); write and return
-    ``eval-<split>.json`` (``eval-best-<split>.json`` for the best model; ``data`` as the split for
-    ``data_path``): ``loss``, each metric under its name, ``samples``, ``model``, ``split``.
-
-    Raises:
-        ConfigError: ``run_dir`` is not a finished run, the model or the split does not exist.
-        DataError: the data cannot be read.
-    """
+    """Score the run's model on ``split`` of its data (all of ``data_path`` when given): :func:`accumrun.evaluate`.
+    The result goes to ``eval-<split>.json``, or ``eval-best-<split>.json`` for the best model."""
     run = FinishedRun(run_dir)
     config = run.config
     model_path = run.model_path(which)

@@ -1,10 +1,8 @@
 """``accumrun export``: a finished run's model as a TensorFlow SavedModel, for TF Serving or ``tf.saved_model.load``.
 
-Its ``serving_default`` signature takes raw samples (as the run's source stores them; the preprocessing is in the
-model), or for a run on text a batch of strings (``texts``, tokenized inside by the run's tokenizer as TensorFlow
-ops, so serving needs no accumrun), and returns ``probabilities``, and for classification also ``class_index``
-and ``class_name``; for regression it returns ``values``. It is written with Keras' ``ExportArchive`` (what
-``model.export`` uses) through :func:`~accumrun.rundir.atomic.write_atomically`, under a temporary name and
+Its ``serving_default`` signature takes raw samples (the preprocessing is in the model), or for a run on text a
+batch of strings (``texts``, tokenized inside by the run's tokenizer as TensorFlow ops, so serving needs no
+accumrun). It is written with Keras' ``ExportArchive`` (what ``model.export`` uses) under a temporary name and
 renamed into place, so a failed export leaves nothing half-written.
 """
 
@@ -42,12 +40,8 @@ class Exported:
 def export_run(
     run_dir: Path, output: Path | None = None, *, overwrite: bool = False, which: ModelFile = ModelFile.FINAL
 ) -> Exported:
-    """Write the run's model as a SavedModel to ``output`` (``RUN_DIR/export/savedmodel`` by default).
-
-    Raises:
-        ConfigError: ``run_dir`` is not a finished run or has no such model, or ``output`` exists and
-            ``overwrite`` is not set.
-    """
+    """Write the run's model as a SavedModel to ``output`` (``RUN_DIR/export/savedmodel`` by default): see
+    :func:`accumrun.export`."""
     run = FinishedRun(run_dir)
     run.refuse_language_model()
     target = output if output is not None else run_dir / "export" / "savedmodel"

@@ -55,11 +55,7 @@ class FinishedRun:
             raise ConfigError("RUN_DIR", message, str(self.run_dir))
 
     def model_path(self, which: ModelFile) -> Path:
-        """``model.keras`` or ``model.best.keras``.
-
-        Raises:
-            ConfigError: the run has no such model.
-        """
+        """``model.keras`` or ``model.best.keras``; a ConfigError when the run has no such model."""
         path = self.run_dir / which.filename
         if not path.is_file():
             hint = "; set output.keep_best to keep one" if which is ModelFile.BEST else ""
