@@ -61,10 +61,8 @@ def train(
     """Train as ``config`` says (a loaded config, a YAML file or a mapping) into ``run_dir`` (by default the
     config's ``output.run_dir``); return the run directory, its per-epoch metrics rows and the trained model.
 
-    Args:
-        resume: Continue the run in ``run_dir`` from its latest checkpoint; ``overwrite`` replaces a run there.
-        strategy: The ``tf.distribute`` strategy to train under; by default the one ``distribute`` asks for,
-            created here (it must be created before TensorFlow creates its devices).
+    ``resume`` continues the run in ``run_dir`` from its latest checkpoint; ``overwrite`` replaces a run there. The
+    ``strategy`` is by default the one ``distribute`` asks for, created here (before TensorFlow creates its devices).
 
     Raises:
         ConfigError, DataError: the config or the data is refused; nothing was written.
@@ -93,12 +91,10 @@ def evaluate(
     data: str | Path | None = None,
     model: ModelFile | str = ModelFile.FINAL,
 ) -> dict[str, Any]:
-    """Score a finished run's model with its own loss and metrics; return ``loss``, each metric under its name,
-    ``samples``, ``model`` and ``split``, as written to ``run_dir/eval-<split>.json``.
-
-    Args:
-        split: ``val`` (the run's validation data), ``test`` (the source's test split) or ``train``.
-        data: Score all of this source instead (a file or folder of the run's kind), as split ``data``.
+    """Score a finished run's model with its own loss and metrics on ``split`` (``val``, the run's validation data;
+    ``test``, the source's test split; or ``train``), or on all of the source ``data`` (a file or folder of the
+    run's kind) as split ``data``. Return ``loss``, each metric under its name, ``samples``, ``model`` and
+    ``split``, as written to ``run_dir/eval-<split>.json``.
 
     Raises:
         ArgumentError: ``split`` or ``model`` is none of its words.
@@ -122,18 +118,16 @@ def predict(
 ) -> Predictions:
     """Predict new inputs with a finished run's model: one row per sample.
 
-    Args:
-        inputs: Image files or folders of them (image runs), ``.npz`` files with ``x``, CSV tables with the
-            run's feature columns (CSV runs), or ``.txt`` files or folders of them (text runs); raw samples, as
-            the run's source stores them.
-        top_k: Classes per row for classification; default ``min(5, classes)``.
-        show_progress: A progress bar on standard error (on a terminal, over more than one batch).
-        lines: Text runs: each line of a ``.txt`` file is one input, named ``PATH:LINE`` (blank lines skipped).
+    The ``inputs`` are raw samples, as the run's source stores them: image files or folders of them (image runs),
+    ``.npz`` files with ``x``, CSV tables with the run's feature columns (CSV runs), or ``.txt`` files or folders of
+    them (text runs); with ``lines``, each line of a ``.txt`` file is one input, named ``PATH:LINE`` (blank lines
+    skipped). ``top_k`` is the classes per row for classification, by default ``min(5, classes)``;
+    ``show_progress`` draws a progress bar on standard error (on a terminal, over more than one batch).
 
     Returns:
-        The table: ``columns`` and ``rows``; ``records()`` as dicts, ``write(path)`` to CSV or JSON,
-        ``table()`` as text. Columns: ``input, prediction, top1_class, top1_prob, ...`` (classification),
-        ``input, prediction, <one probability per class>`` (multi-label) or ``input, value_0, ...``.
+        The table: ``columns`` and ``rows``; ``records()`` as dicts, ``write(path)`` to CSV or JSON, ``table()`` as
+        text. Columns: ``input, prediction, top1_class, top1_prob, ...`` (classification), ``input, prediction,
+        <one probability per class>`` (multi-label) or ``input, value_0, ...``.
 
     Raises:
         ArgumentError: ``lines`` for a run not on text.
@@ -203,15 +197,11 @@ def compare(
     """Train the config at ``config`` once per subdivision count (each in its own process, from the same seed and
     data order) and compare the curves, the speed, the memory and the final weights.
 
-    Args:
-        subdivisions: The counts to train (``auto`` among them); default the config's and 1.
-        run_dir: The folder for the variants and ``compare.json``/``compare.png``; new or empty.
-        overrides: ``key.path=value`` settings for every variant.
-        quiet: Print nothing; else each variant's progress goes to standard output.
-
-    Returns:
-        The variants (status, metrics rows, largest weight difference to the first) and the report's paths;
-        ``table()`` gives the text the command prints.
+    The ``subdivisions`` (``auto`` among them) are by default the config's and 1; ``run_dir``, new or empty, gets
+    the variants and ``compare.json``/``compare.png``; ``overrides`` (``key.path=value``) apply to every variant;
+    without ``quiet``, each variant's progress goes to standard output. The result holds the variants (status,
+    metrics rows, largest weight difference to the first) and the report's paths; ``table()`` is what the command
+    prints.
 
     Raises:
         ConfigError: the config is invalid.

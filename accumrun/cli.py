@@ -5,6 +5,7 @@ TensorFlow is imported inside the command bodies only, so ``accumrun --help`` an
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -122,18 +123,15 @@ class _Group(click.Group):
     command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
-        stdout = sys.stdout
-        sys.stdout = _ClosedStdoutIgnored(stdout)
         try:
-            return super().invoke(ctx)
+            with contextlib.redirect_stdout(_ClosedStdoutIgnored(sys.stdout)):
+                return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt, SystemExit):
             raise
         except Exception as error:
             if os.environ.get("ACCUMRUN_TRACEBACK"):
                 traceback.print_exc()
             raise click.ClickException(_explain_unexpected(error)) from None
-        finally:
-            sys.stdout = stdout
 
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
@@ -417,8 +415,7 @@ def launch(ctx: click.Context, workers: int, **options: Any) -> None:
 
 
 def _given_train_options(ctx: click.Context) -> list[str]:
-    """The command-line arguments that give `accumrun train` the train options given to ``ctx``'s command (what
-    was left at its default is left out)."""
+    """The train options given to ``ctx``'s command (not those left at their default), as `accumrun train` args."""
     args: list[str] = []
     for param in train.params:
         assert param.name is not None  # every parameter of train is named

@@ -49,8 +49,7 @@ def evaluate_run(
 
 
 def describe(result: dict[str, Any]) -> str:
-    """``eval val (model.keras): loss 0.0318 | accuracy 0.989 | 180 samples``, from what :func:`evaluate_run`
-    returned."""
+    """``eval val (model.keras): loss 0.0318 | accuracy 0.989 | 180 samples``, from an :func:`evaluate_run` result."""
     figures = [f"{key} {value:.4f}" for key, value in result.items() if key not in ("samples", "model", "split")]
     return f"eval {result['split']} ({result['model']}): {' | '.join(figures)} | {result['samples']:,} samples"
 

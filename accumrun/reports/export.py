@@ -37,9 +37,7 @@ class Exported:
         return f"wrote {self.path}: serving_default({signature}) -> " + ", ".join(self.outputs)
 
 
-def export_run(
-    run_dir: Path, output: Path | None = None, *, overwrite: bool = False, which: ModelFile = ModelFile.FINAL
-) -> Exported:
+def export_run(run_dir: Path, output: Path | None, *, overwrite: bool, which: ModelFile) -> Exported:
     """Write the run's model as a SavedModel to ``output`` (``RUN_DIR/export/savedmodel`` by default): see
     :func:`accumrun.export`."""
     run = FinishedRun(run_dir)
@@ -50,13 +48,12 @@ def export_run(
     model = run.load_model(which)
     to_probabilities = run.probabilities(model)
     labels = run.labels
-    task = run.task
 
     def serve(samples: tf.Tensor) -> dict[str, tf.Tensor]:
         outputs = to_probabilities(tf.cast(model(samples, training=False), tf.float32))
-        if task is Task.REGRESSION:
+        if run.task is Task.REGRESSION:
             return {"values": outputs}
-        if task is Task.MULTI_LABEL or labels is None:  # labels.json is there for every classification run
+        if run.task is Task.MULTI_LABEL or labels is None:  # labels.json is there for every classification run
             return {"probabilities": outputs}
         if outputs.shape[-1] == 1:  # one sigmoid unit: the probability of the second of two classes
             outputs = tf.concat([1.0 - outputs, outputs], axis=-1)
@@ -79,6 +76,6 @@ def export_run(
         shutil.rmtree(target)
     write_atomically(target, lambda staging: archive.write_out(str(staging), verbose=False))
     outputs = {Task.REGRESSION: ["values"], Task.MULTI_LABEL: ["probabilities"]}.get(
-        task, ["probabilities", "class_index", "class_name"]
+        run.task, ["probabilities", "class_index", "class_name"]
     )
     return Exported(target, spec, outputs)

@@ -1,5 +1,4 @@
-"""A finished run, as ``evaluate``, ``predict`` and ``export`` read it: its config, its saved models, the names
-of its outputs, and how its outputs become probabilities."""
+"""A finished run, as ``evaluate``, ``predict``, ``export`` and ``generate`` read it."""
 
 from __future__ import annotations
 
@@ -25,13 +24,8 @@ from accumrun.rundir.status import read_status
 
 
 class FinishedRun:
-    """A run folder whose ``run.json`` says completed; its ``config`` carries a learned vocabulary's tokens, read
-    from the folder, for every tokenizer and dataset built from it.
-
-    Raises:
-        ArgumentError: the folder is missing or holds no ``run.json``.
-        ConfigError: its run did not complete, or it learned a vocabulary that its folder no longer holds.
-    """
+    """A run folder whose ``run.json`` says completed (else an ArgumentError or ConfigError); its ``config`` carries
+    a learned vocabulary's tokens, read from the folder, for every tokenizer and dataset built from it."""
 
     def __init__(self, run_dir: Path) -> None:
         status = read_status(require_run_folder(run_dir))
@@ -88,8 +82,7 @@ class FinishedRun:
 
     @property
     def sub_batch_size(self) -> int:
-        """The run's training sub-batch: scoring and predicting in batches of it needs no more memory than
-        training did."""
+        """The run's training sub-batch: scoring and predicting in batches of it needs no more memory than training."""
         return max(int(load_metrics(self.run_dir)[-1]["sub_batch_size"]), 1)
 
     def probabilities(self, model: keras.Model) -> Callable[[tf.Tensor], tf.Tensor]:

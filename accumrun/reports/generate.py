@@ -34,13 +34,7 @@ class Generated:
 
 
 def generate_text(
-    run_dir: Path,
-    prompt: str,
-    *,
-    max_tokens: int = 200,
-    temperature: float = 0.0,
-    seed: int = 0,
-    which: ModelFile = ModelFile.FINAL,
+    run_dir: Path, prompt: str, *, max_tokens: int, temperature: float, seed: int, which: ModelFile
 ) -> Generated:
     """Continue ``prompt`` by ``max_tokens`` tokens with the run's language model: :func:`accumrun.generate`.
 

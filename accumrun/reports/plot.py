@@ -18,12 +18,9 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
     """Draw training and validation loss against epoch, one line per curve, and save a PNG at ``out`` (its folder
     created; written atomically, so it is either complete or absent); return ``out``.
 
-    Args:
-        curves: Legend label -> metrics rows (as from :func:`accumrun.rundir.metrics.load_metrics`); rows need
-            ``epoch`` and ``loss``. The validation panel is left out when no row has ``val_loss``.
-
-    Raises:
-        DataError: ``curves`` is empty or one of its curves has no rows.
+    ``curves`` maps a legend label to metrics rows (as from :func:`accumrun.rundir.metrics.load_metrics`) with
+    ``epoch`` and ``loss``; the validation panel is left out when no row has ``val_loss``. An empty ``curves``, or a
+    curve without rows, is a DataError.
     """
     # Imported here so that importing accumrun (and `accumrun --help`) does not pay for matplotlib.
     from matplotlib.figure import Figure

@@ -63,13 +63,7 @@ class Predictions:
 
 
 def predict_run(
-    run_dir: Path,
-    inputs: Sequence[str],
-    *,
-    top_k: int | None = None,
-    which: ModelFile = ModelFile.FINAL,
-    show_progress: bool = False,
-    lines: bool = False,
+    run_dir: Path, inputs: Sequence[str], *, top_k: int | None, which: ModelFile, show_progress: bool, lines: bool
 ) -> Predictions:
     """Predict every sample of ``inputs`` with the run's model: :func:`accumrun.predict`."""
     run = FinishedRun(run_dir)
@@ -142,15 +136,12 @@ def _top_k_row(name: str, probabilities: np.ndarray, labels: list[str], k: int) 
         probabilities = np.array([1.0 - probabilities[0], probabilities[0]])
     # A stable sort: equal probabilities keep the class order.
     order = np.argsort(-probabilities, kind="stable")[:k]
-    cells: list[Cell] = [name, labels[order[0]]]
-    for index in order:
-        cells += [labels[index], float(probabilities[index])]
-    return cells
+    pairs = [cell for index in order for cell in (labels[index], float(probabilities[index]))]
+    return [name, labels[order[0]], *pairs]
 
 
 def _progress_bar(count: int) -> progressbar.ProgressBar | None:
-    """A bar on standard error over ``count`` batches, when it is a terminal and there is more than one batch;
-    standard output keeps only the predictions."""
+    """A bar on stderr over ``count`` batches, on a terminal and for more than one batch; stdout keeps the rows only."""
     if count < 2 or not sys.stderr.isatty():
         return None
     widgets = ["predict ", progressbar.SimpleProgress(), " ", progressbar.Bar(), " ", progressbar.ETA()]
