@@ -194,9 +194,8 @@ def format_table(variants: list[Variant]) -> str:
 
 
 def _median_seconds(rows: list[EpochRow]) -> float:
-    # The first epoch includes tracing; leave it out when there are others.
-    timed = rows[1:] or rows
-    return statistics.median(r.seconds for r in timed)
+    """The median epoch time, leaving out the first (which includes tracing) when there are others."""
+    return statistics.median(r.seconds for r in rows[1:] or rows)
 
 
 def _number(value: float | None) -> str:
