@@ -8,6 +8,9 @@ The Python API. ``import accumrun`` stays light: TensorFlow is imported on the f
     >>> accumrun.evaluate(result.run_dir)["accuracy"]
     >>> accumrun.predict(result.run_dir, ["new.npz"]).records()[0]["prediction"]
     >>> accumrun.generate("runs/char_lm", "Alice was").text  # a language model's run
+
+The functions on a finished run take ``model``: ``final`` (``model.keras``) or ``best`` (``model.best.keras``, kept
+with ``output.keep_best``); another word raises ArgumentError.
 """
 
 from __future__ import annotations
@@ -55,19 +58,11 @@ def train(
     quiet: bool = False,
     strategy: tf.distribute.Strategy | None = None,
 ) -> RunResult:
-    """Train as ``config`` says (a loaded config, a YAML file or a mapping) and return the run's result.
+    """Train as ``config`` says (a loaded config, a YAML file or a mapping) into ``run_dir`` (by default the
+    config's ``output.run_dir``); return the run directory, its per-epoch metrics rows and the trained model.
 
-    Args:
-        config: What to train.
-        run_dir: Where the run writes its files; ``output.run_dir`` of the config by default.
-        resume: Continue the run in ``run_dir`` from its latest checkpoint.
-        overwrite: Replace a run already in ``run_dir``.
-        quiet: Print nothing.
-        strategy: The ``tf.distribute`` strategy to train under; by default the one ``distribute`` asks for,
-            created here (it must be created before TensorFlow creates its devices).
-
-    Returns:
-        The run directory, its per-epoch metrics rows and the trained model.
+    ``resume`` continues the run in ``run_dir`` from its latest checkpoint; ``overwrite`` replaces a run there. The
+    ``strategy`` is by default the one ``distribute`` asks for, created here (before TensorFlow creates its devices).
 
     Raises:
         ConfigError, DataError: the config or the data is refused; nothing was written.
@@ -96,17 +91,10 @@ def evaluate(
     data: str | Path | None = None,
     model: ModelFile | str = ModelFile.FINAL,
 ) -> dict[str, Any]:
-    """Score a finished run's model with its own loss and metrics; also written to ``run_dir/eval-<split>.json``.
-
-    Args:
-        run_dir: A finished run's directory.
-        split: ``val`` (the run's validation data), ``test`` (the source's test split) or ``train``.
-        data: Score all of this source instead (a file or folder of the run's kind); the result's split is
-            ``data``.
-        model: ``final`` (``model.keras``) or ``best`` (``model.best.keras``, with ``output.keep_best``).
-
-    Returns:
-        ``loss``, each metric under its name, ``samples``, ``model`` and ``split``.
+    """Score a finished run's model with its own loss and metrics on ``split`` (``val``, the run's validation data;
+    ``test``, the source's test split; or ``train``), or on all of the source ``data`` (a file or folder of the
+    run's kind) as split ``data``. Return ``loss``, each metric under its name, ``samples``, ``model`` and
+    ``split``, as written to ``run_dir/eval-<split>.json``.
 
     Raises:
         ArgumentError: ``split`` or ``model`` is none of its words.
@@ -115,9 +103,8 @@ def evaluate(
     """
     from accumrun.reports.evaluate import evaluate_run
 
-    chosen = _member(Split, "split", split)
-    which = _member(ModelFile, "model", model)
-    return evaluate_run(Path(run_dir), chosen, str(data) if data is not None else None, which)
+    data_path = str(data) if data is not None else None
+    return evaluate_run(Path(run_dir), _member(Split, "split", split), data_path, _member(ModelFile, "model", model))
 
 
 def predict(
@@ -131,23 +118,19 @@ def predict(
 ) -> Predictions:
     """Predict new inputs with a finished run's model: one row per sample.
 
-    Args:
-        run_dir: A finished run's directory.
-        inputs: Image files or folders of them (image runs), ``.npz`` files with ``x``, CSV tables with the
-            run's feature columns (CSV runs), or ``.txt`` files or folders of them (text runs); raw samples, as
-            the run's source stores them.
-        top_k: Classes per row for classification; default ``min(5, classes)``.
-        model: ``final`` or ``best``.
-        show_progress: A progress bar on standard error (on a terminal, over more than one batch).
-        lines: Text runs: each line of a ``.txt`` file is one input, named ``PATH:LINE`` (blank lines skipped).
+    The ``inputs`` are raw samples, as the run's source stores them: image files or folders of them (image runs),
+    ``.npz`` files with ``x``, CSV tables with the run's feature columns (CSV runs), or ``.txt`` files or folders of
+    them (text runs); with ``lines``, each line of a ``.txt`` file is one input, named ``PATH:LINE`` (blank lines
+    skipped). ``top_k`` is the classes per row for classification, by default ``min(5, classes)``;
+    ``show_progress`` draws a progress bar on standard error (on a terminal, over more than one batch).
 
     Returns:
-        The table: ``columns`` and ``rows``; ``records()`` as dicts, ``write(path)`` to CSV or JSON,
-        ``table()`` as text. Columns: ``input, prediction, top1_class, top1_prob, ...`` (classification),
-        ``input, prediction, <one probability per class>`` (multi-label) or ``input, value_0, ...``.
+        The table: ``columns`` and ``rows``; ``records()`` as dicts, ``write(path)`` to CSV or JSON, ``table()`` as
+        text. Columns: ``input, prediction, top1_class, top1_prob, ...`` (classification), ``input, prediction,
+        <one probability per class>`` (multi-label) or ``input, value_0, ...``.
 
     Raises:
-        ArgumentError: ``model`` is neither ``final`` nor ``best``, or ``lines`` for a run not on text.
+        ArgumentError: ``lines`` for a run not on text.
         ConfigError: not a finished run, no such model, ``top_k`` out of range.
         DataError: an input is missing, unreadable, of the wrong kind, shape or columns.
     """
@@ -167,34 +150,19 @@ def generate(
     seed: int = 0,
     model: ModelFile | str = ModelFile.FINAL,
 ) -> Generated:
-    """Continue ``prompt`` with a finished language model's run (``task: causal_lm``).
+    """Continue ``prompt`` (tokenized as the run's corpus was) by ``max_tokens`` tokens with a finished language
+    model's run (``task: causal_lm``); return ``prompt``, ``continuation``, ``text`` (both) and ``tokens``.
 
-    Args:
-        run_dir: A finished run's directory.
-        prompt: The text to continue, tokenized as the run's corpus was.
-        max_tokens: How many tokens to write.
-        temperature: 0 picks the most likely token (greedy); above 0, a draw from the softmax of the logits divided
-            by it.
-        seed: Seeds the draws, so that the same call gives the same text.
-        model: ``final`` or ``best``.
-
-    Returns:
-        ``prompt``, ``continuation``, ``text`` (both) and ``tokens`` (how many were written).
+    ``temperature`` 0 picks the most likely token (greedy); above 0, a token is drawn from the softmax of the logits
+    divided by it, by a generator seeded by ``seed``, so that the same call gives the same text.
 
     Raises:
-        ArgumentError: ``model`` is neither ``final`` nor ``best``.
         ConfigError: not a finished run or not a language model, an empty prompt, a negative setting.
     """
     from accumrun.reports.generate import generate_text
 
-    return generate_text(
-        Path(run_dir),
-        prompt,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        seed=seed,
-        which=_member(ModelFile, "model", model),
-    )
+    which = _member(ModelFile, "model", model)
+    return generate_text(Path(run_dir), prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, which=which)
 
 
 def export(
@@ -204,18 +172,12 @@ def export(
     overwrite: bool = False,
     model: ModelFile | str = ModelFile.FINAL,
 ) -> Exported:
-    """Export a finished run's model as a TensorFlow SavedModel with a ``serving_default`` signature on raw samples
+    """Export a finished run's model as a TensorFlow SavedModel in ``output`` (by default
+    ``run_dir/export/savedmodel``; ``overwrite`` replaces it) with a ``serving_default`` signature on raw samples
     that returns ``probabilities``, ``class_index`` and ``class_name`` (classification), ``probabilities``
     (multi-label) or ``values`` (regression).
 
-    Args:
-        run_dir: A finished run's directory.
-        output: The SavedModel folder; ``run_dir/export/savedmodel`` by default.
-        overwrite: Replace an existing ``output``.
-        model: ``final`` or ``best``.
-
     Raises:
-        ArgumentError: ``model`` is neither ``final`` nor ``best``.
         ConfigError: not a finished run, no such model, or ``output`` exists without ``overwrite``.
     """
     from accumrun.reports.export import export_run
@@ -235,16 +197,11 @@ def compare(
     """Train the config at ``config`` once per subdivision count (each in its own process, from the same seed and
     data order) and compare the curves, the speed, the memory and the final weights.
 
-    Args:
-        config: A YAML config file.
-        subdivisions: The counts to train (``auto`` among them); default the config's and 1.
-        run_dir: The folder for the variants and ``compare.json``/``compare.png``; new or empty.
-        overrides: ``key.path=value`` settings for every variant.
-        quiet: Print nothing; else each variant's progress goes to standard output.
-
-    Returns:
-        The variants (status, metrics rows, largest weight difference to the first) and the report's paths;
-        ``table()`` gives the text the command prints.
+    The ``subdivisions`` (``auto`` among them) are by default the config's and 1; ``run_dir``, new or empty, gets
+    the variants and ``compare.json``/``compare.png``; ``overrides`` (``key.path=value``) apply to every variant;
+    without ``quiet``, each variant's progress goes to standard output. The result holds the variants (status,
+    metrics rows, largest weight difference to the first) and the report's paths; ``table()`` is what the command
+    prints.
 
     Raises:
         ConfigError: the config is invalid.
@@ -262,20 +219,15 @@ def compare(
                 "subdivisions", "the config trains with subdivisions 1; name the counts to compare, e.g. 8,1"
             )
         subdivisions = [loaded.training.subdivisions, 1]
-    target = (
-        Path(run_dir) if run_dir is not None else resolve_run_dir("runs/compare-{config_name}-{timestamp}", path.stem)
-    )
+    template = "runs/compare-{config_name}-{timestamp}"
+    target = Path(run_dir) if run_dir is not None else resolve_run_dir(template, path.stem)
     # Flushed, so that each line comes before the output of the variant's process that follows it.
     echo = (lambda _: None) if quiet else functools.partial(print, flush=True)
     return compare_runs(path, list(subdivisions), target, list(overrides), echo=echo)
 
 
 def _member(kind: type[K], argument: str, value: K | str) -> K:
-    """``value`` as a member of ``kind``: a member already, or its word.
-
-    Raises:
-        ArgumentError: ``value`` is none of ``kind``'s words.
-    """
+    """``value`` as a member of ``kind``: a member already, or its word; else an ArgumentError."""
     from accumrun.errors import ArgumentError
 
     try:

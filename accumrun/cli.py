@@ -6,11 +6,12 @@ TensorFlow is imported inside the command bodies only, so ``accumrun --help`` an
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,7 +22,7 @@ from click.core import ParameterSource
 import accumrun
 from accumrun._version import __version__
 from accumrun.data.sources import DOWNLOADABLE
-from accumrun.errors import ArgumentError
+from accumrun.errors import ArgumentError, DataError
 from accumrun.kinds import ModelFile, Split
 
 if TYPE_CHECKING:
@@ -47,8 +48,7 @@ class _PositiveOr(click.ParamType):
 
 
 class _RunFolder(click.ParamType):
-    """A run's folder, which holds its ``run.json``. A missing folder, or one that is not a run, is a usage error
-    in one wording for every command that takes one."""
+    """A run's folder, which holds its ``run.json``; anything else is a usage error, worded alike for every command."""
 
     name = "run_dir"
 
@@ -76,19 +76,8 @@ def _assignments(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     return values
 
 
-_SET_OPTION = click.option(
-    "--set",
-    "assignments",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=_assignments,
-    help="Override any key, e.g. --set optimizer.learning_rate=0.01 (repeatable).",
-)
-
-
 class _Command(click.Command):
-    """Shows a bad argument of the API call (:class:`~accumrun.errors.ArgumentError`) as a usage error, with the
-    command's usage line."""
+    """Shows a bad argument of the API call (:class:`~accumrun.errors.ArgumentError`) as a usage error."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -98,9 +87,8 @@ class _Command(click.Command):
 
 
 class _ClosedStdoutIgnored:
-    """``sys.stdout`` for a command whose reader may go away (``accumrun train ... | head -4``): once a write
-    finds the pipe closed, the output goes to the null device and the command carries on, as its run folder is
-    what counts."""
+    """``sys.stdout`` for a command whose reader may go away (``accumrun train ... | head -4``): once the pipe is
+    closed, the output goes to the null device and the command carries on, as its run folder is what counts."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -119,8 +107,7 @@ class _ClosedStdoutIgnored:
             self._to_null_device()
 
     def _to_null_device(self) -> None:
-        # Python's own advice (the signal module's notes on SIGPIPE): point the descriptor at os.devnull, so that
-        # this write's buffer, and every later one, is flushed there, at exit too.
+        # Python's advice (the signal module's notes on SIGPIPE): this buffer and every later one go to os.devnull.
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, self._stream.fileno())
         os.close(null)
@@ -131,24 +118,20 @@ class _ClosedStdoutIgnored:
 
 
 class _Group(click.Group):
-    """Turns any unexpected exception into a one-line error instead of a traceback; a closed standard output ends
-    nothing."""
+    """Turns an unexpected exception into a one-line error instead of a traceback; a closed stdout ends nothing."""
 
     command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
-        stdout = sys.stdout
-        sys.stdout = _ClosedStdoutIgnored(stdout)
         try:
-            return super().invoke(ctx)
+            with contextlib.redirect_stdout(_ClosedStdoutIgnored(sys.stdout)):
+                return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt, SystemExit):
             raise
         except Exception as error:
             if os.environ.get("ACCUMRUN_TRACEBACK"):
                 traceback.print_exc()
             raise click.ClickException(_explain_unexpected(error)) from None
-        finally:
-            sys.stdout = stdout
 
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
@@ -175,27 +158,28 @@ def _explain_unexpected(error: Exception) -> str:
 
 def _options(options: Sequence[Callable[[Any], Any]]) -> Callable[[F], F]:
     """Apply a list of click arguments and options to a command, in the order they are listed."""
-
-    def apply(command: F) -> F:
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return apply
+    return lambda command: functools.reduce(lambda decorated, option: option(decorated), reversed(options), command)
 
 
-_EPOCHS_OPTION = click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs.")
-_BATCH_SIZE_OPTION = click.option(
-    "--batch-size", type=_PositiveOr("full"), help="Override training.batch_size (N or 'full')."
-)
+# The overrides that compare takes too, beside its own --subdivisions.
+_SHARED_OVERRIDE_OPTIONS = [
+    click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs."),
+    click.option("--batch-size", type=_PositiveOr("full"), help="Override training.batch_size (N or 'full')."),
+    click.option(
+        "--set",
+        "assignments",
+        multiple=True,
+        metavar="KEY=VALUE",
+        callback=_assignments,
+        help="Override any key, e.g. --set optimizer.learning_rate=0.01 (repeatable).",
+    ),
+]
 
 # The options of the commands that read a config: all of them are overrides of its keys.
 _OVERRIDE_OPTIONS = [
     click.option("--subdivisions", type=_PositiveOr("auto"), help="Override training.subdivisions (N or 'auto')."),
     click.option("--no-subdivisions", is_flag=True, help="Train with subdivisions: 1 (plain training)."),
-    _EPOCHS_OPTION,
-    _BATCH_SIZE_OPTION,
-    _SET_OPTION,
+    *_SHARED_OVERRIDE_OPTIONS,
 ]
 
 # train's argument and options, declared once: `launch` takes the same and passes them on to every worker.
@@ -226,24 +210,16 @@ _MODEL_OPTION = click.option(
 
 def _overrides(
     assignments: tuple[str, ...],
-    subdivisions: str | None,
-    no_subdivisions: bool,
-    epochs: int | None,
-    batch_size: str | None,
+    subdivisions: str | None = None,
+    no_subdivisions: bool = False,
+    epochs: int | None = None,
+    batch_size: str | None = None,
 ) -> list[str]:
     """The ``--set`` assignments, then the dedicated flags (which win, being more specific)."""
     if no_subdivisions and subdivisions is not None:
         raise click.UsageError("--subdivisions and --no-subdivisions exclude each other")
-    overrides = list(assignments)
-    if no_subdivisions:
-        overrides.append("training.subdivisions=1")
-    if subdivisions is not None:
-        overrides.append(f"training.subdivisions={subdivisions}")
-    if epochs is not None:
-        overrides.append(f"training.epochs={epochs}")
-    if batch_size is not None:
-        overrides.append(f"training.batch_size={batch_size}")
-    return overrides
+    flags = {"subdivisions": "1" if no_subdivisions else subdivisions, "epochs": epochs, "batch_size": batch_size}
+    return [*assignments, *(f"training.{key}={value}" for key, value in flags.items() if value is not None)]
 
 
 @dataclass(frozen=True)
@@ -262,9 +238,11 @@ class _TrainOptions:
     no_tensorboard: bool
     quiet: bool
 
-    def config(self) -> Config:
-        """The config to train: CONFIG with the overrides, or the resumed run's own (CONFIG checked against it)."""
+    def resolve(self) -> tuple[Config, Path]:
+        """The config to train and its run directory: CONFIG with the overrides, in --run-dir or its
+        ``output.run_dir`` resolved now, or the resumed run's own config (CONFIG checked against it) and folder."""
         from accumrun.config.loading import load_config, load_resume_config
+        from accumrun.rundir.layout import resolve_run_dir
 
         if self.resume_dir is None and self.config_path is None:
             raise click.UsageError("missing CONFIG (or --resume RUN_DIR to continue a run)")
@@ -274,54 +252,33 @@ class _TrainOptions:
         if self.no_tensorboard:
             overrides.append("output.tensorboard=false")
         if self.resume_dir is not None:
-            return load_resume_config(self.resume_dir, self.config_path, overrides)
+            return load_resume_config(self.resume_dir, self.config_path, overrides), self.resume_dir
         assert self.config_path is not None  # checked above
-        return load_config(self.config_path, overrides)
-
-    def target(self, config: Config) -> Path:
-        """The run directory: the resumed one, --run-dir, or the config's ``output.run_dir`` resolved now."""
-        from accumrun.rundir.layout import resolve_run_dir
-
-        if self.resume_dir is not None:
-            return self.resume_dir
+        config = load_config(self.config_path, overrides)
         if self.run_dir:
-            return Path(self.run_dir)
-        assert self.config_path is not None  # config() refuses a new run without CONFIG
-        return resolve_run_dir(config.output.run_dir, Path(self.config_path).stem)
+            return config, Path(self.run_dir)
+        return config, resolve_run_dir(config.output.run_dir, Path(self.config_path).stem)
 
 
-@contextlib.contextmanager
-def _native_stderr_hidden() -> Iterator[None]:
-    """Hide what native code writes to file descriptor 2 while TensorFlow starts.
-
-    TensorFlow prints CUDA probing and CPU-feature notes there before its logging is set up, so no environment
-    variable silences them; a failed import still raises its Python exception afterwards.
-    """
+def _start_tensorflow(distribute: DistributeConfig | None = None) -> tf.distribute.Strategy | None:
+    """Import TensorFlow and create its devices with file descriptor 2 hidden (native code prints CUDA probing and
+    CPU-feature notes there before logging is set up); return the strategy ``distribute`` asks for, created first,
+    as logical CPUs and the multi-worker runtime can only be set up before TensorFlow creates its devices."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.stderr.flush()
     saved_stderr, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     try:
-        yield
-    finally:
-        os.dup2(saved_stderr, 2)
-        os.close(saved_stderr)
-        os.close(devnull)
-
-
-def _start_tensorflow(distribute: DistributeConfig | None = None) -> tf.distribute.Strategy | None:
-    """Import TensorFlow and create its devices quietly; return the strategy ``distribute`` asks for.
-
-    The strategy is created first: logical CPUs and the multi-worker runtime can only be set up before
-    TensorFlow creates its devices. This is the one place the command line creates it.
-    """
-    with _native_stderr_hidden():
         import tensorflow as tf
 
         from accumrun.training.distribute import create_strategy
 
         strategy = create_strategy(distribute) if distribute is not None else None
         tf.config.list_logical_devices()
+    finally:
+        os.dup2(saved_stderr, 2)
+        os.close(saved_stderr)
+        os.close(devnull)
     return strategy
 
 
@@ -340,11 +297,10 @@ def train(**options: Any) -> None:
     resumes the run; a second Ctrl-C stops at once.
     """
     request = _TrainOptions(**options)
-    config = request.config()
+    config, target = request.resolve()
     # Before anything imports TensorFlow, so that its start-up chatter is hidden.
     strategy = _start_tensorflow(config.distribute)
-    target = request.target(config)
-    from accumrun.training.checkpoints import CheckpointStore
+    from accumrun.rundir.layout import has_checkpoint
     from accumrun.training.signals import resume_command
 
     resume = request.resume_dir is not None
@@ -353,7 +309,7 @@ def train(**options: Any) -> None:
             config, target, resume=resume, overwrite=request.overwrite, quiet=request.quiet, strategy=strategy
         )
     except KeyboardInterrupt:
-        if CheckpointStore(target / "checkpoints", keep=1).latest() is not None:
+        if has_checkpoint(target):
             command = resume_command(target)
             click.echo(f"\nstopped at once; resume from the last checkpoint with: {command}", err=True)
         else:
@@ -365,20 +321,11 @@ def train(**options: Any) -> None:
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @_options(_OVERRIDE_OPTIONS)
 @click.option("--memory", is_flag=True, help="Also estimate the memory per sub-batch size, to choose subdivisions.")
-def check(
-    config_path: str,
-    subdivisions: str | None,
-    no_subdivisions: bool,
-    epochs: int | None,
-    batch_size: str | None,
-    assignments: tuple[str, ...],
-    memory: bool,
-) -> None:
+def check(config_path: str, memory: bool, **overrides: Any) -> None:
     """Validate CONFIG and print it resolved, with the derived batch sizes."""
     from accumrun.config.loading import load_config
 
-    overrides = _overrides(assignments, subdivisions, no_subdivisions, epochs, batch_size)
-    config = load_config(config_path, overrides)
+    config = load_config(config_path, _overrides(**overrides))
     _start_tensorflow()
     from accumrun.training.console import describe_setup
     from accumrun.training.setup import build_training
@@ -402,7 +349,7 @@ def check(
             sample_bytes=setup.dataset.dtype.itemsize,
             feed=setup.feed,
         )
-        click.echo("\n".join(format_estimate(estimate, setup.batch_size, configured)))
+        click.echo("\n".join(format_estimate(estimate, configured)))
 
 
 def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int | str] | None:
@@ -422,28 +369,17 @@ def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | N
     metavar="LIST",
     help="Comma-separated subdivision counts to train, e.g. 8,4,1 or auto,1 [default: the config's, and 1].",
 )
-@_EPOCHS_OPTION
-@_BATCH_SIZE_OPTION
-@_SET_OPTION
+@_options(_SHARED_OVERRIDE_OPTIONS)
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the variants and the report.")
-def compare(
-    config_path: str,
-    subdivisions: list[int | str] | None,
-    epochs: int | None,
-    batch_size: str | None,
-    assignments: tuple[str, ...],
-    run_dir: str | None,
-) -> None:
+def compare(config_path: str, subdivisions: list[int | str] | None, run_dir: str | None, **overrides: Any) -> None:
     """Train CONFIG with subdivisions on and off, from the same weights and data order, and compare.
 
     Each variant is a run folder of its own under the compare folder, with its TensorBoard scalars, so
     `tensorboard --logdir COMPARE_DIR` overlays them.
     """
-    overrides = _overrides(assignments, None, False, epochs, batch_size)
     _start_tensorflow()
-    comparison = accumrun.compare(config_path, subdivisions, run_dir, overrides=overrides)
-    click.echo("")
-    click.echo(comparison.table())
+    comparison = accumrun.compare(config_path, subdivisions, run_dir, overrides=_overrides(**overrides))
+    click.echo(f"\n{comparison.table()}")
     png = f" and {comparison.png_path}" if comparison.png_path else ""
     click.echo(f"\nwrote {comparison.json_path}{png}")
     if comparison.failed:
@@ -466,8 +402,7 @@ def launch(ctx: click.Context, workers: int, **options: Any) -> None:
     from accumrun.launcher import resume_hint
 
     request = _TrainOptions(**options)
-    config = request.config()
-    target = request.target(config)
+    config, target = request.resolve()
     args = _given_train_options(ctx)
     if request.resume_dir is None and not request.run_dir:
         args.append(f"--run-dir={target}")  # resolved once here, so that every worker writes to the same folder
@@ -480,8 +415,7 @@ def launch(ctx: click.Context, workers: int, **options: Any) -> None:
 
 
 def _given_train_options(ctx: click.Context) -> list[str]:
-    """The command-line arguments that give `accumrun train` the train options given to ``ctx``'s command (what
-    was left at its default is left out)."""
+    """The train options given to ``ctx``'s command (not those left at their default), as `accumrun train` args."""
     args: list[str] = []
     for param in train.params:
         assert param.name is not None  # every parameter of train is named
@@ -520,15 +454,13 @@ def evaluate(run_dir: Path, split: str, data_path: str | None, model: str) -> No
 @click.option("--top-k", type=click.IntRange(min=1), help="Classes per row [default: up to 5].")
 @click.option("--lines", is_flag=True, help="Text runs: each line of a .txt file is one input.")
 @_MODEL_OPTION
-def predict(
-    run_dir: Path, inputs: tuple[str, ...], output: Path | None, top_k: int | None, lines: bool, model: str
-) -> None:
+def predict(run_dir: Path, inputs: tuple[str, ...], output: Path | None, **options: Any) -> None:
     """Label new inputs with a finished run's model: image files or folders, an .npz with x, a CSV, or .txt files.
 
     Prints a table, or writes one row per input to --output (CSV, or JSON for a .json name).
     """
     _start_tensorflow()
-    predictions = accumrun.predict(run_dir, inputs, top_k=top_k, model=model, show_progress=True, lines=lines)
+    predictions = accumrun.predict(run_dir, inputs, show_progress=True, **options)
     if output is None:
         click.echo(predictions.table())
     else:
@@ -548,14 +480,11 @@ def predict(
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seeds the draws.")
 @_MODEL_OPTION
-def generate(run_dir: Path, prompt: str, max_tokens: int, temperature: float, seed: int, model: str) -> None:
+def generate(run_dir: Path, prompt: str, **options: Any) -> None:
     """Continue --prompt with a finished language model's run (data.task: causal_lm); print the prompt and what
     the model wrote after it."""
     _start_tensorflow()
-    generated = accumrun.generate(
-        run_dir, prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, model=model
-    )
-    click.echo(generated.text)
+    click.echo(accumrun.generate(run_dir, prompt, **options).text)
 
 
 @main.command()
@@ -613,38 +542,29 @@ def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> N
     simple sentences for a language model (corpus), or those sentences' bytes as nanoGPT's train.bin and val.bin of
     uint16 token ids (tokens). Nothing is downloaded."""
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        from accumrun.errors import DataError
-
         raise DataError(str(target), "already exists; choose another target or remove it")
     _start_tensorflow()
-    from accumrun.data.examples import (
-        write_corpus,
-        write_csv,
-        write_image_folder,
-        write_text_folder,
-        write_tfrecords,
-        write_tokens,
-    )
+    from accumrun.data import examples
 
     if kind == "images":
-        write_image_folder(target, count, size, seed)
+        examples.write_image_folder(target, count, size, seed)
     elif kind == "tfrecord":
-        shards = write_tfrecords(target, count, size, seed)
+        shards = examples.write_tfrecords(target, count, size, seed)
         click.echo(f"wrote {count:,} images to {len(shards)} shards, {shards[0].name} to {shards[-1].name}")
         click.echo(f"train on them with data.path: {target}")
         return
     elif kind == "text":
-        write_text_folder(target, count, seed)
+        examples.write_text_folder(target, count, seed)
     elif kind == "corpus":
-        write_corpus(target, count, seed)
+        examples.write_corpus(target, count, seed)
     elif kind == "tokens":
-        train, val = write_tokens(target, count, seed)
+        train, val = examples.write_tokens(target, count, seed)
         click.echo(f"wrote the bytes of {count:,} texts as uint16 token ids to {train} and {val}")
         click.echo(
             f"train on them with data: {{name: tokens, path: {train}, validation_path: {val}, vocabulary_size: 256}}"
         )
         return
     else:
-        write_csv(target, count, seed=seed)
+        examples.write_csv(target, count, seed=seed)
     noun = {"csv": "rows", "text": "texts", "corpus": "text files"}.get(kind, "images")
     click.echo(f"wrote {count:,} {noun} to {target}")

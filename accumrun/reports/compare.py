@@ -1,9 +1,8 @@
 """Subdivisions on vs off: the same config trained under several subdivision counts, side by side.
 
 Each variant is a separate ``accumrun train`` process, so that its peak memory is its own, and a run folder of
-its own (with its TensorBoard scalars, so ``tensorboard --logdir COMPARE_DIR`` overlays the variants). All
-variants share the seed, hence the initial weights and every epoch's data order; only ``training.subdivisions``
-differs.
+its own. All variants share the seed, hence the initial weights and every epoch's data order; only
+``training.subdivisions`` differs.
 """
 
 from __future__ import annotations
@@ -99,32 +98,16 @@ def compare_runs(
     config_path: Path,
     subdivisions: list[int | str],
     out_dir: Path,
-    overrides: list[str] | None = None,
+    overrides: list[str],
     *,
     echo: Callable[[str], None],
 ) -> Comparison:
-    """Train ``config_path`` once per subdivision count into ``out_dir`` (which must be empty or new), then write
-    ``compare.json`` and ``compare.png`` there.
-
-    Raises:
-        ArgumentError: ``out_dir`` holds files.
-    """
+    """Train ``config_path`` once per subdivision count into ``out_dir/subdivisions-N`` (``out_dir`` must be empty
+    or new; a failed variant does not stop the rest), then write ``compare.json`` there, and ``compare.png`` when
+    some variant has metrics: :func:`accumrun.compare`."""
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ArgumentError("run_dir", "exists and is not empty; choose another", str(out_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
-    variants = run_variants(config_path, overrides or [], subdivisions, out_dir, echo)
-    json_path, png_path = write_report(variants, out_dir, config_path)
-    return Comparison(variants, json_path, png_path)
-
-
-def run_variants(
-    config_path: Path,
-    overrides: list[str],
-    subdivisions: list[int | str],
-    out_dir: Path,
-    echo: Callable[[str], None],
-) -> list[Variant]:
-    """Train one variant per subdivision count into ``out_dir/subdivisions-N``; a failure does not stop the rest."""
     variants = []
     for count in subdivisions:
         variant = Variant(count, out_dir / f"subdivisions-{count}")
@@ -145,7 +128,12 @@ def run_variants(
             echo(f"   failed: {variant.error}")
         variants.append(variant)
     _fill_weight_differences(variants)
-    return variants
+    report = {"config": str(config_path), "variants": [v.to_json() for v in variants]}
+    json_path = write_text_atomically(out_dir / "compare.json", json.dumps(report, indent=2) + "\n")
+    curves = {v.label: [row.to_json() for row in v.metrics] for v in variants if v.metrics}
+    title = f"{config_path.name}: subdivisions compared"
+    png_path = plot_curves(curves, out_dir / "compare.png", title=title) if curves else None
+    return Comparison(variants, json_path, png_path)
 
 
 def _fill_weight_differences(variants: list[Variant]) -> None:
@@ -158,10 +146,8 @@ def _fill_weight_differences(variants: list[Variant]) -> None:
     reference = keras.models.load_model(done[0].run_dir / "model.keras", compile=False).get_weights()
     done[0].max_weight_difference = 0.0
     for variant in done[1:]:
-        weights = keras.models.load_model(variant.run_dir / "model.keras", compile=False).get_weights()
-        variant.max_weight_difference = max(
-            float(np.max(np.abs(a - b))) for a, b in zip(reference, weights, strict=True)
-        )
+        own = keras.models.load_model(variant.run_dir / "model.keras", compile=False).get_weights()
+        variant.max_weight_difference = max(float(np.max(np.abs(a - b))) for a, b in zip(reference, own, strict=True))
 
 
 def format_table(variants: list[Variant]) -> str:
@@ -169,9 +155,7 @@ def format_table(variants: list[Variant]) -> str:
     done = [v for v in variants if v.metrics]
     lines = []
     if done:
-        header = ["epoch"]
-        for v in done:
-            header += [f"loss S={v.subdivisions}", f"val S={v.subdivisions}"]
+        header = ["epoch", *(f"{what} S={v.subdivisions}" for v in done for what in ("loss", "val"))]
         if len(done) > 1:
             header += ["max |d loss|", "max |d val|"]
         lines.append(" | ".join(f"{h:>13}" for h in header))
@@ -184,28 +168,21 @@ def format_table(variants: list[Variant]) -> str:
                 cells += [_spread(rows, "loss"), _spread(rows, "val_loss")]
             lines.append(" | ".join(cells))
         lines.append("")
-    lines.append(
-        " | ".join(
-            f"{h:>14}"
-            for h in ["subdivisions", "s/epoch", "samples/s", "peak RSS MiB", "peak GPU MiB", "max |d weight|"]
-        )
-        + " | status"
-    )
+    columns = ["subdivisions", "s/epoch", "samples/s", "peak RSS MiB", "peak GPU MiB", "max |d weight|"]
+    lines.append(" | ".join(f"{h:>14}" for h in columns) + " | status")
     for v in variants:
-        cells = [f"{v.subdivisions:>14}"]
+        cells = [str(v.subdivisions)] + ["-"] * 5
         if v.metrics:
-            cells += [
-                f"{_median_seconds(v.metrics):>14.2f}",
-                f"{statistics.median(r.samples_per_second for r in v.metrics):>14,.0f}",
-                f"{max(r.peak_rss_mib for r in v.metrics):>14,.0f}",
-                f"{max(r.peak_device_mib or 0.0 for r in v.metrics):>14,.0f}"
-                if v.metrics[-1].peak_device_mib is not None
-                else f"{'-':>14}",
-                f"{v.max_weight_difference:>14.2e}" if v.max_weight_difference is not None else f"{'-':>14}",
+            gpu, weights = v.metrics[-1].peak_device_mib is not None, v.max_weight_difference
+            cells[1:] = [
+                f"{_median_seconds(v.metrics):.2f}",
+                f"{statistics.median(r.samples_per_second for r in v.metrics):,.0f}",
+                f"{max(r.peak_rss_mib for r in v.metrics):,.0f}",
+                f"{max(r.peak_device_mib or 0.0 for r in v.metrics):,.0f}" if gpu else "-",
+                f"{weights:.2e}" if weights is not None else "-",
             ]
-        else:
-            cells += [f"{'-':>14}"] * 5
-        lines.append(" | ".join(cells) + f" | {v.status}" + (f": {v.error}" if v.error else ""))
+        error = f": {v.error}" if v.error else ""
+        lines.append(" | ".join(f"{cell:>14}" for cell in cells) + f" | {v.status}{error}")
     batch_norm = next((v.batch_norm for v in variants if v.batch_norm), None)
     if batch_norm is not None and batch_norm.mode is not BatchNormMode.FROZEN:
         lines.append(
@@ -216,26 +193,9 @@ def format_table(variants: list[Variant]) -> str:
     return "\n".join(lines)
 
 
-def write_report(variants: list[Variant], out_dir: Path, config_path: Path) -> tuple[Path, Path | None]:
-    """Write ``compare.json`` (always) and ``compare.png`` (when some variant has metrics)."""
-    report = {
-        "config": str(config_path),
-        "variants": [v.to_json() for v in variants],
-    }
-    json_path = write_text_atomically(out_dir / "compare.json", json.dumps(report, indent=2) + "\n")
-    curves = {v.label: [row.to_json() for row in v.metrics] for v in variants if v.metrics}
-    png_path = (
-        plot_curves(curves, out_dir / "compare.png", title=f"{config_path.name}: subdivisions compared")
-        if curves
-        else None
-    )
-    return json_path, png_path
-
-
 def _median_seconds(rows: list[EpochRow]) -> float:
-    # The first epoch includes tracing; leave it out when there are others.
-    timed = rows[1:] or rows
-    return statistics.median(r.seconds for r in timed)
+    """The median epoch time, leaving out the first (which includes tracing) when there are others."""
+    return statistics.median(r.seconds for r in rows[1:] or rows)
 
 
 def _number(value: float | None) -> str:

@@ -1,10 +1,8 @@
 """``accumrun export``: a finished run's model as a TensorFlow SavedModel, for TF Serving or ``tf.saved_model.load``.
 
-Its ``serving_default`` signature takes raw samples (as the run's source stores them; the preprocessing is in the
-model), or for a run on text a batch of strings (``texts``, tokenized inside by the run's tokenizer as TensorFlow
-ops, so serving needs no accumrun), and returns ``probabilities``, and for classification also ``class_index``
-and ``class_name``; for regression it returns ``values``. It is written with Keras' ``ExportArchive`` (what
-``model.export`` uses) through :func:`~accumrun.rundir.atomic.write_atomically`, under a temporary name and
+Its ``serving_default`` signature takes raw samples (the preprocessing is in the model), or for a run on text a
+batch of strings (``texts``, tokenized inside by the run's tokenizer as TensorFlow ops, so serving needs no
+accumrun). It is written with Keras' ``ExportArchive`` (what ``model.export`` uses) under a temporary name and
 renamed into place, so a failed export leaves nothing half-written.
 """
 
@@ -39,33 +37,23 @@ class Exported:
         return f"wrote {self.path}: serving_default({signature}) -> " + ", ".join(self.outputs)
 
 
-def export_run(
-    run_dir: Path, output: Path | None = None, *, overwrite: bool = False, which: ModelFile = ModelFile.FINAL
-) -> Exported:
-    """Write the run's model as a SavedModel to ``output`` (``RUN_DIR/export/savedmodel`` by default).
-
-    Raises:
-        ConfigError: ``run_dir`` is not a finished run or has no such model, or ``output`` exists and
-            ``overwrite`` is not set.
-    """
+def export_run(run_dir: Path, output: Path | None, *, overwrite: bool, which: ModelFile) -> Exported:
+    """Write the run's model as a SavedModel to ``output`` (``RUN_DIR/export/savedmodel`` by default): see
+    :func:`accumrun.export`."""
     run = FinishedRun(run_dir)
-    if run.task is Task.CAUSAL_LM:
-        raise ConfigError(
-            "RUN_DIR", "is a language model (task causal_lm): continue text with accumrun generate", str(run_dir)
-        )
+    run.refuse_language_model()
     target = output if output is not None else run_dir / "export" / "savedmodel"
     if target.exists() and not overwrite:
         raise ConfigError("output", "exists; pass --overwrite to replace it", str(target))
     model = run.load_model(which)
     to_probabilities = run.probabilities(model)
     labels = run.labels
-    task = run.task
 
     def serve(samples: tf.Tensor) -> dict[str, tf.Tensor]:
         outputs = to_probabilities(tf.cast(model(samples, training=False), tf.float32))
-        if task is Task.REGRESSION:
+        if run.task is Task.REGRESSION:
             return {"values": outputs}
-        if task is Task.MULTI_LABEL or labels is None:  # labels.json is there for every classification run
+        if run.task is Task.MULTI_LABEL or labels is None:  # labels.json is there for every classification run
             return {"probabilities": outputs}
         if outputs.shape[-1] == 1:  # one sigmoid unit: the probability of the second of two classes
             outputs = tf.concat([1.0 - outputs, outputs], axis=-1)
@@ -88,6 +76,6 @@ def export_run(
         shutil.rmtree(target)
     write_atomically(target, lambda staging: archive.write_out(str(staging), verbose=False))
     outputs = {Task.REGRESSION: ["values"], Task.MULTI_LABEL: ["probabilities"]}.get(
-        task, ["probabilities", "class_index", "class_name"]
+        run.task, ["probabilities", "class_index", "class_name"]
     )
     return Exported(target, spec, outputs)

@@ -1,5 +1,4 @@
-"""A finished run, as ``evaluate``, ``predict`` and ``export`` read it: its config, its saved models, the names
-of its outputs, and how its outputs become probabilities."""
+"""A finished run, as ``evaluate``, ``predict``, ``export`` and ``generate`` read it."""
 
 from __future__ import annotations
 
@@ -25,13 +24,8 @@ from accumrun.rundir.status import read_status
 
 
 class FinishedRun:
-    """A run folder whose ``run.json`` says completed; its ``config`` carries a learned vocabulary's tokens, read
-    from the folder, for every tokenizer and dataset built from it.
-
-    Raises:
-        ArgumentError: the folder is missing or holds no ``run.json``.
-        ConfigError: its run did not complete, or it learned a vocabulary that its folder no longer holds.
-    """
+    """A run folder whose ``run.json`` says completed (else an ArgumentError or ConfigError); its ``config`` carries
+    a learned vocabulary's tokens, read from the folder, for every tokenizer and dataset built from it."""
 
     def __init__(self, run_dir: Path) -> None:
         status = read_status(require_run_folder(run_dir))
@@ -48,12 +42,14 @@ class FinishedRun:
         """The task the run settled on (its ``config.yaml`` records it, never ``auto``)."""
         return Task(self.config.data.task)
 
-    def model_path(self, which: ModelFile) -> Path:
-        """``model.keras`` or ``model.best.keras``.
+    def refuse_language_model(self) -> None:
+        """Raise a ConfigError for a language model's run: predict and export take samples; it continues text."""
+        if self.task is Task.CAUSAL_LM:
+            message = "is a language model (task causal_lm): continue text with accumrun generate"
+            raise ConfigError("RUN_DIR", message, str(self.run_dir))
 
-        Raises:
-            ConfigError: the run has no such model.
-        """
+    def model_path(self, which: ModelFile) -> Path:
+        """``model.keras`` or ``model.best.keras``; a ConfigError when the run has no such model."""
         path = self.run_dir / which.filename
         if not path.is_file():
             hint = "; set output.keep_best to keep one" if which is ModelFile.BEST else ""
@@ -85,14 +81,8 @@ class FinishedRun:
         return text_input(self.config.data)
 
     @property
-    def id_column(self) -> str | None:
-        """The column that names a CSV run's rows (``data.id``), for predict's ``input`` column."""
-        return self.config.data.id_column
-
-    @property
     def sub_batch_size(self) -> int:
-        """The run's training sub-batch: scoring and predicting in batches of it needs no more memory than
-        training did."""
+        """The run's training sub-batch: scoring and predicting in batches of it needs no more memory than training."""
         return max(int(load_metrics(self.run_dir)[-1]["sub_batch_size"]), 1)
 
     def probabilities(self, model: keras.Model) -> Callable[[tf.Tensor], tf.Tensor]:

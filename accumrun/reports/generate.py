@@ -1,10 +1,8 @@
 """``accumrun generate``: text from a finished language model (``task: causal_lm``), one token at a time.
 
-The prompt is tokenized as training tokenized the corpus, and the tokens written are decoded by the same
-tokenizer. Each step runs the model on the last ``sequence_length`` tokens (the window it was trained on; a longer
-text slides), reads the logits at the last real position, and picks the next token: the most likely (greedy, the
-default) or, with ``temperature`` > 0, a draw from the softmax of the logits divided by it, from a generator
-seeded by ``seed``, so the same call gives the same text. Padding is never picked.
+Each step runs the model on the last ``sequence_length`` tokens (the window it was trained on; a longer text
+slides), reads the logits at the last real position, and picks the next token (see :func:`accumrun.generate`).
+Padding is never picked.
 """
 
 from __future__ import annotations
@@ -36,19 +34,12 @@ class Generated:
 
 
 def generate_text(
-    run_dir: Path,
-    prompt: str,
-    *,
-    max_tokens: int = 200,
-    temperature: float = 0.0,
-    seed: int = 0,
-    which: ModelFile = ModelFile.FINAL,
+    run_dir: Path, prompt: str, *, max_tokens: int, temperature: float, seed: int, which: ModelFile
 ) -> Generated:
-    """Continue ``prompt`` by ``max_tokens`` tokens with the run's language model (see the module's docstring).
+    """Continue ``prompt`` by ``max_tokens`` tokens with the run's language model: :func:`accumrun.generate`.
 
     Raises:
-        ConfigError: ``run_dir`` is not a finished run, not a language model, or has no such model; the prompt is
-            empty or holds no token; ``max_tokens`` or ``temperature`` is negative.
+        ConfigError: also when the prompt holds no token, or the run has no tokenizer to read and write text with.
     """
     run = FinishedRun(run_dir)
     if run.task is not Task.CAUSAL_LM:
@@ -60,12 +51,9 @@ def generate_text(
         )
     if not prompt:
         raise ConfigError("prompt", "give the model some text to continue")
-    if max_tokens < 0 or temperature < 0:
-        raise ConfigError(
-            "max_tokens" if max_tokens < 0 else "temperature",
-            "must be >= 0",
-            max_tokens if max_tokens < 0 else temperature,
-        )
+    for key, value in (("max_tokens", max_tokens), ("temperature", temperature)):
+        if value < 0:
+            raise ConfigError(key, "must be >= 0", value)
     text = run.text_input
     if text is None:  # a token file's run decodes only with data.tokenizer
         raise ConfigError(
@@ -83,23 +71,20 @@ def generate_text(
     tokens = [int(token) for token in tokenizer.ids(prompt)]
     if not tokens:  # whitespace alone under word_piece: no position to read the next token's logits from
         raise ConfigError("prompt", "holds no token under the run's tokenizer", prompt)
-    written: list[int] = []
+    start = len(tokens)
     for _ in range(max_tokens):
         window = tokens[-length:]
         ids = np.zeros((1, length), np.int32)
         ids[0, : len(window)] = window
         logits = np.asarray(logits_of(tf.constant(ids))[0, len(window) - 1], np.float64)
         logits[PADDING_ID] = -np.inf
-        token = _pick(logits, temperature, rng)
-        tokens.append(token)
-        written.append(token)
-    return Generated(prompt, tokenizer.decode(written), len(written))
+        tokens.append(_pick(logits, temperature, rng))
+    return Generated(prompt, tokenizer.decode(tokens[start:]), max_tokens)
 
 
 def _pick(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
     """The most likely token for ``temperature`` 0, else a draw from ``softmax(logits / temperature)``."""
     if temperature == 0:
         return int(np.argmax(logits))
-    scaled = (logits - logits.max()) / temperature
-    probabilities = np.exp(scaled)
+    probabilities = np.exp((logits - logits.max()) / temperature)
     return int(rng.choice(len(logits), p=probabilities / probabilities.sum()))

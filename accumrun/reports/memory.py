@@ -1,11 +1,9 @@
 """``accumrun check --memory``: what a run will hold in memory, per sub-batch size, before it runs.
 
-Fixed costs come from the variables: the parameters, the optimizer's state, and the float32 accumulators (the
-running gradient sum plus one sub-batch's gradients). The input sits on the device in its stored dtype (one byte
-per value for uint8 images): the whole batch with ``data.feed: batch``, one sub-batch with ``sub_batch``.
-Activations grow with the sub-batch: the forward pass of one sub-batch is traced (not run) and every batch-sized
-tensor it produces is counted, since the backward pass keeps them. That is an upper bound of the forward activations
-and leaves out the allocator's overhead and the backward pass's transients, so treat totals as estimates.
+Fixed costs come from the variables (parameters, optimizer state, float32 accumulators) and the input, in its
+stored dtype. Activations grow with the sub-batch: the forward pass of one sub-batch is traced (not run) and every
+batch-sized tensor it produces is counted, since the backward pass keeps them. That is an upper bound of the forward
+activations and leaves out the allocator's overhead and the backward pass's transients, so treat totals as estimates.
 """
 
 from __future__ import annotations
@@ -55,15 +53,12 @@ def forward_activation_bytes(model: keras.Model, sample_shape: tuple[int, ...], 
     """The bytes of the batch-sized tensors one training-mode forward pass of ``sub_batch`` samples makes."""
     spec = tf.TensorSpec([sub_batch, *sample_shape], model.inputs[0].dtype if model.inputs else tf.float32)
     graph = tf.function(lambda x: model(x, training=True)).get_concrete_function(spec).graph
-    total = 0
-    for op in graph.get_operations():
-        if op.type in _NOT_ALLOCATING:
-            continue
-        for output in op.outputs:
-            shape = output.shape
-            if shape.rank and shape[0] == sub_batch and shape.is_fully_defined() and output.dtype.is_floating:
-                total += shape.num_elements() * output.dtype.size
-    return total
+    outputs = [output for op in graph.get_operations() if op.type not in _NOT_ALLOCATING for output in op.outputs]
+    return sum(
+        out.shape.num_elements() * out.dtype.size
+        for out in outputs
+        if out.shape.rank and out.shape[0] == sub_batch and out.shape.is_fully_defined() and out.dtype.is_floating
+    )
 
 
 def estimate_memory(
@@ -78,11 +73,10 @@ def estimate_memory(
 ) -> MemoryEstimate:
     """Estimate a run's memory from its (built) model and optimizer and one traced sub-batch; a value of a sample
     takes ``sample_bytes`` as stored (1 for uint8), and ``feed`` says whether the input is a batch or a sub-batch."""
-    trainable_float32 = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
     return MemoryEstimate(
         parameters=_bytes(model.variables),
         optimizer_state=_bytes(optimizer.variables),
-        accumulators=2 * trainable_float32,
+        accumulators=2 * sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables),  # float32
         input_per_sample=math.prod(sample_shape) * sample_bytes,
         batch_size=batch_size,
         feed=feed,
@@ -96,33 +90,31 @@ def candidate_subdivisions(batch_size: int, configured: int | None) -> list[int]
     return sorted(candidates | ({configured} if configured else set()))
 
 
-def format_estimate(estimate: MemoryEstimate, batch_size: int, configured: int | None) -> list[str]:
+def format_estimate(estimate: MemoryEstimate, configured: int | None) -> list[str]:
     """The estimate as lines: the fixed costs, then one row per candidate subdivisions."""
 
     def mib(value: float) -> str:
         return f"{value / 2**20:,.3f} MiB"
 
+    per_sample = f"{estimate.input_per_sample:,} bytes per sample as stored"
+    if estimate.feed is Feed.BATCH:
+        whole = mib(estimate.input_per_sample * estimate.batch_size)
+        held = f"{whole} (data.feed: batch, {estimate.batch_size:,} samples; {per_sample})"
+    else:
+        held = f"one sub-batch, in the total below (data.feed: sub_batch; {per_sample})"
     lines = [
         "memory estimate (upper bound of forward activations; no allocator overhead):",
         f"  parameters       {mib(estimate.parameters)}",
         f"  optimizer state  {mib(estimate.optimizer_state)}",
         f"  accumulators     {mib(estimate.accumulators)} (gradient sum + one sub-batch's gradients, float32)",
-        f"  input            {_input(estimate)}",
+        f"  input            {held}",
         f"  {'subdivisions':>12}  {'sub-batch':>9}  {'activations':>14}  {'total':>14}",
     ]
-    for subdivisions in candidate_subdivisions(batch_size, configured):
-        sub_batch = math.ceil(batch_size / subdivisions)
+    for subdivisions in candidate_subdivisions(estimate.batch_size, configured):
+        sub_batch = math.ceil(estimate.batch_size / subdivisions)
         mark = "  <- configured" if subdivisions == configured else ""
         lines.append(
             f"  {subdivisions:>12,}  {sub_batch:>9,}  {mib(estimate.activations_per_sample * sub_batch):>14}"
             f"  {mib(estimate.total(sub_batch)):>14}{mark}"
         )
     return lines
-
-
-def _input(estimate: MemoryEstimate) -> str:
-    per_sample = f"{estimate.input_per_sample:,} bytes per sample as stored"
-    if estimate.feed is Feed.BATCH:
-        whole = estimate.input_per_sample * estimate.batch_size / 2**20
-        return f"{whole:,.3f} MiB (data.feed: batch, {estimate.batch_size:,} samples; {per_sample})"
-    return f"one sub-batch, in the total below (data.feed: sub_batch; {per_sample})"

@@ -15,25 +15,16 @@ _MARKER_EPOCHS = 30  # beyond this many epochs markers merge into a thick line a
 
 
 def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str = "") -> Path:
-    """Draw training and validation loss against epoch, one line per curve, and save a PNG.
+    """Draw training and validation loss against epoch, one line per curve, and save a PNG at ``out`` (its folder
+    created; written atomically, so it is either complete or absent); return ``out``.
 
-    Args:
-        curves: Legend label -> metrics rows (as from :func:`accumrun.rundir.metrics.load_metrics`); rows need
-            ``epoch`` and ``loss``, ``val_loss`` is optional. The validation panel is left out when no row has
-            ``val_loss``.
-        out: Where the PNG goes; its folder is created. Written atomically, so it is either complete or absent.
-        title: Figure title; none when empty.
-
-    Returns:
-        ``out``.
-
-    Raises:
-        DataError: ``curves`` is empty or one of its curves has no rows.
+    ``curves`` maps a legend label to metrics rows (as from :func:`accumrun.rundir.metrics.load_metrics`) with
+    ``epoch`` and ``loss``; the validation panel is left out when no row has ``val_loss``. An empty ``curves``, or a
+    curve without rows, is a DataError.
     """
     # Imported here so that importing accumrun (and `accumrun --help`) does not pay for matplotlib.
     from matplotlib.figure import Figure
 
-    out = Path(out)
     if not curves:
         raise DataError("curves", "no curves to plot")
     for label, rows in curves.items():
@@ -94,9 +85,7 @@ def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, nam
             # Label some minor ticks too when the curves span under two decades, or there may be one label only.
             for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
                 set_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
-    ax.set_title(name)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("loss")
+    ax.set(title=name, xlabel="epoch", ylabel="loss")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, which="major", alpha=0.4)
     ax.grid(True, which="minor", alpha=0.15)

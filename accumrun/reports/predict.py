@@ -3,8 +3,7 @@
 Classification rows give the predicted class name and the top-k classes with their probabilities; binary rows
 give the predicted class, its probability, and class 1's probability as ``prob_<its name>``; multi-label
 rows give the classes at probability 0.5 or more, then every class's probability; regression rows give the
-values. The model is the saved one, so inputs are raw samples, as the run's source stores them; they are read
-in batches of the run's training sub-batch.
+values. Inputs are raw samples, read in batches of the run's training sub-batch.
 """
 
 from __future__ import annotations
@@ -50,14 +49,13 @@ class Predictions:
         if path.suffix.lower() == ".json":
             return write_text_atomically(path, json.dumps(self.records(), indent=1) + "\n")
         text = io.StringIO()
-        writer = csv.writer(text, lineterminator="\n")
-        writer.writerow(self.columns)
-        writer.writerows(self.rows)
+        csv.writer(text, lineterminator="\n").writerows([self.columns, *self.rows])
         return write_text_atomically(path, text.getvalue())
 
     def table(self) -> str:
         """The rows as aligned text columns, probabilities and values to 4 decimals."""
-        cells = [self.columns] + [[_text(cell) for cell in row] for row in self.rows]
+        text = [[f"{cell:.4f}" if isinstance(cell, float) else cell for cell in row] for row in self.rows]
+        cells = [self.columns, *text]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
         return "\n".join(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells
@@ -65,28 +63,11 @@ class Predictions:
 
 
 def predict_run(
-    run_dir: Path,
-    inputs: Sequence[str],
-    *,
-    top_k: int | None = None,
-    which: ModelFile = ModelFile.FINAL,
-    show_progress: bool = False,
-    lines: bool = False,
+    run_dir: Path, inputs: Sequence[str], *, top_k: int | None, which: ModelFile, show_progress: bool, lines: bool
 ) -> Predictions:
-    """Predict every sample of ``inputs`` (image files, folders, ``.npz`` with ``x``, CSV tables, text files) with
-    the run's model; ``top_k`` classes per row for classification (default: up to 5); with ``lines``, each line of
-    a text file is one sample.
-
-    Raises:
-        ArgumentError: ``lines`` for a run that does not read text.
-        ConfigError: ``run_dir`` is not a finished run, has no such model, or ``top_k`` exceeds the classes.
-        DataError: an input is missing, of a kind the run does not take, or of the wrong shape or columns.
-    """
+    """Predict every sample of ``inputs`` with the run's model: :func:`accumrun.predict`."""
     run = FinishedRun(run_dir)
-    if run.task is Task.CAUSAL_LM:
-        raise ConfigError(
-            "RUN_DIR", "is a language model (task causal_lm): continue text with accumrun generate", str(run_dir)
-        )
+    run.refuse_language_model()
     text = run.text_input
     if lines and text is None:
         raise ArgumentError("lines", "reads lines of text files; this run's model does not take text")
@@ -98,7 +79,16 @@ def predict_run(
         top_k = top_k if top_k is not None else min(5, len(labels))
         if not 1 <= top_k <= len(labels):
             raise ConfigError("top_k", f"must be 1 to {len(labels)}, the run's classes", top_k)
-    groups = read_inputs(inputs, _input_kind(run, model), lines=lines)
+    kind = InputKind(
+        # Tokenized to the training length (a model of bucketed padding takes any length).
+        sample_shape=(text[1],) if text is not None else tuple(model.input_shape[1:]),
+        dtype=np.dtype(model.inputs[0].dtype),
+        images=run.config.data.images,
+        tokenizer=text[0] if text is not None else None,
+        features=run.features,
+        id_column=run.config.data.id_column,
+    )
+    groups = read_inputs(inputs, kind, lines=lines)
     names = [name for group in groups for name in group.names]
     values = _probabilities(run, model, groups, show_progress).reshape(len(names), -1)
     if run.task is Task.REGRESSION:
@@ -106,17 +96,21 @@ def predict_run(
         return Predictions(columns, [[name, *map(float, row)] for name, row in zip(names, values, strict=True)])
     assert labels is not None  # classification, binary and multi-label runs always write labels.json
     if run.task is Task.BINARY:
-        return _binary_predictions(names, values[:, 0], labels)
-    if run.task is Task.MULTI_LABEL:
+        # Class 1 where its probability is above 0.5, as Keras' binary accuracy counts it.
+        positive = values[:, 0].astype(float)
         rows: list[list[Cell]] = [
+            [name, labels[int(p > 0.5)], p if p > 0.5 else 1.0 - p, p] for name, p in zip(names, positive, strict=True)
+        ]
+        return Predictions(["input", "prediction", "probability", f"prob_{labels[1]}"], rows)
+    if run.task is Task.MULTI_LABEL:
+        rows = [
             [name, ";".join(label for label, p in zip(labels, row, strict=True) if p >= 0.5), *map(float, row)]
             for name, row in zip(names, values, strict=True)
         ]
         return Predictions(["input", "prediction", *labels], rows)
     assert top_k is not None
-    return Predictions(
-        _top_k_columns(top_k), [_top_k_row(name, row, labels, top_k) for name, row in zip(names, values, strict=True)]
-    )
+    columns = ["input", "prediction", *(f"top{i}_{what}" for i in range(1, top_k + 1) for what in ("class", "prob"))]
+    return Predictions(columns, [_top_k_row(name, row, labels, top_k) for name, row in zip(names, values, strict=True)])
 
 
 def _probabilities(run: FinishedRun, model: keras.Model, groups: list[InputGroup], show_progress: bool) -> np.ndarray:
@@ -136,52 +130,18 @@ def _probabilities(run: FinishedRun, model: keras.Model, groups: list[InputGroup
     return np.concatenate(outputs)
 
 
-def _binary_predictions(names: list[str], positive: np.ndarray, labels: list[str]) -> Predictions:
-    """Class 1 where its probability ``positive`` is above 0.5, as Keras' binary accuracy counts it."""
-    rows: list[list[Cell]] = []
-    for name, p in zip(names, positive.astype(float), strict=True):
-        predicted = int(p > 0.5)
-        rows.append([name, labels[predicted], p if predicted else 1.0 - p, p])
-    return Predictions(["input", "prediction", "probability", f"prob_{labels[1]}"], rows)
-
-
-def _input_kind(run: FinishedRun, model: keras.Model) -> InputKind:
-    """What the run's model takes, as ``predict`` reads its inputs."""
-    text = run.text_input
-    return InputKind(
-        # Tokenized to the training length (a model of bucketed padding takes any length).
-        sample_shape=(text[1],) if text is not None else tuple(model.input_shape[1:]),
-        dtype=np.dtype(model.inputs[0].dtype),
-        images=run.config.data.images,
-        tokenizer=text[0] if text is not None else None,
-        features=run.features,
-        id_column=run.id_column,
-    )
-
-
-def _top_k_columns(k: int) -> list[str]:
-    return ["input", "prediction", *(f"top{i}_{what}" for i in range(1, k + 1) for what in ("class", "prob"))]
-
-
 def _top_k_row(name: str, probabilities: np.ndarray, labels: list[str], k: int) -> list[Cell]:
     """A classification row; a single sigmoid unit is the probability of class 1 of two."""
     if len(probabilities) == 1:
         probabilities = np.array([1.0 - probabilities[0], probabilities[0]])
     # A stable sort: equal probabilities keep the class order.
     order = np.argsort(-probabilities, kind="stable")[:k]
-    cells: list[Cell] = [name, labels[order[0]]]
-    for index in order:
-        cells += [labels[index], float(probabilities[index])]
-    return cells
-
-
-def _text(cell: Cell) -> str:
-    return f"{cell:.4f}" if isinstance(cell, float) else cell
+    pairs = [cell for index in order for cell in (labels[index], float(probabilities[index]))]
+    return [name, labels[order[0]], *pairs]
 
 
 def _progress_bar(count: int) -> progressbar.ProgressBar | None:
-    """A bar on standard error over ``count`` batches, when it is a terminal and there is more than one batch;
-    standard output keeps only the predictions."""
+    """A bar on stderr over ``count`` batches, on a terminal and for more than one batch; stdout keeps the rows only."""
     if count < 2 or not sys.stderr.isatty():
         return None
     widgets = ["predict ", progressbar.SimpleProgress(), " ", progressbar.Bar(), " ", progressbar.ETA()]
