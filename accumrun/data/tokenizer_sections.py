@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
+from pydantic import Field, PrivateAttr, Tag, model_validator
 
+from accumrun.data.section import Unknown, by_name
 from accumrun.sections import Section, listed
 
 
@@ -106,19 +107,8 @@ TOKENIZERS: dict[str, type[Section]] = {
 """Every ``data.tokenizer.name`` and its section."""
 
 
-class UnknownTokenizerConfig(_Tokenizer):
-    model_config = ConfigDict(extra="allow")
-    name: Any
-
-    @field_validator("name")
-    @classmethod
-    def _reject(cls, value: Any) -> Any:
-        raise ValueError(f"input should be {listed(list(TOKENIZERS))}")
-
-
-def _tokenizer_kind(value: Any) -> str:
-    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
-    return name if isinstance(name, str) and name in TOKENIZERS else "unknown"
+class UnknownTokenizerConfig(_Tokenizer, Unknown):
+    refusal = f"input should be {listed(list(TOKENIZERS))}"
 
 
 TokenizerConfig = Annotated[
@@ -127,6 +117,6 @@ TokenizerConfig = Annotated[
     | Annotated[WordPieceTokenizerConfig, Tag("word_piece")]
     | Annotated[PresetTokenizerConfig, Tag("preset")]
     | Annotated[UnknownTokenizerConfig, Tag("unknown")],
-    Discriminator(_tokenizer_kind),
+    by_name(TOKENIZERS),
 ]
 """``data.tokenizer``: one section per tokenizer, chosen by ``name``."""
