@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, ValidationInfo, field_validator
 
 from accumrun.kinds import CacheMode, ColorMode, Feed, Task
 from accumrun.sections import Section, words
@@ -213,11 +213,15 @@ class ImageSourceConfig(DataSection):
 DEFAULT_SEQUENCE_LENGTH = 256
 
 
-def none_or_memory(value: Any, source: str, samples: str) -> Any:
+def none_or_memory(source: str, samples: str) -> AfterValidator:
     """``cache`` of a text source: token ids in memory, or the ``samples`` streamed; never on disk."""
-    if value is CacheMode.DISK:
-        raise ValueError(f"{source} keeps token ids in memory or streams its {samples}: none or memory")
-    return value
+
+    def check(value: CacheMode) -> CacheMode:
+        if value is CacheMode.DISK:
+            raise ValueError(f"{source} keeps token ids in memory or streams its {samples}: none or memory")
+        return value
+
+    return AfterValidator(check)
 
 
 def refuse_image_keys(section: DataSection) -> None:

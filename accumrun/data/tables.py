@@ -54,13 +54,8 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     """With ``text``: tokens per sample (default 256), cut or padded with id 0."""
     bucket: int | None = Field(None, ge=1)
     """With ``text``: bucketed padding (:attr:`TextSourceConfig.bucket`); it needs ``cache: memory``."""
-    cache: Annotated[CacheMode, words(CacheMode)] | None = None
+    cache: Annotated[CacheMode, words(CacheMode), none_or_memory("csv", "rows")] | None = None
     """With ``text``: ``none`` (the default) streams each row's text from the file; ``memory`` tokenizes at load."""
-
-    @field_validator("cache")
-    @classmethod
-    def _cache_none_or_memory(cls, value: CacheMode | None) -> CacheMode | None:
-        return none_or_memory(value, "csv", "rows")
 
     @field_validator("bucket")
     @classmethod
@@ -121,13 +116,8 @@ class JsonlConfig(TextSourceConfig):
     """The key of each object's text."""
     label: str = Field(min_length=1)
     """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
-    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
+    cache: Annotated[CacheMode, words(CacheMode), none_or_memory("jsonl", "lines")] = CacheMode.NONE
     """``none`` streams each line's text from the file; ``memory`` tokenizes at load (``bucket`` needs it)."""
-
-    @field_validator("cache")
-    @classmethod
-    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
-        return none_or_memory(value, "jsonl", "lines")
 
 
 def load_csv(config: CsvConfig, seed: int) -> Splits:

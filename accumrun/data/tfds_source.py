@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from accumrun.data.records import RecordLayout, read_record_files
+from accumrun.data.records import RecordLayout, first_line, read_record_files
 from accumrun.data.section import ImageSourceConfig
 from accumrun.data.splits import Splits
 from accumrun.errors import ConfigError, DataError
@@ -46,8 +46,7 @@ def load_tfds(config: TfdsConfig, seed: int) -> Splits:
     try:
         builder = tfds.builder(config.dataset, data_dir=config.data_dir)
     except Exception as error:  # tfds raises its own DatasetNotFoundError and friends
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise ConfigError("data.dataset", f"{type(error).__name__}: {first_line}", config.dataset) from None
+        raise ConfigError("data.dataset", f"{type(error).__name__}: {first_line(error)}", config.dataset) from None
     if not Path(builder.data_dir).is_dir() or "train" not in builder.info.splits:
         where = config.data_dir or "the default TFDS folder"
         raise DataError(
