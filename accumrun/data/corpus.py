@@ -215,6 +215,11 @@ def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterato
         raise DataError(key, f"{path} is empty")
 
 
+def read_text(path: Path, key: str) -> str:
+    """A file's UTF-8 text; one that is not UTF-8, or empty, is a DataError under ``key``."""
+    return "".join(text_pieces(path, key))
+
+
 def file_ids(path: Path, key: str, tokenizer: Tokenizer, piece_bytes: int = PIECE_BYTES) -> Iterator[np.ndarray]:
     """A file's token ids, piece by piece (:func:`text_pieces`); a tokenizer that may merge across lines gets the
     whole text at once."""

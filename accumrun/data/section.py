@@ -126,22 +126,24 @@ class DataSection(Section):
     @property
     def validation_file(self) -> str | None:
         """``data.validation_path``, where the source reads one."""
-        return None
+        return getattr(self, "validation_path", None)
 
     @property
     def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        """The tokenizer and sequence length of a source whose samples are text; None for any other."""
-        return None
+        """The tokenizer and sequence length of a source whose samples are text (a ``tokenizer`` is set); None for
+        any other."""
+        tokenizer: TokenizerConfig | None = getattr(self, "tokenizer", None)
+        return None if tokenizer is None else (tokenizer, getattr(self, "sequence_length", 0))
 
     @property
     def token_bucket(self) -> int | None:
         """``bucket`` of a source of token ids (bucketed padding), else None."""
-        return None
+        return getattr(self, "bucket", None)
 
     @property
     def id_column(self) -> str | None:
         """The column that names each row (a CSV's ``id``), else None."""
-        return None
+        return getattr(self, "id", None)
 
     @property
     def named_columns(self) -> tuple[str | None, ...]:
@@ -165,10 +167,6 @@ class FileSourceConfig(DataSection):
 
     def reading(self, path: str) -> DataSection:
         return self.model_copy(update={"path": path, "validation_path": None, "validation_split": 0.0})
-
-    @property
-    def validation_file(self) -> str | None:
-        return self.validation_path
 
 
 class ImageSourceConfig(DataSection):

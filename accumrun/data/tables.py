@@ -88,21 +88,6 @@ class CsvConfig(SampleWeights, FileSourceConfig):
         return [self.label] if isinstance(self.label, str) else list(self.label)
 
     @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        if self.text is None:
-            return None
-        assert self.tokenizer is not None and self.sequence_length is not None  # filled in with data.text
-        return self.tokenizer, self.sequence_length
-
-    @property
-    def token_bucket(self) -> int | None:
-        return self.bucket
-
-    @property
-    def id_column(self) -> str | None:
-        return self.id
-
-    @property
     def named_columns(self) -> tuple[str | None, ...]:
         return (*self.label_columns, self.id)
 

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from accumrun.data.corpus import CorpusWindows, token_file
+from accumrun.data.corpus import CorpusWindows, read_text, token_file
 from accumrun.data.section import DEFAULT_SEQUENCE_LENGTH, FileSourceConfig, none_or_memory, refuse_image_keys
 from accumrun.data.splits import ArraySplit, Splits, TextFiles
 from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
@@ -39,14 +39,6 @@ class TextSourceConfig(FileSourceConfig):
     def _no_image_keys(self) -> TextSourceConfig:
         refuse_image_keys(self)
         return self
-
-    @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        return self.tokenizer, self.sequence_length
-
-    @property
-    def token_bucket(self) -> int | None:
-        return self.bucket
 
 
 class TextFolderConfig(TextSourceConfig):
@@ -163,16 +155,3 @@ def folder_files(folder: Path, key: str) -> tuple[list[str], list[int], list[str
             paths.append(str(path))
             labels.append(label)
     return paths, labels, classes
-
-
-def read_text(path: Path, key: str) -> str:
-    """A file's UTF-8 text; one that is not UTF-8, or empty, is a DataError under ``key``."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise DataError(key, f"{path} is not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise DataError(key, f"cannot read {path}: {error.strerror}") from None
-    if not text:
-        raise DataError(key, f"{path} is empty")
-    return text
