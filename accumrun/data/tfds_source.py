@@ -58,12 +58,9 @@ def load_tfds(config: TfdsConfig, seed: int) -> Splits:
     if "image" not in features or "label" not in features:
         raise DataError("data.dataset", f"needs 'image' and 'label' features; it has {sorted(features)}")
     layout = RecordLayout("image", "label", config.size, config.channels, config.shuffle_buffer)
-    splits = {name: _files(builder, name) for name in ("train", "test") if name in builder.info.splits}
-    train = read_record_files(splits["train"], "data.dataset", layout)
-    test = read_record_files(splits["test"], "data.dataset", layout) if "test" in splits else None
+    splits = {name: builder.info.splits[name].filenames for name in ("train", "test") if name in builder.info.splits}
+    files = {name: [str(Path(builder.data_dir) / file) for file in names] for name, names in splits.items()}
+    train = read_record_files(files["train"], "data.dataset", layout)
+    test = read_record_files(files["test"], "data.dataset", layout) if "test" in files else None
     names = list(getattr(features["label"], "names", []) or [])
     return Splits(train, test, class_names=names or None)
-
-
-def _files(builder: Any, split: str) -> list[str]:
-    return [str(Path(builder.data_dir) / name) for name in builder.info.splits[split].filenames]
