@@ -125,7 +125,7 @@ class CorpusWindows(ReadsBlocks, TokenIds):
         # int32 before the shift: uint16's top id plus one does not fit in uint16.
         return self._cut([np.frombuffer(data, self.stored).astype(np.int32) + self.shift for data in spans])
 
-    def held(self, ids: np.ndarray) -> ArraySplit:
+    def as_arrays(self, ids: np.ndarray) -> ArraySplit:
         """The windows over ``ids`` (the file's, already in memory) as arrays."""
         counts = np.minimum(self.ends - self.begins, self.length + 1)
         return ArraySplit(*self._cut([ids[b : b + c] for b, c in zip(self.begins, counts, strict=True)]))

@@ -109,8 +109,8 @@ def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
             split = CorpusWindows.over(str(tokens.path), tokens.ends, length, stride)
         else:
             ids = [tokenizer.ids(read_text(file, key)) for file in files]
-            windows = CorpusWindows.over("", np.cumsum([len(text) for text in ids]), length, stride)
-            split = windows.held(np.concatenate(ids))
+            cut = CorpusWindows.over("", np.cumsum([len(text) for text in ids]), length, stride)
+            split = cut.as_arrays(np.concatenate(ids))
         if not split.size:
             raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
         return split
