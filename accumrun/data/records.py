@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
     from accumrun.data.grouping import LengthGroups
-    from accumrun.data.tfds_source import TfdsConfig
 
 
 class TfrecordConfig(SampleWeights, FileSourceConfig, ImageSourceConfig):
@@ -37,6 +36,18 @@ class TfrecordConfig(SampleWeights, FileSourceConfig, ImageSourceConfig):
     label_key: str = "image/class/label"
     shuffle_buffer: int = Field(10_000, ge=1)
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
+
+
+@dataclass(frozen=True)
+class RecordLayout:
+    """Which features of a record hold the image and the label, and how the images are decoded and shuffled."""
+
+    image_key: str
+    label_key: str
+    image_size: tuple[int, int]
+    channels: int
+    shuffle_buffer: int
+    weight_key: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,9 +183,12 @@ def load_tfrecord(config: TfrecordConfig, seed: int) -> Splits:
     Raises:
         DataError: no file matches, a file is not TFRecord, or a record lacks the image or label key.
     """
+    layout = RecordLayout(
+        config.image_key, config.label_key, config.size, config.channels, config.shuffle_buffer, config.weight
+    )
 
     def read(pattern: str, key: str) -> RecordFiles:
-        return read_record_files(matching(pattern, key), key, config)
+        return read_record_files(matching(pattern, key), key, layout)
 
     train = read(config.path, "data.path")
     return Splits(train, read(config.validation_path, "data.validation_path") if config.validation_path else None)
@@ -196,8 +210,8 @@ def matching(pattern: str, key: str) -> list[str]:
     return files
 
 
-def read_record_files(files: list[str], key: str, config: TfrecordConfig | TfdsConfig) -> RecordFiles:
-    """Count the records of ``files`` and read their labels (and weights, with ``data.weight``).
+def read_record_files(files: list[str], key: str, layout: RecordLayout) -> RecordFiles:
+    """Count the records of ``files`` and read their labels (and weights, with ``layout.weight_key``).
 
     Raises:
         DataError: a file is not TFRecord, or its records lack the image, label or weight key, or a weight is
@@ -206,31 +220,31 @@ def read_record_files(files: list[str], key: str, config: TfrecordConfig | TfdsC
     import tensorflow as tf
 
     labels, weights = [], []
-    features = {config.label_key: tf.io.FixedLenFeature([], tf.int64)}
-    if config.weight is not None:
-        features[config.weight] = tf.io.FixedLenFeature([], tf.float32)
+    features = {layout.label_key: tf.io.FixedLenFeature([], tf.int64)}
+    if layout.weight_key is not None:
+        features[layout.weight_key] = tf.io.FixedLenFeature([], tf.float32)
     for file in files:
-        _check_keys(file, key, config)
+        _check_keys(file, key, layout)
         parsed = tf.data.TFRecordDataset(file).batch(4096).map(lambda r: tf.io.parse_example(r, features))
         try:
             batches = list(parsed.as_numpy_iterator())
         except tf.errors.OpError as error:
             raise DataError(key, f"{file}: cannot read its records: {first_line(error)}") from None
         columns = {name: np.concatenate([b[name] for b in batches] or [np.zeros(0, np.int64)]) for name in features}
-        labels.append(columns[config.label_key])
-        if config.weight is not None:
-            where = f"{file}, feature {config.weight!r}"
-            weights.append(checked_weights(columns[config.weight], where, len(labels[-1])))
+        labels.append(columns[layout.label_key])
+        if layout.weight_key is not None:
+            where = f"{file}, feature {layout.weight_key!r}"
+            weights.append(checked_weights(columns[layout.weight_key], where, len(labels[-1])))
     y = np.concatenate(labels)
     if len(y) == 0:
         raise DataError(key, "the TFRecord files hold no records", files[0] if len(files) == 1 else files)
-    w = np.concatenate(weights) if config.weight is not None else None
-    image = (config.image_key, config.label_key, config.size, config.channels, config.shuffle_buffer)
+    w = np.concatenate(weights) if layout.weight_key is not None else None
+    image = (layout.image_key, layout.label_key, layout.image_size, layout.channels, layout.shuffle_buffer)
     counts = tuple(len(found) for found in labels)
     return RecordFiles(tuple(files), counts, np.arange(len(y)), y, *image, w)
 
 
-def _check_keys(file: str, key: str, config: TfrecordConfig | TfdsConfig) -> None:
+def _check_keys(file: str, key: str, layout: RecordLayout) -> None:
     """Refuse a file whose first record lacks the image or the label key, naming the keys it has."""
     import tensorflow as tf
 
@@ -245,9 +259,9 @@ def _check_keys(file: str, key: str, config: TfrecordConfig | TfdsConfig) -> Non
     except Exception:  # protobuf's DecodeError: the record is not a tf.train.Example
         raise DataError(key, f"{file}: its records are not tf.train.Example protos") from None
     present = sorted(example.features.feature)
-    keys = [(config.image_key, "data.image_key", "bytes_list"), (config.label_key, "data.label_key", "int64_list")]
-    if config.weight is not None:
-        keys.append((config.weight, "data.weight", "float_list"))
+    keys = [(layout.image_key, "data.image_key", "bytes_list"), (layout.label_key, "data.label_key", "int64_list")]
+    if layout.weight_key is not None:
+        keys.append((layout.weight_key, "data.weight", "float_list"))
     for name, field, kind in keys:
         if name not in present:
             raise DataError(field, f"{file} has no feature '{name}'; its features are {present}", name)

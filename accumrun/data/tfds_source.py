@@ -7,11 +7,11 @@ is optional). accumrun never downloads or prepares one: prepare it where the net
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from accumrun.data.records import first_line, read_record_files
+from accumrun.data.records import RecordLayout, first_line, read_record_files
 from accumrun.data.section import ImageSourceConfig
 from accumrun.data.splits import Splits
 from accumrun.errors import ConfigError, DataError
@@ -28,10 +28,6 @@ class TfdsConfig(ImageSourceConfig):
     data_dir: str | None = None
     shuffle_buffer: int = Field(10_000, ge=1)
     """The seeded shuffle buffer after the per-epoch permutation of the files."""
-    # A prepared dataset's records hold ``image`` and ``label`` (and no weight): how read_record_files reads them.
-    image_key: ClassVar[str] = "image"
-    label_key: ClassVar[str] = "label"
-    weight: ClassVar[None] = None
 
 
 def load_tfds(config: TfdsConfig, seed: int) -> Splits:
@@ -61,9 +57,10 @@ def load_tfds(config: TfdsConfig, seed: int) -> Splits:
     features: Any = builder.info.features
     if "image" not in features or "label" not in features:
         raise DataError("data.dataset", f"needs 'image' and 'label' features; it has {sorted(features)}")
+    layout = RecordLayout("image", "label", config.size, config.channels, config.shuffle_buffer)
     splits = {name: builder.info.splits[name].filenames for name in ("train", "test") if name in builder.info.splits}
     files = {name: [str(Path(builder.data_dir) / file) for file in names] for name, names in splits.items()}
-    train = read_record_files(files["train"], "data.dataset", config)
-    test = read_record_files(files["test"], "data.dataset", config) if "test" in files else None
+    train = read_record_files(files["train"], "data.dataset", layout)
+    test = read_record_files(files["test"], "data.dataset", layout) if "test" in files else None
     names = list(getattr(features["label"], "names", []) or [])
     return Splits(train, test, class_names=names or None)
