@@ -16,9 +16,9 @@ from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, field_va
 from pydantic.functional_validators import BeforeValidator
 
 from accumrun.data.arrays import DigitsConfig
-from accumrun.data.section import DataSection, Keywords, Unknown, by_name
+from accumrun.data.section import DataSection, Keywords
 from accumrun.data.sources import DATA_SECTIONS
-from accumrun.data.tokenizer_sections import TOKENIZERS, UnknownTokenizerConfig
+from accumrun.data.tokenizer_sections import TOKENIZERS, Unknown, UnknownTokenizerConfig, by_name
 from accumrun.errors import describe
 from accumrun.kinds import BatchNormMode, Cluster, Direction, Feed, OnNonFinite, Precision, RandomDraws, Strategy
 from accumrun.sections import Section, listed, words

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from accumrun.kinds import CacheMode, ColorMode, Feed, Task
 from accumrun.sections import Section, words
@@ -24,30 +24,6 @@ class Keywords(BaseModel):
     def keywords(self) -> dict[str, Any]:
         """The keys besides the declared ones: the keyword arguments."""
         return dict(self.model_extra or {})
-
-
-class Unknown(BaseModel):
-    """The member of a union by ``name`` for any other name: it takes any keys and refuses the name with
-    :attr:`refusal`. A base after the union's own, so that its ``extra="allow"`` wins."""
-
-    model_config = ConfigDict(extra="allow")
-    refusal: ClassVar[str]
-    name: Any
-
-    @field_validator("name")
-    @classmethod
-    def _reject(cls, value: Any) -> Any:
-        raise ValueError(cls.refusal)
-
-
-def by_name(names: dict[str, Any], default: str | None = None) -> Discriminator:
-    """A union's choice by ``name`` (``default`` when it is unset): the name itself, or ``unknown``."""
-
-    def kind(value: Any) -> str:
-        name = value.get("name", default) if isinstance(value, dict) else getattr(value, "name", None)
-        return name if isinstance(name, str) and name in names else "unknown"
-
-    return Discriminator(kind)
 
 
 class NormalizeConfig(Section):
