@@ -26,7 +26,7 @@ from accumrun.sections import Section, listed, words
 
 class _UnknownDataConfig(DataSection, Unknown):
     refusal = f"input should be {listed(list(DATA_SECTIONS))}"
-    name: Any
+    name: Any  # not DataSection's str: a name of any type gets the refusal
 
 
 _DATA_UNION: dict[str, type[DataSection]] = {**DATA_SECTIONS, "unknown": _UnknownDataConfig}

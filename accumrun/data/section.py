@@ -106,8 +106,7 @@ class DataSection(Section):
 
     @property
     def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        """The tokenizer and sequence length of a source whose samples are text (a ``tokenizer`` is set); None for
-        any other."""
+        """The tokenizer and sequence length of a source whose samples are text (a ``tokenizer`` is set), else None."""
         tokenizer: TokenizerConfig | None = getattr(self, "tokenizer", None)
         return None if tokenizer is None else (tokenizer, getattr(self, "sequence_length", 0))
 
