@@ -171,19 +171,12 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
     node[parts[-1]] = value
 
 
-def _dotted(loc: tuple[Any, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
 def _describe_pydantic_error(error: ErrorDetails) -> str:
     loc = tuple(error["loc"])
     section = _section_at(loc)
     # Tagged unions add their tag to the location; users never wrote it, so drop it.
     loc = tuple(part for i, part in enumerate(loc) if not (i > 0 and part in UNION_TAGS.get(str(loc[i - 1]), ())))
-    path = _dotted(loc)
+    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).removeprefix(".")
     key = str(loc[-1])
     if error["type"] == "extra_forbidden":
         if issubclass(section, DataSection) and readers_of(key):

@@ -12,31 +12,21 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, field_validator, model_validator
 from pydantic.functional_validators import BeforeValidator
 
 from accumrun.data.arrays import DigitsConfig
 from accumrun.data.section import DataSection, Keywords
 from accumrun.data.sources import DATA_SECTIONS
-from accumrun.data.tokenizer_sections import TOKENIZERS, UnknownTokenizerConfig
+from accumrun.data.tokenizer_sections import TOKENIZERS, Unknown, UnknownTokenizerConfig, by_name
 from accumrun.errors import describe
 from accumrun.kinds import BatchNormMode, Cluster, Direction, Feed, OnNonFinite, Precision, RandomDraws, Strategy
 from accumrun.sections import Section, listed, words
 
 
-class _UnknownDataConfig(DataSection):
-    model_config = ConfigDict(extra="allow")
-    name: Any
-
-    @field_validator("name")
-    @classmethod
-    def _reject(cls, value: Any) -> Any:
-        raise ValueError(f"input should be {listed(list(DATA_SECTIONS))}")
-
-
-def _data_kind(value: Any) -> str:
-    name = value.get("name", "digits") if isinstance(value, dict) else getattr(value, "name", None)
-    return name if isinstance(name, str) and name in DATA_SECTIONS else "unknown"
+class _UnknownDataConfig(DataSection, Unknown):
+    refusal = f"input should be {listed(list(DATA_SECTIONS))}"
+    name: Any  # not DataSection's str: a name of any type gets the refusal
 
 
 _DATA_UNION: dict[str, type[DataSection]] = {**DATA_SECTIONS, "unknown": _UnknownDataConfig}
@@ -47,7 +37,7 @@ if TYPE_CHECKING:
 else:
     DataConfig = Annotated[
         Union[tuple(Annotated[section, Tag(name)] for name, section in _DATA_UNION.items())],  # noqa: UP007
-        Discriminator(_data_kind),
+        by_name(DATA_SECTIONS, default="digits"),
     ]
     """The ``data`` section: one section per source, chosen by ``name`` (``digits`` when it is unset)."""
 
@@ -153,17 +143,11 @@ class SavedModelConfig(Section):
     path: str
 
 
-class _UnknownModelConfig(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: Any
-
-    @field_validator("name")
-    @classmethod
-    def _reject(cls, value: Any) -> Any:
-        raise ValueError(
-            "unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, "
-            "keras_hub.models.<Name>Backbone, saved or 'package.module:function'"
-        )
+class _UnknownModelConfig(Unknown):
+    refusal = (
+        "unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, "
+        "keras_hub.models.<Name>Backbone, saved or 'package.module:function'"
+    )
 
 
 MODEL_SECTIONS: dict[str, type[BaseModel]] = {

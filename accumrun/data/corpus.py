@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accumrun.data.source import ReadsBlocks, TokenIds, in_blocks, read_spans, taken
+from accumrun.data.source import ArraySplit, ReadsBlocks, TokenIds, in_blocks, read_spans, taken
 from accumrun.data.tokenizer_sections import TokenizerConfig
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
@@ -116,16 +116,27 @@ class CorpusWindows(ReadsBlocks, TokenIds):
         return index, x, as_targets(y, weights)
 
     def _windows(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The samples and targets of windows ``index`` (a short window's last token is a target alone); OSError
-        where the token file cannot be read or is shorter than its windows (changed since it was written)."""
+        """The samples and targets of windows ``index``; OSError where the token file cannot be read or is shorter
+        than its windows (changed since it was written)."""
         begins = self.begins[index]
         counts = np.minimum(self.ends[index] - begins, self.length + 1)
-        window = np.zeros((len(index), self.length + 1), np.int32)
         width = np.dtype(self.stored).itemsize
         spans = read_spans(self.file, width * begins, width * counts)
-        for row, (data, count) in enumerate(zip(spans, counts, strict=True)):
-            # int32 before the shift: uint16's top id plus one does not fit in uint16.
-            window[row, :count] = np.frombuffer(data, self.stored).astype(np.int32) + self.shift
+        # int32 before the shift: uint16's top id plus one does not fit in uint16.
+        return self._cut([np.frombuffer(data, self.stored).astype(np.int32) + self.shift for data in spans])
+
+    def as_arrays(self, ids: np.ndarray) -> ArraySplit:
+        """The windows over ``ids`` (the file's, already in memory) as arrays."""
+        counts = np.minimum(self.ends - self.begins, self.length + 1)
+        return ArraySplit(*self._cut([ids[b : b + c] for b, c in zip(self.begins, counts, strict=True)]))
+
+    def _cut(self, windows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Samples and targets of windows of up to ``length + 1`` ids, padded with 0: a short window's last id is
+        a target alone."""
+        window = np.zeros((len(windows), self.length + 1), np.int32)
+        for row, ids in enumerate(windows):
+            window[row, : len(ids)] = ids
+        counts = np.array([len(ids) for ids in windows], np.int64)
         targets = np.arange(1, self.length + 1) < counts[:, None]
         return np.where(targets, window[:, :-1], 0), window[:, 1:]
 
@@ -141,28 +152,9 @@ def window_starts(count: int, length: int, stride: int) -> np.ndarray:
     return np.arange(min(below_end, reaching), dtype=np.int64) * stride
 
 
-def corpus_windows(
-    files: list[Path],
-    key: str,
-    tokenizer: Tokenizer,
-    config: TokenizerConfig,
-    cache_dir: str,
-    length: int,
-    stride: int,
-    path: str,
-) -> CorpusWindows:
-    """The windows of ``files`` (those ``path`` names), read from their token file under ``cache_dir``; DataError
-    where a file is empty or not UTF-8, no file has two tokens, or ``data.cache_dir`` cannot be written."""
-    tokens = token_file(files, key, tokenizer, config, cache_dir)
-    windows = CorpusWindows.over(str(tokens.path), tokens.ends, length, stride)
-    if not windows.size:
-        raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
-    return windows
-
-
 def token_file(files: list[Path], key: str, tokenizer: Tokenizer, config: TokenizerConfig, cache_dir: str) -> TokenFile:
-    """The token file of ``files``: found under ``cache_dir`` by its key, or tokenized and renamed into place
-    (raises DataError as :func:`corpus_windows` does)."""
+    """The token file of ``files``: found under ``cache_dir`` by its key, or tokenized and renamed into place;
+    DataError where a file is empty or not UTF-8, or ``data.cache_dir`` cannot be written."""
     folder = Path(cache_dir).expanduser() / f"corpus-{corpus_key(files, key, config)}"
     try:
         build_once(folder, lambda found: _complete(found) is not None, lambda into: _write(files, key, tokenizer, into))
@@ -221,6 +213,11 @@ def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterato
         raise DataError(key, f"cannot read {path}: {error.strerror}") from None
     if offset == 0:
         raise DataError(key, f"{path} is empty")
+
+
+def read_text(path: Path, key: str) -> str:
+    """A file's UTF-8 text; one that is not UTF-8, or empty, is a DataError under ``key``."""
+    return "".join(text_pieces(path, key))
 
 
 def file_ids(path: Path, key: str, tokenizer: Tokenizer, piece_bytes: int = PIECE_BYTES) -> Iterator[np.ndarray]:

@@ -228,7 +228,7 @@ def read_record_files(files: list[str], key: str, layout: RecordLayout) -> Recor
         try:
             batches = list(parsed.as_numpy_iterator())
         except tf.errors.OpError as error:
-            raise DataError(key, f"{file}: cannot read its records: {_first_line(error)}") from None
+            raise DataError(key, f"{file}: cannot read its records: {first_line(error)}") from None
         columns = {name: np.concatenate([b[name] for b in batches] or [np.zeros(0, np.int64)]) for name in features}
         labels.append(columns[layout.label_key])
         if layout.weight_key is not None:
@@ -250,7 +250,7 @@ def _check_keys(file: str, key: str, layout: RecordLayout) -> None:
     try:
         first = next(iter(tf.data.TFRecordDataset(file).take(1)), None)
     except tf.errors.OpError as error:
-        raise DataError(key, f"{file} is not a TFRecord file: {_first_line(error)}") from None
+        raise DataError(key, f"{file} is not a TFRecord file: {first_line(error)}") from None
     if first is None:
         return
     try:
@@ -268,6 +268,7 @@ def _check_keys(file: str, key: str, layout: RecordLayout) -> None:
             raise DataError(field, f"{file}: feature '{name}' must be a {kind}", name)
 
 
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
+    """The first line of an error's message, or its type's name where it has none."""
     lines = (getattr(error, "message", None) or str(error)).strip().splitlines()
     return lines[0] if lines else type(error).__name__

@@ -89,7 +89,6 @@ class TextRows(ReadsBlocks, TokenIds):
     """Where a record's text is: a JSON object's key (a str), or a CSV record's column index (an int)."""
     w: np.ndarray | None = None
 
-    fault = "cannot be read as text"
     streaming = "this table streams its rows"
 
     def subset(self, index: np.ndarray) -> TextRows:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from accumrun.kinds import CacheMode, ColorMode, Feed, Task
 from accumrun.sections import Section, words
@@ -102,22 +102,23 @@ class DataSection(Section):
     @property
     def validation_file(self) -> str | None:
         """``data.validation_path``, where the source reads one."""
-        return None
+        return getattr(self, "validation_path", None)
 
     @property
     def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        """The tokenizer and sequence length of a source whose samples are text; None for any other."""
-        return None
+        """The tokenizer and sequence length of a source whose samples are text (a ``tokenizer`` is set), else None."""
+        tokenizer: TokenizerConfig | None = getattr(self, "tokenizer", None)
+        return None if tokenizer is None else (tokenizer, getattr(self, "sequence_length", 0))
 
     @property
     def token_bucket(self) -> int | None:
         """``bucket`` of a source of token ids (bucketed padding), else None."""
-        return None
+        return getattr(self, "bucket", None)
 
     @property
     def id_column(self) -> str | None:
         """The column that names each row (a CSV's ``id``), else None."""
-        return None
+        return getattr(self, "id", None)
 
     @property
     def named_columns(self) -> tuple[str | None, ...]:
@@ -141,10 +142,6 @@ class FileSourceConfig(DataSection):
 
     def reading(self, path: str) -> DataSection:
         return self.model_copy(update={"path": path, "validation_path": None, "validation_split": 0.0})
-
-    @property
-    def validation_file(self) -> str | None:
-        return self.validation_path
 
 
 class ImageSourceConfig(DataSection):
@@ -189,11 +186,15 @@ class ImageSourceConfig(DataSection):
 DEFAULT_SEQUENCE_LENGTH = 256
 
 
-def none_or_memory(value: Any, source: str, samples: str) -> Any:
+def none_or_memory(source: str, samples: str) -> AfterValidator:
     """``cache`` of a text source: token ids in memory, or the ``samples`` streamed; never on disk."""
-    if value is CacheMode.DISK:
-        raise ValueError(f"{source} keeps token ids in memory or streams its {samples}: none or memory")
-    return value
+
+    def check(value: CacheMode) -> CacheMode:
+        if value is CacheMode.DISK:
+            raise ValueError(f"{source} keeps token ids in memory or streams its {samples}: none or memory")
+        return value
+
+    return AfterValidator(check)
 
 
 def refuse_image_keys(section: DataSection) -> None:

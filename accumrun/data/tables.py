@@ -53,13 +53,8 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     """With ``text``: tokens per sample (default 256), cut or padded with id 0."""
     bucket: int | None = Field(None, ge=1)
     """With ``text``: bucketed padding (:attr:`TextSourceConfig.bucket`); it needs ``cache: memory``."""
-    cache: Annotated[CacheMode, words(CacheMode)] | None = None
+    cache: Annotated[CacheMode, words(CacheMode), none_or_memory("csv", "rows")] | None = None
     """With ``text``: ``none`` (the default) streams each row's text from the file; ``memory`` tokenizes at load."""
-
-    @field_validator("cache")
-    @classmethod
-    def _cache_none_or_memory(cls, value: CacheMode | None) -> CacheMode | None:
-        return none_or_memory(value, "csv", "rows")
 
     @field_validator("bucket")
     @classmethod
@@ -92,21 +87,6 @@ class CsvConfig(SampleWeights, FileSourceConfig):
         return [self.label] if isinstance(self.label, str) else list(self.label)
 
     @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        if self.text is None:
-            return None
-        assert self.tokenizer is not None and self.sequence_length is not None  # filled in with data.text
-        return self.tokenizer, self.sequence_length
-
-    @property
-    def token_bucket(self) -> int | None:
-        return self.bucket
-
-    @property
-    def id_column(self) -> str | None:
-        return self.id
-
-    @property
     def named_columns(self) -> tuple[str | None, ...]:
         return (*self.label_columns, self.id)
 
@@ -120,13 +100,8 @@ class JsonlConfig(TextSourceConfig):
     """The key of each object's text."""
     label: str = Field(min_length=1)
     """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
-    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
+    cache: Annotated[CacheMode, words(CacheMode), none_or_memory("jsonl", "lines")] = CacheMode.NONE
     """``none`` streams each line's text from the file; ``memory`` tokenizes at load (``bucket`` needs it)."""
-
-    @field_validator("cache")
-    @classmethod
-    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
-        return none_or_memory(value, "jsonl", "lines")
 
 
 def load_csv(config: CsvConfig, seed: int) -> Splits:

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from accumrun.data.corpus import CorpusWindows, corpus_windows, window_starts
+from accumrun.data.corpus import CorpusWindows, read_text, token_file
 from accumrun.data.files import TextFiles
 from accumrun.data.section import DEFAULT_SEQUENCE_LENGTH, FileSourceConfig, none_or_memory, refuse_image_keys
 from accumrun.data.splits import ArraySplit, Splits
@@ -41,14 +41,6 @@ class TextSourceConfig(FileSourceConfig):
         refuse_image_keys(self)
         return self
 
-    @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        return self.tokenizer, self.sequence_length
-
-    @property
-    def token_bucket(self) -> int | None:
-        return self.bucket
-
 
 class TextFolderConfig(TextSourceConfig):
     """``name: text_folder``: one subfolder of UTF-8 ``.txt`` files per class."""
@@ -56,13 +48,8 @@ class TextFolderConfig(TextSourceConfig):
     needs = {"path": "a folder with one subfolder of .txt files per class"}
     labelled_files = True
     name: Literal["text_folder"]
-    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
+    cache: Annotated[CacheMode, words(CacheMode), none_or_memory("text_folder", "files")] = CacheMode.NONE
     """``none`` streams each file as the epoch reaches it; ``memory`` tokenizes each split at load (faster)."""
-
-    @field_validator("cache")
-    @classmethod
-    def _cache_none_or_memory(cls, value: CacheMode) -> CacheMode:
-        return none_or_memory(value, "text_folder", "files")
 
     @property
     def cache_wrapper(self) -> tuple[CacheMode, str]:
@@ -90,11 +77,6 @@ class TextCorpusConfig(TextSourceConfig):
             )
         return value
 
-    @property
-    def window_stride(self) -> int:
-        """``stride``, or ``sequence_length`` when it is unset."""
-        return self.stride if self.stride is not None else self.sequence_length
-
 
 def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
     """The checked ``.txt`` files under ``data.path`` (and ``data.validation_path``, with the same classes)."""
@@ -120,21 +102,19 @@ def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
     tokenizer = tokenizer_for(config.tokenizer)
 
     def windows(path: str, key: str) -> ArraySplit | CorpusWindows:
-        length, stride = config.sequence_length, config.window_stride
+        length, stride = config.sequence_length, config.stride or config.sequence_length
         files = corpus_files(path, key)
+        split: ArraySplit | CorpusWindows
         if config.cache is CacheMode.DISK:
-            return corpus_windows(files, key, tokenizer, config.tokenizer, config.cache_dir, length, stride, path)
-        cut: list[np.ndarray] = []
-        for file in files:
-            ids = tokenizer.ids(read_text(file, key))
-            cut += [ids[start : start + length + 1] for start in window_starts(len(ids), length, stride)]
-        if not cut:
+            tokens = token_file(files, key, tokenizer, config.tokenizer, config.cache_dir)
+            split = CorpusWindows.over(str(tokens.path), tokens.ends, length, stride)
+        else:
+            ids = [tokenizer.ids(read_text(file, key)) for file in files]
+            cut = CorpusWindows.over("", np.cumsum([len(text) for text in ids]), length, stride)
+            split = cut.as_arrays(np.concatenate(ids))
+        if not split.size:
             raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
-        x, y = np.zeros((2, len(cut), length), np.int32)  # padded with id 0
-        for row, window in enumerate(cut):
-            x[row, : len(window) - 1] = window[:-1]
-            y[row, : len(window) - 1] = window[1:]
-        return ArraySplit(x, y)
+        return split
 
     train = windows(config.path, "data.path")
     test = windows(config.validation_path, "data.validation_path") if config.validation_path else None
@@ -176,16 +156,3 @@ def folder_files(folder: Path, key: str) -> tuple[list[str], list[int], list[str
             paths.append(str(path))
             labels.append(label)
     return paths, labels, classes
-
-
-def read_text(path: Path, key: str) -> str:
-    """A file's UTF-8 text; one that is not UTF-8, or empty, is a DataError under ``key``."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise DataError(key, f"{path} is not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise DataError(key, f"cannot read {path}: {error.strerror}") from None
-    if not text:
-        raise DataError(key, f"{path} is empty")
-    return text

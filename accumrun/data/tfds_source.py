@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from accumrun.data.records import RecordLayout, read_record_files
+from accumrun.data.records import RecordLayout, first_line, read_record_files
 from accumrun.data.section import ImageSourceConfig
 from accumrun.data.splits import Splits
 from accumrun.errors import ConfigError, DataError
@@ -46,8 +46,7 @@ def load_tfds(config: TfdsConfig, seed: int) -> Splits:
     try:
         builder = tfds.builder(config.dataset, data_dir=config.data_dir)
     except Exception as error:  # tfds raises its own DatasetNotFoundError and friends
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise ConfigError("data.dataset", f"{type(error).__name__}: {first_line}", config.dataset) from None
+        raise ConfigError("data.dataset", f"{type(error).__name__}: {first_line(error)}", config.dataset) from None
     if not Path(builder.data_dir).is_dir() or "train" not in builder.info.splits:
         where = config.data_dir or "the default TFDS folder"
         raise DataError(
@@ -59,12 +58,9 @@ def load_tfds(config: TfdsConfig, seed: int) -> Splits:
     if "image" not in features or "label" not in features:
         raise DataError("data.dataset", f"needs 'image' and 'label' features; it has {sorted(features)}")
     layout = RecordLayout("image", "label", config.size, config.channels, config.shuffle_buffer)
-    splits = {name: _files(builder, name) for name in ("train", "test") if name in builder.info.splits}
-    train = read_record_files(splits["train"], "data.dataset", layout)
-    test = read_record_files(splits["test"], "data.dataset", layout) if "test" in splits else None
+    splits = {name: builder.info.splits[name].filenames for name in ("train", "test") if name in builder.info.splits}
+    files = {name: [str(Path(builder.data_dir) / file) for file in names] for name, names in splits.items()}
+    train = read_record_files(files["train"], "data.dataset", layout)
+    test = read_record_files(files["test"], "data.dataset", layout) if "test" in files else None
     names = list(getattr(features["label"], "names", []) or [])
     return Splits(train, test, class_names=names or None)
-
-
-def _files(builder: Any, split: str) -> list[str]:
-    return [str(Path(builder.data_dir) / name) for name in builder.info.splits[split].filenames]

@@ -1,4 +1,6 @@
-"""The ``data.tokenizer`` sections, chosen by ``name``; the tokenizers are in :mod:`accumrun.data.tokenizers`."""
+"""The ``data.tokenizer`` sections, chosen by ``name``; the tokenizers are in :mod:`accumrun.data.tokenizers`. Here too
+are the pieces of every union chosen by ``name`` (``data``, ``model`` and ``data.tokenizer``).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +9,33 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
 from accumrun.sections import Section, listed
+
+
+class Unknown(BaseModel):
+    """The member of a union by ``name`` for any other name: it takes any keys and refuses the name with
+    :attr:`refusal`. A base after the union's own, so that its ``extra="allow"`` wins."""
+
+    model_config = ConfigDict(extra="allow")
+    refusal: ClassVar[str]
+    name: Any
+
+    @field_validator("name")
+    @classmethod
+    def _reject(cls, value: Any) -> Any:
+        raise ValueError(cls.refusal)
+
+
+def by_name(names: dict[str, Any], default: str | None = None) -> Discriminator:
+    """A union's choice by ``name`` (``default`` when it is unset): the name itself, or ``unknown``."""
+
+    def kind(value: Any) -> str:
+        name = value.get("name", default) if isinstance(value, dict) else getattr(value, "name", None)
+        return name if isinstance(name, str) and name in names else "unknown"
+
+    return Discriminator(kind)
 
 
 class _Tokenizer(Section):
@@ -106,19 +132,8 @@ TOKENIZERS: dict[str, type[Section]] = {
 """Every ``data.tokenizer.name`` and its section."""
 
 
-class UnknownTokenizerConfig(_Tokenizer):
-    model_config = ConfigDict(extra="allow")
-    name: Any
-
-    @field_validator("name")
-    @classmethod
-    def _reject(cls, value: Any) -> Any:
-        raise ValueError(f"input should be {listed(list(TOKENIZERS))}")
-
-
-def _tokenizer_kind(value: Any) -> str:
-    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
-    return name if isinstance(name, str) and name in TOKENIZERS else "unknown"
+class UnknownTokenizerConfig(_Tokenizer, Unknown):
+    refusal = f"input should be {listed(list(TOKENIZERS))}"
 
 
 TokenizerConfig = Annotated[
@@ -127,6 +142,6 @@ TokenizerConfig = Annotated[
     | Annotated[WordPieceTokenizerConfig, Tag("word_piece")]
     | Annotated[PresetTokenizerConfig, Tag("preset")]
     | Annotated[UnknownTokenizerConfig, Tag("unknown")],
-    Discriminator(_tokenizer_kind),
+    by_name(TOKENIZERS),
 ]
 """``data.tokenizer``: one section per tokenizer, chosen by ``name``."""

@@ -54,10 +54,6 @@ class TokensConfig(FileSourceConfig):
             )
         return self
 
-    @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
-        return None if self.tokenizer is None else (self.tokenizer, self.sequence_length)
-
 
 def load_tokens(config: TokensConfig, seed: int) -> Splits:
     """The windows of ``data.path`` (and of ``data.validation_path``), each file checked first; ConfigError where

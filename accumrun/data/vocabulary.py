@@ -12,10 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from accumrun.data.corpus import read_text
 from accumrun.data.section import DataSection
 from accumrun.data.splits import hold_out
 from accumrun.data.tables import read_records, read_texts
-from accumrun.data.text import corpus_files, folder_files, read_text
+from accumrun.data.text import corpus_files, folder_files
 from accumrun.data.tokenizer_sections import WordPieceTokenizerConfig
 from accumrun.errors import ConfigError
 from accumrun.lookup import import_keras_hub
