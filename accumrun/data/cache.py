@@ -22,7 +22,6 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
-from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -58,6 +57,26 @@ class Cached(ReadsBlocks):
     gathers: ClassVar[bool] = True
 
     @property
+    def w(self) -> np.ndarray | None:  # type: ignore[override]
+        return self.source.w
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return self.source.sample_shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.source.dtype
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.source.labels
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self.source.indices
+
+    @property
     def streamed(self) -> bool:
         return self.pixels is None
 
@@ -69,6 +88,9 @@ class Cached(ReadsBlocks):
 
     def with_targets(self, check: Any) -> Cached:
         return replace(self, source=self.source.with_targets(check))
+
+    def order(self, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
+        return self.source.order(epoch, seed, shuffle)
 
     @cached_property
     def _lookups(self) -> tuple[np.ndarray, np.ndarray]:
@@ -129,11 +151,6 @@ class Cached(ReadsBlocks):
     def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int, count: int) -> str | None:
         """None: the samples are read from one file (or memory), so a failure is the file's, not one sample's."""
         return None
-
-
-for _member in ("w", "sample_shape", "dtype", "labels", "indices", "order"):
-    # What the wrapped source decides, read through to it.
-    setattr(Cached, _member, property(attrgetter(f"source.{_member}")))
 
 
 def cached(split: Source, mode: CacheMode, cache_dir: str) -> Source:
