@@ -123,6 +123,7 @@ def test_a_cached_run_trains_exactly_as_one_that_decodes_the_files(
         assert evaluate(tmp_path / "run")["loss"] == pytest.approx(rows[-1]["val_loss"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_memory_and_disk_serve_the_decoded_images_in_the_same_order_and_draws(folder: Path, tmp_path: Path) -> None:
     def loaded(cache: str) -> Any:
         config = data_config(
@@ -270,6 +271,7 @@ assert complete(folder)
 """
 
 
+@pytest.mark.slow
 def test_two_processes_that_build_one_cache_at_once_both_end_with_it_complete(tmp_path: Path) -> None:
     """The race of two runs over the same files: each builds beside the name and renames into place; the loser
     reads the winner's folder, and neither removes the other's. Twenty times in a row."""

@@ -198,6 +198,7 @@ def build(input_shape, classes, **unused):
 """
 
 
+@pytest.mark.slow
 def test_an_error_from_inside_a_compiled_step_names_its_cause_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -109,6 +109,7 @@ def test_windows_read_from_the_token_file_are_the_windows_held_in_memory(tmp_pat
     assert lengths.min() < (12 if stride is None else 24) and lengths.max() == 24  # short last windows, full ones
 
 
+@pytest.mark.slow
 def test_a_learned_vocabulary_reads_and_keys_the_token_file(tmp_path: Path) -> None:
     tokenizer = {"name": "word_piece", "vocabulary_size": 100}
     settled = settle_vocabulary(data_config(**corpus(tmp_path, tokenizer=tokenizer)), 0, None)

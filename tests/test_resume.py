@@ -213,6 +213,7 @@ def nan_sample_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_nonfin
     )
 
 
+@pytest.mark.slow
 def test_skip_batch_drops_the_non_finite_update_and_counts_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result = train(load_config(nan_sample_config(tmp_path, monkeypatch, "skip_batch")), tmp_path / "run", quiet=True)
     assert [row["skipped_batches"] for row in result.metrics] == [1, 1]

@@ -107,6 +107,7 @@ def test_dividing_by_subdivisions_would_be_wrong_on_an_uneven_split() -> None:
     assert max_difference(naive, [g.numpy() for g in exact]) > 1e-4
 
 
+@pytest.mark.slow
 def test_regularization_losses_count_once_per_batch() -> None:
     reference = plain_weights(10, regularized=True)
     weights, _, _ = train_weights(3, batch_size=10, regularized=True)
@@ -267,6 +268,7 @@ def test_a_streamed_batch_with_a_non_finite_sub_batch_is_skipped_and_its_metrics
         step.train_batch([], 10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("batch", "subdivisions"), [(10, 3), (10, 4), (3, 5), (7, 1)])
 def test_the_static_and_the_dynamic_cut_take_the_rows_of_the_rule(batch: int, subdivisions: int) -> None:
     """Whether the batch's size is known at tracing or not, the sub-batches are the rule's rows, each once."""

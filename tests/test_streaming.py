@@ -165,6 +165,7 @@ def test_a_run_that_validates_on_a_second_folder_reloads_and_resumes(folder: Pat
 # --- augmentation ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_augmentation_is_drawn_per_sample_and_epoch_not_per_chunk() -> None:
     images, labels = shape_images(10, 12, seed=0)
     augmentation = Augmentation(

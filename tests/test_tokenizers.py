@@ -195,6 +195,7 @@ def write_named_texts(tmp_path: Path, source: str) -> tuple[dict[str, object], l
     return {"name": "jsonl", "path": str(path), "label": "label"}, texts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("source", ["text_folder", "csv", "jsonl"])
 def test_a_vocabulary_is_learned_from_the_training_texts_alone_and_the_same_each_time(

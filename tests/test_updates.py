@@ -72,6 +72,7 @@ def config(tmp_path: Path, **sections: Any) -> Path:
     return write_config(tmp_path / "config.yaml", **base)
 
 
+@pytest.mark.slow
 def test_full_batch_runs_many_epochs_per_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = config(tmp_path, data={"validation_split": 0.0}, training={"epochs": 12})
     sizes = assert_same_run(path, tmp_path, monkeypatch, 5)
@@ -79,6 +80,7 @@ def test_full_batch_runs_many_epochs_per_call(tmp_path: Path, monkeypatch: pytes
     assert sizes == [5, 5, 2]
 
 
+@pytest.mark.slow
 def test_uneven_last_batches_run_in_calls_of_their_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 36 samples in batches of 8: 8, 8, 8, 8 and 4, each cut in 3 (3-3-2 and 2-1-1); validation every 2nd epoch.
     path = config(tmp_path, training={"batch_size": 8, "epochs": 4, "validate_every": 2})
@@ -87,6 +89,7 @@ def test_uneven_last_batches_run_in_calls_of_their_own(tmp_path: Path, monkeypat
     assert sizes[:4] == [3, 1, 1, 3]
 
 
+@pytest.mark.slow
 def test_auto_grows_the_calls_and_equals_one_per_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = config(tmp_path, data={"validation_split": 0.0}, training={"epochs": 30})
     sizes = assert_same_run(path, tmp_path, monkeypatch, "auto")
@@ -94,6 +97,7 @@ def test_auto_grows_the_calls_and_equals_one_per_call(tmp_path: Path, monkeypatc
     assert sizes[:2] == [1, 1] and len(sizes) < 10 and sum(sizes) == 30
 
 
+@pytest.mark.slow
 def test_early_stopping_and_plateau_decide_as_with_one_update_per_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -112,6 +116,7 @@ def test_early_stopping_and_plateau_decide_as_with_one_update_per_call(
     assert max(sizes) == 6  # two epochs of three batches of 12: a call ends where an epoch validates
 
 
+@pytest.mark.slow
 def test_skip_batch_counts_the_same_skips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = nan_sample_config(tmp_path, monkeypatch, "skip_batch")
     sizes = assert_same_run(path, tmp_path, monkeypatch, 4)
@@ -182,6 +187,7 @@ def test_auto_sizes_calls_by_time_within_what_a_call_holds() -> None:
     assert auto.call_size(10**9, 10**9, 10**9, 2**20) == 16  # at most 2**24 rows per call
 
 
+@pytest.mark.slow
 def test_a_signal_stops_after_the_call_under_way_and_the_run_resumes_alike(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,6 +204,7 @@ def test_a_signal_stops_after_the_call_under_way_and_the_run_resumes_alike(
     assert [row["epoch"] for row in resumed.metrics] == list(range(1, 13))
 
 
+@pytest.mark.slow
 def test_checkpoints_by_time_and_at_the_end(tmp_path: Path) -> None:
     path = config(tmp_path, data={"validation_split": 0.0}, training={"epochs": 5})
     train(load_config(path), tmp_path / "timed", quiet=True)

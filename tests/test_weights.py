@@ -67,6 +67,7 @@ def final_weights(result: Any) -> list[np.ndarray]:
 # --- the step ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_weighted_sub_batches_accumulate_to_the_weighted_batch_and_to_keras_fit() -> None:
     x, y = make_data(23)
     w = np.random.default_rng(0).uniform(0, 3, 23).astype(np.float32)
@@ -103,6 +104,7 @@ def test_the_loss_is_the_weighted_sum_over_the_batch_size() -> None:
 # --- whole runs against Keras fit -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sample_weight", "class_weight"])
 def test_a_weighted_run_equals_keras_fit_in_weights_losses_and_metrics(tmp_path: Path, kind: str) -> None:
     config = npz_config(tmp_path)
@@ -178,6 +180,7 @@ SOURCES = {
 with their samples (a CSV's weight column among them) is tests/test_sources.py's."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", list(SOURCES))
 def test_weighted_subdivided_training_equals_plain_for_every_source_and_feed(tmp_path: Path, source: str) -> None:
     config = SOURCES[source](tmp_path, npz_config(tmp_path))
