@@ -16,16 +16,6 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402 (after the logging level, which TensorFlow reads on import)
-
-if not os.environ.get("ACCUMRUN_TEST_GRAPPLER"):
-    # Grappler rewrites each compiled function's graph for speed when it first runs: about a third of a tiny
-    # training's time in this process (3.0 s to 2.0 s), for models too small to gain from it. It changes how a
-    # graph runs, not what it computes, and both sides of every comparison here run the same way. The runs in
-    # fresh processes (the subprocess tests, the benchmarks) keep TensorFlow's default; ACCUMRUN_TEST_GRAPPLER=1
-    # keeps it here too.
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-
 
 @pytest.fixture
 def rng() -> np.random.Generator:

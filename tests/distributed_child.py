@@ -300,7 +300,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    # As in the test process (tests/conftest.py): both sides of every comparison run without Grappler's rewrites,
-    # which cost each compiled function its first call's time and change no number that is compared.
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     main(Path(sys.argv[1]))
