@@ -47,16 +47,7 @@ def build_trainer(
     sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
     recompute = _population_statistics(setup, sub_batch_size)
     training, output = config.training, config.output
-    cadence = Cadence(
-        epochs=training.epochs,
-        batches_per_epoch=len(plan),
-        validate_every=training.validate_every,
-        validates=bool(setup.dataset.val_size),
-        every_epoch_end=controls.every_epoch or recompute is not None or output.checkpoint_seconds is None,
-        checkpoint_seconds=output.checkpoint_seconds,
-        checkpoint_every_updates=output.checkpoint_every_updates,
-        updates_per_call=None if training.updates_per_call == "auto" else training.updates_per_call,
-    )
+    cadence = _cadence(setup, len(plan), every_epoch_end=controls.every_epoch or recompute is not None)
     hooks: list[Hook] = [PreciseStatistics(recompute)] if recompute is not None else []
     if setup.dataset.val_size:
         # In batches no larger than a training sub-batch, so validation never needs more memory than training.
@@ -92,6 +83,22 @@ def build_trainer(
         hooks=Hooks(hooks),
         agree=agreement(setup.strategy),
         rows=rows,
+    )
+
+
+def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: bool) -> Cadence:
+    """Where the calls end for the host; ``every_epoch_end`` where the controls or the statistics need each epoch's
+    end (so do checkpoints that are not taken by time)."""
+    training, output = setup.config.training, setup.config.output
+    return Cadence(
+        epochs=training.epochs,
+        batches_per_epoch=batches_per_epoch,
+        validate_every=training.validate_every,
+        validates=bool(setup.dataset.val_size),
+        every_epoch_end=every_epoch_end or output.checkpoint_seconds is None,
+        checkpoint_seconds=output.checkpoint_seconds,
+        checkpoint_every_updates=output.checkpoint_every_updates,
+        updates_per_call=None if training.updates_per_call == "auto" else training.updates_per_call,
     )
 
 

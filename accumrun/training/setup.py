@@ -213,13 +213,7 @@ def build_training(
     dataset = with_class_weights(load_dataset(config.data, config.seed), config.training.class_weight)
     training = config.training
     batch_size = resolve_batch_size(training, dataset.train_size)
-    feed, feed_reason = choose_feed(config.data.feed, dataset, batch_size, strategy is not None)
-    if feed is Feed.SUB_BATCH and training.fixed_subdivisions is None:
-        raise ConfigError(
-            "training.subdivisions",
-            f"auto tries whole batches, and this run streams sub-batches ({feed_reason}); set a number",
-            "auto",
-        )
+    feed, feed_reason = _feed(config, dataset, batch_size, strategy is not None)
     augment = config.data.augment
     augmentation = Augmentation(augment, dataset.sample_shape, dataset.dtype) if augment else None
     rescale, preprocess = _rescaling(config, dataset)
@@ -269,6 +263,22 @@ def build_training(
         val_metrics=val_metrics,
         spec=spec,
     )
+
+
+def _feed(config: Config, dataset: Dataset, batch_size: int, distributed: bool) -> tuple[Feed, str]:
+    """``data.feed`` settled, and why (see :func:`choose_feed`).
+
+    Raises:
+        ConfigError: ``subdivisions: auto`` on a run that streams sub-batches (auto tries whole batches).
+    """
+    feed, reason = choose_feed(config.data.feed, dataset, batch_size, distributed)
+    if feed is Feed.SUB_BATCH and config.training.fixed_subdivisions is None:
+        raise ConfigError(
+            "training.subdivisions",
+            f"auto tries whole batches, and this run streams sub-batches ({reason}); set a number",
+            "auto",
+        )
+    return feed, reason
 
 
 def _optimizer(config: Config, model: keras.Model) -> keras.optimizers.Optimizer:
