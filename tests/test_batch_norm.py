@@ -141,6 +141,7 @@ def test_frozen_training_is_the_same_with_subdivisions_in_every_weight() -> None
     assert max_difference(*per_batch) > 1e-4
 
 
+@pytest.mark.slow
 def test_precise_statistics_are_the_training_set_mean_and_variance() -> None:
     model = bn_model()
     statistics = BatchNormStatistics(model, BatchNormMode.PRECISE)

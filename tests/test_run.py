@@ -67,6 +67,7 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     return _trained(tmp_path_factory, ["training.subdivisions=1", "output.tensorboard=false"])
 
 
+@pytest.mark.slow
 def test_run_directory_holds_config_metrics_and_a_loadable_model(subdivided: Trained) -> None:
     config, result = subdivided.config, subdivided.result
     run_dir = result.run_dir
@@ -124,6 +125,7 @@ def test_epoch_loss_is_the_mean_over_samples_not_over_batches(tmp_path: Path) ->
     assert abs(np.mean(batch_means) - per_sample.mean()) > 1e-4  # the distinction is visible on this data
 
 
+@pytest.mark.slow
 def test_full_batch_makes_one_update_per_epoch(tmp_path: Path) -> None:
     config = load_config(tiny_config(tmp_path), ["training.batch_size=full", "training.epochs=3"])
     result = train(config, tmp_path / "run", quiet=True)
@@ -233,6 +235,7 @@ def test_reading_a_run_folder_loads_no_tensorflow() -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_the_logged_loss_includes_regularization_as_keras_logs_it(tmp_path: Path) -> None:
     """A model with an L2 kernel regularizer: the logged loss is the objective minimized, what Keras' evaluate
     reports for the same weights, not the data term alone; so is val_loss."""

@@ -64,6 +64,7 @@ def test_subdivided_training_equals_plain_training(optimizer: str, subdivisions:
     assert max_difference(reference, weights) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("subdivisions", [3, 7, 23])
 def test_full_batch_with_subdivisions_equals_full_batch(subdivisions: int) -> None:
     reference = plain_weights(23, epochs=5)
@@ -120,6 +121,7 @@ def test_optimizer_steps_once_per_batch() -> None:
     assert int(optimizer.iterations.numpy()) == 6
 
 
+@pytest.mark.slow
 def test_gradient_clipping_applies_to_the_batch_gradient() -> None:
     # Clipping each sub-batch's gradient separately would give a different update.
     def clipped() -> keras.optimizers.Optimizer:
