@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from accumrun.data.source import AUTOTUNE, ReadsBlocks, Source, in_blocks, taken
+from accumrun.data.source import AUTOTUNE, ReadsBlocks, Source, order_in_blocks, taken
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
@@ -122,7 +122,7 @@ class Cached(ReadsBlocks):
             x = tf.numpy_function(self._samples, [at], tf.as_dtype(self.dtype), stateful=False)
             return index, tf.ensure_shape(x, (None, *self.sample_shape)), each(lambda t: tf.gather(t, at), targets)
 
-        return in_blocks(tf.data.Dataset.from_tensor_slices(order.astype(np.int64)), block)
+        return order_in_blocks(order, block)
 
     def _samples(self, at: np.ndarray) -> np.ndarray:
         """The samples at positions ``at``: a gather in memory, or one ``preadv`` per row (ascending) into its place.

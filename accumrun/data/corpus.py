@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from accumrun.data.source import ArraySplit, ReadsBlocks, TokenIds, in_blocks, read_spans, taken
+from accumrun.data.source import ArraySplit, ReadsBlocks, TokenIds, order_in_blocks, read_spans, taken
 from accumrun.data.tokenizer_sections import TokenizerConfig
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
@@ -66,10 +66,13 @@ class CorpusWindows(ReadsBlocks, TokenIds):
     @classmethod
     def over(cls, file: str, ends: np.ndarray, length: int, stride: int) -> CorpusWindows:
         """The windows (:func:`window_starts`) of each text in ``file``, the texts ending at ``ends`` (cumulative)."""
-        begins = np.concatenate([[0], ends[:-1]]).astype(np.int64)
-        starts = [b + window_starts(int(e - b), length, stride) for b, e in zip(begins, ends, strict=True)]
-        counts = [len(text) for text in starts]
-        return cls(file, np.concatenate(starts), np.repeat(ends.astype(np.int64), counts), length)
+        texts = np.concatenate([[0], ends]).astype(np.int64)
+        starts = [
+            window_starts(e - b, length, stride, b) for b, e in zip(texts[:-1].tolist(), ends.tolist(), strict=True)
+        ]
+        if len(starts) == 1:  # one file (tokens): its windows share its end, a view, not 4 MiB at 500,000 windows
+            return cls(file, starts[0], np.broadcast_to(texts[-1], starts[0].shape), length)
+        return cls(file, np.concatenate(starts), np.repeat(texts[1:], [len(text) for text in starts]), length)
 
     @property
     def size(self) -> int:
@@ -97,9 +100,7 @@ class CorpusWindows(ReadsBlocks, TokenIds):
         return self
 
     def read_blocks(self, order: np.ndarray) -> tf.data.Dataset:
-        import tensorflow as tf
-
-        return in_blocks(tf.data.Dataset.from_tensor_slices(order.astype(np.int64)), self._read)
+        return order_in_blocks(order, self._read)
 
     def find_undecodable(self, epoch: int, seed: int, shuffle: bool, skip: int, count: int) -> str | None:
         """None: the windows are read from one file, so a failure is the file's, not one sample's."""
@@ -141,15 +142,19 @@ class CorpusWindows(ReadsBlocks, TokenIds):
         return np.where(targets, window[:, :-1], 0), window[:, 1:]
 
 
-def window_starts(count: int, length: int, stride: int) -> np.ndarray:
-    """Where the windows of a text of ``count`` tokens start: every ``stride`` tokens, until one reaches its last
-    token (so the last may be short); none for a text of fewer than two tokens, which has no target."""
+def window_starts(count: int, length: int, stride: int, first: int = 0) -> np.ndarray:
+    """Where the windows of a text of ``count`` tokens from ``first`` start: every ``stride`` tokens, until one
+    reaches its last token (so the last may be short); none for a text of fewer than two tokens, which has no
+    target."""
     if count < 2:
         return np.zeros(0, np.int64)
     # Starts below count - 1 (a window needs a target), stopping after the first whose window reaches the end.
     below_end = -(-(count - 1) // stride)
     reaching = max(0, -(-(count - length - 1) // stride)) + 1
-    return np.arange(min(below_end, reaching), dtype=np.int64) * stride
+    starts = np.arange(min(below_end, reaching), dtype=np.int64)
+    starts *= stride  # in place: a token file's windows are millions
+    starts += first
+    return starts
 
 
 def token_file(files: list[Path], key: str, tokenizer: Tokenizer, config: TokenizerConfig, cache_dir: str) -> TokenFile:

@@ -137,7 +137,7 @@ class Source:
         order = self.order(epoch, seed, shuffle)
         if groups is not None:
             order = groups(order)
-        return order[skip:].astype(np.int64)
+        return order[skip:].astype(np.int64, copy=False)
 
     def read(self, order: np.ndarray) -> tf.data.Dataset:
         """Samples ``order`` as ``(index, x, y)``, in that order, decoded in parallel."""
@@ -293,6 +293,22 @@ class ReadsBlocks(Source):
 def in_blocks(stream: tf.data.Dataset, read: Callable[..., Any]) -> tf.data.Dataset:
     """``stream`` read :data:`BLOCK` elements at a time by ``read``, in parallel and in order."""
     return stream.batch(BLOCK).map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+def order_in_blocks(order: np.ndarray, read: Callable[..., Any]) -> tf.data.Dataset:
+    """Samples ``order`` read :data:`BLOCK` at a time by ``read`` (given a block's indices), in parallel and in
+    order. Each block's indices are sliced from ``order`` in Python: as a tensor, ``order`` would be copied into
+    the stream's graph (4 MiB a copy at 500,000 samples), and memory would follow the sample count."""
+    import tensorflow as tf
+
+    order = order.astype(np.int64, copy=False)
+
+    def indices(start: tf.Tensor) -> tf.Tensor:
+        block = tf.numpy_function(lambda at: order[at : at + BLOCK], [start], tf.int64, stateful=False)
+        return tf.ensure_shape(block, (None,))
+
+    starts = tf.data.Dataset.range(0, len(order), BLOCK)
+    return starts.map(indices).map(read, num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
 def read_spans(path: str, starts: np.ndarray, sizes: np.ndarray) -> list[bytes]:

@@ -23,8 +23,8 @@ from accumrun.data.tokenizers import tokenizer_for
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import Task
 
-CHECK_BLOCK = 1 << 22
-"""Ids checked against the vocabulary at once: 8 MiB of uint16, so the check's memory does not grow with the file."""
+CHECK_BLOCK = 1 << 20
+"""Ids checked against the vocabulary at once: 2 MiB of uint16, so the check's memory does not grow with the file."""
 
 
 class TokensConfig(FileSourceConfig):
