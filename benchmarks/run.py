@@ -122,15 +122,16 @@ class Result:
     jit_compile: bool | None = None
 
 
-def run_child(command: list[str], log: Path, timeout: float) -> tuple[int | None, float, float]:
-    """Run ``command`` to its end; returns ``(exit code or None if killed on timeout, peak RSS MiB, seconds)``."""
+def run_child(command: list[str], log: Path, timeout: float, repo: Path = REPO) -> tuple[int | None, float, float]:
+    """Run ``command`` in ``repo`` to its end; returns ``(exit code or None if killed on timeout, peak RSS MiB,
+    seconds)``."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    # The children import this checkout's accumrun, installed or not.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # The children import the checkout's accumrun, installed or not.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
     started = time.perf_counter()
     # Output goes to a file: an unread pipe could fill up and stall the child.
     with log.open("w") as stderr:
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=REPO)
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=repo)
     timed_out = False
     # Polled with WNOHANG rather than a timer thread calling kill(): Popen.kill() polls, and that could reap the
     # child first and lose its rusage. Only this loop reaps it, so the rusage is always the child's own.
@@ -150,8 +151,9 @@ def run_child(command: list[str], log: Path, timeout: float) -> tuple[int | None
     return None if timed_out else child.returncode, usage.ru_maxrss / 1024, time.perf_counter() - started
 
 
-def measure(workload: Workload, method: str, epochs: int, work_dir: Path, timeout: float) -> Result:
-    """Train ``workload`` with ``method`` in a child process and collect its throughput and peak memory."""
+def measure(workload: Workload, method: str, epochs: int, work_dir: Path, timeout: float, repo: Path = REPO) -> Result:
+    """Train ``workload`` with ``method`` in a child process (accumrun from the checkout ``repo``) and collect its
+    throughput and peak memory."""
     result = Result(workload.name, method, workload.batch_size, workload.subdivisions)
     stem = work_dir / f"{workload.name}-s{workload.subdivisions}-{method}"
     spec = workload.spec(epochs)
@@ -167,7 +169,7 @@ def measure(workload: Workload, method: str, epochs: int, work_dir: Path, timeou
         peer_spec = {"data": spec["data"], "model": spec["model"], **sizes}
         command = [sys.executable, str(PEERS_SCRIPT), method, json.dumps(peer_spec), str(stem.with_suffix(".json"))]
     log = stem.with_suffix(".log")
-    code, result.peak_rss_mib, result.wall_seconds = run_child(command, log, timeout)
+    code, result.peak_rss_mib, result.wall_seconds = run_child(command, log, timeout, repo)
     if code != 0:
         lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
         reason = f"timed out after {timeout:.0f} s" if code is None else (lines[-1] if lines else f"exit {code}")
