@@ -49,9 +49,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="accumrun-alternate-") as scratch:
         work = Path(scratch)
         codes = {_short(args.old): _checkout(args.old, work / "old")}
-        codes[_short(args.new) if args.new else "this checkout"] = (
-            _checkout(args.new, work / "new") if args.new else REPO
-        )
+        if args.new:
+            codes[_short(args.new)] = _checkout(args.new, work / "new")
+        else:  # named as machine() names it: its commit, "+changes" where accumrun/ differs from it
+            codes[info["accumrun_revision"]] = REPO
         try:
             figures = {w.name: _alternate(w, codes, args, work) for w in chosen}
         finally:
