@@ -1,5 +1,5 @@
 """``python -m accumrun`` is the ``accumrun`` command."""
 
-from accumrun.cli import main
+from accumrun.cli import run
 
-main(prog_name="accumrun")
+run()
