@@ -154,9 +154,13 @@ def _input_bn_model() -> keras.Model:
     return keras.Model(inputs, keras.layers.Dense(3)(x))
 
 
-def batch_norm_across_replicas(mode: BatchNormMode) -> dict[str, float]:
+def batch_norm_across_replicas() -> dict[str, dict[str, float]]:
     """An input BatchNorm's moving statistics after 3 batches of 9 (4 + 5 samples per replica, each in 2
-    sub-batches): how far replica 0's are from one device's (whole batches), and the replicas' from each other."""
+    sub-batches), in ``per_batch`` and ``sub_batch`` mode: how far replica 0's are from one device's (whole batches),
+    and the replicas' from each other.
+
+    One device without subdivisions is trained once, in ``per_batch`` mode: the reference of ``per_batch``, the mode
+    whose replicas must match one device (``sub_batch``'s replicas are only compared with each other)."""
     rng = np.random.default_rng(3)
     data = [
         (tf.constant(rng.normal(2.0, 3.0, (9, 6)), tf.float32), tf.constant(rng.integers(3, size=9), tf.int32))
@@ -164,46 +168,57 @@ def batch_norm_across_replicas(mode: BatchNormMode) -> dict[str, float]:
     ]
     one = _input_bn_model()
     step = make_train_step(
-        one, sparse_categorical_crossentropy, keras.optimizers.SGD(0.1), 1, batch_norm=BatchNormStatistics(one, mode)
+        one,
+        sparse_categorical_crossentropy,
+        keras.optimizers.SGD(0.1),
+        1,
+        batch_norm=BatchNormStatistics(one, BatchNormMode.PER_BATCH),
     )
     for x, y in data:
         step(x, y)
-    with STRATEGY.scope():
-        model = _input_bn_model()
-        optimizer = keras.optimizers.SGD(0.1)
-    statistics = BatchNormStatistics(model, mode, STRATEGY)
-    step = make_train_step(
-        model, sparse_categorical_crossentropy, optimizer, 2, strategy=STRATEGY, batch_norm=statistics
-    )
-    for x, y in data:
-        step(x, y)
-    layer, reference = model.get_layer("input_bn"), one.get_layer("input_bn")
-    copies = [
-        np.concatenate([mean.numpy(), variance.numpy()])
-        for mean, variance in zip(
-            STRATEGY.experimental_local_results(layer.moving_mean.value),
-            STRATEGY.experimental_local_results(layer.moving_variance.value),
-            strict=True,
-        )
-    ]
+    reference = one.get_layer("input_bn")
     expected = np.concatenate([reference.moving_mean.numpy(), reference.moving_variance.numpy()])
-    return {
-        "to_one_device": float(np.max(np.abs(copies[0] - expected))),
-        "between_replicas": float(np.max(np.abs(copies[0] - copies[1]))),
-        "moved": float(np.max(np.abs(expected - np.concatenate([np.zeros(6), np.ones(6)])))),
-    }
+    results = {}
+    for mode in (BatchNormMode.PER_BATCH, BatchNormMode.SUB_BATCH):
+        with STRATEGY.scope():
+            model = _input_bn_model()
+            optimizer = keras.optimizers.SGD(0.1)
+        statistics = BatchNormStatistics(model, mode, STRATEGY)
+        step = make_train_step(
+            model, sparse_categorical_crossentropy, optimizer, 2, strategy=STRATEGY, batch_norm=statistics
+        )
+        for x, y in data:
+            step(x, y)
+        layer = model.get_layer("input_bn")
+        copies = [
+            np.concatenate([mean.numpy(), variance.numpy()])
+            for mean, variance in zip(
+                STRATEGY.experimental_local_results(layer.moving_mean.value),
+                STRATEGY.experimental_local_results(layer.moving_variance.value),
+                strict=True,
+            )
+        ]
+        results[mode.value] = {
+            "to_one_device": float(np.max(np.abs(copies[0] - expected))),
+            "between_replicas": float(np.max(np.abs(copies[0] - copies[1]))),
+            "moved": float(np.max(np.abs(expected - np.concatenate([np.zeros(6), np.ones(6)])))),
+        }
+    return results
 
 
 def dropout_on_replicas(folder: Path) -> dict[str, float]:
     """An MLP with dropout 0.5: two replicas with 3 sub-batches each against one device without subdivisions,
-    with per-sample draws and, as the control, per-sub-batch ones."""
+    with per-sample draws and, as the control, per-sub-batch ones.
+
+    The short last batch is dropped (two batches of 9 per epoch, 4 + 5 samples on the replicas): its 0 + 1 split is
+    the weights comparisons' business, and each batch size traces the step once more in each of the four runs."""
     differences = {}
     for draws in RandomDraws:
         runs = []
         for subdivisions, strategy in ((1, "none"), (3, "mirrored")):
             settings = config("sgd", subdivisions, strategy)
             model = settings.model.model_copy(update={"dropout": 0.5})
-            training = settings.training.model_copy(update={"random_draws": draws})
+            training = settings.training.model_copy(update={"random_draws": draws, "drop_remainder": True})
             settings = settings.model_copy(update={"model": model, "training": training})
             on = STRATEGY if strategy == "mirrored" else None
             result = train(settings, folder / f"{draws}-{strategy}", quiet=True, strategy=on)
@@ -216,7 +231,10 @@ def language_model_on_replicas(folder: Path) -> dict[str, float]:
     """A causal transformer on a corpus whose windows have very different real lengths: two replicas with 3
     sub-batches each and bucketed padding (each batch grouped by length, and each replica's sub-batches cut to
     multiples of 4 tokens) against one device without either. Each replica's slice holds its own count of real
-    tokens; both divide by the global batch's."""
+    tokens; both divide by the global batch's.
+
+    The short last batch is dropped (15 batches of 9 windows): each batch size traces the transformer's step once
+    more, on each replica; the short windows (each file's last) still fall in the batches kept."""
     corpus = write_corpus(folder / "corpus", 4, seed=4)
     runs = []
     for subdivisions, strategy, bucket in ((1, "none", None), (3, "mirrored", 4)):
@@ -231,7 +249,7 @@ def language_model_on_replicas(folder: Path) -> dict[str, float]:
                     "bucket": bucket,
                 },
                 "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16},
-                "training": {"epochs": 1, "batch_size": 9, "subdivisions": subdivisions},
+                "training": {"epochs": 1, "batch_size": 9, "subdivisions": subdivisions, "drop_remainder": True},
                 "optimizer": {"name": "sgd", "learning_rate": 0.5},
                 "output": {"tensorboard": False},
                 "distribute": {"strategy": strategy, "logical_cpus": REPLICAS} if strategy == "mirrored" else {},
@@ -282,8 +300,7 @@ def main(out: Path) -> None:
     results: dict[str, Any] = {"weights": {}, "reductions": {}}
     with tempfile.TemporaryDirectory() as folder:
         results["command_line"], STRATEGY = train_digits_from_the_command_line(Path(folder))
-    modes = (BatchNormMode.PER_BATCH, BatchNormMode.SUB_BATCH)
-    results["batch_norm"] = {mode: batch_norm_across_replicas(mode) for mode in modes}
+    results["batch_norm"] = batch_norm_across_replicas()
     with tempfile.TemporaryDirectory() as folder:
         # S=1 mirrored checks the replicas alone; S=3 both together (adam too: its moments see the summed gradient).
         # The sgd runs weigh their samples by class (balanced): the weights are dealt out with the targets.

@@ -22,8 +22,8 @@ from accumrun.training.distribute import create_strategy
 
 REPO = Path(__file__).resolve().parent.parent
 REPLICAS = 2
-# A guard against a hung child, not a speed limit: its ~100 s of CPU took over 400 s on 2 cores shared with 3 other
-# TensorFlow test processes.
+# A guard against a hung child, not a speed limit: its ~85 s of CPU (~100 s before some of its runs dropped their
+# short last batch) took over 400 s on 2 cores shared with 3 other TensorFlow test processes.
 CHILD_TIMEOUT = 900
 
 
