@@ -17,7 +17,9 @@ from accumrun.errors import ConfigError
 from tests import hook_models
 from tests.helpers import tiny_config
 
-HOOKED = {"model": {"name": "tests.hook_models:mlp", "hidden": [8]}}
+# 22 samples: 20 to train on, two whole batches of 10, so each run traces the step for one batch size alone (no
+# short last batch, which the search has nothing to do with).
+HOOKED = {"model": {"name": "tests.hook_models:mlp", "hidden": [8]}, "data": {"samples": 22}}
 
 
 @pytest.fixture(autouse=True)

@@ -34,13 +34,15 @@ def test_help_does_not_import_tensorflow() -> None:
 
 @pytest.mark.slow
 def test_train_writes_the_run_directory(tmp_path: Path) -> None:
-    result = invoke("train", str(tiny_config(tmp_path)), "--run-dir", str(tmp_path / "run"))
+    # 22 samples: 20 to train on in two whole batches, so the step is traced for one batch size alone (the short
+    # last batch is printed by the check below and trained in test_run.py).
+    result = invoke("train", str(tiny_config(tmp_path, data={"samples": 22})), "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr
-    assert "batch 10 = 3 sub-batches x 3-4 samples; 3 updates per epoch" in result.stdout
+    assert "batch 10 = 3 sub-batches x 3-4 samples; 2 updates per epoch" in result.stdout
     assert "epoch 2/2 | loss " in result.stdout and "samples/s" in result.stdout
     assert "Traceback" not in result.stderr and "cuda" not in result.stderr.lower()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and rows[-1]["optimizer_steps"] == 6
+    assert len(rows) == 2 and rows[-1]["optimizer_steps"] == 4
     # The summary: epochs, wall time, the speed after the first epoch, the best val_loss, where the model is.
     best = min(rows, key=lambda row: row["val_loss"])
     summary = re.escape(
@@ -97,81 +99,87 @@ def test_unexpected_failure_is_one_line_not_a_traceback(tmp_path: Path, monkeypa
     assert "Traceback" not in result.stderr
 
 
+EPOCHS = 6
+REPO = Path(__file__).resolve().parent.parent
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_run_in_the_default_folder_starts_quietly_and_a_closed_stdout_does_not_end_it(tmp_path: Path) -> None:
-    """``accumrun train tiny.yaml | head -1`` in a folder of its own: the reader goes away after the first line; the
-    run completes unseen, into ``runs/``, with nothing at all on stderr (one process shows both)."""
+def test_a_quiet_run_in_the_default_folder_outlives_a_closed_stdout_stops_on_ctrl_c_and_resumes_as_printed(
+    tmp_path: Path,
+) -> None:
+    """``accumrun train tiny.yaml | head -1`` in a folder of its own, then a user's Ctrl-C, then the printed command,
+    also read by ``head -1``. Two processes show what three did: the run goes into ``runs/``, outlives the reader
+    that went away after the first line, stops at a batch boundary with nothing on stderr but the stop and how to
+    resume; the resumed run completes unseen, with nothing at all on stderr, and logs each epoch once."""
+    # Each forward pass pauses 0.1 s in the first process alone (6 per epoch), so it is still training when the
+    # signal comes, however fast or loaded the machine; the resumed run does not pause, so its epochs are quick.
+    # PYTHONPATH: both processes run in tmp_path, and import this checkout (and its tests.hook_models) from there.
+    # 22 samples: 20 to train on, two whole batches, so each process traces the step for one batch size.
+    config = tiny_config(tmp_path, data={"samples": 22}, model={"name": "tests.hook_models:mlp", "hidden": [8]})
     process = subprocess.Popen(
-        [sys.executable, "-m", "accumrun", "train", str(tiny_config(tmp_path, training={"epochs": 3}))],
+        [sys.executable, "-m", "accumrun", "train", str(config), "--epochs", str(EPOCHS)],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    assert process.stdout is not None and process.stderr is not None
-    assert process.stdout.readline().startswith(b"accumrun ")
-    process.stdout.close()
-    with process.stderr:
-        stderr = process.stderr.read().decode()
-    assert process.wait(timeout=120) == 0, stderr
-    # Empty: no broken pipe, no traceback, and no TensorFlow start-up chatter (resolving output.run_dir must not
-    # import TensorFlow before that chatter is hidden).
-    assert stderr.strip() == "", stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    assert run_dir.name.startswith("tiny-")
-    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
-    assert len(_logged_epochs(run_dir)) == 3 and (run_dir / "model.keras").is_file()
-
-
-EPOCHS = 6
-
-
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_ctrl_c_then_the_printed_command_completes_the_run(tmp_path: Path) -> None:
-    """A user's Ctrl-C: the run stops at a batch boundary, says how to resume, and the resumed run logs each
-    epoch once."""
-    run_dir = tmp_path / "run"
-    # Each forward pass pauses 0.1 s in this process alone (9 per epoch), so it is still training when the signal
-    # comes, however fast or loaded the machine; the resumed run does not pause, so its 5 epochs are quick.
-    config = tiny_config(tmp_path, model={"name": "tests.hook_models:mlp", "hidden": [8]})
-    process = subprocess.Popen(
-        [sys.executable, "-m", "accumrun", "train", str(config), "--epochs", str(EPOCHS)]
-        + ["--run-dir", str(run_dir), "--no-tensorboard"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "ACCUMRUN_TEST_PAUSE_AT_FORWARD": "0.1"},
+        env={
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "ACCUMRUN_TEST_PAUSE_AT_FORWARD": "0.1",
+        },
     )
     try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("accumrun ")
+        process.stdout.close()  # the epoch lines to come go to a closed pipe
         deadline = time.monotonic() + 120
-        while not _logged_epochs(run_dir) and time.monotonic() < deadline and process.poll() is None:
+        while not _epochs_in_runs(tmp_path) and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.05)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
     assert process.returncode == 130, stderr
-    assert "Traceback" not in stderr
-    resume_line = stderr.strip().splitlines()[-1]
-    assert resume_line.startswith("resume with: ")
+    # Only the stop and how to resume: no broken pipe, no traceback, and no TensorFlow start-up chatter (resolving
+    # output.run_dir must not import TensorFlow before that chatter is hidden).
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 3, stderr
+    assert lines[0] == "SIGINT: stopping after the updates under way (Ctrl-C again to stop at once)"
+    assert re.fullmatch(r"SIGINT at epoch \d+, batch \d+; saved runs/tiny-\S+/checkpoints/\S+", lines[1]), stderr
+    assert lines[2].startswith("resume with: ")
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("tiny-")
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
-    stopped_at = len(_logged_epochs(run_dir))
-    assert 1 <= stopped_at < EPOCHS
+    assert 1 <= len(_logged_epochs(run_dir)) < EPOCHS
 
-    # Exactly as printed, by a shell whose PATH has no virtual environment on it.
-    resumed = subprocess.run(
-        resume_line.removeprefix("resume with: "),
+    # Exactly as printed, in the same folder, by a shell whose PATH has no virtual environment on it.
+    resumed = subprocess.Popen(
+        lines[2].removeprefix("resume with: "),
         shell=True,
-        capture_output=True,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout is not None and resumed.stderr is not None
+    assert resumed.stdout.readline().startswith("accumrun ")
+    resumed.stdout.close()
+    with resumed.stderr:
+        stderr = resumed.stderr.read()
+    assert resumed.wait(timeout=300) == 0, stderr
+    assert stderr.strip() == "", stderr
     assert [row["epoch"] for row in _logged_epochs(run_dir)] == list(range(1, EPOCHS + 1))
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+    assert (run_dir / "model.keras").is_file()
+
+
+def _epochs_in_runs(folder: Path) -> list[dict]:
+    """The epochs logged so far by the one run under ``folder/runs`` (none before it is made)."""
+    runs = list((folder / "runs").glob("*")) if (folder / "runs").is_dir() else []
+    return [row for run_dir in runs for row in _logged_epochs(run_dir)]
 
 
 def _logged_epochs(run_dir: Path) -> list[dict]:

@@ -16,7 +16,8 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     """One comparison of the config's subdivisions (auto, which settles on 3) vs 1 on a BatchNorm-free model,
     shared by the tests below."""
     folder = tmp_path_factory.mktemp("compare")
-    config = tiny_config(folder, training={"subdivisions": "auto", "max_sub_batch": 4})
+    # 22 samples: 20 to train on, two whole batches, so each variant's process traces its step for one batch size.
+    config = tiny_config(folder, data={"samples": 22}, training={"subdivisions": "auto", "max_sub_batch": 4})
     result = invoke("compare", str(config), "--run-dir", str(folder / "out"))
     return folder / "out", result
 
@@ -81,8 +82,10 @@ def test_plot_command_names_a_directory_that_is_not_a_run(tmp_path: Path) -> Non
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_failing_variant_is_reported_and_the_others_finish(tmp_path: Path) -> None:
-    # 50 subdivisions of a batch of 10 is refused by that variant alone.
-    result = invoke("compare", str(tiny_config(tmp_path)), "--subdivisions", "3,50", "--run-dir", str(tmp_path / "out"))
+    # 50 subdivisions of a batch of 10 is refused by that variant alone. 22 samples: two whole batches, as above;
+    # no TensorBoard, which the test above checks.
+    config = tiny_config(tmp_path, data={"samples": 22}, output={"tensorboard": False})
+    result = invoke("compare", str(config), "--subdivisions", "3,50", "--run-dir", str(tmp_path / "out"))
     assert result.returncode == 1
     assert "1 of 2 variants failed" in result.stderr
     report = json.loads((tmp_path / "out" / "compare.json").read_text())

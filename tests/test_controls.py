@@ -107,7 +107,9 @@ def test_reduce_on_plateau_with_a_schedule_is_refused(tmp_path: Path) -> None:
 
 CONTROLLED = {
     # min_delta 10 on the training loss: no epoch after the first counts as an improvement, so the rate halves
-    # after epoch 2 and training stops after epoch 4; val_loss picks the best model.
+    # after epoch 2 and training stops after epoch 4; val_loss picks the best model. 22 samples: 20 to train on,
+    # two whole batches of 10 per epoch, so each of the four runs traces the step for one batch size alone.
+    "data": {"samples": 22},
     "training": {"epochs": 6, "early_stopping": {"monitor": "loss", "patience": 3, "min_delta": 10.0}},
     "optimizer": {"reduce_on_plateau": {"monitor": "loss", "patience": 1, "min_delta": 10.0, "cooldown": 1}},
     "output": {"keep_best": "val_loss", "tensorboard": False},
@@ -129,15 +131,15 @@ def test_a_controlled_run_stops_lowers_the_rate_and_keeps_the_best_model_and_res
     assert status["status"] == "completed" and status["reason"] == rows[3]["stopped"]
     # The rate halves after epoch 2 (patience 1), waits out the cooldown in epoch 3, halves again after epoch 4.
     assert [row["learning_rate"] for row in rows] == pytest.approx([0.01, 0.01, 0.005, 0.005])
-    # The first update at the lower rate is update 7 (3 per epoch): the change applies from the next epoch.
-    assert rows[1]["optimizer_steps"] == 6
+    # The first update at the lower rate is update 5 (2 per epoch): the change applies from the next epoch.
+    assert rows[1]["optimizer_steps"] == 4
     best_epoch = min(rows, key=lambda row: row["val_loss"])["epoch"]
     best = keras.models.load_model(tmp_path / "reference" / "model.best.keras")
     shorter = train(load_config(path, [f"training.epochs={best_epoch}"]), tmp_path / "shorter", quiet=True)
     for mine, theirs in zip(best.get_weights(), shorter.model.get_weights(), strict=True):
         np.testing.assert_array_equal(mine, theirs)
 
-    signal_after_batch(monkeypatch, 8)  # the middle batch of epoch 3
+    signal_after_batch(monkeypatch, 5)  # the first of epoch 3's two batches: a stop in the middle of an epoch
     with pytest.raises(Interrupted):
         train(load_config(path), tmp_path / "run", quiet=True)
     monkeypatch.undo()

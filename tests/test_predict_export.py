@@ -98,7 +98,14 @@ def test_the_export_serves_the_predicted_probabilities_with_class_names(image_ru
     assert np.allclose(served["probabilities"].numpy().sum(axis=1), 1.0, atol=1e-5)
     with pytest.raises(ConfigError, match=r"^output: exists; pass --overwrite to replace it"):
         export(image_run)
-    assert export(image_run, overwrite=True).path.is_dir()
+    # The command with --output and --overwrite, over a copy of that export with a stale file added: one export
+    # shows both that --overwrite replaces what is there and that --output names where.
+    out = shutil.copytree(exported.path, tmp_path / "served")
+    (out / "stale").write_text("")
+    written = invoke("export", str(image_run), "--output", str(out), "--overwrite")
+    assert written.returncode == 0, written.stderr
+    assert written.stdout.startswith(f"wrote {out}: serving_default(samples uint8 [None, 10, 10, 3]) -> ")
+    assert out.is_dir() and not (out / "stale").exists()
     assert evaluate(image_run)["samples"] == len(paths)
     # A finished run's own additions do not stop --overwrite from replacing it.
     copy = shutil.copytree(image_run, tmp_path / "copy")
@@ -122,7 +129,8 @@ def test_a_regression_table_predicts_its_values_from_the_feature_columns(tmp_pat
         "data": {"name": "csv", "path": str(tmp_path / "table.csv"), "label": "target", "id": "code"},
         "model": {"name": "mlp", "hidden": [8]},
         "loss": {"name": "mean_squared_error"},
-        "training": {"epochs": 2, "batch_size": 16, "subdivisions": 3},
+        # 36 rows to train on (4 held out) in three whole batches: the step is traced for one batch size alone.
+        "training": {"epochs": 2, "batch_size": 12, "subdivisions": 3},
         "output": {"tensorboard": False},
     }
     train(config, tmp_path / "run", quiet=True)
@@ -148,7 +156,8 @@ def multi_label_run(folder: Path) -> Path:
         "data": {"name": "synthetic", "samples": 40, "shape": [5], "classes": 3, "task": "multi_label"},
         "model": {"name": "mlp", "hidden": [8]},
         "metrics": [{"name": "binary_accuracy", "threshold": 0.7}, "auc"],
-        "training": {"epochs": 2, "batch_size": 12, "subdivisions": 5},
+        # 30 samples to train on (10 held out) in two whole batches: the step is traced for one batch size alone.
+        "training": {"epochs": 2, "batch_size": 15, "subdivisions": 5},
         "output": {"tensorboard": False},
     }
     config["data"]["validation_split"] = 0.25
@@ -241,7 +250,4 @@ def test_predict_and_export_commands_print_a_table_or_one_error(image_run: Path,
         result = invoke(*args)
         assert result.returncode == code and message in result.stderr and "Traceback" not in result.stderr
         assert sum(line.startswith("Error") for line in result.stderr.splitlines()) == 1
-    out = tmp_path / "served"
-    exported = invoke("export", str(image_run), "--output", str(out))
-    assert exported.returncode == 0, exported.stderr
-    assert exported.stdout.startswith(f"wrote {out}: serving_default(samples uint8 [None, 10, 10, 3]) -> ")
+    # The export command's success line is checked in test_the_export_serves_the_predicted_probabilities_...
