@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -150,3 +151,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # The result is written: end without TensorFlow's teardown (2 to 3 s), as the accumrun command does.
+    os._exit(0)

@@ -11,6 +11,7 @@ and, for several subdivision counts, the cross-replica reductions in the step's 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -318,3 +319,5 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    # The results are written: end without TensorFlow's teardown (2 to 3 s), as the accumrun command does.
+    os._exit(0)
