@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from accumrun.reports.compare import Variant, format_table
 from accumrun.rundir.metrics import EpochRow
 from accumrun.rundir.status import BatchNormNote
 from accumrun.training.console import describe_setup
+from accumrun.training.runner import RunResult
 from accumrun.training.setup import build_training
 from tests.helpers import max_difference, write_config
 
@@ -176,10 +178,20 @@ def test_the_summary_counts_the_layers_and_warns_of_tiny_sub_batches(tmp_path: P
     assert not any(line.startswith("warning") for line in describe_setup(build_training(load_config(frozen))))
 
 
+@pytest.fixture(scope="module")
+def precise_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], RunResult]:
+    """Two epochs with precise statistics from 17 samples: the sections and the run, trained once for the tests
+    that read it (read only)."""
+    folder = tmp_path_factory.mktemp("precise")
+    sections = config_sections(folder, batch_norm="precise", precise_bn_samples=17)
+    return sections, train(sections, folder / "whole", quiet=True)
+
+
 @pytest.mark.slow
-def test_precise_training_resumes_to_the_same_weights(tmp_path: Path) -> None:
-    sections = config_sections(tmp_path, batch_norm="precise", precise_bn_samples=17)
-    whole = train(sections, tmp_path / "whole", quiet=True)
+def test_precise_training_resumes_to_the_same_weights(
+    tmp_path: Path, precise_run: tuple[dict[str, Any], RunResult]
+) -> None:
+    sections, whole = precise_run
     first = {**sections, "training": {**sections["training"], "epochs": 1}}
     train(first, tmp_path / "resumed", quiet=True)
     resumed = train({**sections}, tmp_path / "resumed", resume=True, quiet=True)
@@ -199,15 +211,17 @@ def test_compare_notes_a_batch_norm_model_unless_frozen(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_run_from_before_batch_norm_modes_resumes_as_it_trained(tmp_path: Path) -> None:
-    sections = config_sections(tmp_path)
-    train(sections, tmp_path / "run", quiet=True)
+def test_a_run_from_before_batch_norm_modes_resumes_as_it_trained(
+    tmp_path: Path, precise_run: tuple[dict[str, Any], RunResult]
+) -> None:
+    # A copy of a finished run (the precise one, trained once for the module), its config as older versions wrote it.
+    _, whole = precise_run
+    shutil.copytree(whole.run_dir, tmp_path / "run")
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     del saved["training"]["batch_norm"]  # as accumrun wrote it before the key existed
     (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(saved))
     assert load_resume_config(tmp_path / "run", None, ["training.epochs=3"]).training.batch_norm == "sub_batch"
-    precise = write_config(tmp_path / "precise.yaml", **config_sections(tmp_path, batch_norm="precise"))
-    train(load_config(precise), tmp_path / "precise", quiet=True)
     # A config that leaves the mode unset resumes with the run's.
-    unset = write_config(tmp_path / "unset.yaml", **config_sections(tmp_path))
+    unset = write_config(tmp_path / "unset.yaml", **config_sections(tmp_path, precise_bn_samples=17))
+    shutil.copytree(whole.run_dir, tmp_path / "precise")
     assert load_resume_config(tmp_path / "precise", str(unset), []).training.batch_norm == "precise"

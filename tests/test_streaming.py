@@ -8,6 +8,7 @@ one; augmentation does not depend on the subdivisions; uint8 stays uint8 until t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from accumrun.data.feeder import Feeder
 from accumrun.data.section import AugmentConfig, DataSection
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import ConfigError, DataError, Interrupted
+from accumrun.training.runner import RunResult
 from tests.helpers import assert_close, invoke, signal_after_batch
 
 SIZE = 8
@@ -55,6 +57,33 @@ def image_config(folder: Path, **data: Any) -> dict[str, Any]:
 
 def weights(result: Any) -> list[np.ndarray]:
     return [v.numpy() for v in result.model.variables]
+
+
+Trained = Callable[[str, dict[str, Any]], RunResult]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """``trained(name, config)``: the run of ``config``, trained once per module under ``name`` for every test that
+    compares to it (read only)."""
+    results: dict[str, RunResult] = {}
+
+    def run(name: str, config: dict[str, Any]) -> RunResult:
+        if name not in results:
+            results[name] = train(config, tmp_path_factory.mktemp("run") / "run", quiet=True)
+        return results[name]
+
+    return run
+
+
+def plain_config(folder: Path) -> dict[str, Any]:
+    """:func:`image_config` in whole batches, not subdivided: the run the subdivided ones must equal."""
+    return image_config(folder, feed="batch") | {"training": {"epochs": 2, "batch_size": 10, "subdivisions": 1}}
+
+
+def flipped_config(folder: Path) -> dict[str, Any]:
+    """Streamed sub-batches with a flip drawn per sample: the run that must repeat itself and resume to itself."""
+    return image_config(folder, feed="sub_batch", augment=[{"name": "random_flip", "mode": "horizontal"}])
 
 
 # --- the image folder ------------------------------------------------------------------------------------------
@@ -93,27 +122,28 @@ def test_each_image_format_decodes_resized_to_image_size(tmp_path: Path, fmt: st
 
 @pytest.mark.slow
 @pytest.mark.parametrize("feed", ["batch", "sub_batch"])
-def test_subdivided_training_on_an_image_folder_equals_plain_training(folder: Path, tmp_path: Path, feed: str) -> None:
+def test_subdivided_training_on_an_image_folder_equals_plain_training(
+    folder: Path, trained: Trained, feed: str
+) -> None:
     # 21 training images in batches of 10, 10 and 1; 3 sub-batches of 4, 3, 3 (and one of 1).
-    plain = train(
-        image_config(folder, feed="batch") | {"training": {"epochs": 2, "batch_size": 10, "subdivisions": 1}},
-        tmp_path / "plain",
-        quiet=True,
-    )
-    subdivided = train(image_config(folder, feed=feed), tmp_path / "sub", quiet=True)
+    plain = trained("plain", plain_config(folder))
+    subdivided = trained(feed, image_config(folder, feed=feed))
     assert_close(weights(plain), weights(subdivided))
     for a, b in zip(plain.metrics, subdivided.metrics, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
         assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-6)
         assert a["optimizer_steps"] == b["optimizer_steps"] == 3 * a["epoch"]
-    saved = load_config(tmp_path / "sub" / "config.yaml")
+    saved = load_config(subdivided.run_dir / "config.yaml")
     assert (saved.data.feed, saved.data.rescale) == (feed, 1 / 255)
 
 
 @pytest.mark.slow
-def test_the_same_seed_gives_the_same_run_and_another_seed_another(folder: Path, tmp_path: Path) -> None:
-    config = image_config(folder, feed="sub_batch")
-    first = train(config, tmp_path / "a", quiet=True)
+def test_the_same_seed_gives_the_same_run_and_another_seed_another(
+    folder: Path, tmp_path: Path, trained: Trained
+) -> None:
+    # Streamed sub-batches with augmentation: the data order and the flips both come from the seed.
+    config = flipped_config(folder)
+    first = trained("flipped", config)
     second = train(config, tmp_path / "b", quiet=True)
     assert_close(weights(first), weights(second), atol=0)
     assert [row["loss"] for row in first.metrics] == [row["loss"] for row in second.metrics]
@@ -132,14 +162,13 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another(folder: Path,
 
 @pytest.mark.slow
 def test_a_run_stopped_mid_epoch_resumes_to_the_same_weights(
-    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trained: Trained
 ) -> None:
     # The whole path once (streamed sub-batches, augmentation, checkpoint, resume); that every kind of source's
     # stream continues from a skip as it would have run on is tests/test_sources.py's.
-    config = image_config(folder, feed="sub_batch", augment=[{"name": "random_flip", "mode": "horizontal"}])
-    config["training"]["epochs"] = 3
-    reference = train(config, tmp_path / "reference", quiet=True)
-    signal_after_batch(monkeypatch, 5)  # the middle batch of epoch 2
+    config = flipped_config(folder)
+    reference = trained("flipped", config)
+    signal_after_batch(monkeypatch, 5)  # the middle batch of epoch 2 (of 2), so the resume skips into an epoch > 0
     with pytest.raises(Interrupted):
         train(config, tmp_path / "run", quiet=True)
     monkeypatch.undo()
@@ -232,18 +261,28 @@ def test_bad_augmentation_is_refused(entry: dict[str, Any], message: str) -> Non
 # --- compact storage -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_uint8_stays_uint8_on_the_host_and_is_scaled_inside_the_model(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def uint8_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], RunResult]:
+    """An MLP trained for an epoch on 12 uint8 images of 6x6 in an npz file: the file, the config and the run,
+    trained once for the tests that read it."""
+    folder = tmp_path_factory.mktemp("uint8")
     images, labels = shape_images(12, 6, seed=0)
-    np.savez(tmp_path / "d.npz", x=images, y=labels)
+    np.savez(folder / "d.npz", x=images, y=labels)
     config = {
-        "data": {"name": "npz", "path": str(tmp_path / "d.npz"), "validation_split": 0},
+        "data": {"name": "npz", "path": str(folder / "d.npz"), "validation_split": 0},
         "model": {"name": "mlp", "hidden": [4]},
         "training": {"epochs": 1, "batch_size": 4},
-        "output": {"tensorboard": False},
     }
-    result = train(config, tmp_path / "run", quiet=True)
-    dataset = load_dataset(data_config(name="npz", path=str(tmp_path / "d.npz"), validation_split=0), seed=0)
+    return folder / "d.npz", config, train(config | {"output": {"tensorboard": False}}, folder / "run", quiet=True)
+
+
+@pytest.mark.slow
+def test_uint8_stays_uint8_on_the_host_and_is_scaled_inside_the_model(
+    uint8_run: tuple[Path, dict[str, Any], RunResult],
+) -> None:
+    path, _, result = uint8_run
+    images = shape_images(12, 6, seed=0)[0]
+    dataset = load_dataset(data_config(name="npz", path=str(path), validation_split=0), seed=0)
     assert dataset.train.x.dtype == np.uint8 and dataset.train.x.nbytes == images.nbytes
     x, _ = next(iter(Feeder(dataset.train, [4], seed=0, shuffle=False).epoch(0)))
     assert x.dtype == tf.uint8
@@ -252,7 +291,7 @@ def test_uint8_stays_uint8_on_the_host_and_is_scaled_inside_the_model(tmp_path: 
     # The model on raw bytes equals its inner network on the bytes scaled by 1/255.
     inner = model.layers[-1]
     np.testing.assert_allclose(model(images[:3]).numpy(), inner(images[:3].astype(np.float32) / 255).numpy(), atol=1e-6)
-    reloaded = keras.models.load_model(tmp_path / "run" / "model.keras")
+    reloaded = keras.models.load_model(result.run_dir / "model.keras")
     np.testing.assert_allclose(reloaded(images[:3]).numpy(), model(images[:3]).numpy(), atol=1e-6)
 
 
@@ -459,18 +498,14 @@ def test_a_rescale_of_zero_is_refused() -> None:
 
 
 @pytest.mark.slow
-def test_a_saved_accumrun_model_keeps_its_own_input_layers(tmp_path: Path) -> None:
+def test_a_saved_accumrun_model_keeps_its_own_input_layers(uint8_run: tuple[Path, dict[str, Any], RunResult]) -> None:
     from accumrun.training.setup import build_training
 
-    images, labels = shape_images(12, 6, seed=0)
-    np.savez(tmp_path / "d.npz", x=images, y=labels)
-    data = {"name": "npz", "path": str(tmp_path / "d.npz"), "validation_split": 0}
-    config = {"data": data, "model": {"name": "mlp", "hidden": [4]}, "training": {"epochs": 1, "batch_size": 4}}
-    train(config | {"output": {"tensorboard": False}}, tmp_path / "run", quiet=True)
-    saved = keras.models.load_model(tmp_path / "run" / "model.keras")
-    again = build_training(
-        load_config(config | {"model": {"name": "saved", "path": str(tmp_path / "run" / "model.keras")}})
-    )
+    _, config, result = uint8_run
+    images = shape_images(12, 6, seed=0)[0]
+    saved = keras.models.load_model(result.run_dir / "model.keras")
+    path = str(result.run_dir / "model.keras")
+    again = build_training(load_config(config | {"model": {"name": "saved", "path": path}}))
     # Not wrapped in a second rescale: the raw bytes reach the saved model's own input layers once.
     assert again.model.inputs[0].dtype == "uint8"
     np.testing.assert_allclose(again.model(images).numpy(), saved(images).numpy(), atol=1e-6)

@@ -72,12 +72,28 @@ def config(tmp_path: Path, **sections: Any) -> Path:
     return write_config(tmp_path / "config.yaml", **base)
 
 
+@pytest.fixture(scope="module")
+def twelve_epochs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """12 epochs of one full batch each, without validation, trained once for the tests that read them: with one
+    update per call (``one``, in ``folder/one``) and with 5 (``several``, in ``folder/several``, its calls'
+    sizes in ``sizes``)."""
+    folder = tmp_path_factory.mktemp("twelve-epochs")
+    path = config(folder, data={"validation_split": 0.0}, training={"epochs": 12})
+    one = fit(path, folder / "one", 1)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        sizes = record_calls(monkeypatch)
+        several = fit(path, folder / "several", 5)
+    return {"folder": folder, "one": one, "several": several, "sizes": sizes}
+
+
 @pytest.mark.slow
-def test_full_batch_runs_many_epochs_per_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = config(tmp_path, data={"validation_split": 0.0}, training={"epochs": 12})
-    sizes = assert_same_run(path, tmp_path, monkeypatch, 5)
+def test_full_batch_runs_many_epochs_per_call(twelve_epochs: dict[str, Any]) -> None:
+    (weights, rows), (several_weights, several_rows) = twelve_epochs["one"], twelve_epochs["several"]
+    assert several_rows == rows
+    for mine, theirs in zip(several_weights, weights, strict=True):
+        np.testing.assert_array_equal(mine, theirs)
     # 12 epochs of one update each: 5 + 5 + 2, across the ends of epochs.
-    assert sizes == [5, 5, 2]
+    assert twelve_epochs["sizes"] == [5, 5, 2]
 
 
 @pytest.mark.slow
@@ -189,29 +205,28 @@ def test_auto_sizes_calls_by_time_within_what_a_call_holds() -> None:
 
 @pytest.mark.slow
 def test_a_signal_stops_after_the_call_under_way_and_the_run_resumes_alike(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, twelve_epochs: dict[str, Any]
 ) -> None:
-    path = config(tmp_path, data={"validation_split": 0.0}, training={"epochs": 12, "updates_per_call": 4})
-    reference = train(load_config(path), tmp_path / "reference", quiet=True)
-    # Calls of epochs 1-4, 5-8 and 9-12: a Ctrl-C during epoch 6 stops after epoch 8.
+    path = config(tmp_path, data={"validation_split": 0.0}, training={"epochs": 12, "updates_per_call": 5})
+    reference, _ = twelve_epochs["several"]  # this config's run, uninterrupted
+    # Calls of epochs 1-5, 6-10 and 11-12: a Ctrl-C during epoch 6 stops after epoch 10.
     signal_after_batch(monkeypatch, 6, one_update_per_call=False)
-    with pytest.raises(Interrupted, match="SIGINT at epoch 8, batch 1; saved"):
+    with pytest.raises(Interrupted, match="SIGINT at epoch 10, batch 1; saved"):
         train(load_config(path), tmp_path / "run", quiet=True)
     monkeypatch.undo()
     resumed = train(load_config(path), tmp_path / "run", quiet=True, resume=True)
-    for mine, theirs in zip(resumed.model.variables, reference.model.variables, strict=True):
-        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    for mine, theirs in zip(resumed.model.variables, reference, strict=True):
+        np.testing.assert_array_equal(mine.numpy(), theirs)
     assert [row["epoch"] for row in resumed.metrics] == list(range(1, 13))
 
 
 @pytest.mark.slow
-def test_checkpoints_by_time_and_at_the_end(tmp_path: Path) -> None:
-    path = config(tmp_path, data={"validation_split": 0.0}, training={"epochs": 5})
-    train(load_config(path), tmp_path / "timed", quiet=True)
-    # 10 minutes never pass here: only the end of the run checkpoints.
-    assert [p.name for p in sorted((tmp_path / "timed" / "checkpoints").glob("*.npz"))] == [
-        "ckpt-epoch00005-batch0000001.npz"
+def test_checkpoints_by_time_and_at_the_end(tmp_path: Path, twelve_epochs: dict[str, Any]) -> None:
+    # 10 minutes never pass here: only the end of the run checkpoints (the 12 epochs' run, one update per call).
+    assert [p.name for p in sorted((twelve_epochs["folder"] / "one" / "checkpoints").glob("*.npz"))] == [
+        "ckpt-epoch00012-batch0000001.npz"
     ]
+    path = config(tmp_path, data={"validation_split": 0.0}, training={"epochs": 5})
     train(
         load_config(path, ["output.checkpoint_every=null", "output.keep_checkpoints=9"]), tmp_path / "ends", quiet=True
     )

@@ -5,6 +5,7 @@ with one line where they cannot apply."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from accumrun.data.dataset import load_dataset, per_class, with_class_weights
 from accumrun.data.examples import write_image_folder, write_tfrecords
 from accumrun.errors import DataError
 from accumrun.reports.evaluate import evaluate_run
+from accumrun.training.runner import RunResult
 from accumrun.training.setup import build_training
 from tests.helpers import dense_model, invoke, make_data, max_difference, write_config
 
@@ -62,6 +64,23 @@ def with_training(config: dict[str, Any], **training: Any) -> dict[str, Any]:
 
 def final_weights(result: Any) -> list[np.ndarray]:
     return [v.numpy() for v in result.model.trainable_variables]
+
+
+Trained = Callable[[str, dict[str, Any]], RunResult]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """``trained(name, config)``: the run of ``config``, trained once per module under ``name`` for every test that
+    reads it (read only)."""
+    results: dict[str, RunResult] = {}
+
+    def run(name: str, config: dict[str, Any]) -> RunResult:
+        if name not in results:
+            results[name] = train(config, tmp_path_factory.mktemp("run") / "run", quiet=True)
+        return results[name]
+
+    return run
 
 
 # --- the step ---------------------------------------------------------------------------------------------------
@@ -106,12 +125,15 @@ def test_the_loss_is_the_weighted_sum_over_the_batch_size() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sample_weight", "class_weight"])
-def test_a_weighted_run_equals_keras_fit_in_weights_losses_and_metrics(tmp_path: Path, kind: str) -> None:
+def test_a_weighted_run_equals_keras_fit_in_weights_losses_and_metrics(
+    tmp_path: Path, kind: str, trained: Trained
+) -> None:
     config = npz_config(tmp_path)
     config = (
         with_data(config, weight="w") if kind == "sample_weight" else with_training(config, class_weight=CLASS_WEIGHT)
     )
-    result = train(config, tmp_path / "run", quiet=True)
+    # The sample-weighted run is also the subdivided "npz" run of the every-source test below.
+    result = trained(kind, config)
 
     with np.load(tmp_path / "weighted.npz") as data:
         x, y, w, x_val, y_val, w_val = (
@@ -134,9 +156,9 @@ def test_a_weighted_run_equals_keras_fit_in_weights_losses_and_metrics(tmp_path:
         for key in ("loss", "accuracy", "val_loss", "val_accuracy"):  # metrics unweighted, as Keras' metrics=
             assert row[key] == pytest.approx(history[key][epoch], rel=1e-5, abs=1e-6), key
     # evaluate scores validation by the run's rule: weighted by data.weight, never by class.
-    assert evaluate_run(tmp_path / "run")["loss"] == pytest.approx(result.metrics[-1]["val_loss"], rel=1e-6)
+    assert evaluate_run(result.run_dir)["loss"] == pytest.approx(result.metrics[-1]["val_loss"], rel=1e-6)
     # What the run recorded resumes with the same config.
-    load_resume_config(tmp_path / "run", tmp_path / "c.yaml")
+    load_resume_config(result.run_dir, tmp_path / "c.yaml")
 
 
 # --- every source and feed: subdivided equals plain -------------------------------------------------------------
@@ -182,10 +204,13 @@ with their samples (a CSV's weight column among them) is tests/test_sources.py's
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", list(SOURCES))
-def test_weighted_subdivided_training_equals_plain_for_every_source_and_feed(tmp_path: Path, source: str) -> None:
+def test_weighted_subdivided_training_equals_plain_for_every_source_and_feed(
+    tmp_path: Path, source: str, trained: Trained
+) -> None:
     config = SOURCES[source](tmp_path, npz_config(tmp_path))
     plain = train(with_training(config, subdivisions=1), tmp_path / "plain", quiet=True)
-    subdivided = train(config, tmp_path / "subdivided", quiet=True)
+    # The npz run is the sample-weighted run compared to Keras fit above (the same file, written again here).
+    subdivided = trained("sample_weight", config) if source == "npz" else train(config, tmp_path / "sub", quiet=True)
 
     assert max_difference(final_weights(plain), final_weights(subdivided)) < 2e-5
     for row_plain, row_sub in zip(plain.metrics, subdivided.metrics, strict=True):
