@@ -20,7 +20,7 @@ from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.core.split import batch_sizes, part_bounds, sub_batch_sizes
 from accumrun.core.step import trim_padding
-from accumrun.data.dataset import epoch_order
+from accumrun.data.dataset import epoch_order, load_dataset
 from accumrun.data.examples import write_corpus, write_text_folder
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
@@ -101,8 +101,7 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Plain:
 @pytest.mark.slow
 def test_the_loss_divides_by_the_batch_real_tokens_as_a_hand_written_step_does(plain: Plain) -> None:
     config, run_dir, weights = plain.config, plain.run_dir, plain.trainable
-    setup = build_training(load_config(config))
-    lengths = (setup.dataset.train.y != 0).sum(axis=1)
+    lengths = (load_dataset(load_config(config).data, config["seed"]).train.y != 0).sum(axis=1)  # no model needed
     assert lengths.min() < 12 and lengths.max() == 24  # short last windows beside full ones
     assert max_difference(weights, hand_trained(config)) < 2e-5
     # The control: averaging the sub-batches' own token means weights a short sub-batch's tokens up.
@@ -263,15 +262,17 @@ def test_the_char_lm_example_trains_generates_and_evaluates_as_documented(tmp_pa
         trained.stdout
     )
 
-    greedy = invoke("generate", str(run), "--prompt", "MENENIUS:", "--max-tokens", "30")
+    # Greedy, from the command line as from Python. The prompt slides: more tokens than the window of 32 still
+    # continue from the last 32.
+    prompt = "First Citizen:\n" * 4
+    greedy = invoke("generate", str(run), "--prompt", prompt, "--max-tokens", "40")
     assert greedy.returncode == 0, greedy.stderr
-    assert greedy.stdout == accumrun.generate(run, "MENENIUS:", max_tokens=30).text + "\n"
+    long = accumrun.generate(run, prompt, max_tokens=40)
+    assert greedy.stdout == long.text + "\n"
+    assert long.tokens == 40 and long.text.startswith(prompt)
     # 20 drawn tokens: two seeds give the same 20 draws only by a chance far below 1e-9 (at 257 ids).
     drawn = [accumrun.generate(run, "All:", max_tokens=20, temperature=1.0, seed=seed).text for seed in (1, 1, 2)]
     assert drawn[0] == drawn[1] != drawn[2]
-    # The prompt slides: more tokens than the window of 32 still continue from the last 32.
-    long = accumrun.generate(run, "First Citizen:\n" * 4, max_tokens=40)
-    assert long.tokens == 40 and long.text.startswith("First Citizen:\n" * 4)
 
     # evaluate scores the validation windows as training's last row did.
     last = rows(run)[-1]
