@@ -165,13 +165,14 @@ def test_a_language_model_on_disk_subdivided_trains_as_one_in_memory(tmp_path: P
             "seed": 1,
             "data": corpus(tmp_path, 12, **data),
             "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16},
-            "training": {"epochs": 1, "batch_size": 10, "subdivisions": 1},
+            "training": {"epochs": 1, "batch_size": 59, "subdivisions": 1},
             "optimizer": {"name": "sgd", "learning_rate": 0.5},
             "output": {"tensorboard": False},
         }
 
     plain = train(lm(), tmp_path / "plain", quiet=True)
-    # Batches of 10 in 3 (3, 3, 4 windows) streamed one sub-batch per call, each batch grouped by length and each
+    # 177 training windows in 3 batches of 59 (one batch shape: the step is traced once a run), each in 3 (20, 20,
+    # 19 windows) streamed one sub-batch per call, each batch grouped by length and each
     # sub-batch padded to its longest window rounded up to 8 (of 24 tokens).
     config = lm(cache="disk", feed="sub_batch", bucket=8)
     config["training"]["subdivisions"] = 3

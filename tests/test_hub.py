@@ -20,7 +20,8 @@ GPT2 = {"num_layers": 1, "num_heads": 2, "hidden_dim": 16, "intermediate_dim": 3
 
 
 def hub_config(tmp_path: Path, model: dict[str, Any], **training: Any) -> dict[str, Any]:
-    """A language model on 4 files of 1 to 30 sentences in windows of 16 tokens, batches of 9, SGD."""
+    """A language model on 4 files of 1 to 30 sentences in 142 windows of 16 tokens, 2 batches of 71 (one batch
+    shape, so the step is traced once a run; 4 sub-batches are 18, 18, 18 and 17), SGD."""
     corpus = tmp_path / "corpus"
     if not corpus.exists():
         write_corpus(corpus, 4, seed=4)
@@ -28,34 +29,38 @@ def hub_config(tmp_path: Path, model: dict[str, Any], **training: Any) -> dict[s
         "seed": 3,
         "data": {"name": "text_corpus", "path": str(corpus), "sequence_length": 16, "validation_split": 0.0},
         "model": model,
-        "training": {"epochs": 1, "batch_size": 9, "subdivisions": 1, **training},
+        "training": {"epochs": 1, "batch_size": 71, "subdivisions": 1, **training},
         "optimizer": {"name": "sgd", "learning_rate": 0.5},
         "output": {"tensorboard": False},
     }
 
 
 @pytest.mark.slow
-def test_a_gpt2_backbone_with_dropout_trains_subdivided_as_plain(tmp_path: Path) -> None:
-    # GPT-2's own dropout (0.1) draws per sample like the built-in layers': subdivisions do not change it.
-    model = {"name": "keras_hub.models.GPT2Backbone", **GPT2, "dropout": 0.1}
-    initial = build_training(load_config(hub_config(tmp_path, model))).model.get_weights()
+def test_a_gpt2_preset_folder_starts_from_its_saved_weights_and_with_dropout_trains_subdivided_as_plain(
+    tmp_path: Path,
+) -> None:
+    # One pair of runs shows both: the preset's saved weights are where training starts, and GPT-2's own dropout
+    # (0.1) draws per sample like the built-in layers', so subdivisions do not change the run.
+    keras.utils.set_random_seed(7)  # not the config's seed 3: a backbone drawn afresh has other weights
+    saved = keras_hub.models.GPT2Backbone(vocabulary_size=257, max_sequence_length=16, **GPT2, dropout=0.1)
+    saved.save_to_preset(str(tmp_path / "preset"))
+    model = {"name": "keras_hub.models.GPT2Backbone", "preset": str(tmp_path / "preset")}
+    initial = build_training(load_config(hub_config(tmp_path, model))).model
+    backbone = next(layer for layer in initial.layers if isinstance(layer, keras_hub.models.Backbone))
+    assert max_difference(backbone.get_weights(), saved.get_weights()) == 0.0
+    assert backbone.get_config()["dropout"] == 0.1
+    # The same backbone from constructor keys takes them (its dropout) and draws its own weights from the seed.
+    keyed = build_training(load_config(hub_config(tmp_path, {**model, "preset": None, **GPT2, "dropout": 0.1}))).model
+    drawn = next(layer for layer in keyed.layers if isinstance(layer, keras_hub.models.Backbone))
+    assert drawn.get_config()["dropout"] == 0.1
+    assert max_difference(drawn.get_weights(), saved.get_weights()) > 1e-2
+
     plain = train(hub_config(tmp_path, model), tmp_path / "plain", quiet=True)
     subdivided = train(hub_config(tmp_path, model, subdivisions=4), tmp_path / "subdivided", quiet=True)
     assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
-    assert max_difference(plain.model.get_weights(), initial) > 1e-2
+    assert max_difference(plain.model.get_weights(), initial.get_weights()) > 1e-2
+    assert plain.metrics[-1]["loss"] < 6.0
     assert keras.models.load_model(tmp_path / "plain" / "model.keras").count_params() == plain.model.count_params()
-
-
-@pytest.mark.slow
-def test_a_preset_folder_starts_from_its_saved_weights(tmp_path: Path) -> None:
-    keras.utils.set_random_seed(7)
-    saved = keras_hub.models.GPT2Backbone(vocabulary_size=257, max_sequence_length=16, **GPT2)
-    saved.save_to_preset(str(tmp_path / "preset"))
-    config = hub_config(tmp_path, {"name": "keras_hub.models.GPT2Backbone", "preset": str(tmp_path / "preset")})
-    model = build_training(load_config(config)).model
-    backbone = next(layer for layer in model.layers if isinstance(layer, keras_hub.models.Backbone))
-    assert max_difference(backbone.get_weights(), saved.get_weights()) == 0.0
-    assert train(config, tmp_path / "run", quiet=True).metrics[-1]["loss"] < 6.0
 
 
 @pytest.mark.slow

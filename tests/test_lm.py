@@ -20,11 +20,12 @@ from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.core.split import batch_sizes, part_bounds, sub_batch_sizes
 from accumrun.core.step import trim_padding
-from accumrun.data.dataset import epoch_order
+from accumrun.data.dataset import epoch_order, load_dataset
 from accumrun.data.examples import write_corpus, write_text_folder
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import Interrupted
+from accumrun.training.runner import RunResult
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, max_difference, signal_after_batch, write_config
 
@@ -100,8 +101,7 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Plain:
 @pytest.mark.slow
 def test_the_loss_divides_by_the_batch_real_tokens_as_a_hand_written_step_does(plain: Plain) -> None:
     config, run_dir, weights = plain.config, plain.run_dir, plain.trainable
-    setup = build_training(load_config(config))
-    lengths = (setup.dataset.train.y != 0).sum(axis=1)
+    lengths = (load_dataset(load_config(config).data, config["seed"]).train.y != 0).sum(axis=1)  # no model needed
     assert lengths.min() < 12 and lengths.max() == 24  # short last windows beside full ones
     assert max_difference(weights, hand_trained(config)) < 2e-5
     # The control: averaging the sub-batches' own token means weights a short sub-batch's tokens up.
@@ -115,26 +115,36 @@ def test_the_loss_divides_by_the_batch_real_tokens_as_a_hand_written_step_does(p
     assert not (run_dir / "labels.json").exists()
 
 
-@pytest.mark.slow
-def test_subdivided_streamed_and_bucketed_language_models_equal_plain(tmp_path: Path, plain: Plain) -> None:
-    (theirs,) = rows(plain.run_dir)
-    # Batches of 10 in 3 (3, 3, 4 windows) and in 4 streamed one sub-batch per call; then each batch grouped by
-    # length and each sub-batch padded only to its longest window rounded up to 8 tokens (of 24), whole and streamed.
-    for subdivisions, feed, bucket in (
-        (3, "batch", None),
-        (4, "sub_batch", None),
-        (3, "batch", 8),
-        (3, "sub_batch", 8),
-    ):
-        config = lm_config(tmp_path, subdivisions=subdivisions)
+VARIANTS = ((3, "batch", None), (4, "sub_batch", None), (3, "batch", 8), (3, "sub_batch", 8))
+"""Batches of 10 in 3 (3, 3, 4 windows) and in 4 streamed one sub-batch per call; then each batch grouped by length
+and each sub-batch padded only to its longest window rounded up to 8 tokens (of 24), whole and streamed."""
+
+
+@pytest.fixture(scope="module")
+def subdivided(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, str, int | None], RunResult]:
+    """One run of each of the ``VARIANTS`` on the plain run's corpus, by (subdivisions, feed, bucket): the
+    bucketed whole-batch run is also the uninterrupted reference of the resume test (a training apiece saved)."""
+    folder = tmp_path_factory.mktemp("lm-subdivided")
+    runs: dict[tuple[int, str, int | None], RunResult] = {}
+    for subdivisions, feed, bucket in VARIANTS:
+        config = lm_config(folder, subdivisions=subdivisions)
         config["data"].update(feed=feed, bucket=bucket)
-        run_dir = tmp_path / f"{subdivisions}-{feed}-{bucket}"
-        subdivided = train(config, run_dir, quiet=True)
-        assert subdivided.model.input_shape == (None, None if bucket else 24)
-        assert max_difference(subdivided.model.get_weights(), plain.weights) < 2e-5, run_dir.name
-        (mine,) = rows(run_dir)
+        runs[subdivisions, feed, bucket] = train(config, folder / f"{subdivisions}-{feed}-{bucket}", quiet=True)
+    return runs
+
+
+@pytest.mark.slow
+def test_subdivided_streamed_and_bucketed_language_models_equal_plain(
+    plain: Plain, subdivided: dict[tuple[int, str, int | None], RunResult]
+) -> None:
+    (theirs,) = rows(plain.run_dir)
+    for (_, _, bucket), run in subdivided.items():
+        name = run.run_dir.name
+        assert run.model.input_shape == (None, None if bucket else 24)
+        assert max_difference(run.model.get_weights(), plain.weights) < 2e-5, name
+        (mine,) = rows(run.run_dir)
         for key in ("loss", "accuracy", "perplexity", "val_loss", "val_accuracy"):
-            assert mine[key] == pytest.approx(theirs[key], rel=1e-5), (run_dir.name, key)
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-5), (name, key)
 
 
 def test_trim_padding_cuts_to_the_longest_real_sequence_rounded_up_to_the_bucket() -> None:
@@ -185,19 +195,25 @@ def test_bucketed_batches_hold_the_same_samples_ordered_by_length(tmp_path: Path
 
 @pytest.mark.slow
 def test_a_language_model_stopped_mid_epoch_resumes_to_the_uninterrupted_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, subdivided: dict[tuple[int, str, int | None], RunResult]
 ) -> None:
-    config = lm_config(tmp_path, epochs=2, subdivisions=3)
-    config["data"]["bucket"] = 8  # each batch grouped by length: the resumed epoch's batches are grouped alike
-    reference = train(config, tmp_path / "reference", quiet=True)
+    # The uninterrupted run is the fixture's bucketed one (3 sub-batches, each batch grouped by length: the resumed
+    # epoch's batches are grouped alike). One epoch: the stop lands mid-epoch and the resumed process ends it; the
+    # stream continued from a skip in a later epoch is the contract test's (tests/test_sources.py), and a resume
+    # into a further epoch is test_text.py's.
+    reference = subdivided[3, "batch", 8]
+    config = lm_config(tmp_path, subdivisions=3)
+    config["data"]["bucket"] = 8
+    assert reference.metrics[-1]["optimizer_steps"] > 3  # batch 3 is not the epoch's last
     signal_after_batch(monkeypatch, 3, [signal.SIGINT])
     with pytest.raises(Interrupted):
         train(config, tmp_path / "run", quiet=True)
     monkeypatch.undo()
+    assert (tmp_path / "run" / "checkpoints" / "ckpt-epoch00001-batch0000003.npz").is_file()  # inside the epoch
     resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
     assert max_difference(resumed.model.get_weights(), reference.model.get_weights()) == 0.0
     # The per-token loss of the interrupted epoch counts the tokens of both processes' batches.
-    assert rows(tmp_path / "run") == rows(tmp_path / "reference")
+    assert rows(tmp_path / "run") == rows(reference.run_dir)
 
 
 @pytest.mark.parametrize(
@@ -238,22 +254,25 @@ def test_bad_language_model_inputs_are_refused_in_one_line(
 def test_the_char_lm_example_trains_generates_and_evaluates_as_documented(tmp_path: Path) -> None:
     config = Path(__file__).resolve().parent.parent / "configs" / "char_lm.yaml"
     run = tmp_path / "run"
-    shorter = ["--set", "data.stride=256", "--set", "data.sequence_length=32", "--set", "training.batch_size=64"]
+    # 168 training windows in 3 batches of 56 (one batch shape: the step is traced once), each in the config's 2.
+    shorter = ["--set", "data.stride=320", "--set", "data.sequence_length=32", "--set", "training.batch_size=56"]
     trained = invoke("train", str(config), "--run-dir", str(run), "--epochs", "1", *shorter)
     assert trained.returncode == 0, trained.stderr
-    assert "data text_corpus: 211 training + 23 validation samples of shape 32, next tokens of 257 ids" in (
+    assert "data text_corpus: 168 training + 19 validation samples of shape 32, next tokens of 257 ids" in (
         trained.stdout
     )
 
-    greedy = invoke("generate", str(run), "--prompt", "MENENIUS:", "--max-tokens", "30")
+    # Greedy, from the command line as from Python. The prompt slides: more tokens than the window of 32 still
+    # continue from the last 32.
+    prompt = "First Citizen:\n" * 4
+    greedy = invoke("generate", str(run), "--prompt", prompt, "--max-tokens", "40")
     assert greedy.returncode == 0, greedy.stderr
-    assert greedy.stdout == accumrun.generate(run, "MENENIUS:", max_tokens=30).text + "\n"
+    long = accumrun.generate(run, prompt, max_tokens=40)
+    assert greedy.stdout == long.text + "\n"
+    assert long.tokens == 40 and long.text.startswith(prompt)
     # 20 drawn tokens: two seeds give the same 20 draws only by a chance far below 1e-9 (at 257 ids).
     drawn = [accumrun.generate(run, "All:", max_tokens=20, temperature=1.0, seed=seed).text for seed in (1, 1, 2)]
     assert drawn[0] == drawn[1] != drawn[2]
-    # The prompt slides: more tokens than the window of 32 still continue from the last 32.
-    long = accumrun.generate(run, "First Citizen:\n" * 4, max_tokens=40)
-    assert long.tokens == 40 and long.text.startswith("First Citizen:\n" * 4)
 
     # evaluate scores the validation windows as training's last row did.
     last = rows(run)[-1]

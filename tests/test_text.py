@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import keras
 import numpy as np
@@ -26,18 +26,19 @@ from accumrun.data.splits import ArraySplit
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
 from accumrun.errors import DataError, Interrupted
 from accumrun.kinds import CacheMode
+from accumrun.training.runner import RunResult
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, max_difference, signal_after_batch, write_config
 
 
 def text_config(tmp_path: Path, **training: Any) -> dict[str, Any]:
-    """24 reviews (21 for training) of 1 to 24 words cut to 40 bytes, in batches of 10 (10, 10 and a last 1),
-    SGD."""
+    """24 reviews (21 for training) of 1 to 24 words cut to 40 bytes, in 3 batches of 7 (one batch shape, so the
+    step is traced once a run), SGD."""
     return {
         "seed": 2,
         "data": {"name": "text_folder", "path": str(write_text_folder(tmp_path / "texts", 24)), "sequence_length": 40},
         "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16, "dropout": 0.1},
-        "training": {"epochs": 2, "batch_size": 10, "subdivisions": 1, **training},
+        "training": {"epochs": 2, "batch_size": 7, "subdivisions": 1, **training},
         "optimizer": {"name": "sgd", "learning_rate": 0.3},
         "output": {"tensorboard": False},
     }
@@ -73,27 +74,48 @@ def test_a_text_folder_streams_the_ids_its_tokenizer_gives_on_the_host(tmp_path:
         list(Feeder(split, [4, 5], seed=0, shuffle=False).epoch(0))
 
 
+class TextRuns(NamedTuple):
+    """The streamed, subdivided run on the text folder and the plain run on the same texts held in memory."""
+
+    config: dict[str, Any]
+    initial: list[np.ndarray]
+    streamed: RunResult
+    held: RunResult
+
+
+@pytest.fixture(scope="module")
+def text_runs(tmp_path_factory: pytest.TempPathFactory) -> TextRuns:
+    """Two epochs on the texts with the character tokenizer (300 ids): streamed from the folder in 3 sub-batches,
+    and plain from the same texts held in memory. The streamed run is also the one that predict and export read,
+    and the resume test's uninterrupted run (one training serves them all)."""
+    folder = tmp_path_factory.mktemp("text-run")
+    config = text_config(folder, subdivisions=3)  # 7 = 3 + 2 + 2: uneven
+    config["data"]["tokenizer"] = {"name": "character", "vocabulary_size": 300}
+    texts = Path(config["data"]["path"])
+    # The same texts, classes and order as JSON Lines, which are tokenized on the host and held in memory.
+    files = sorted(texts.glob("negative/*.txt")) + sorted(texts.glob("positive/*.txt"))
+    records = [{"text": path.read_text(encoding="utf-8"), "label": path.parent.name} for path in files]
+    lines = folder / "texts.jsonl"
+    lines.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    in_memory = text_config(folder)
+    in_memory["data"] |= {"name": "jsonl", "path": str(lines), "label": "label", "cache": "memory",
+                          "tokenizer": config["data"]["tokenizer"]}  # fmt: skip
+    initial = build_training(load_config(in_memory)).model.get_weights()
+    streamed = train(config, folder / "run", quiet=True)
+    held = train(in_memory, folder / "held", quiet=True)
+    return TextRuns(config, initial, streamed, held)
+
+
 @pytest.mark.slow
 def test_a_streamed_text_folder_subdivided_trains_as_its_texts_in_memory_and_resumes_mid_epoch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text_runs: TextRuns
 ) -> None:
-    config = text_config(tmp_path, subdivisions=3)  # 10 = 4 + 3 + 3: uneven
-    folder = Path(config["data"]["path"])
-    # The same texts, classes and order as JSON Lines, which are tokenized on the host and held in memory.
-    files = sorted(folder.glob("negative/*.txt")) + sorted(folder.glob("positive/*.txt"))
-    records = [{"text": path.read_text(encoding="utf-8"), "label": path.parent.name} for path in files]
-    lines = tmp_path / "texts.jsonl"
-    lines.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
-    in_memory = text_config(tmp_path)
-    in_memory["data"] |= {"name": "jsonl", "path": str(lines), "label": "label", "cache": "memory"}
-    initial = build_training(load_config(in_memory)).model.get_weights()
-    streamed = train(config, tmp_path / "streamed", quiet=True)
-    held = train(in_memory, tmp_path / "held", quiet=True)
+    config, streamed, held = text_runs.config, text_runs.streamed, text_runs.held
     assert load_dataset(load_config(config).data, config["seed"]).streamed
     assert max_difference(streamed.model.get_weights(), held.model.get_weights()) < 2e-5
-    assert max_difference(held.model.get_weights(), initial) > 1e-2  # it trained
+    assert max_difference(held.model.get_weights(), text_runs.initial) > 1e-2  # it trained
     assert [row["loss"] for row in streamed.metrics] == pytest.approx([row["loss"] for row in held.metrics], 1e-5)
-    assert json.loads((tmp_path / "streamed" / "labels.json").read_text()) == ["negative", "positive"]
+    assert json.loads((streamed.run_dir / "labels.json").read_text()) == ["negative", "positive"]
 
     signal_after_batch(monkeypatch, 2)  # 3 batches per epoch: it stops in the middle of epoch 1
     with pytest.raises(Interrupted):
@@ -105,19 +127,9 @@ def test_a_streamed_text_folder_subdivided_trains_as_its_texts_in_memory_and_res
     assert [row["loss"] for row in resumed.metrics] == pytest.approx([row["loss"] for row in streamed.metrics], 1e-6)
 
 
-@pytest.fixture(scope="module")
-def text_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, keras.Model]:
-    """One epoch on the texts with the character tokenizer (300 ids), shared by predict and export: the run folder
-    and the trained model."""
-    folder = tmp_path_factory.mktemp("text-run")
-    config = text_config(folder, epochs=1)
-    config["data"]["tokenizer"] = {"name": "character", "vocabulary_size": 300}
-    return folder / "run", train(config, folder / "run", quiet=True).model
-
-
 @pytest.mark.slow
-def test_predict_reads_text_files_as_training_read_them(text_run: tuple[Path, keras.Model]) -> None:
-    run, model = text_run
+def test_predict_reads_text_files_as_training_read_them(text_runs: TextRuns) -> None:
+    run, model = text_runs.streamed.run_dir, text_runs.streamed.model
     texts = run.parent / "texts" / "positive"
     files = sorted(texts.glob("*.txt"))[:3]
     predictions = predict(run, [str(texts)])
@@ -129,10 +141,8 @@ def test_predict_reads_text_files_as_training_read_them(text_run: tuple[Path, ke
 
 
 @pytest.mark.slow
-def test_the_export_takes_strings_and_serves_what_predict_gives(
-    tmp_path: Path, text_run: tuple[Path, keras.Model]
-) -> None:
-    run, _ = text_run
+def test_the_export_takes_strings_and_serves_what_predict_gives(tmp_path: Path, text_runs: TextRuns) -> None:
+    run = text_runs.streamed.run_dir
     texts = ["a great film", "réussi, très réussi", "dull 😀 emoji, unknown", "tedious " * 10, "x"]
     exported = export(run)
     assert exported.describe().startswith(f"wrote {exported.path}: serving_default(texts string [None]) -> ")
