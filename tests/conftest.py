@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +22,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, dict[str, Any]], Any]:
+    """``trained(name, config)``: the run of ``config``, trained once per module under ``name`` for every test that
+    compares to it (read only)."""
+    from accumrun import train
+
+    results: dict[str, Any] = {}
+
+    def run(name: str, config: dict[str, Any]) -> Any:
+        if name not in results:
+            results[name] = train(config, tmp_path_factory.mktemp("run") / "run", quiet=True)
+        return results[name]
+
+    return run
 
 
 FILE_SECONDS = Path(__file__).with_name("file_seconds.json")

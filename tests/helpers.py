@@ -9,7 +9,7 @@ import signal
 import struct
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from accumrun.data.arrays import IDX_FILES
+from accumrun.training.runner import RunResult
 
 FEATURES, CLASSES = 5, 3
 
@@ -182,3 +183,8 @@ def signal_after_batch(
 
     for kind in (DeviceBatches, FedBatches):
         monkeypatch.setattr(kind, "run", counted(kind.run))
+
+
+Trained = Callable[[str, dict[str, Any]], RunResult]
+"""The ``trained`` fixture (tests/conftest.py): ``trained(name, config)`` is the run of ``config``, trained once per
+module under ``name``."""

@@ -6,7 +6,6 @@ named."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,8 @@ from accumrun.core.draws import row_bits, to_normal, to_uniform
 from accumrun.core.seeds import LayerDraws
 from accumrun.errors import Interrupted
 from accumrun.training.console import describe_setup
-from accumrun.training.runner import RunResult
 from accumrun.training.setup import build_training
-from tests.helpers import max_difference, signal_after_batch
+from tests.helpers import Trained, max_difference, signal_after_batch
 
 
 def dropout_config(**training: Any) -> dict[str, Any]:
@@ -75,23 +73,6 @@ def test_a_sample_gets_its_mask_from_its_row_and_the_update_alone() -> None:
     updates.assign(1)
     assert np.mean(masks(0, 10).numpy() == whole) < 0.75  # one sample in two updates
     assert np.array_equal(model(tf.ones((2, 200)), training=False).numpy(), np.ones((2, 200)))
-
-
-Trained = Callable[[str, dict[str, Any]], RunResult]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    """``trained(name, config)``: the run of ``config``, trained once per module under ``name`` for every test that
-    compares to it (read only)."""
-    results: dict[str, RunResult] = {}
-
-    def run(name: str, config: dict[str, Any]) -> RunResult:
-        if name not in results:
-            results[name] = train(config, tmp_path_factory.mktemp("run") / "run", quiet=True)
-        return results[name]
-
-    return run
 
 
 @pytest.mark.slow

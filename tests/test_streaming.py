@@ -8,7 +8,6 @@ one; augmentation does not depend on the subdivisions; uint8 stays uint8 until t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from accumrun.data.section import AugmentConfig, DataSection
 from accumrun.data.splits import ArraySplit
 from accumrun.errors import ConfigError, DataError, Interrupted
 from accumrun.training.runner import RunResult
-from tests.helpers import assert_close, invoke, signal_after_batch
+from tests.helpers import Trained, assert_close, invoke, signal_after_batch
 
 SIZE = 8
 
@@ -57,23 +56,6 @@ def image_config(folder: Path, **data: Any) -> dict[str, Any]:
 
 def weights(result: Any) -> list[np.ndarray]:
     return [v.numpy() for v in result.model.variables]
-
-
-Trained = Callable[[str, dict[str, Any]], RunResult]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    """``trained(name, config)``: the run of ``config``, trained once per module under ``name`` for every test that
-    compares to it (read only)."""
-    results: dict[str, RunResult] = {}
-
-    def run(name: str, config: dict[str, Any]) -> RunResult:
-        if name not in results:
-            results[name] = train(config, tmp_path_factory.mktemp("run") / "run", quiet=True)
-        return results[name]
-
-    return run
 
 
 def plain_config(folder: Path) -> dict[str, Any]:

@@ -5,7 +5,6 @@ with one line where they cannot apply."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +23,8 @@ from accumrun.data.dataset import load_dataset, per_class, with_class_weights
 from accumrun.data.examples import write_image_folder, write_tfrecords
 from accumrun.errors import DataError
 from accumrun.reports.evaluate import evaluate_run
-from accumrun.training.runner import RunResult
 from accumrun.training.setup import build_training
-from tests.helpers import dense_model, invoke, make_data, max_difference, write_config
+from tests.helpers import Trained, dense_model, invoke, make_data, max_difference, write_config
 
 FEATURES, CLASSES = 5, 3
 CLASS_WEIGHT = {"0": 3.0, "2": 0.25}
@@ -64,23 +62,6 @@ def with_training(config: dict[str, Any], **training: Any) -> dict[str, Any]:
 
 def final_weights(result: Any) -> list[np.ndarray]:
     return [v.numpy() for v in result.model.trainable_variables]
-
-
-Trained = Callable[[str, dict[str, Any]], RunResult]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    """``trained(name, config)``: the run of ``config``, trained once per module under ``name`` for every test that
-    reads it (read only)."""
-    results: dict[str, RunResult] = {}
-
-    def run(name: str, config: dict[str, Any]) -> RunResult:
-        if name not in results:
-            results[name] = train(config, tmp_path_factory.mktemp("run") / "run", quiet=True)
-        return results[name]
-
-    return run
 
 
 # --- the step ---------------------------------------------------------------------------------------------------
