@@ -61,6 +61,13 @@ class RandomDraws(Kind):
     PER_SUB_BATCH = "per_sub_batch"
 
 
+class Measure(Kind):
+    """What a run measures of its batches beside training (``training.measure``)."""
+
+    NOISE_SCALE = "noise_scale"
+    """The gradient noise scale: how large a batch still helps (:mod:`accumrun.core.noise`)."""
+
+
 class Feed(Kind):
     """How batches reach the step: whole, or streamed one sub-batch at a time."""
 

@@ -7,9 +7,11 @@ made here, removed at the end). Each run's figure is ``run.py``'s: the median sa
 first. The report gives every run's figure, each code's median, and the change of the second against the first::
 
     python benchmarks/alternate.py OLD_COMMIT [NEW_COMMIT] [--runs 5] [--workloads dispatch,compute,applications]
-        [--out docs/benchmarks-alternate.md]
+        [--new-set KEY=VALUE ...] [--out docs/benchmarks-alternate.md]
 
-NEW_COMMIT defaults to this checkout as it is (uncommitted changes included).
+NEW_COMMIT defaults to this checkout as it is (uncommitted changes included). ``--new-set`` sets a config key in
+the second code's runs alone, so one code can be timed with and without a feature:
+``python benchmarks/alternate.py HEAD --new-set 'training.measure=[noise_scale]'``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ def main() -> None:
     parser.add_argument("--workloads", default="dispatch,compute,applications", help="run.py's workloads, by name")
     parser.add_argument("--timeout", type=float, default=600, help="seconds before a run is killed (default 600)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks-alternate.md", help="markdown to write")
+    parser.add_argument(
+        "--new-set", action="append", default=[], metavar="KEY=VALUE", help="a config key for the second code's runs"
+    )
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first epoch is left out of the throughput")
@@ -53,6 +58,12 @@ def main() -> None:
             codes[_short(args.new)] = _checkout(args.new, work / "new")
         else:  # named as machine() names it: its commit, "+changes" where accumrun/ differs from it
             codes[info["accumrun_revision"]] = REPO
+        if args.new_set:
+            # The second code under its settings: a name of its own, even where both codes are one commit.
+            new_name, new_path = list(codes.items())[-1]
+            codes[f"{new_name} with {' '.join(args.new_set)}"] = new_path
+            if len(codes) == 3:
+                del codes[new_name]
         try:
             figures = {w.name: _alternate(w, codes, args, work) for w in chosen}
         finally:
@@ -93,7 +104,8 @@ def _alternate(
         for name in names if turn % 2 == 0 else names[::-1]:
             folder = work / f"{workload.name}-{len(figures[name])}-{names.index(name)}"
             folder.mkdir()
-            result = measure(workload, "accumrun", args.epochs, folder, args.timeout, codes[name])
+            overrides = tuple(args.new_set) if name == names[-1] else ()
+            result = measure(workload, "accumrun", args.epochs, folder, args.timeout, codes[name], overrides)
             figures[name].append(result.samples_per_second)
             shown = f"{result.samples_per_second:,.0f} samples/s" if result.samples_per_second else result.error
             print(f"{workload.name} {name} run {turn + 1}: {shown}", file=sys.stderr, flush=True)

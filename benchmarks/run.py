@@ -151,9 +151,17 @@ def run_child(command: list[str], log: Path, timeout: float, repo: Path = REPO) 
     return None if timed_out else child.returncode, usage.ru_maxrss / 1024, time.perf_counter() - started
 
 
-def measure(workload: Workload, method: str, epochs: int, work_dir: Path, timeout: float, repo: Path = REPO) -> Result:
-    """Train ``workload`` with ``method`` in a child process (accumrun from the checkout ``repo``) and collect its
-    throughput and peak memory."""
+def measure(
+    workload: Workload,
+    method: str,
+    epochs: int,
+    work_dir: Path,
+    timeout: float,
+    repo: Path = REPO,
+    overrides: tuple[str, ...] = (),
+) -> Result:
+    """Train ``workload`` with ``method`` in a child process (accumrun from the checkout ``repo``, with the config
+    ``overrides``, each ``KEY=VALUE`` as ``--set`` takes it) and collect its throughput and peak memory."""
     result = Result(workload.name, method, workload.batch_size, workload.subdivisions)
     stem = work_dir / f"{workload.name}-s{workload.subdivisions}-{method}"
     spec = workload.spec(epochs)
@@ -163,6 +171,7 @@ def measure(workload: Workload, method: str, epochs: int, work_dir: Path, timeou
         run_dir = stem.with_suffix(".run")
         command = [sys.executable, "-m", "accumrun", "train", str(config), "--run-dir", str(run_dir)]
         command += ["-q", "--no-tensorboard"] + (["--set", XLA_OVERRIDE] if method == "accumrun_xla" else [])
+        command += [argument for override in overrides for argument in ("--set", override)]
         result.jit_compile = method == "accumrun_xla"
     else:
         sizes = {"batch_size": workload.batch_size, "subdivisions": workload.subdivisions, "epochs": epochs}

@@ -28,12 +28,14 @@ from accumrun.cli import main as command_line
 from accumrun.config.schema import Config, DistributeConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.data.examples import write_corpus
 from accumrun.kinds import BatchNormMode, RandomDraws
 from accumrun.models.builders import mlp
 from accumrun.training import distribute
 from accumrun.training.distribute import create_strategy
+from tests.test_noise_scale import contiguous, reference_estimates, softmax_gradients
 
 REPO = Path(__file__).resolve().parent.parent
 REPLICAS = 2
@@ -207,6 +209,24 @@ def batch_norm_across_replicas() -> dict[str, dict[str, float]]:
     return results
 
 
+def noise_on_replicas() -> dict[str, list[float]]:
+    """The noise estimates of one batch of 10 on two replicas (5 samples each), each cut into 3 sub-batches, and
+    the formulas' values from the same 6 sub-batches, of a linear softmax model's closed-form gradients."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(10, 6)).astype(np.float32)
+    y = np.array([0, 0, 0, 1, 0, 0, 2, 0, 0, 0], np.int32)
+    with STRATEGY.scope():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3)])
+        optimizer = keras.optimizers.SGD(0.1)
+    kernel, bias = (v.numpy().astype(np.float64) for v in model.trainable_variables)
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 3, strategy=STRATEGY, noise_scale=True)
+    measures = step(tf.constant(x), tf.constant(y)).measures.numpy()
+    sub_batches = [rows for start in (0, 5) for rows in contiguous(sub_batch_sizes(5, 3), start)]
+    expected = reference_estimates(softmax_gradients(kernel, bias, x, y), sub_batches)
+    return {"measures": measures.tolist(), "expected": list(expected)}
+
+
 def dropout_on_replicas(folder: Path) -> dict[str, float]:
     """An MLP with dropout 0.5: two replicas with 3 sub-batches each against one device without subdivisions,
     with per-sample draws and, as the control, per-sub-batch ones.
@@ -302,6 +322,7 @@ def main(out: Path) -> None:
     with tempfile.TemporaryDirectory() as folder:
         results["command_line"], STRATEGY = train_digits_from_the_command_line(Path(folder))
     results["batch_norm"] = batch_norm_across_replicas()
+    results["noise"] = noise_on_replicas()
     with tempfile.TemporaryDirectory() as folder:
         # S=1 mirrored checks the replicas alone; S=3 both together (adam too: its moments see the summed gradient).
         # The sgd runs weigh their samples by class (balanced): the weights are dealt out with the targets.

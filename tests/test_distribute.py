@@ -72,6 +72,17 @@ def test_class_weighted_training_on_two_logical_cpus_equals_one_device(mirrored:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_the_noise_estimates_on_two_replicas_equal_the_formulas(mirrored: dict[str, Any]) -> None:
+    # A batch of 10: 5 samples on each replica, each cut into sub-batches of 1, 2 and 2 (P = 6).
+    sq_norm, trace, valid = mirrored["noise"]["measures"]
+    expected_sq_norm, expected_trace = mirrored["noise"]["expected"]
+    assert valid == 1.0
+    assert sq_norm == pytest.approx(expected_sq_norm, rel=1e-5)
+    assert trace == pytest.approx(expected_trace, rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_several_updates_per_call_equal_one_per_call_on_replicas(mirrored: dict[str, Any]) -> None:
     # Batches of 9, 9 and 1: calls of two full batches, then the short one, every replica in step.
     assert mirrored["updates_per_call"]["max_difference"] <= 1e-6

@@ -55,6 +55,7 @@ class _ScriptedBatches(Batches):
             learning_rates=np.full(count, 0.1, np.float32),
             optimizer_steps=np.arange(first + 1, first + count + 1, dtype=np.int64),
             metrics=np.zeros((count, 0), np.float32),
+            measures=np.zeros((count, 0), np.float32),
         )
 
 

@@ -41,7 +41,7 @@ def test_mixed_precision_runs_train_with_float32_logits(tmp_path, precision: str
 def test_accumulators_are_float32_under_float16_compute() -> None:
     model = mixed_model("mixed_float16")
     x, y = make_data(10)
-    gradients, _ = make_gradient_fn(model, sparse_categorical_crossentropy, 3)(tf.constant(x), tf.constant(y))
+    gradients, _, _ = make_gradient_fn(model, sparse_categorical_crossentropy, 3)(tf.constant(x), tf.constant(y))
     assert {g.dtype for g in gradients} == {tf.float32}
 
 
@@ -79,7 +79,7 @@ def test_an_overflowing_loss_scale_skips_the_update_and_lowers_the_scale() -> No
     step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 3)
     x, y = make_data(10)
     before = [v.numpy() for v in model.trainable_variables]
-    loss_sum, _, applied = step(tf.constant(x), tf.constant(y))
-    assert np.isfinite(float(loss_sum)) and not bool(applied)
+    result = step(tf.constant(x), tf.constant(y))
+    assert np.isfinite(float(result.loss_sum)) and not bool(result.applied)
     assert int(optimizer.iterations.numpy()) == 0 and float(optimizer.dynamic_scale.numpy()) == pytest.approx(5e29)
     assert max_difference(before, [v.numpy() for v in model.trainable_variables]) == 0

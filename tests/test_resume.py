@@ -29,11 +29,15 @@ def training_rows(run_dir: Path) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
 
 
+THREE_EPOCHS = {"epochs": 3, "measure": ["noise_scale"]}
+
+
 @pytest.fixture(scope="module")
 def three_epochs(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
-    """The tiny config trained for 3 epochs without TensorBoard, uninterrupted (read only)."""
+    """The tiny config trained for 3 epochs without TensorBoard, measuring its noise scale, uninterrupted (read
+    only)."""
     folder = tmp_path_factory.mktemp("three-epochs")
-    path = tiny_config(folder, training={"epochs": 3}, output={"tensorboard": False})
+    path = tiny_config(folder, training=THREE_EPOCHS, output={"tensorboard": False})
     return train(load_config(path), folder / "run", quiet=True)
 
 
@@ -57,7 +61,7 @@ def copy_run(finished: Path, tmp_path: Path) -> Path:
 def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_number: int, exit_code: int, three_epochs: RunResult
 ) -> None:
-    path = tiny_config(tmp_path, training={"epochs": 3}, output={"tensorboard": False})
+    path = tiny_config(tmp_path, training=THREE_EPOCHS, output={"tensorboard": False})
     reference = three_epochs
 
     # 3 batches per epoch: batch 5 is the middle batch of epoch 2, so the run stops mid-epoch.
@@ -74,7 +78,9 @@ def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
     resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
     for mine, theirs in zip(resumed.model.variables, reference.model.variables, strict=True):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    # The rows, the noise measured over the epoch cut in two and its average across epochs included.
     assert training_rows(tmp_path / "run") == training_rows(reference.run_dir)
+    assert "gradient_noise_scale_ema" in training_rows(reference.run_dir)[-1]
     status = json.loads((tmp_path / "run" / "run.json").read_text())
     assert status["status"] == "completed" and len(status["resumed"]) == 1
 
@@ -251,7 +257,7 @@ def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_pa
         seed=4,
         data={"name": "synthetic", "samples": 30, "shape": [4], "classes": 3, "validation_split": 0.0},
         model={"name": "tests.hook_models:mlp", "hidden": [8]},
-        training={"epochs": 30, "batch_size": "full", "subdivisions": 2},
+        training={"epochs": 30, "batch_size": "full", "subdivisions": 2, "measure": ["noise_scale"]},
         optimizer={"name": "adam", "learning_rate": 0.01},
         output={"tensorboard": False, "checkpoint_every_updates": 5},
     )
@@ -265,7 +271,8 @@ def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_pa
     logged = [row["epoch"] for row in training_rows(run_dir)]
     assert logged == list(range(1, len(logged) + 1)) and len(logged) >= 15  # past the checkpoint of update 15
     resumed = train(load_resume_config(run_dir, None), run_dir, quiet=True, resume=True)
-    # Every epoch is logged once, and the rows and weights are those of the run that was never killed.
+    # Every epoch is logged once, and the rows (the noise measured, and averaged across epochs, included) and weights
+    # are those of the run that was never killed.
     assert training_rows(run_dir) == training_rows(tmp_path / "reference")
     for mine, theirs in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-6)

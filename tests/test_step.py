@@ -87,7 +87,7 @@ def test_accumulated_gradient_equals_the_full_batch_gradient() -> None:
     expected = tape.gradient(mean_loss, model.trainable_variables)
 
     accumulate = make_gradient_fn(model, sparse_categorical_crossentropy, 3)
-    gradients, loss_sum = accumulate(tf.constant(x), tf.constant(y))
+    gradients, loss_sum, _ = accumulate(tf.constant(x), tf.constant(y))
 
     assert max_difference([g.numpy() for g in expected], [g.numpy() for g in gradients]) < 1e-6
     assert float(loss_sum) / 10 == pytest.approx(float(mean_loss), rel=1e-6)
@@ -104,7 +104,7 @@ def test_dividing_by_subdivisions_would_be_wrong_on_an_uneven_split() -> None:
             part_loss = tf.reduce_mean(sparse_categorical_crossentropy(y[start:end], model(x[start:end])))
         means_of_parts.append(tape.gradient(part_loss, variables))
     naive = [np.mean([g[i].numpy() for g in means_of_parts], axis=0) for i in range(len(variables))]
-    exact, _ = make_gradient_fn(model, sparse_categorical_crossentropy, 3)(tf.constant(x), tf.constant(y))
+    exact, _, _ = make_gradient_fn(model, sparse_categorical_crossentropy, 3)(tf.constant(x), tf.constant(y))
     assert max_difference(naive, [g.numpy() for g in exact]) > 1e-4
 
 
@@ -218,9 +218,9 @@ def train_streamed(subdivisions: int, batch_size: int, samples: int = 23, epochs
             n = min(batch_size, samples - start)
             offsets = np.cumsum([start, *sub_batch_sizes(n, subdivisions)])
             chunks = [(tf.constant(x[a:b]), tf.constant(y[a:b])) for a, b in itertools.pairwise(offsets)]
-            loss_sum, _, applied = step.train_batch(iter(chunks), n)
-            assert bool(applied)
-            losses.append(float(loss_sum))
+            result = step.train_batch(iter(chunks), n)
+            assert bool(result.applied)
+            losses.append(float(result.loss_sum))
     return [v.numpy() for v in model.trainable_variables], optimizer, losses
 
 

@@ -20,7 +20,17 @@ from accumrun.data.section import DataSection, Keywords
 from accumrun.data.sources import DATA_SECTIONS
 from accumrun.data.tokenizer_sections import TOKENIZERS, Unknown, UnknownTokenizerConfig, by_name
 from accumrun.errors import describe
-from accumrun.kinds import BatchNormMode, Cluster, Direction, Feed, OnNonFinite, Precision, RandomDraws, Strategy
+from accumrun.kinds import (
+    BatchNormMode,
+    Cluster,
+    Direction,
+    Feed,
+    Measure,
+    OnNonFinite,
+    Precision,
+    RandomDraws,
+    Strategy,
+)
 from accumrun.sections import Section, listed, words
 
 
@@ -283,9 +293,18 @@ class TrainingConfig(Section):
     """The most updates one compiled call runs where the data is on the device; a call ends where the host is needed."""
     validate_every: int = Field(1, ge=1)
     """Validate after every N-th epoch, and after the last."""
+    measure: list[Annotated[Measure, words(Measure)]] = Field(default_factory=list)
+    """What to measure of the batches beside training: ``noise_scale`` (what batch size still helps)."""
     class_weight: dict[str, float] | Literal["balanced"] | None = None
     """Class labels only: each class's weight by its name in ``labels.json`` (unnamed classes 1.0), or ``balanced``
     (n_samples / (n_classes * count)). Training only, as Keras' ``class_weight``."""
+
+    @field_validator("measure")
+    @classmethod
+    def _each_once(cls, value: list[Measure]) -> list[Measure]:
+        if len(set(value)) != len(value):
+            raise ValueError("names a measurement twice")
+        return value
 
     @field_validator("class_weight", mode="before")
     @classmethod

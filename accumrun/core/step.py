@@ -70,6 +70,7 @@ import tensorflow as tf
 
 from accumrun.core.batch_norm import BatchNormStatistics, Moments
 from accumrun.core.losses import LossFn, MetricSet, Objective
+from accumrun.core.noise import MEASURES, estimates, squared_norm, sub_batch_part
 from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import SubBatchLoop, part_bounds, replica_rows, sub_batch_loops
 from accumrun.core.targets import Targets, each
@@ -80,8 +81,9 @@ Chunk = tuple[tf.Tensor, Targets]
 """``(x, y)``: a whole batch, or one of its sub-batches; ``y`` may carry per-sample weights
 (:mod:`accumrun.core.targets`), which every cut below slices with the targets."""
 
-Totals = tuple[list[tf.Tensor], tf.Tensor]
-"""``(gradients, loss_sum)`` accumulated so far."""
+Totals = tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]
+"""``(gradients, loss_sum, noise_parts)`` accumulated so far; ``noise_parts`` is the sum of the sub-batches'
+:func:`~accumrun.core.noise.sub_batch_part` with ``spec.noise_scale``, else zeros."""
 
 
 class BatchResult(NamedTuple):
@@ -93,6 +95,9 @@ class BatchResult(NamedTuple):
     """What the loss sum is divided by: the batch's samples, or its real tokens (token-level objectives)."""
     applied: tf.Tensor
     """Whether the update was applied (false: skipped, a NaN or Inf, or a loss-scale overflow)."""
+    measures: tf.Tensor
+    """With ``spec.noise_scale``, the batch's ``[|G|^2, tr(S), valid]`` (:func:`accumrun.core.noise.estimates`);
+    else empty."""
 
 
 # How many sub-batches the loop may run at once (TensorFlow's default is 10). More is faster on tiny sub-batches
@@ -119,6 +124,14 @@ class StepSpec:
     """Cut each sub-batch of token ids to its longest sequence, rounded up to a multiple of this."""
     jit_compile: bool = False
     """Compile with XLA."""
+    noise_scale: bool = False
+    """Estimate each batch's gradient noise from its sub-batches (:mod:`accumrun.core.noise`)."""
+
+    @property
+    def measure_width(self) -> int:
+        """The width of :attr:`BatchResult.measures`."""
+        return MEASURES if self.noise_scale else 0
+
     strategy: tf.distribute.Strategy | None = None
     """Deal each global batch out to the replicas of this strategy (the model, optimizer and metrics created in
     its scope)."""
@@ -155,6 +168,7 @@ class Accumulation:
             spec.batch_norm if spec.batch_norm is not None else BatchNormStatistics(model, BatchNormMode.SUB_BATCH)
         )
         self._draws = spec.draws
+        self._noise_scale = spec.noise_scale
         self._variables = model.trainable_variables
         # With XLA, each sub-batch of unknown shape is one cluster, compiled once per sub-batch shape.
         self._clustered = tf.function(self.add, jit_compile=True, reduce_retracing=True) if spec.jit_compile else None
@@ -164,7 +178,11 @@ class Accumulation:
         return tf.reduce_sum(self._objective.units(y))
 
     def __call__(self, x: tf.Tensor, y: Targets, total: tf.Tensor | None = None, first_row: Any = 0) -> Totals:
-        totals: Totals = ([tf.zeros_like(v, dtype=tf.float32) for v in self._variables], tf.constant(0.0, tf.float32))
+        totals: Totals = (
+            [tf.zeros_like(v, dtype=tf.float32) for v in self._variables],
+            tf.constant(0.0, tf.float32),
+            tf.zeros([2], tf.float64),
+        )
         n_float = tf.cast(self.units(y) if total is None else total, tf.float32)
         for loop in sub_batch_loops(x, y, self._subdivisions):
             add = self._clustered if self._clustered is not None and not loop.static else self.add
@@ -177,13 +195,13 @@ class Accumulation:
         """Add the sub-batches of ``loop`` to ``totals`` in a ``tf.while_loop``, so there is no Python round-trip per
         sub-batch."""
 
-        def body(k: tf.Tensor, gradients: list[tf.Tensor], loss_sum: tf.Tensor) -> tuple[Any, ...]:
+        def body(k: tf.Tensor, gradients: list[tf.Tensor], loss_sum: tf.Tensor, noise: tf.Tensor) -> tuple[Any, ...]:
             x_sub, y_sub, first_row = loop.take(loop.indices[k])
-            gradients, sub_loss_sum = add(x_sub, y_sub, offset + first_row, n_float, gradients)
-            return k + 1, gradients, loss_sum + sub_loss_sum
+            gradients, sub_loss_sum, sub_noise = add(x_sub, y_sub, offset + first_row, n_float, gradients)
+            return k + 1, gradients, loss_sum + sub_loss_sum, noise + sub_noise
 
         count = tf.shape(loop.indices)[0]
-        _, gradients, loss_sum = tf.while_loop(
+        _, gradients, loss_sum, noise = tf.while_loop(
             lambda k, *_: k < count,
             body,
             (tf.constant(0), *totals),
@@ -191,12 +209,13 @@ class Accumulation:
             # activations, which is the memory that subdivisions exist to save.
             parallel_iterations=PARALLEL_SUB_BATCHES,
         )
-        return gradients, loss_sum
+        return gradients, loss_sum, noise
 
     def add(
         self, x_sub: tf.Tensor, y_sub: Targets, first_row: tf.Tensor, n_float: tf.Tensor, gradients: list[tf.Tensor]
     ) -> Totals:
-        """One sub-batch forward and backward: ``gradients`` plus its share of the batch's, and its loss sum."""
+        """One sub-batch forward and backward: ``gradients`` plus its share of the batch's, its loss sum, and its
+        part of the noise estimate (zeros without ``noise_scale``)."""
         if self._bucket is not None:
             x_sub, y_sub = trim_padding(x_sub, y_sub, self._bucket, token_targets=self._objective.token_level)
         draws = self._draws.sub_batch(first_row, tf.shape(x_sub)[0]) if self._draws else contextlib.nullcontext()
@@ -219,11 +238,12 @@ class Accumulation:
         if self._metrics is not None:
             self._metrics.update(y_sub, predictions)
         self._batch_norm.record(tf.shape(x_sub)[0])
+        noise = sub_batch_part(sub_gradients, self.units(y_sub)) if self._noise_scale else tf.zeros([2], tf.float64)
         gradients = [
             g if d is None else g + tf.cast(tf.convert_to_tensor(d), tf.float32)
             for g, d in zip(gradients, sub_gradients, strict=True)
         ]
-        return gradients, sub_loss_sum
+        return gradients, sub_loss_sum, noise
 
 
 def make_gradient_fn(
@@ -234,12 +254,13 @@ def make_gradient_fn(
     scale_loss: Callable[[tf.Tensor], tf.Tensor] | None = None,
     **fields: Any,
 ) -> Accumulation:
-    """A function ``(x, y, total=None, first_row=0) -> (gradients, loss_sum)`` that accumulates over the
-    sub-batches, and whose ``units(y)`` counts a batch's units (samples, or real tokens).
+    """A function ``(x, y, total=None, first_row=0) -> (gradients, loss_sum, noise_parts)`` that accumulates over
+    the sub-batches, and whose ``units(y)`` counts a batch's units (samples, or real tokens).
 
     ``gradients`` is the gradient of the batch's mean loss per unit (plus the model's regularization losses) with
     respect to ``model.trainable_variables``; ``loss_sum`` is the sum of the per-sample losses, each unit with the
-    regularization added (so ``loss_sum / units`` is the objective minimized, as Keras ``fit`` logs its loss).
+    regularization added (so ``loss_sum / units`` is the objective minimized, as Keras ``fit`` logs its loss);
+    ``noise_parts`` what :mod:`accumrun.core.noise` needs of the sub-batches (zeros without ``spec.noise_scale``).
     ``spec.metrics``, when given, are updated with every sub-batch's samples. ``total`` is the unit count that the
     losses are divided by, ``y``'s own by default; a replica that holds one slice of a batch passes the whole
     batch's, so that the replicas' gradients sum to the batch's (see :func:`make_train_step`); an empty slice then
@@ -317,13 +338,25 @@ ApplyOrSkip = Callable[[Any, tf.Tensor], tf.Tensor]
 
 class Accumulated(NamedTuple):
     """What each replica has after accumulating a batch: its own metric state from before the batch and
-    gradients, and the batch's totals ``[loss_sum, replicas that saw a NaN or Inf]`` and BatchNorm moments over
-    every replica."""
+    gradients, and over every replica the batch's totals ``[loss_sum, replicas that saw a NaN or Inf]``, its noise
+    parts and the squared norm of its gradient (with ``noise_scale``, else zeros) and BatchNorm moments."""
 
     metrics_before: list[tf.Tensor]
     gradients: list[tf.Tensor]
     totals: tf.Tensor
+    noise_parts: tf.Tensor
+    batch_sq_norm: tf.Tensor
     moments: list[Moments]
+
+
+class Finished(NamedTuple):
+    """A batch after its update: the loss sum, whether the update was applied, and the noise parts over every
+    replica and the squared norm of the batch's gradient (both zero without ``noise_scale``)."""
+
+    loss_sum: tf.Tensor
+    applied: tf.Tensor
+    noise_parts: tf.Tensor
+    batch_sq_norm: tf.Tensor
 
 
 class BatchSequence:
@@ -332,8 +365,8 @@ class BatchSequence:
     1. the BatchNorm moving statistics are kept as they are (:meth:`start`);
     2. on each replica, the metrics' state is kept and the BatchNorm record emptied (:meth:`open`);
     3. the step accumulates the batch's gradients, its own piece;
-    4. on each replica, the loss sum, the non-finite count and the BatchNorm moments are totalled over the
-       replicas (:meth:`close`);
+    4. on each replica, the loss sum, the non-finite count, the noise parts and the BatchNorm moments are totalled
+       over the replicas, and with ``noise_scale`` the batch gradient's squared norm taken (:meth:`close`);
     5. the update is applied, or skipped when anything was not finite, the same on every replica
        (``apply_or_skip``, the step's other piece), the metrics put back unless it was applied, and the BatchNorm
        statistics moved once, or not at all (:meth:`finish`).
@@ -348,15 +381,17 @@ class BatchSequence:
         batch_norm: BatchNormStatistics,
         apply_or_skip: ApplyOrSkip,
         placement: Placement,
+        *,
+        noise_scale: bool = False,
     ) -> None:
         self._metric_state = metric_state
         self._batch_norm = batch_norm
         self._apply_or_skip = apply_or_skip
         self._placement = placement
+        self._noise_scale = noise_scale
 
-    def run(self, accumulate: Callable[..., Totals], *args: Any) -> tuple[tf.Tensor, tf.Tensor]:
-        """One batch through the whole sequence; ``accumulate(*args)`` runs on each replica. Return
-        ``(loss_sum, applied)``."""
+    def run(self, accumulate: Callable[..., Totals], *args: Any) -> Finished:
+        """One batch through the whole sequence; ``accumulate(*args)`` runs on each replica."""
         self.start()
 
         def on_replica(*replica_args: Any) -> Accumulated:
@@ -375,20 +410,33 @@ class BatchSequence:
         self._batch_norm.reset()
         return [tf.identity(v) for v in self._metric_state]
 
-    def close(self, metrics_before: list[tf.Tensor], gradients: list[tf.Tensor], loss_sum: tf.Tensor) -> Accumulated:
-        """On a replica, after accumulating: total the loss, the non-finite count and the BatchNorm moments over
-        every replica (one small all-reduce, and BatchNorm's own)."""
+    def close(
+        self, metrics_before: list[tf.Tensor], gradients: list[tf.Tensor], loss_sum: tf.Tensor, noise: tf.Tensor
+    ) -> Accumulated:
+        """On a replica, after accumulating: total the loss, the non-finite count, the noise parts and the BatchNorm
+        moments over every replica (one small all-reduce, and BatchNorm's own)."""
         context = self._placement.context()
         not_finite = tf.logical_not(_all_finite(loss_sum, gradients))
         totals = tf.stack([loss_sum, tf.cast(not_finite, tf.float32)])
         if context is not None:
             totals = context.all_reduce(tf.distribute.ReduceOp.SUM, totals)
-        return Accumulated(metrics_before, gradients, totals, self._batch_norm.batch_moments(context))
+        batch_sq_norm = tf.constant(0.0, tf.float64)
+        if self._noise_scale and context is not None:
+            # The noise parts and the replicas' gradients summed, as the update will sum them: two more
+            # all-reduces, one of two numbers and one of the gradients, that only a replicated run measuring its
+            # noise pays.
+            noise = context.all_reduce(tf.distribute.ReduceOp.SUM, noise)
+            batch_sq_norm = squared_norm(context.all_reduce(tf.distribute.ReduceOp.SUM, gradients))
+        elif self._noise_scale:
+            batch_sq_norm = squared_norm(gradients)
+        moments = self._batch_norm.batch_moments(context)
+        return Accumulated(metrics_before, gradients, totals, noise, batch_sq_norm, moments)
 
-    def finish(self, accumulated: Accumulated) -> tuple[tf.Tensor, tf.Tensor]:
-        """Apply or skip the update, put the metrics back unless it was applied, move the BatchNorm statistics;
-        return ``(loss_sum, applied)``."""
-        totals, moments = self._placement.first_copy((accumulated.totals, accumulated.moments))
+    def finish(self, accumulated: Accumulated) -> Finished:
+        """Apply or skip the update, put the metrics back unless it was applied, move the BatchNorm statistics."""
+        totals, noise_parts, batch_sq_norm, moments = self._placement.first_copy(
+            (accumulated.totals, accumulated.noise_parts, accumulated.batch_sq_norm, accumulated.moments)
+        )
         applied = self._apply_or_skip(accumulated.gradients, tf.equal(totals[1], 0.0))
         if self._metric_state:
 
@@ -399,7 +447,7 @@ class BatchSequence:
             # A skipped batch's samples are not counted.
             tf.cond(applied, lambda: tf.constant(True), put_back)
         self._batch_norm.update(moments, applied)
-        return totals[0], applied
+        return Finished(totals[0], applied, noise_parts, batch_sq_norm)
 
     def _assign_metrics(self, values: list[tf.Tensor]) -> None:
         for variable, value in zip(self._metric_state, values, strict=True):
@@ -482,15 +530,18 @@ class StreamedStep(TrainStep):
         sequence: BatchSequence,
         sub_batch_gradients: Accumulation,
         variables: list[tf.Variable],
+        measure: BatchMeasures,
         *,
         jit_compile: bool,
     ) -> None:
         self._sequence = sequence
         self._sub_batch_gradients = sub_batch_gradients
+        self._measure = measure
         with tf.init_scope():
             self._gradients = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False) for v in variables]
             self._loss_sum = tf.Variable(0.0, trainable=False)
             self._units = tf.Variable(0.0, trainable=False)
+            self._noise = tf.Variable(tf.zeros([2], tf.float64), trainable=False)
         self._add = tf.function(
             self._add_sub_batch, jit_compile=jit_compile or None, reduce_retracing=True, autograph=False
         )
@@ -515,10 +566,11 @@ class StreamedStep(TrainStep):
         return BatchResult(*self._end(metrics_before, total))
 
     def _add_sub_batch(self, x: tf.Tensor, y: Targets, total: tf.Tensor, first_row: tf.Tensor) -> tf.Tensor:
-        gradients, loss_sum = self._sub_batch_gradients(x, y, total, first_row)
+        gradients, loss_sum, noise = self._sub_batch_gradients(x, y, total, first_row)
         for accumulator, gradient in zip(self._gradients, gradients, strict=True):
             accumulator.assign_add(gradient)
         self._loss_sum.assign_add(loss_sum)
+        self._noise.assign_add(noise)
         self._units.assign_add(self._sub_batch_gradients.units(y))
         return loss_sum
 
@@ -527,13 +579,17 @@ class StreamedStep(TrainStep):
         # The sub-batches were divided by the batch's samples; the batch's mean is over its units.
         to_units = samples / units
         gradients = [g * to_units for g in self._gradients]
-        accumulated = self._sequence.close(metrics_before, gradients, tf.identity(self._loss_sum))
-        loss_sum, applied = self._sequence.finish(accumulated)
+        loss_scale = self._measure.loss_scale()
+        accumulated = self._sequence.close(
+            metrics_before, gradients, tf.identity(self._loss_sum), tf.identity(self._noise)
+        )
+        finished = self._sequence.finish(accumulated)
         for accumulator in self._gradients:
             accumulator.assign(tf.zeros_like(accumulator))
         self._loss_sum.assign(0.0)
         self._units.assign(0.0)
-        return loss_sum, units, applied
+        self._noise.assign(tf.zeros([2], tf.float64))
+        return finished.loss_sum, units, finished.applied, self._measure(finished, samples, units, loss_scale)
 
 
 def make_train_step(
@@ -582,26 +638,58 @@ def make_train_step(
         spec = dataclasses.replace(spec, batch_norm=BatchNormStatistics(model, BatchNormMode.SUB_BATCH))
     assert spec.batch_norm is not None
     metric_state = spec.metrics.variables if spec.metrics is not None else []
-    sequence = BatchSequence(metric_state, spec.batch_norm, _apply_or_skip(optimizer, variables, placement), placement)
+    sequence = BatchSequence(
+        metric_state,
+        spec.batch_norm,
+        _apply_or_skip(optimizer, variables, placement),
+        placement,
+        noise_scale=spec.noise_scale,
+    )
     scale_loss = optimizer.scale_loss if loss_scaled else None
+    measure = BatchMeasures(spec.noise_scale, scale_loss)
     if spec.feed is Feed.SUB_BATCH:
         # A streamed sub-batch is a batch of one subdivision, its losses divided by the whole batch's count; the
         # step compiles each sub-batch's call whole, with XLA when asked.
         sub_batch = make_gradient_fn(model, loss, spec, scale_loss=scale_loss, subdivisions=1, jit_compile=False)
-        return StreamedStep(sequence, sub_batch, variables, jit_compile=spec.jit_compile)
+        return StreamedStep(sequence, sub_batch, variables, measure, jit_compile=spec.jit_compile)
     accumulate = make_gradient_fn(model, loss, spec, scale_loss=scale_loss)
     if strategy is not None:
-        return _replicated_step(strategy, sequence, accumulate)
-    return _one_device_step(sequence, accumulate, jit_compile=spec.jit_compile)
+        return _replicated_step(strategy, sequence, accumulate, measure)
+    return _one_device_step(sequence, accumulate, measure, jit_compile=spec.jit_compile)
 
 
-def _one_device_step(sequence: BatchSequence, accumulate: Accumulation, *, jit_compile: bool) -> WholeBatchStep:
+class BatchMeasures:
+    """What a step measures of each batch beside its update: with ``noise_scale``, the noise estimates
+    (:func:`accumrun.core.noise.estimates`), unscaled by ``scale_loss`` (a loss-scale optimizer's); else nothing,
+    at no cost."""
+
+    def __init__(self, noise_scale: bool, scale_loss: Callable[[tf.Tensor], tf.Tensor] | None) -> None:
+        self._noise_scale = noise_scale
+        self._scale_loss = scale_loss
+
+    def loss_scale(self) -> tf.Tensor:
+        """The loss scale now (read before the update, which may change it)."""
+        if self._scale_loss is None or not self._noise_scale:
+            return tf.constant(1.0)
+        return tf.cast(self._scale_loss(tf.constant(1.0)), tf.float32)
+
+    def __call__(self, finished: Finished, divided_by: tf.Tensor, units: tf.Tensor, loss_scale: tf.Tensor) -> tf.Tensor:
+        """The batch's measures, its sub-batches' loss sums having been divided by ``divided_by``."""
+        if not self._noise_scale:
+            return tf.zeros([0], tf.float64)
+        return estimates(finished.noise_parts, finished.batch_sq_norm, divided_by, units, loss_scale)
+
+
+def _one_device_step(
+    sequence: BatchSequence, accumulate: Accumulation, measure: BatchMeasures, *, jit_compile: bool
+) -> WholeBatchStep:
     """The whole-batch step on one device."""
 
     def train_step(x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, ...]:
         units = accumulate.units(y)
-        loss_sum, applied = sequence.run(accumulate, x, y, units)
-        return loss_sum, units, applied
+        loss_scale = measure.loss_scale()
+        finished = sequence.run(accumulate, x, y, units)
+        return finished.loss_sum, units, finished.applied, measure(finished, units, units, loss_scale)
 
     # The step's loops are tf.while_loop and its branches tf.cond, written out: without autograph converting its
     # functions (some forty), the first call traces in half the time. XLA needs static shapes, so a jit-compiled
@@ -612,7 +700,7 @@ def _one_device_step(sequence: BatchSequence, accumulate: Accumulation, *, jit_c
 
 
 def _replicated_step(
-    strategy: tf.distribute.Strategy, sequence: BatchSequence, accumulate: Accumulation
+    strategy: tf.distribute.Strategy, sequence: BatchSequence, accumulate: Accumulation, measure: BatchMeasures
 ) -> WholeBatchStep:
     """The whole-batch step over the replicas of ``strategy``: each takes its slice of the global batch, and
     divides by the global batch's units."""
@@ -627,8 +715,8 @@ def _replicated_step(
 
         x_parts, y_parts, first_rows = strategy.experimental_distribute_values_from_function(replica_slice)
         units = accumulate.units(y)
-        loss_sum, applied = sequence.run(accumulate, x_parts, y_parts, units, first_rows)
-        return loss_sum, units, applied
+        finished = sequence.run(accumulate, x_parts, y_parts, units, first_rows)
+        return finished.loss_sum, units, finished.applied, measure(finished, units, units, tf.constant(1.0))
 
     return WholeBatchStep(train_step)
 

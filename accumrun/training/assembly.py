@@ -8,7 +8,7 @@ from accumrun.core.batch_norm import PopulationStatistics
 from accumrun.core.split import replica_sub_batch_sizes
 from accumrun.core.step import WholeBatchStep
 from accumrun.core.updates import UpdateLoop
-from accumrun.kinds import BatchNormMode, Feed, OnNonFinite
+from accumrun.kinds import BatchNormMode, Feed, Measure, OnNonFinite
 from accumrun.objective import Scorer
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.autosub import Settled
@@ -22,6 +22,7 @@ from accumrun.training.epoch_end import PreciseStatistics, Validation
 from accumrun.training.hooks import Hook, Hooks
 from accumrun.training.log import EpochLog, RowSizes
 from accumrun.training.loop import Trainer
+from accumrun.training.noise_scale import NoiseScale
 from accumrun.training.nonfinite import NonFinitePolicy
 from accumrun.training.run import Run
 from accumrun.training.setup import TrainingSetup
@@ -54,6 +55,9 @@ def build_trainer(
         scorer = Scorer(setup.model, setup.objective.objective, setup.val_metrics)
         val_feeder = setup.val_feeder(sub_batch_size)
         hooks.append(Validation(lambda: {f"val_{name}": value for name, value in scorer(val_feeder).items()}, cadence))
+    if Measure.NOISE_SCALE in training.measure:
+        batch_size = None if setup.objective.objective.token_level else setup.batch_size
+        hooks.append(NoiseScale(echo, batch_size, measured=setup.step_spec(subdivisions).noise_scale))
     metric_names = setup.objective.metric_names
     # Before the non-finite policy, which may stop the run: the good updates of its call are logged first.
     hooks.append(TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates, metric_names))
@@ -114,6 +118,7 @@ def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
             optimizer=setup.optimizer,
             metrics=setup.train_metrics,
             stop_on_nonfinite=setup.config.training.on_nonfinite is OnNonFinite.STOP,
+            measure_width=setup.step_spec(settled.subdivisions).measure_width,
         )
         return DeviceBatches(plan, feeder.resident, loop)
     return FedBatches(plan, feeder, step, metrics=setup.train_metrics, optimizer=setup.optimizer)

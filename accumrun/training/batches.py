@@ -116,4 +116,5 @@ class FedBatches(Batches):
             learning_rates=np.array([keras.ops.convert_to_numpy(optimizer.learning_rate)], np.float32),
             optimizer_steps=np.array([int(optimizer.iterations.numpy())], np.int64),
             metrics=np.array([metrics], np.float32).reshape(1, len(self._metrics.names)),
+            measures=result.measures.numpy()[np.newaxis],
         )

@@ -7,7 +7,7 @@ name, so files named the old way (0-based epochs) still load.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,9 @@ from accumrun.rundir.atomic import write_atomically
 @dataclass
 class Position:
     """Where a run stands: ``batch`` batches done in epoch ``epoch`` (0-based; an epoch's end is the next one's
-    start), and that epoch's sums (``units``: samples, or real tokens). A resumed process starts ``train_seconds``
-    and ``timed_samples`` again, so a resumed epoch reports its own speed, not one spread over two processes."""
+    start), and that epoch's sums (``units``: samples, or real tokens; hooks' measurements). A resumed process
+    starts ``train_seconds`` and ``timed_samples`` again, so a resumed epoch reports its own speed, not one spread
+    over two processes."""
 
     epoch: int = 0
     batch: int = 0
@@ -33,6 +34,10 @@ class Position:
     loss_scale_skips: int = 0
     train_seconds: float = 0.0
     timed_samples: int = 0
+    measures: dict[str, float] = field(default_factory=dict)
+    """The epoch's running sums of what hooks measure (:mod:`accumrun.training.noise_scale`)."""
+    carried: dict[str, float] = field(default_factory=dict)
+    """What hooks carry from epoch to epoch (exponential averages): the next epoch's position starts with it."""
 
     def counted(self, batches_per_epoch: int) -> tuple[int, int]:
         """``(epoch, batch)`` as the console counts: 1-based epoch, batches done (an epoch's end is its last batch)."""

@@ -166,6 +166,8 @@ def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:
     if "val_loss" in row.figures:
         names += [f"val_{name}" for name in names]
     parts = [f"epoch {row.epoch}/{epochs}", *(f"{name} {_figure(name, row.figure(name))}" for name in names)]
+    if "gradient_noise_scale" in row.figures:
+        parts.append(f"noise scale {row.figures['gradient_noise_scale']:,.0f}")
     parts += [f"{row.seconds:.1f} s", f"{row.samples_per_second:,.0f} samples/s"]
     if row.skipped_batches:
         parts.append(f"{row.skipped_batches} batches skipped (non-finite)")

@@ -4,6 +4,7 @@ settled (:func:`accumrun.training.autosub.settle_subdivisions` settles that into
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from accumrun.data.dataset import Dataset, load_dataset, with_class_weights
 from accumrun.data.feeder import Feeder
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
-from accumrun.kinds import Feed, Precision, Task
+from accumrun.kinds import Feed, Measure, Precision, Task
 from accumrun.models.builders import build_model
 from accumrun.models.preprocessing import (
     Preprocess,
@@ -125,12 +126,16 @@ class TrainingSetup:
         without augmentation, see :mod:`accumrun.data.resident`) and batches come whole."""
         return self.dataset.train.in_memory is not None and self.augmentation is None and self.feed is Feed.BATCH
 
+    def step_spec(self, subdivisions: int) -> StepSpec:
+        """The step's options for ``subdivisions``: the noise scale is measured only where a batch has two
+        sub-batches or more (several subdivisions, or replicas)."""
+        noise_scale = self.spec.noise_scale and (subdivisions > 1 or self.replicas > 1)
+        return dataclasses.replace(self.spec, subdivisions=subdivisions, noise_scale=noise_scale)
+
     def make_step(self, subdivisions: int) -> TrainStep:
         """Compile the train step for ``subdivisions`` (see :func:`accumrun.core.step.make_train_step`)."""
         with strategy_scope(self.strategy):
-            return make_train_step(
-                self.model, self.objective.objective, self.optimizer, self.spec, subdivisions=subdivisions
-            )
+            return make_train_step(self.model, self.objective.objective, self.optimizer, self.step_spec(subdivisions))
 
     @property
     def epoch_batch_sizes(self) -> list[int]:
@@ -237,6 +242,7 @@ def build_training(
             bucket=config.data.token_bucket,
             jit_compile=training.jit_compile,
             strategy=strategy,
+            noise_scale=Measure.NOISE_SCALE in training.measure,
         )
         val_metrics = objective.objective.new_metrics()
     # config.yaml records what the config left to accumrun; rescale stays auto where an application's own

@@ -7,9 +7,10 @@ from pathlib import Path
 import tensorflow as tf
 
 from accumrun.training.hooks import BatchEnd, EpochEnd, Hook
+from accumrun.training.noise_scale import FIGURES as NOISE_FIGURES
 
 # Per-epoch values besides the loss and the metrics that are worth a curve; the rest of a row is bookkeeping.
-_OTHER_SCALARS = ("samples_per_second", "learning_rate")
+_OTHER_SCALARS = ("samples_per_second", "learning_rate", *NOISE_FIGURES)
 
 
 class TensorBoardLog(Hook):

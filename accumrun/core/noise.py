@@ -1,0 +1,51 @@
+"""The gradient noise scale of McCandlish et al., "An Empirical Model of Large-Batch Training" (2018), from what
+accumulation has in hand: each sub-batch's gradient and the batch's.
+
+Sub-batch ``j`` of ``b_j`` units (samples, or real target tokens) has its own mean gradient ``g_j``; the batch of
+``B = sum_j b_j`` units has ``G_B``, and ``P`` sub-batches over every replica. Then, unbiased for any sizes::
+
+    tr(S) = (sum_j b_j |g_j|^2 - B |G_B|^2) / (P - 1)        |G|^2 = |G_B|^2 - tr(S) / B
+
+which for equal sub-batches are McCandlish et al.'s two-batch-size estimators (their appendix A). The step adds
+``|d_j|^2 / b_j`` for each sub-batch's accumulated share ``d_j = g_j b_j / D`` (``D`` being what it divided the
+sub-batch's loss sum by), so that ``sum_j b_j |g_j|^2 = D^2 sum_j |d_j|^2 / b_j``; :func:`estimates` finishes.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+MEASURES = 3
+"""The width of a batch's estimates: ``[|G|^2, tr(S), valid]`` (valid is 1.0 with two sub-batches or more)."""
+
+
+def sub_batch_part(gradients: list[tf.Tensor | None], units: tf.Tensor) -> tf.Tensor:
+    """``[|d|^2 / b, 1]`` (float64) for a sub-batch of ``units`` units whose share of the batch's gradient is
+    ``gradients`` (``[0, 0]`` for an empty sub-batch, which is not one of the ``P``)."""
+    squared = squared_norm([g for g in gradients if g is not None])
+    units = tf.cast(units, tf.float64)
+    return tf.stack([tf.math.divide_no_nan(squared, units), tf.cast(units > 0, tf.float64)])
+
+
+def squared_norm(gradients: list[tf.Tensor]) -> tf.Tensor:
+    """``|G|^2`` (float64) of a gradient given as one tensor per variable: the estimates are differences of such
+    norms, which float32 would leave with a few digits where the noise dwarfs the mean gradient."""
+    return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in gradients])
+
+
+def estimates(
+    parts: tf.Tensor, batch_sq_norm: tf.Tensor, divided_by: tf.Tensor, units: tf.Tensor, loss_scale: tf.Tensor
+) -> tf.Tensor:
+    """``[|G|^2, tr(S), valid]`` (float64) for one batch, from the sum of its sub-batches' :func:`sub_batch_part`
+    over every replica (``parts``), the squared norm of its accumulated gradient, what each sub-batch's loss sum was
+    divided by, the batch's units, and the loss scale that multiplied the gradients (1 without one)."""
+    sub_batch_sq, count = parts[0], parts[1]
+    divided_by, units, loss_scale = (tf.cast(value, tf.float64) for value in (divided_by, units, loss_scale))
+    unscale = 1.0 / tf.square(loss_scale)
+    weighted = tf.square(divided_by) * sub_batch_sq * unscale
+    batch = batch_sq_norm * unscale
+    # With one sub-batch there is no second batch size: the batch says nothing about the noise.
+    valid = count >= 2.0
+    trace = tf.math.divide_no_nan(weighted - units * batch, count - 1.0)
+    sq_norm = batch - tf.math.divide_no_nan(trace, units)
+    return tf.where(valid, tf.stack([sq_norm, trace, tf.constant(1.0, tf.float64)]), tf.zeros([MEASURES], tf.float64))

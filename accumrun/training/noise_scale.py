@@ -1,0 +1,89 @@
+"""The noise-scale hook: the step's per-batch estimates of ``|G|^2`` and ``tr(S)`` (:mod:`accumrun.core.noise`)
+summed over each epoch into its row, and averaged exponentially across epochs.
+
+The running sums live in the :class:`~accumrun.training.checkpoints.Position`, so a checkpoint carries them and a
+resumed epoch logs what the uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from accumrun.training.checkpoints import Position
+from accumrun.training.hooks import BatchEnd, Hook
+
+DECAY = 0.9
+"""How much of the exponential averages each update keeps."""
+
+FIGURES = ("gradient_sq_norm", "gradient_trace_cov", "gradient_noise_scale", "gradient_noise_scale_ema")
+"""The columns the hook adds to an epoch's row."""
+
+SQ_NORM, TRACE, UPDATES, UNITS = "noise.sq_norm", "noise.trace", "noise.updates", "noise.units"
+SQ_NORM_EMA, TRACE_EMA = "noise.sq_norm_ema", "noise.trace_ema"
+
+
+class NoiseScale(Hook):
+    """Logs ``gradient_sq_norm`` and ``gradient_trace_cov`` (each the epoch's mean over its measured updates),
+    ``gradient_noise_scale`` (their ratio, left out unless the ``|G|^2`` mean is positive) and
+    ``gradient_noise_scale_ema`` (the ratio of their exponential averages, carried across epochs); at the end,
+    ``echo`` states the last logged noise scale beside the batch: ``batch_size`` samples, or for a token-level
+    objective (None) the mean real tokens of the batches measured. A run whose batches are each one sub-batch on
+    one device (``measured`` false) has no smaller batch to compare with: it says so at its start, and measures
+    nothing."""
+
+    def __init__(self, echo: Callable[[str], None], batch_size: int | None, *, measured: bool = True) -> None:
+        self._echo = echo
+        self._batch_size = batch_size
+        self._measured = measured
+        self._last: tuple[int, float, float] | None = None
+        """The last epoch that logged a noise scale (1-based), the scale, and its units per batch."""
+
+    def on_run_start(self, position: Position) -> None:
+        if not self._measured:
+            self._echo(
+                "noise_scale is not measured: each batch is one sub-batch on one device (subdivisions 1), so there "
+                "is no smaller batch to compare it with"
+            )
+
+    def on_batch_end(self, batches: BatchEnd) -> None:
+        updates, sums, carried = batches.updates, batches.position.measures, batches.position.carried
+        for k in range(batches.count if self._measured else 0):
+            sq_norm, trace, valid = (float(value) for value in updates.measures[k])
+            if not updates.applied[k] or not valid:
+                continue
+            for key, value in ((SQ_NORM, sq_norm), (TRACE, trace), (UPDATES, 1.0), (UNITS, float(updates.units[k]))):
+                sums[key] = sums.get(key, 0.0) + value
+            for key, value in ((SQ_NORM_EMA, sq_norm), (TRACE_EMA, trace)):
+                carried[key] = DECAY * carried.get(key, 0.0) + (1.0 - DECAY) * value
+
+    def epoch_figures(self, position: Position, ends_call: bool) -> dict[str, float]:
+        sums, carried = position.measures, position.carried
+        updates = sums.get(UPDATES, 0.0)
+        if not updates:
+            return {}
+        sq_norm, trace = sums[SQ_NORM] / updates, sums[TRACE] / updates
+        figures = {"gradient_sq_norm": sq_norm, "gradient_trace_cov": trace}
+        if sq_norm > 0:
+            figures["gradient_noise_scale"] = trace / sq_norm
+            self._last = (position.epoch + 1, trace / sq_norm, sums[UNITS] / updates)
+        if carried.get(SQ_NORM_EMA, 0.0) > 0:
+            figures["gradient_noise_scale_ema"] = carried[TRACE_EMA] / carried[SQ_NORM_EMA]
+        return figures
+
+    def on_stop(self, stopped: str | None) -> None:
+        if self._last is not None:
+            self._echo(noise_scale_line(*self._last, self._batch_size))
+
+
+def noise_scale_line(epoch: int, noise_scale: float, tokens: float, batch_size: int | None) -> str:
+    """``gradient noise scale ~1,800 samples at epoch 20; batch 4,096 is above it``, or in tokens where
+    ``batch_size`` is None (a batch of ``tokens`` real tokens on average)."""
+    if batch_size is not None:
+        batch, unit, approximate = float(batch_size), "samples", ""
+    else:
+        batch, unit, approximate = tokens, "tokens", "~"
+    where = "above" if batch > noise_scale else "below"
+    return (
+        f"gradient noise scale ~{noise_scale:,.0f} {unit} at epoch {epoch}; batch {approximate}{batch:,.0f} is "
+        f"{where} it"
+    )

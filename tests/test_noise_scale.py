@@ -1,0 +1,178 @@
+"""The gradient noise scale (``training.measure: [noise_scale]``): its two estimates against NumPy on models whose
+per-sample gradients are written out in closed form, its averages over an epoch against the exact population
+values, and a measured run against the same run unmeasured. Resumes that log the same measurements are in
+tests/test_resume.py; two replicas in tests/test_distribute.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from accumrun import train
+from accumrun.config.loading import load_config
+from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.split import sub_batch_sizes
+from accumrun.core.step import make_train_step
+from accumrun.kinds import Feed
+from accumrun.training.setup import build_training
+from tests.helpers import invoke, tiny_config, write_config
+
+
+def reference_estimates(gradients: np.ndarray, sub_batches: list[np.ndarray]) -> tuple[float, float]:
+    """``(|G|^2, tr(S))`` of one batch from its per-sample ``gradients`` (one row each) and the rows of each of its
+    sub-batches, by the formulas of the issue (float64)."""
+    rows = np.concatenate(sub_batches)
+    units = len(rows)
+    batch = gradients[rows].mean(axis=0)
+    weighted = sum(len(part) * np.sum(gradients[part].mean(axis=0) ** 2) for part in sub_batches)
+    trace = (weighted - units * np.sum(batch**2)) / (len(sub_batches) - 1)
+    return float(np.sum(batch**2) - trace / units), float(trace)
+
+
+def contiguous(sizes: list[int], start: int = 0) -> list[np.ndarray]:
+    """The rows of consecutive sub-batches of ``sizes`` from row ``start``."""
+    bounds = np.cumsum([start, *sizes])
+    return [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def softmax_gradients(kernel: np.ndarray, bias: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Each sample's gradient of its cross-entropy under a linear softmax model, kernel then bias."""
+    logits = x.astype(np.float64) @ kernel + bias
+    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    residual = probabilities - np.eye(kernel.shape[1])[y]
+    return np.concatenate([(x[:, :, None] * residual[:, None, :]).reshape(len(x), -1), residual], axis=1)
+
+
+@pytest.mark.parametrize("kind", ["whole", "streamed", "loss_scaled"])
+def test_one_batch_estimates_equal_the_formulas_on_uneven_sub_batches(kind: str) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(10, 6)).astype(np.float32)
+    # Mostly class 0: the mean gradient stands clear of the noise, so |G|^2 is no small difference.
+    y = np.array([0, 0, 0, 1, 0, 0, 2, 0, 0, 0], np.int32)
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3)])
+    kernel, bias = (v.numpy().astype(np.float64) for v in model.trainable_variables)
+    optimizer = keras.optimizers.SGD(0.1)
+    if kind == "loss_scaled":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=2.0**10)
+    feed = Feed.SUB_BATCH if kind == "streamed" else Feed.BATCH
+    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 3, feed=feed, noise_scale=True)
+    sizes = sub_batch_sizes(10, 3)
+    assert sorted(sizes) == [3, 3, 4]
+    chunks = [(tf.constant(x[rows]), tf.constant(y[rows])) for rows in contiguous(sizes)]
+    result = step.train_batch(chunks if kind == "streamed" else [(tf.constant(x), tf.constant(y))], 10)
+
+    sq_norm, trace, valid = result.measures.numpy()
+    expected_sq_norm, expected_trace = reference_estimates(softmax_gradients(kernel, bias, x, y), contiguous(sizes))
+    assert valid == 1.0 and bool(result.applied)
+    assert sq_norm == pytest.approx(expected_sq_norm, rel=1e-5)
+    assert trace == pytest.approx(expected_trace, rel=1e-5)
+
+
+def linear_regression_config(tmp_path: Path, samples: int, *, shuffle: bool, **training: Any) -> Path:
+    """A linear model (``mlp`` without hidden layers) fitting one target by the mean squared error, on
+    ``samples`` samples, all for training; SGD."""
+    learning_rate = training.pop("learning_rate", 0.05)
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(samples, 3)) + 0.5).astype(np.float32)
+    y = (3.0 + x @ np.array([1.0, -2.0, 0.5]) + rng.normal(size=samples)).astype(np.float32)[:, None]
+    np.savez(tmp_path / "linear.npz", x=x, y=y)
+    return write_config(
+        tmp_path / "linear.yaml",
+        seed=1,
+        data={
+            "name": "npz",
+            "path": str(tmp_path / "linear.npz"),
+            "validation_split": 0.0,
+            "task": "regression",
+            "shuffle": shuffle,
+        },
+        model={"name": "mlp", "hidden": []},
+        loss={"name": "mean_squared_error"},
+        training={"measure": ["noise_scale"], **training},
+        optimizer={"name": "sgd", "learning_rate": learning_rate},
+        output={"tensorboard": False},
+    )
+
+
+def squared_error_gradients(weights: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Each sample's gradient of its squared error under the linear model ``weights`` (kernel, bias)."""
+    kernel, bias = (np.asarray(w, np.float64) for w in weights)
+    residual = x @ kernel + bias - y
+    return np.concatenate([2 * residual * x, 2 * residual], axis=1)
+
+
+def test_the_logged_estimates_equal_the_formulas_and_measuring_moves_nothing(tmp_path: Path) -> None:
+    # One update per epoch: the whole batch of 10 in sub-batches of 3, 3 and 4.
+    path = linear_regression_config(tmp_path, 10, shuffle=False, epochs=2, batch_size="full", subdivisions=3)
+    measured = train(load_config(path), tmp_path / "measured", quiet=True)
+    unmeasured = train(load_config(path, ["training.measure=[]"]), tmp_path / "unmeasured", quiet=True)
+
+    for mine, theirs in zip(measured.model.get_weights(), unmeasured.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    assert not any(key.startswith("gradient_") for key in unmeasured.metrics[0])
+    with np.load(tmp_path / "linear.npz") as arrays:
+        x, y = arrays["x"].astype(np.float64), arrays["y"].astype(np.float64)
+    weights = [w.numpy().astype(np.float64) for w in build_training(load_config(path)).model.trainable_weights]
+    averages = np.zeros(2)
+    for row in measured.metrics:
+        gradients = squared_error_gradients(weights, x, y)
+        sq_norm, trace = reference_estimates(gradients, contiguous(sub_batch_sizes(10, 3)))
+        assert row["gradient_sq_norm"] == pytest.approx(sq_norm, rel=1e-5)
+        assert row["gradient_trace_cov"] == pytest.approx(trace, rel=1e-5)
+        assert row["gradient_noise_scale"] == pytest.approx(trace / sq_norm, rel=1e-5)
+        averages = 0.9 * averages + 0.1 * np.array([sq_norm, trace])
+        assert row["gradient_noise_scale_ema"] == pytest.approx(averages[1] / averages[0], rel=1e-5)
+        # The epoch's one update, by plain gradient descent.
+        step = gradients.mean(axis=0)
+        weights = [weights[0] - 0.05 * step[:3, None], weights[1] - 0.05 * step[3:]]
+
+
+@pytest.mark.slow
+def test_over_an_epoch_the_estimates_average_to_the_population_values(tmp_path: Path) -> None:
+    # 200 batches of 10 drawn without replacement (shuffled, seeded), each in 10 sub-batches of one sample; the
+    # weights barely move, so every batch samples the gradients at the initial weights.
+    path = linear_regression_config(
+        tmp_path, 2000, shuffle=True, epochs=1, batch_size=10, subdivisions=10, learning_rate=1e-12
+    )
+    (row,) = train(load_config(path), tmp_path / "run", quiet=True).metrics
+    with np.load(tmp_path / "linear.npz") as arrays:
+        x, y = arrays["x"].astype(np.float64), arrays["y"].astype(np.float64)
+    weights = [w.numpy() for w in build_training(load_config(path)).model.trainable_weights]
+    gradients = squared_error_gradients(weights, x, y)
+    mean = gradients.mean(axis=0)
+    trace = float(np.sum((gradients - mean) ** 2) / (len(gradients) - 1))
+    assert row["gradient_sq_norm"] == pytest.approx(float(np.sum(mean**2)), rel=0.05)
+    assert row["gradient_trace_cov"] == pytest.approx(trace, rel=0.05)
+
+
+def test_without_sub_batches_the_noise_is_not_measured_and_the_run_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tiny_config(tmp_path, training={"epochs": 1, "measure": ["noise_scale"]}, output={"tensorboard": False})
+    result = invoke("train", str(path), "--run-dir", "run", "--no-subdivisions")
+    assert result.returncode == 0, result.stderr
+    assert "noise_scale is not measured: each batch is one sub-batch on one device" in result.stdout
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert not any(key.startswith("gradient_") for key in row)
+
+
+@pytest.mark.parametrize(
+    ("measure", "message"),
+    [
+        (["noise"], "training.measure[0]: input should be 'noise_scale' (got 'noise')"),
+        (["noise_scale", "noise_scale"], "training.measure: names a measurement twice"),
+    ],
+)
+def test_a_bad_measurement_is_refused_in_one_line(tmp_path: Path, measure: list[str], message: str) -> None:
+    result = invoke("check", str(tiny_config(tmp_path, training={"measure": measure})))
+    assert result.returncode == 1
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
