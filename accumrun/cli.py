@@ -558,7 +558,7 @@ def download(dataset: str, folder: str | None, base_url: str | None) -> None:
 
 
 @main.command("make-example")
-@click.argument("kind", type=click.Choice(["images", "tfrecord", "csv", "text", "corpus", "tokens"]))
+@click.argument("kind", type=click.Choice(["images", "tfrecord", "csv", "text", "corpus", "tokens", "random-labels"]))
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option(
     "--count", type=click.IntRange(min=6), default=600, show_default=True, help="Images, rows, texts or files to make."
@@ -568,8 +568,9 @@ def download(dataset: str, folder: str | None, base_url: str | None) -> None:
 def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> None:
     """Make example data in TARGET: an image folder (images), TFRecord files named TARGET-0000i-of-00002
     (tfrecord), a CSV table (csv), a folder of short reviews, one .txt file each (text), a folder of .txt files of
-    simple sentences for a language model (corpus), or those sentences' bytes as nanoGPT's train.bin and val.bin of
-    uint16 token ids (tokens). Nothing is downloaded."""
+    simple sentences for a language model (corpus), those sentences' bytes as nanoGPT's train.bin and val.bin of
+    uint16 token ids (tokens), or the bundled digits standardized, with one-hot labels permuted at random, as an
+    npz file (random-labels: configs/edge_of_stability.yaml). Nothing is downloaded."""
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise DataError(str(target), "already exists; choose another target or remove it")
     _start_tensorflow()
@@ -581,6 +582,12 @@ def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> N
         shards = examples.write_tfrecords(target, count, size, seed)
         click.echo(f"wrote {count:,} images to {len(shards)} shards, {shards[0].name} to {shards[-1].name}")
         click.echo(f"train on them with data.path: {target}")
+        return
+    elif kind == "random-labels":
+        from accumrun.data.arrays import DIGITS_FILE
+
+        examples.write_random_labels(target, DIGITS_FILE, seed)
+        click.echo(f"wrote the 1,797 digits with labels permuted at random (seed {seed}) to {target}")
         return
     elif kind == "text":
         examples.write_text_folder(target, count, seed)

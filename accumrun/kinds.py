@@ -66,6 +66,8 @@ class Measure(Kind):
 
     NOISE_SCALE = "noise_scale"
     """The gradient noise scale: how large a batch still helps (:mod:`accumrun.core.noise`)."""
+    SHARPNESS = "sharpness"
+    """The top eigenvalue of the training loss's Hessian: what step is stable (:mod:`accumrun.core.hessian`)."""
 
 
 class Feed(Kind):

@@ -68,6 +68,16 @@ def test_mixed_curves_and_non_positive_losses_plot(tmp_path: Path) -> None:
     assert_png(out)
 
 
+def test_a_measured_sharpness_gets_a_panel_of_its_own_with_its_limit(tmp_path: Path) -> None:
+    rows = fake_rows(10, 1.0)
+    for row in rows[1::2]:
+        row.update(sharpness=8.0 * (1 - math.exp(-row["epoch"] / 4)), sharpness_limit=8.0)
+    with_sharpness = imread(plot_curves({"eta 0.25": rows}, tmp_path / "sharpness.png"))
+    without = imread(plot_curves({"eta 0.25": fake_rows(10, 1.0)}, tmp_path / "loss.png"))
+    # Three panels side by side (15 inches) against two (11 inches), at 120 dpi.
+    assert (with_sharpness.shape[1], without.shape[1]) == (1800, 1320)
+
+
 def test_plot_replaces_an_existing_file(tmp_path: Path) -> None:
     out = tmp_path / "loss.png"
     out.write_bytes(b"old")

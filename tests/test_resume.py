@@ -257,7 +257,13 @@ def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_pa
         seed=4,
         data={"name": "synthetic", "samples": 30, "shape": [4], "classes": 3, "validation_split": 0.0},
         model={"name": "tests.hook_models:mlp", "hidden": [8]},
-        training={"epochs": 30, "batch_size": "full", "subdivisions": 2, "measure": ["noise_scale"]},
+        training={
+            "epochs": 30,
+            "batch_size": "full",
+            "subdivisions": 2,
+            "measure": ["noise_scale", "sharpness"],
+            "measure_every": 5,
+        },
         optimizer={"name": "adam", "learning_rate": 0.01},
         output={"tensorboard": False, "checkpoint_every_updates": 5},
     )
@@ -271,9 +277,10 @@ def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_pa
     logged = [row["epoch"] for row in training_rows(run_dir)]
     assert logged == list(range(1, len(logged) + 1)) and len(logged) >= 15  # past the checkpoint of update 15
     resumed = train(load_resume_config(run_dir, None), run_dir, quiet=True, resume=True)
-    # Every epoch is logged once, and the rows (the noise measured, and averaged across epochs, included) and weights
-    # are those of the run that was never killed.
+    # Every epoch is logged once, and the rows (the noise measured and averaged across epochs, and the sharpness
+    # every 5 epochs, included) and weights are those of the run that was never killed.
     assert training_rows(run_dir) == training_rows(tmp_path / "reference")
+    assert sum("sharpness" in row for row in training_rows(run_dir)) == 6
     for mine, theirs in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-6)
 

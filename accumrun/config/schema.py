@@ -294,7 +294,12 @@ class TrainingConfig(Section):
     validate_every: int = Field(1, ge=1)
     """Validate after every N-th epoch, and after the last."""
     measure: list[Annotated[Measure, words(Measure)]] = Field(default_factory=list)
-    """What to measure of the batches beside training: ``noise_scale`` (what batch size still helps)."""
+    """What to measure beside training: ``noise_scale`` (what batch size still helps), ``sharpness`` (what step is
+    stable)."""
+    measure_every: int = Field(1, ge=1)
+    """``sharpness``: measured after every N-th epoch."""
+    measure_samples: Annotated[int | Literal["all"], _int_or("all", "every training sample")] = "all"
+    """``sharpness``: the training samples its Hessian is over (a seeded subset), or all."""
     class_weight: dict[str, float] | Literal["balanced"] | None = None
     """Class labels only: each class's weight by its name in ``labels.json`` (unnamed classes 1.0), or ``balanced``
     (n_samples / (n_classes * count)). Training only, as Keras' ``class_weight``."""
@@ -484,6 +489,9 @@ def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
     if distribute.logical_cpus is not None and distribute.strategy != Strategy.MIRRORED:
         message = f"splits the CPU into replicas for distribute.strategy: mirrored, not {strategy}"
         yield "distribute.logical_cpus", message, distribute.logical_cpus
+    if Measure.SHARPNESS in training.measure and distribute.strategy not in ("auto", Strategy.NONE):
+        message = f"sharpness is measured on one device, not with distribute.strategy: {strategy}"
+        yield "training.measure", message, "sharpness"
     if training.precision == Precision.MIXED_FLOAT16 and distribute.strategy != Strategy.NONE:
         # The replicated step does not scale the loss; float16 gradients would underflow unnoticed.
         message = "mixed_float16 (loss scaling) runs on one device only; use mixed_bfloat16 with distribute"

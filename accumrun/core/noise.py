@@ -20,11 +20,13 @@ MEASURES = 3
 
 
 def sub_batch_part(gradients: list[tf.Tensor | None], units: tf.Tensor) -> tf.Tensor:
-    """``[|d|^2 / b, 1]`` (float64) for a sub-batch of ``units`` units whose share of the batch's gradient is
-    ``gradients`` (``[0, 0]`` for an empty sub-batch, which is not one of the ``P``)."""
-    squared = squared_norm([g for g in gradients if g is not None])
-    units = tf.cast(units, tf.float64)
-    return tf.stack([tf.math.divide_no_nan(squared, units), tf.cast(units > 0, tf.float64)])
+    """``[|d|^2 / b, 1]`` (float32) for a sub-batch of ``units`` units whose share of the batch's gradient is
+    ``gradients`` (``[0, 0]`` for an empty sub-batch, which is not one of the ``P``). This runs for every sub-batch,
+    where tiny sub-batches leave little to hide it behind, so it is a few ops: one fused square-and-sum per
+    variable (``l2_loss``, half the sum), in the gradient's own precision."""
+    units = tf.cast(units, tf.float32)
+    half_squared = tf.add_n([tf.cast(tf.nn.l2_loss(g), tf.float32) for g in gradients if g is not None])
+    return tf.stack([2.0 * tf.math.divide_no_nan(half_squared, units), tf.minimum(units, 1.0)])
 
 
 def squared_norm(gradients: list[tf.Tensor]) -> tf.Tensor:
@@ -39,8 +41,8 @@ def estimates(
     """``[|G|^2, tr(S), valid]`` (float64) for one batch, from the sum of its sub-batches' :func:`sub_batch_part`
     over every replica (``parts``), the squared norm of its accumulated gradient, what each sub-batch's loss sum was
     divided by, the batch's units, and the loss scale that multiplied the gradients (1 without one)."""
+    parts, divided_by, units, loss_scale = (tf.cast(v, tf.float64) for v in (parts, divided_by, units, loss_scale))
     sub_batch_sq, count = parts[0], parts[1]
-    divided_by, units, loss_scale = (tf.cast(value, tf.float64) for value in (divided_by, units, loss_scale))
     unscale = 1.0 / tf.square(loss_scale)
     weighted = tf.square(divided_by) * sub_batch_sq * unscale
     batch = batch_sq_norm * unscale

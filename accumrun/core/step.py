@@ -181,7 +181,7 @@ class Accumulation:
         totals: Totals = (
             [tf.zeros_like(v, dtype=tf.float32) for v in self._variables],
             tf.constant(0.0, tf.float32),
-            tf.zeros([2], tf.float64),
+            tf.zeros([2], tf.float32),
         )
         n_float = tf.cast(self.units(y) if total is None else total, tf.float32)
         for loop in sub_batch_loops(x, y, self._subdivisions):
@@ -238,7 +238,7 @@ class Accumulation:
         if self._metrics is not None:
             self._metrics.update(y_sub, predictions)
         self._batch_norm.record(tf.shape(x_sub)[0])
-        noise = sub_batch_part(sub_gradients, self.units(y_sub)) if self._noise_scale else tf.zeros([2], tf.float64)
+        noise = sub_batch_part(sub_gradients, self.units(y_sub)) if self._noise_scale else tf.zeros([2], tf.float32)
         gradients = [
             g if d is None else g + tf.cast(tf.convert_to_tensor(d), tf.float32)
             for g, d in zip(gradients, sub_gradients, strict=True)
@@ -541,7 +541,7 @@ class StreamedStep(TrainStep):
             self._gradients = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False) for v in variables]
             self._loss_sum = tf.Variable(0.0, trainable=False)
             self._units = tf.Variable(0.0, trainable=False)
-            self._noise = tf.Variable(tf.zeros([2], tf.float64), trainable=False)
+            self._noise = tf.Variable(tf.zeros([2], tf.float32), trainable=False)
         self._add = tf.function(
             self._add_sub_batch, jit_compile=jit_compile or None, reduce_retracing=True, autograph=False
         )
@@ -588,7 +588,7 @@ class StreamedStep(TrainStep):
             accumulator.assign(tf.zeros_like(accumulator))
         self._loss_sum.assign(0.0)
         self._units.assign(0.0)
-        self._noise.assign(tf.zeros([2], tf.float64))
+        self._noise.assign(tf.zeros([2], tf.float32))
         return finished.loss_sum, units, finished.applied, self._measure(finished, samples, units, loss_scale)
 
 

@@ -138,3 +138,18 @@ def write_tokens(folder: Path, count: int = 600, seed: int = 0) -> tuple[Path, P
             data = b"".join(file.read_bytes() for file in part)
             (folder / name).write_bytes(np.frombuffer(data, np.uint8).astype("<u2").tobytes())
     return folder / "train.bin", folder / "val.bin"
+
+
+def write_random_labels(path: Path, digits: Path, seed: int = 0) -> Path:
+    """The bundled ``digits`` as an npz for the edge of stability (Cohen et al., ICLR 2021): each image's 64 pixels
+    standardized over the set (a constant pixel left at 0), and one-hot targets of the labels permuted at random
+    (from ``seed``), so that a regression on them cannot fit its way to a vanishing loss before the sharpness has
+    risen."""
+    with np.load(digits) as stored:
+        x, y = stored["x"].reshape(len(stored["x"]), -1).astype(np.float64), stored["y"]
+    spread = x.std(axis=0)
+    x = (x - x.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
+    targets = np.eye(10, dtype=np.float32)[np.random.default_rng(seed).permutation(y)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, x=x.astype(np.float32), y=targets)
+    return path

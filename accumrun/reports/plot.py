@@ -1,4 +1,5 @@
-"""Loss curves of runs: training and validation loss per epoch from their ``metrics.jsonl`` rows."""
+"""Loss curves of runs: training and validation loss per epoch from their ``metrics.jsonl`` rows, and the
+sharpness beside its 2/learning-rate line where a run measured it."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
     created; written atomically, so it is either complete or absent); return ``out``.
 
     ``curves`` maps a legend label to metrics rows (as from :func:`accumrun.rundir.metrics.load_metrics`) with
-    ``epoch`` and ``loss``; the validation panel is left out when no row has ``val_loss``. An empty ``curves``, or a
-    curve without rows, is a DataError.
+    ``epoch`` and ``loss``; the validation panel is left out when no row has ``val_loss``, the sharpness panel (with
+    each curve's ``sharpness_limit`` dashed) when none has ``sharpness``. An empty ``curves``, or a curve without
+    rows, is a DataError.
     """
     # Imported here so that importing accumrun (and `accumrun --help`) does not pay for matplotlib.
     from matplotlib.figure import Figure
@@ -34,10 +36,12 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
     panels = [("loss", "training loss")]
     if any("val_loss" in row for rows in curves.values() for row in rows):
         panels.append(("val_loss", "validation loss"))
+    if any("sharpness" in row for rows in curves.values() for row in rows):
+        panels.append(("sharpness", "sharpness (dashed: 2 / learning rate)"))
     markers = max(len(rows) for rows in curves.values()) <= _MARKER_EPOCHS
 
     # The Figure API draws with Agg on savefig without touching pyplot's global backend or figure registry.
-    width = 11 if len(panels) == 2 else 7
+    width = {1: 7, 2: 11, 3: 15}[len(panels)]
     figure = Figure(figsize=(width, 4.5), layout="constrained")
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, (key, name) in zip(axes, panels, strict=True):
@@ -56,7 +60,8 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
 
 
 def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, name: str, *, markers: bool) -> None:
-    """One panel: ``key`` (``loss`` or ``val_loss``) against epoch for every curve that has it."""
+    """One panel: ``key`` (``loss``, ``val_loss`` or ``sharpness``) against epoch for every curve that has it; the
+    sharpness with its curve's ``sharpness_limit``, dashed."""
     from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator, NullLocator
 
     class PlainLogFormatter(LogFormatter):
@@ -73,6 +78,10 @@ def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, nam
         values += losses
         # Fixed colour per label, so a curve without val_loss does not shift the colours of the others.
         ax.plot(epochs, losses, label=label, color=f"C{index}", marker="o" if markers else None, markersize=3)
+        if key == "sharpness":
+            limits = [(row["epoch"], row["sharpness_limit"]) for row in rows if "sharpness_limit" in row]
+            ax.plot(*zip(*limits, strict=True), color=f"C{index}", linestyle="--", linewidth=1)
+            values += [limit for _, limit in limits]
     if values and min(values) > 0:
         ax.set_yscale("log")  # losses span decades; a linear axis flattens everything after epoch 1
         if max(values) < 10 * min(values):
@@ -85,7 +94,7 @@ def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, nam
             # Label some minor ticks too when the curves span under two decades, or there may be one label only.
             for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
                 set_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
-    ax.set(title=name, xlabel="epoch", ylabel="loss")
+    ax.set(title=name, xlabel="epoch", ylabel="largest Hessian eigenvalue" if key == "sharpness" else "loss")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, which="major", alpha=0.4)
     ax.grid(True, which="minor", alpha=0.15)

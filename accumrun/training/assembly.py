@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from accumrun.core.batch_norm import PopulationStatistics
+from accumrun.core.hessian import HessianVectorProducts
 from accumrun.core.split import replica_sub_batch_sizes
 from accumrun.core.step import WholeBatchStep
 from accumrun.core.updates import UpdateLoop
@@ -26,6 +28,7 @@ from accumrun.training.noise_scale import NoiseScale
 from accumrun.training.nonfinite import NonFinitePolicy
 from accumrun.training.run import Run
 from accumrun.training.setup import TrainingSetup
+from accumrun.training.sharpness import Sharpness
 from accumrun.training.signals import Signals, resume_command
 from accumrun.training.tensorboard import TensorBoardLog
 
@@ -58,6 +61,12 @@ def build_trainer(
     if Measure.NOISE_SCALE in training.measure:
         batch_size = None if setup.objective.objective.token_level else setup.batch_size
         hooks.append(NoiseScale(echo, batch_size, measured=setup.step_spec(subdivisions).noise_scale))
+    if Measure.SHARPNESS in training.measure:
+        limit = None if training.measure_samples == "all" else training.measure_samples
+        # Over the sub-batches training runs: no more memory than a training step's (twice its backward pass).
+        chunks = functools.partial(setup.inference_chunks, sub_batch_size, limit)
+        products = HessianVectorProducts(setup.model, setup.objective.objective, chunks)
+        hooks.append(Sharpness(products, setup.optimizer, cadence, seed=setup.seed))
     metric_names = setup.objective.metric_names
     # Before the non-finite policy, which may stop the run: the good updates of its call are logged first.
     hooks.append(TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates, metric_names))
@@ -103,6 +112,7 @@ def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: b
         checkpoint_seconds=output.checkpoint_seconds,
         checkpoint_every_updates=output.checkpoint_every_updates,
         updates_per_call=None if training.updates_per_call == "auto" else training.updates_per_call,
+        measure_every=training.measure_every if Measure.SHARPNESS in training.measure else None,
     )
 
 

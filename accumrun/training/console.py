@@ -168,6 +168,8 @@ def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:
     parts = [f"epoch {row.epoch}/{epochs}", *(f"{name} {_figure(name, row.figure(name))}" for name in names)]
     if "gradient_noise_scale" in row.figures:
         parts.append(f"noise scale {row.figures['gradient_noise_scale']:,.0f}")
+    if "sharpness" in row.figures:
+        parts.append(f"sharpness {row.figures['sharpness']:.4g} (2/lr {row.figures['sharpness_limit']:.4g})")
     parts += [f"{row.seconds:.1f} s", f"{row.samples_per_second:,.0f} samples/s"]
     if row.skipped_batches:
         parts.append(f"{row.skipped_batches} batches skipped (non-finite)")

@@ -177,8 +177,12 @@ class TrainingSetup:
     def population_chunks(self, chunk_size: int) -> Iterator[tf.Tensor]:
         """The training samples (or ``precise_bn_samples`` of them, seeded) that ``batch_norm: precise`` computes
         population statistics over, in chunks of ``chunk_size``, augmentation in inference mode."""
+        return (x for x, _ in self.inference_chunks(chunk_size, self.precise_bn_samples))
+
+    def inference_chunks(self, chunk_size: int, limit: int | None) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+        """The training samples (or ``limit`` of them, a seeded subset), targets and weights too, in their order in
+        chunks of ``chunk_size``, augmentation in inference mode."""
         train = self.dataset.train
-        limit = self.precise_bn_samples
         if limit is not None and limit < train.size:
             chosen = np.random.default_rng(self.seed).permutation(train.size)[:limit]
             train = train.subset(np.sort(chosen))
@@ -190,7 +194,7 @@ class TrainingSetup:
             augmentation=self.augmentation,
             training=False,
         )
-        return (x for x, _ in feeder.epoch(0))
+        return iter(feeder.epoch(0))
 
     def model_to_save(self) -> keras.Model:
         """The model as ``model.keras`` holds it: on raw samples of the stored size (centre-cropped if augmented)."""
@@ -218,6 +222,12 @@ def build_training(
     dataset = with_class_weights(load_dataset(config.data, config.seed), config.training.class_weight)
     training = config.training
     batch_size = resolve_batch_size(training, dataset.train_size)
+    if training.measure_samples != "all" and training.measure_samples > dataset.train_size:
+        raise ConfigError(
+            "training.measure_samples",
+            f"is larger than the {dataset.train_size:,} training samples; use all",
+            training.measure_samples,
+        )
     feed, feed_reason = _feed(config, dataset, batch_size, strategy is not None)
     augment = config.data.augment
     augmentation = Augmentation(augment, dataset.sample_shape, dataset.dtype) if augment else None

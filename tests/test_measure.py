@@ -1,7 +1,10 @@
-"""The gradient noise scale (``training.measure: [noise_scale]``): its two estimates against NumPy on models whose
-per-sample gradients are written out in closed form, its averages over an epoch against the exact population
-values, and a measured run against the same run unmeasured. Resumes that log the same measurements are in
-tests/test_resume.py; two replicas in tests/test_distribute.py."""
+"""What a run measures beside training (``training.measure``).
+
+The gradient noise scale: its two estimates against NumPy on models whose per-sample gradients are written out in
+closed form, and its averages over an epoch against the exact population values. The sharpness: against the top
+eigenvalue of a dense Hessian, and the same whatever the sub-batches. A measured run against the same run
+unmeasured. Resumes that log the same measurements are in tests/test_resume.py; two replicas in
+tests/test_distribute.py."""
 
 from __future__ import annotations
 
@@ -16,12 +19,15 @@ import tensorflow as tf
 
 from accumrun import train
 from accumrun.config.loading import load_config
-from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.hessian import HessianVectorProducts, top_eigenvalue
+from accumrun.core.losses import Objective, sparse_categorical_crossentropy
 from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.kinds import Feed
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, tiny_config, write_config
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def reference_estimates(gradients: np.ndarray, sub_batches: list[np.ndarray]) -> tuple[float, float]:
@@ -165,14 +171,113 @@ def test_without_sub_batches_the_noise_is_not_measured_and_the_run_says_why(
     assert not any(key.startswith("gradient_") for key in row)
 
 
+def test_the_sharpness_is_the_top_eigenvalue_of_the_dense_hessian() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(40, 6)).astype(np.float32)
+    y = rng.integers(3, size=40).astype(np.int32)
+    keras.utils.set_random_seed(2)
+    # 6*30 + 30 + 30*3 + 3 = 303 weights.
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(30, activation="tanh"), keras.layers.Dense(3)])
+    objective = Objective(sparse_categorical_crossentropy)
+    variables = model.trainable_variables
+    with tf.GradientTape() as outer:
+        with tf.GradientTape() as inner:
+            loss = tf.reduce_mean(objective.per_sample_loss(tf.constant(y), model(tf.constant(x), training=False)))
+        gradient = tf.concat([tf.reshape(g, [-1]) for g in inner.gradient(loss, variables)], 0)
+    hessian = np.concatenate([j.numpy().reshape(303, -1) for j in outer.jacobian(gradient, variables)], axis=1)
+    expected = np.linalg.eigvalsh((hessian + hessian.T).astype(np.float64) / 2)[-1]
+
+    # In uneven chunks of 7 samples (the last of 5), as sub-batches.
+    def chunks() -> list[tuple[tf.Tensor, tf.Tensor]]:
+        return [(tf.constant(x[a : a + 7]), tf.constant(y[a : a + 7])) for a in range(0, 40, 7)]
+
+    products = HessianVectorProducts(model, objective, chunks)
+    assert products.dimension == 303
+    assert top_eigenvalue(products, products.dimension, seed=0) == pytest.approx(expected, rel=1e-4)
+
+
+def tanh_mlp_config(tmp_path: Path, **training: Any) -> Path:
+    """A tanh MLP on 30 synthetic samples, all for training, one full-batch update per epoch for 4 epochs,
+    measuring the noise scale and, after every second epoch, the sharpness."""
+    return tiny_config(
+        tmp_path,
+        data={"samples": 30, "validation_split": 0.0},
+        model={"name": "mlp", "hidden": [8], "activation": "tanh"},
+        training={
+            "epochs": 4,
+            "batch_size": "full",
+            "measure": ["noise_scale", "sharpness"],
+            "measure_every": 2,
+            **training,
+        },
+        optimizer={"name": "sgd", "learning_rate": 0.5},
+        output={"tensorboard": False},
+    )
+
+
+def test_the_sharpness_is_the_same_for_any_sub_batches_and_measuring_moves_nothing(tmp_path: Path) -> None:
+    path = tanh_mlp_config(tmp_path, subdivisions=4)
+    runs = {
+        name: train(load_config(path, overrides), tmp_path / name, quiet=True)
+        for name, overrides in {
+            "S=4": [],
+            "S=1": ["training.subdivisions=1"],
+            "S=4 streamed": ["data.feed=sub_batch"],
+            "unmeasured": ["training.measure=[]"],
+        }.items()
+    }
+    for mine, theirs in zip(runs["S=4"].model.get_weights(), runs["unmeasured"].model.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    assert not any(key.startswith(("sharpness", "gradient_")) for key in runs["unmeasured"].metrics[0])
+    # Measured after epochs 2 and 4 alone: the calls of several updates end there.
+    assert ["sharpness" in row for row in runs["S=4"].metrics] == [False, True, False, True]
+    reference = [row["sharpness"] for row in runs["S=4"].metrics if "sharpness" in row]
+    assert reference[0] > 0
+    for name in ("S=1", "S=4 streamed"):
+        measured = [row["sharpness"] for row in runs[name].metrics if "sharpness" in row]
+        assert measured == pytest.approx(reference, rel=1e-5), name
+    assert all(row.get("sharpness_limit", 4.0) == pytest.approx(2 / 0.5) for row in runs["S=4"].metrics)
+
+
 @pytest.mark.parametrize(
-    ("measure", "message"),
+    ("training", "message"),
     [
-        (["noise"], "training.measure[0]: input should be 'noise_scale' (got 'noise')"),
-        (["noise_scale", "noise_scale"], "training.measure: names a measurement twice"),
+        ({"measure": ["noise"]}, "training.measure[0]: input should be 'noise_scale' or 'sharpness' (got 'noise')"),
+        ({"measure": ["noise_scale", "noise_scale"]}, "training.measure: names a measurement twice"),
+        (
+            {"measure": ["sharpness"], "measure_every": 0},
+            "training.measure_every: input should be greater than or equal to 1",
+        ),
+        (
+            {"measure": ["sharpness"], "measure_samples": 100},
+            "training.measure_samples: is larger than the 23 training samples; use all",
+        ),
     ],
 )
-def test_a_bad_measurement_is_refused_in_one_line(tmp_path: Path, measure: list[str], message: str) -> None:
-    result = invoke("check", str(tiny_config(tmp_path, training={"measure": measure})))
+def test_a_bad_measurement_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, training: dict[str, Any], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("train", str(tiny_config(tmp_path, training=training)), "--run-dir", "run")
     assert result.returncode == 1
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_edge_of_stability_config_checks_on_the_data_its_example_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = invoke("make-example", "random-labels", str(tmp_path / "random_labels.npz"))
+    assert made.returncode == 0, made.stderr
+    with np.load(tmp_path / "random_labels.npz") as arrays, np.load(REPO / "datasets" / "digits.npz") as digits:
+        x, y, labels = arrays["x"], arrays["y"], digits["y"]
+    assert x.shape == (1797, 64) and y.shape == (1797, 10)
+    varying = x.std(axis=0) > 0
+    np.testing.assert_allclose(x.mean(axis=0), 0, atol=1e-5)
+    np.testing.assert_allclose(x.std(axis=0)[varying], 1, rtol=1e-4)
+    # The labels, permuted: each class as often as in the digits, few where they were.
+    assert (y.sum(axis=1) == 1).all() and (y.sum(axis=0) == np.bincount(labels)).all()
+    assert (y.argmax(axis=1) == labels).mean() < 0.2
+    monkeypatch.chdir(REPO)
+    checked = invoke("check", "configs/edge_of_stability.yaml", "--set", f"data.path={tmp_path / 'random_labels.npz'}")
+    assert checked.returncode == 0, checked.stderr

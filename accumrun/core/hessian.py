@@ -1,0 +1,114 @@
+"""The sharpness: the largest eigenvalue of the Hessian of the training objective, by Lanczos on Hessian-vector
+products accumulated over sub-batches.
+
+The objective is the one training minimizes (each sample's loss times its weight, plus the regularization, over the
+samples' units) with the model in inference mode, so that it is deterministic: no dropout or noise, BatchNorm on
+its moving statistics. A Hessian-vector product is the sum over the chunks (sub-batches) of the gradient of
+``<grad(chunk share), v>``: exact for the samples measured, at the memory of one chunk's double backward pass, as
+the edge-of-stability code (Cohen et al., ICLR 2021) and PyHessian (Yao et al., 2020) compute it in "physical
+batches". Nothing here writes a variable, so a measurement moves neither the weights, the optimizer nor the random
+draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from accumrun.core.losses import Objective
+from accumrun.core.targets import Targets
+
+Chunks = Callable[[], Iterable[tuple[tf.Tensor, Targets]]]
+"""A fresh pass over the samples measured, as ``(x, y)`` chunks."""
+
+LANCZOS_TOLERANCE = 1e-6
+"""Lanczos stops when the top Ritz pair's residual is this small relative to its value."""
+
+
+class HessianVectorProducts:
+    """``H v`` of ``objective`` over the chunks of ``chunks``, for ``model``'s trainable variables, as flat float64
+    vectors."""
+
+    def __init__(self, model: keras.Model, objective: Objective, chunks: Chunks) -> None:
+        self._model = model
+        self._objective = objective
+        self._chunks = chunks
+        self._variables = model.trainable_variables
+        self._shapes = [tuple(v.shape) for v in self._variables]
+        self._sizes = [int(np.prod(shape)) for shape in self._shapes]
+        self._chunk_product = tf.function(self._chunk, reduce_retracing=True)
+        self._chunk_units = tf.function(lambda y: tf.reduce_sum(objective.units(y)), reduce_retracing=True)
+        self._units: tf.Tensor | None = None
+
+    @property
+    def dimension(self) -> int:
+        """How many numbers the trainable variables hold."""
+        return sum(self._sizes)
+
+    def __call__(self, vector: np.ndarray) -> np.ndarray:
+        """``H v`` for the flat ``vector``."""
+        if self._units is None:
+            # The objective's denominator: every real unit of the samples measured.
+            self._units = tf.add_n([self._chunk_units(y) for _, y in self._chunks()])
+        pieces = np.split(vector, np.cumsum(self._sizes)[:-1])
+        parts = [tf.constant(p.reshape(shape), tf.float32) for p, shape in zip(pieces, self._shapes, strict=True)]
+        total = [np.zeros(size) for size in self._sizes]
+        for x, y in self._chunks():
+            for accumulated, product in zip(total, self._chunk_product(x, y, parts, self._units), strict=True):
+                accumulated += product.numpy().astype(np.float64).ravel()
+        return np.concatenate(total)
+
+    def _chunk(self, x: tf.Tensor, y: Targets, vector: list[tf.Tensor], units: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                predictions = self._model(x, training=False)
+                loss_sum = tf.reduce_sum(self._objective.per_sample_loss(y, predictions))
+                if self._model.losses:
+                    # As the step counts it: the regularization once per unit of the samples.
+                    loss_sum += tf.cast(tf.add_n(self._model.losses), tf.float32) * tf.reduce_sum(
+                        self._objective.units(y)
+                    )
+                share = loss_sum / units
+            gradients = inner.gradient(share, self._variables)
+            pairs = [(g, v) for g, v in zip(gradients, vector, strict=True) if g is not None]
+            projection = tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32) * v) for g, v in pairs])
+        products = outer.gradient(projection, self._variables)
+        # A variable the loss does not reach has no curvature.
+        return [
+            tf.zeros(v.shape, tf.float32) if p is None else tf.cast(p, tf.float32)
+            for p, v in zip(products, self._variables, strict=True)
+        ]
+
+
+def top_eigenvalue(
+    product: Callable[[np.ndarray], np.ndarray], dimension: int, seed: int, most_iterations: int = 100
+) -> float:
+    """The largest eigenvalue of the symmetric operator ``product`` on vectors of ``dimension``, by Lanczos with full
+    reorthogonalization from a seeded random start, to :data:`LANCZOS_TOLERANCE`."""
+    rng = np.random.default_rng(seed)
+    basis = [_unit(rng.normal(size=dimension))]
+    alphas: list[float] = []
+    betas: list[float] = []
+    top = 0.0
+    for _ in range(min(most_iterations, dimension)):
+        w = product(basis[-1])
+        alphas.append(float(w @ basis[-1]))
+        # Twice against the whole basis: float rounding would otherwise let the top eigenvalue appear again.
+        for _ in range(2):
+            w -= np.stack(basis).T @ (np.stack(basis) @ w)
+        ritz_values, ritz_vectors = np.linalg.eigh(np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1))
+        top = float(ritz_values[-1])
+        beta = float(np.linalg.norm(w))
+        # The top Ritz pair's residual is beta times its vector's last component.
+        if beta * abs(ritz_vectors[-1, -1]) <= LANCZOS_TOLERANCE * max(abs(top), 1e-30) or beta == 0.0:
+            break
+        betas.append(beta)
+        basis.append(w / beta)
+    return top
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    return vector / np.linalg.norm(vector)
