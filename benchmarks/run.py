@@ -250,8 +250,9 @@ def publish_report(
     report."""
     figures_path = output.with_suffix(".json")
     figures_path.write_text(json.dumps({**figures, "machine": info}, indent=2) + "\n")
+    shown = figures_path.resolve().relative_to(REPO) if figures_path.resolve().is_relative_to(REPO) else figures_path
     header = (
-        f"# {title}\n\nWritten by `{command}`; every figure is also in `{figures_path}`.\n\n"
+        f"# {title}\n\nWritten by `{command}`; every figure is also in `{shown}`.\n\n"
         f"- machine: {info['cpu']}, {info['cores']} cores; load average {info['load_average_at_start']} at the start\n"
         f"- TensorFlow {info['tensorflow']}, Keras {info['keras']}, Python {info['python']}; {info['date']}\n"
         f"- accumrun at {info['accumrun_revision']}\n"

@@ -55,11 +55,12 @@ class HessianVectorProducts:
             self._units = tf.add_n([self._chunk_units(y) for _, y in self._chunks()])
         pieces = np.split(vector, np.cumsum(self._sizes)[:-1])
         parts = [tf.constant(p.reshape(shape), tf.float32) for p, shape in zip(pieces, self._shapes, strict=True)]
-        total = [np.zeros(size) for size in self._sizes]
+        # Summed where the products are made; read once per pass.
+        total = [tf.zeros(shape, tf.float32) for shape in self._shapes]
         for x, y in self._chunks():
-            for accumulated, product in zip(total, self._chunk_product(x, y, parts, self._units), strict=True):
-                accumulated += product.numpy().astype(np.float64).ravel()
-        return np.concatenate(total)
+            products = self._chunk_product(x, y, parts, self._units)
+            total = [t + p for t, p in zip(total, products, strict=True)]
+        return np.concatenate([t.numpy().astype(np.float64).ravel() for t in total])
 
     def _chunk(self, x: tf.Tensor, y: Targets, vector: list[tf.Tensor], units: tf.Tensor) -> list[tf.Tensor]:
         with tf.GradientTape() as outer:

@@ -53,6 +53,12 @@ sample's loss is then multiplied by its weight before the sums above, so a batch
 ``sum_i(w_i * l_i) / n`` (Keras' ``sum_over_batch_size``), and the split, the replicas' slices and the streamed
 sub-batches stay exact as they are. Metrics are unweighted.
 
+The noise scale. With ``spec.noise_scale``, each sub-batch also adds the squared norm of its share of the
+gradient over its units, and the batch's sequence takes the squared norm of the batch's gradient before the update
+(with replicas, after one more all-reduce of the gradients and one of two numbers); from those the step returns the
+batch's estimates of ``|G|^2`` and ``tr(S)`` beside its loss (:mod:`accumrun.core.noise`). Without it the step
+computes none of this.
+
 This module knows nothing of configs, files or the command line.
 """
 
@@ -126,15 +132,14 @@ class StepSpec:
     """Compile with XLA."""
     noise_scale: bool = False
     """Estimate each batch's gradient noise from its sub-batches (:mod:`accumrun.core.noise`)."""
+    strategy: tf.distribute.Strategy | None = None
+    """Deal each global batch out to the replicas of this strategy (the model, optimizer and metrics created in
+    its scope)."""
 
     @property
     def measure_width(self) -> int:
         """The width of :attr:`BatchResult.measures`."""
         return MEASURES if self.noise_scale else 0
-
-    strategy: tf.distribute.Strategy | None = None
-    """Deal each global batch out to the replicas of this strategy (the model, optimizer and metrics created in
-    its scope)."""
 
 
 def step_spec(spec: StepSpec | int, **fields: Any) -> StepSpec:
