@@ -332,3 +332,21 @@ def test_a_pretrained_application_gets_its_own_preprocess_input(tmp_path: Path, 
     np.testing.assert_allclose(setup.model(x, training=False).numpy(), expected, atol=1e-5)
     # Without pretrained weights, rescale: auto leaves float samples as they are.
     assert application.config.data.rescale == 1.0
+
+
+def test_the_mlp_l2_key_adds_l2_times_the_squared_kernels_to_the_objective(tmp_path: Path) -> None:
+    # One full-batch update of SGD (its momentum has nothing to carry yet): the epoch's loss is at the initial
+    # weights, and the update moves each kernel by lr * 2 * l2 * kernel more than without the key.
+    model = {"name": "mlp", "hidden": [], "l2": 0.1}
+    training = {"epochs": 1, "batch_size": "full"}
+    path = task_config(tmp_path, "regression", model=model, loss={"name": "mean_squared_error"}, training=training)
+    regularized = train(load_config(path), tmp_path / "l2", quiet=True)
+    plain = train(load_config(path, ["model.l2=0"]), tmp_path / "plain", quiet=True)
+    kernel, bias = (w.numpy() for w in build_training(load_config(path)).model.trainable_weights)
+    added = regularized.metrics[0]["loss"] - plain.metrics[0]["loss"]
+    assert added == pytest.approx(0.1 * float(np.sum(kernel.astype(np.float64) ** 2)), rel=1e-4)
+    (kernel_l2, bias_l2), (kernel_plain, bias_plain) = (
+        [w.numpy() for w in run.model.trainable_weights] for run in (regularized, plain)
+    )
+    np.testing.assert_allclose(kernel_l2 - kernel_plain, -0.1 * 2 * 0.1 * kernel, atol=1e-6)
+    np.testing.assert_allclose(bias_l2, bias_plain, atol=1e-6)

@@ -80,6 +80,9 @@ class MlpConfig(Section):
     hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [256, 256])
     activation: str = "relu"
     dropout: float = Field(0.0, ge=0, lt=1)
+    l2: float = Field(0.0, ge=0)
+    """Keras' ``L2`` on every kernel: this factor times the sum of their squares is added to the loss (with the
+    mean loss and no hold-out, scikit-learn's ``C`` is ``l2 = 1 / (2 C N)``)."""
 
 
 class TransformerConfig(Section):

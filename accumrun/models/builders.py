@@ -46,7 +46,7 @@ def build_model(
     if isinstance(config, DarknetCnnConfig):
         return darknet_cnn(sample_shape, outputs, config.filters, config.strides, config.leaky_alpha)
     if isinstance(config, MlpConfig):
-        return mlp(sample_shape, outputs, config.hidden, config.activation, config.dropout)
+        return mlp(sample_shape, outputs, config.hidden, config.activation, config.dropout, config.l2)
     if isinstance(config, TransformerConfig):
         return transformer(
             sample_shape,
@@ -106,18 +106,21 @@ def mlp(
     hidden: list[int],
     activation: str = "relu",
     dropout: float = 0.0,
+    l2: float = 0.0,
 ) -> keras.Model:
-    """A multilayer perceptron on the flattened samples, with optional dropout after each hidden layer."""
+    """A multilayer perceptron on the flattened samples, with optional dropout after each hidden layer, and with
+    ``l2`` times the sum of the squares of every kernel (not the biases) added to the loss (Keras' ``L2``)."""
     inputs = keras.Input(shape=sample_shape)
     x = keras.layers.Flatten()(inputs)
+    regularizer = keras.regularizers.L2(l2) if l2 else None
     for width in hidden:
         try:
-            x = keras.layers.Dense(width, activation=activation)(x)
+            x = keras.layers.Dense(width, activation=activation, kernel_regularizer=regularizer)(x)
         except ValueError as error:
             raise ConfigError("model.activation", f"unknown activation: {error}", activation) from None
         if dropout:
             x = keras.layers.Dropout(dropout)(x)
-    logits = keras.layers.Dense(outputs, dtype="float32")(x)
+    logits = keras.layers.Dense(outputs, dtype="float32", kernel_regularizer=regularizer)(x)
     return keras.Model(inputs, logits, name="mlp")
 
 
