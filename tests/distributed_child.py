@@ -35,7 +35,7 @@ from accumrun.kinds import BatchNormMode, RandomDraws
 from accumrun.models.builders import mlp
 from accumrun.training import distribute
 from accumrun.training.distribute import create_strategy
-from tests.test_measure import contiguous, reference_estimates, softmax_gradients
+from tests.helpers import contiguous, reference_estimates, softmax_gradients
 
 REPO = Path(__file__).resolve().parent.parent
 REPLICAS = 2

@@ -188,3 +188,32 @@ def signal_after_batch(
 Trained = Callable[[str, dict[str, Any]], RunResult]
 """The ``trained`` fixture (tests/conftest.py): ``trained(name, config)`` is the run of ``config``, trained once per
 module under ``name``."""
+
+
+# --- the noise scale's references (tests/test_measure.py, and the mirrored child) ---------------------------
+
+
+def reference_estimates(gradients: np.ndarray, sub_batches: list[np.ndarray]) -> tuple[float, float]:
+    """``(|G|^2, tr(S))`` of one batch from its per-sample ``gradients`` (one row each) and the rows of each of its
+    sub-batches, by the formulas of the issue (float64)."""
+    rows = np.concatenate(sub_batches)
+    units = len(rows)
+    batch = gradients[rows].mean(axis=0)
+    weighted = sum(len(part) * np.sum(gradients[part].mean(axis=0) ** 2) for part in sub_batches)
+    trace = (weighted - units * np.sum(batch**2)) / (len(sub_batches) - 1)
+    return float(np.sum(batch**2) - trace / units), float(trace)
+
+
+def contiguous(sizes: list[int], start: int = 0) -> list[np.ndarray]:
+    """The rows of consecutive sub-batches of ``sizes`` from row ``start``."""
+    bounds = np.cumsum([start, *sizes])
+    return [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def softmax_gradients(kernel: np.ndarray, bias: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Each sample's gradient of its cross-entropy under a linear softmax model, kernel then bias."""
+    logits = x.astype(np.float64) @ kernel + bias
+    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    residual = probabilities - np.eye(kernel.shape[1])[y]
+    return np.concatenate([(x[:, :, None] * residual[:, None, :]).reshape(len(x), -1), residual], axis=1)

@@ -4,7 +4,7 @@ The gradient noise scale: its two estimates against NumPy on models whose per-sa
 closed form, and its averages over an epoch against the exact population values. The sharpness: against the top
 eigenvalue of a dense Hessian, and the same whatever the sub-batches. A measured run against the same run
 unmeasured. Resumes that log the same measurements are in tests/test_resume.py; two replicas in
-tests/test_distribute.py."""
+tests/test_distribute.py (the references are in tests/helpers.py, which its child imports too)."""
 
 from __future__ import annotations
 
@@ -25,35 +25,17 @@ from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.kinds import Feed
 from accumrun.training.setup import build_training
-from tests.helpers import invoke, tiny_config, write_config
+from accumrun.training.sharpness import stability_limit
+from tests.helpers import (
+    contiguous,
+    invoke,
+    reference_estimates,
+    softmax_gradients,
+    tiny_config,
+    write_config,
+)
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def reference_estimates(gradients: np.ndarray, sub_batches: list[np.ndarray]) -> tuple[float, float]:
-    """``(|G|^2, tr(S))`` of one batch from its per-sample ``gradients`` (one row each) and the rows of each of its
-    sub-batches, by the formulas of the issue (float64)."""
-    rows = np.concatenate(sub_batches)
-    units = len(rows)
-    batch = gradients[rows].mean(axis=0)
-    weighted = sum(len(part) * np.sum(gradients[part].mean(axis=0) ** 2) for part in sub_batches)
-    trace = (weighted - units * np.sum(batch**2)) / (len(sub_batches) - 1)
-    return float(np.sum(batch**2) - trace / units), float(trace)
-
-
-def contiguous(sizes: list[int], start: int = 0) -> list[np.ndarray]:
-    """The rows of consecutive sub-batches of ``sizes`` from row ``start``."""
-    bounds = np.cumsum([start, *sizes])
-    return [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-
-
-def softmax_gradients(kernel: np.ndarray, bias: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Each sample's gradient of its cross-entropy under a linear softmax model, kernel then bias."""
-    logits = x.astype(np.float64) @ kernel + bias
-    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probabilities /= probabilities.sum(axis=1, keepdims=True)
-    residual = probabilities - np.eye(kernel.shape[1])[y]
-    return np.concatenate([(x[:, :, None] * residual[:, None, :]).reshape(len(x), -1), residual], axis=1)
 
 
 @pytest.mark.parametrize("kind", ["whole", "streamed", "loss_scaled"])
@@ -196,35 +178,45 @@ def test_the_sharpness_is_the_top_eigenvalue_of_the_dense_hessian() -> None:
     assert top_eigenvalue(products, products.dimension, seed=0) == pytest.approx(expected, rel=1e-4)
 
 
-def tanh_mlp_config(tmp_path: Path, **training: Any) -> Path:
-    """A tanh MLP on 30 synthetic samples, all for training, one full-batch update per epoch for 4 epochs,
-    measuring the noise scale and, after every second epoch, the sharpness."""
+@pytest.mark.parametrize(
+    ("optimizer", "limit"),
+    [
+        (keras.optimizers.SGD(0.5), 2 / 0.5),
+        (keras.optimizers.SGD(0.5, momentum=0.9), (2 + 2 * 0.9) / 0.5),
+        (keras.optimizers.SGD(0.5, momentum=0.9, nesterov=True), (2 + 2 * 0.9) / ((1 + 2 * 0.9) * 0.5)),
+        (keras.optimizers.Adam(0.5), None),
+    ],
+    ids=["gradient-descent", "heavy-ball", "nesterov", "adam"],
+)
+def test_the_stability_limit_is_that_of_the_optimizers_step(optimizer: Any, limit: float | None) -> None:
+    assert stability_limit(optimizer) == (None if limit is None else pytest.approx(limit))
+
+
+def tanh_mlp_config(folder: Path, **training: Any) -> Path:
+    """A tanh MLP on 30 synthetic samples, all for training, one full-batch update per epoch for 4 epochs, in 4
+    sub-batches, by plain gradient descent."""
+    folder.mkdir()
     return tiny_config(
-        tmp_path,
+        folder,
         data={"samples": 30, "validation_split": 0.0},
         model={"name": "mlp", "hidden": [8], "activation": "tanh"},
-        training={
-            "epochs": 4,
-            "batch_size": "full",
-            "measure": ["noise_scale", "sharpness"],
-            "measure_every": 2,
-            **training,
-        },
+        training={"epochs": 4, "batch_size": "full", "subdivisions": 4, **training},
         optimizer={"name": "sgd", "learning_rate": 0.5},
         output={"tensorboard": False},
     )
 
 
 def test_the_sharpness_is_the_same_for_any_sub_batches_and_measuring_moves_nothing(tmp_path: Path) -> None:
-    path = tanh_mlp_config(tmp_path, subdivisions=4)
+    # The noise scale, and the sharpness after every second epoch.
+    measured = tanh_mlp_config(tmp_path / "measured", measure=["noise_scale", "sharpness"], measure_every=2)
     runs = {
-        name: train(load_config(path, overrides), tmp_path / name, quiet=True)
-        for name, overrides in {
-            "S=4": [],
-            "S=1": ["training.subdivisions=1"],
-            "S=4 streamed": ["data.feed=sub_batch"],
-            "unmeasured": ["training.measure=[]"],
-        }.items()
+        name: train(load_config(path, overrides), tmp_path / "runs" / name, quiet=True)
+        for name, path, overrides in [
+            ("S=4", measured, []),
+            ("S=1", measured, ["training.subdivisions=1"]),
+            ("S=4 streamed", measured, ["data.feed=sub_batch"]),
+            ("unmeasured", tanh_mlp_config(tmp_path / "unmeasured"), []),
+        ]
     }
     for mine, theirs in zip(runs["S=4"].model.get_weights(), runs["unmeasured"].model.get_weights(), strict=True):
         np.testing.assert_array_equal(mine, theirs)
@@ -236,7 +228,8 @@ def test_the_sharpness_is_the_same_for_any_sub_batches_and_measuring_moves_nothi
     for name in ("S=1", "S=4 streamed"):
         measured = [row["sharpness"] for row in runs[name].metrics if "sharpness" in row]
         assert measured == pytest.approx(reference, rel=1e-5), name
-    assert all(row.get("sharpness_limit", 4.0) == pytest.approx(2 / 0.5) for row in runs["S=4"].metrics)
+    # Plain gradient descent: 2 / learning rate.
+    assert [row.get("sharpness_limit") for row in runs["S=4"].metrics] == [None, 4.0, None, 4.0]
 
 
 @pytest.mark.parametrize(
@@ -251,6 +244,10 @@ def test_the_sharpness_is_the_same_for_any_sub_batches_and_measuring_moves_nothi
         (
             {"measure": ["sharpness"], "measure_samples": 100},
             "training.measure_samples: is larger than the 23 training samples; use all",
+        ),
+        (
+            {"measure": ["noise_scale"], "measure_every": 5},
+            "training.measure_every: applies to the sharpness; add sharpness to training.measure (got 5)",
         ),
     ],
 )

@@ -492,6 +492,14 @@ def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
     if distribute.logical_cpus is not None and distribute.strategy != Strategy.MIRRORED:
         message = f"splits the CPU into replicas for distribute.strategy: mirrored, not {strategy}"
         yield "distribute.logical_cpus", message, distribute.logical_cpus
+    for key in ("measure_every", "measure_samples"):
+        # Against the default, not the keys given: a run's config.yaml writes every key back.
+        if (
+            getattr(training, key) != TrainingConfig.model_fields[key].default
+            and Measure.SHARPNESS not in training.measure
+        ):
+            message = "applies to the sharpness; add sharpness to training.measure"
+            yield f"training.{key}", message, getattr(training, key)
     if Measure.SHARPNESS in training.measure and distribute.strategy not in ("auto", Strategy.NONE):
         message = f"sharpness is measured on one device, not with distribute.strategy: {strategy}"
         yield "training.measure", message, "sharpness"

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.core.losses import Objective
+from accumrun.core.losses import Objective, regularization
 from accumrun.core.targets import Targets
 
 Chunks = Callable[[], Iterable[tuple[tf.Tensor, Targets]]]
@@ -69,9 +69,7 @@ class HessianVectorProducts:
                 loss_sum = tf.reduce_sum(self._objective.per_sample_loss(y, predictions))
                 if self._model.losses:
                     # As the step counts it: the regularization once per unit of the samples.
-                    loss_sum += tf.cast(tf.add_n(self._model.losses), tf.float32) * tf.reduce_sum(
-                        self._objective.units(y)
-                    )
+                    loss_sum += regularization(self._model) * tf.reduce_sum(self._objective.units(y))
                 share = loss_sum / units
             gradients = inner.gradient(share, self._variables)
             pairs = [(g, v) for g, v in zip(gradients, vector, strict=True) if g is not None]
@@ -88,26 +86,30 @@ def top_eigenvalue(
     product: Callable[[np.ndarray], np.ndarray], dimension: int, seed: int, most_iterations: int = 100
 ) -> float:
     """The largest eigenvalue of the symmetric operator ``product`` on vectors of ``dimension``, by Lanczos with full
-    reorthogonalization from a seeded random start, to :data:`LANCZOS_TOLERANCE`."""
+    reorthogonalization from a seeded random start, to :data:`LANCZOS_TOLERANCE` (or the best estimate after
+    ``most_iterations`` products). The basis is held on the host: up to ``most_iterations`` float64 vectors."""
     rng = np.random.default_rng(seed)
-    basis = [_unit(rng.normal(size=dimension))]
+    steps = min(most_iterations, dimension)
+    basis = np.empty((steps, dimension))  # one row per Lanczos vector, filled as they come
+    basis[0] = _unit(rng.normal(size=dimension))
     alphas: list[float] = []
     betas: list[float] = []
     top = 0.0
-    for _ in range(min(most_iterations, dimension)):
-        w = product(basis[-1])
-        alphas.append(float(w @ basis[-1]))
+    for k in range(steps):
+        w = product(basis[k])
+        alphas.append(float(w @ basis[k]))
         # Twice against the whole basis: float rounding would otherwise let the top eigenvalue appear again.
         for _ in range(2):
-            w -= np.stack(basis).T @ (np.stack(basis) @ w)
+            w -= basis[: k + 1].T @ (basis[: k + 1] @ w)
         ritz_values, ritz_vectors = np.linalg.eigh(np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1))
         top = float(ritz_values[-1])
         beta = float(np.linalg.norm(w))
         # The top Ritz pair's residual is beta times its vector's last component.
         if beta * abs(ritz_vectors[-1, -1]) <= LANCZOS_TOLERANCE * max(abs(top), 1e-30) or beta == 0.0:
             break
-        betas.append(beta)
-        basis.append(w / beta)
+        if k + 1 < steps:
+            betas.append(beta)
+            basis[k + 1] = w / beta
     return top
 
 

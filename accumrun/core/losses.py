@@ -194,3 +194,8 @@ class Perplexity(keras.metrics.Metric):
 
     def result(self) -> tf.Tensor:
         return tf.exp(tf.math.divide_no_nan(self.total, self.count))
+
+
+def regularization(model: keras.Model) -> tf.Tensor:
+    """The sum of ``model``'s regularization losses, as float32."""
+    return tf.cast(tf.add_n(model.losses), tf.float32)

@@ -2,7 +2,8 @@
 accumulation has in hand: each sub-batch's gradient and the batch's.
 
 Sub-batch ``j`` of ``b_j`` units (samples, or real target tokens) has its own mean gradient ``g_j``; the batch of
-``B = sum_j b_j`` units has ``G_B``, and ``P`` sub-batches over every replica. Then, unbiased for any sizes::
+``B = sum_j b_j`` units has ``G_B``, and ``P`` sub-batches over every replica. Then, unbiased for any sizes where
+the units are drawn independently (samples; a language model's tokens, drawn a window at a time, are not)::
 
     tr(S) = (sum_j b_j |g_j|^2 - B |G_B|^2) / (P - 1)        |G|^2 = |G_B|^2 - tr(S) / B
 
@@ -30,8 +31,8 @@ def sub_batch_part(gradients: list[tf.Tensor | None], units: tf.Tensor) -> tf.Te
 
 
 def squared_norm(gradients: list[tf.Tensor]) -> tf.Tensor:
-    """``|G|^2`` (float64) of a gradient given as one tensor per variable: the estimates are differences of such
-    norms, which float32 would leave with a few digits where the noise dwarfs the mean gradient."""
+    """``|G|^2`` (float64) of a gradient given as one tensor per variable, once per batch. (The sub-batches' norms
+    are float32, summed over at most the batch's sub-batches; the difference :func:`estimates` takes is float64.)"""
     return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in gradients])
 
 

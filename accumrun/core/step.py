@@ -22,10 +22,11 @@ slices, the short last batch and empty slices too.
 Where the replicas' sums happen. Called in a replica context, Keras' ``optimizer.apply_gradients`` all-reduces
 (sums) the gradients itself (``_all_reduce_sum_gradients`` in ``keras/src/backend/tensorflow/optimizer.py``),
 then updates every replica's copy of the variables identically. That is the batch's one gradient reduction,
-after the sub-batch loop; this module never sums gradients across replicas itself, so they are summed exactly
-once. Before it, one small all-reduce of two numbers carries the loss sum and how many replicas saw a NaN or
-Inf, so that every replica takes the same decision to apply the update or skip it: a
-replica that skipped alone would leave the others waiting in the gradient all-reduce. That decision and the
+after the sub-batch loop; this module sums gradients across replicas itself only to measure the noise scale (see
+below), and never passes a summed gradient on, so the update sums them exactly once. Before it, one small
+all-reduce of two numbers carries the loss sum and how many replicas saw a NaN or Inf, so that every replica takes
+the same decision to apply the update or skip it: a replica that skipped alone would leave the others waiting in
+the gradient all-reduce. That decision and the
 update run in the cross-replica context, because ``tf.distribute`` forbids a ``tf.cond`` in a replica context
 around the synchronization that ``apply_gradients`` does (Keras' ``LossScaleOptimizer`` takes the same route).
 
@@ -55,9 +56,9 @@ sub-batches stay exact as they are. Metrics are unweighted.
 
 The noise scale. With ``spec.noise_scale``, each sub-batch also adds the squared norm of its share of the
 gradient over its units, and the batch's sequence takes the squared norm of the batch's gradient before the update
-(with replicas, after one more all-reduce of the gradients and one of two numbers); from those the step returns the
-batch's estimates of ``|G|^2`` and ``tr(S)`` beside its loss (:mod:`accumrun.core.noise`). Without it the step
-computes none of this.
+(with replicas, after one more all-reduce, of the gradients; the sub-batches' two numbers join the loss sum's
+all-reduce); from those the step returns the batch's estimates of ``|G|^2`` and ``tr(S)`` beside its loss
+(:mod:`accumrun.core.noise`). Without it the step computes none of this.
 
 This module knows nothing of configs, files or the command line.
 """
@@ -75,7 +76,7 @@ import keras
 import tensorflow as tf
 
 from accumrun.core.batch_norm import BatchNormStatistics, Moments
-from accumrun.core.losses import LossFn, MetricSet, Objective
+from accumrun.core.losses import LossFn, MetricSet, Objective, regularization
 from accumrun.core.noise import MEASURES, estimates, squared_norm, sub_batch_part
 from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import SubBatchLoop, part_bounds, replica_rows, sub_batch_loops
@@ -233,7 +234,7 @@ class Accumulation:
             if self._model.losses:
                 # Regularization belongs to the batch once; each sub-batch carries its units' share of it, and of
                 # the logged loss, which is what is minimized (as Keras fit logs it).
-                sub_loss_sum += _regularization(self._model) * self.units(y_sub)
+                sub_loss_sum += regularization(self._model) * self.units(y_sub)
             batch_share = sub_loss_sum / n_float
             if self._scale_loss is not None:
                 batch_share = self._scale_loss(batch_share)
@@ -419,23 +420,24 @@ class BatchSequence:
         self, metrics_before: list[tf.Tensor], gradients: list[tf.Tensor], loss_sum: tf.Tensor, noise: tf.Tensor
     ) -> Accumulated:
         """On a replica, after accumulating: total the loss, the non-finite count, the noise parts and the BatchNorm
-        moments over every replica (one small all-reduce, and BatchNorm's own)."""
+        moments over every replica (one small all-reduce, and BatchNorm's own; with ``noise_scale``, one more of the
+        gradients)."""
         context = self._placement.context()
         not_finite = tf.logical_not(_all_finite(loss_sum, gradients))
         totals = tf.stack([loss_sum, tf.cast(not_finite, tf.float32)])
+        if self._noise_scale:
+            totals = tf.concat([totals, noise], 0)
         if context is not None:
             totals = context.all_reduce(tf.distribute.ReduceOp.SUM, totals)
         batch_sq_norm = tf.constant(0.0, tf.float64)
-        if self._noise_scale and context is not None:
-            # The noise parts and the replicas' gradients summed, as the update will sum them: two more
-            # all-reduces, one of two numbers and one of the gradients, that only a replicated run measuring its
-            # noise pays.
-            noise = context.all_reduce(tf.distribute.ReduceOp.SUM, noise)
-            batch_sq_norm = squared_norm(context.all_reduce(tf.distribute.ReduceOp.SUM, gradients))
-        elif self._noise_scale:
-            batch_sq_norm = squared_norm(gradients)
+        if self._noise_scale:
+            # The replicas' gradients summed, as the update will sum them: one more all-reduce, of the gradients,
+            # that only a replicated run measuring its noise pays.
+            summed = gradients if context is None else context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+            batch_sq_norm = squared_norm(summed)
         moments = self._batch_norm.batch_moments(context)
-        return Accumulated(metrics_before, gradients, totals, noise, batch_sq_norm, moments)
+        noise_parts = totals[2:] if self._noise_scale else noise
+        return Accumulated(metrics_before, gradients, totals[:2], noise_parts, batch_sq_norm, moments)
 
     def finish(self, accumulated: Accumulated) -> Finished:
         """Apply or skip the update, put the metrics back unless it was applied, move the BatchNorm statistics."""
@@ -720,8 +722,9 @@ def _replicated_step(
 
         x_parts, y_parts, first_rows = strategy.experimental_distribute_values_from_function(replica_slice)
         units = accumulate.units(y)
+        loss_scale = measure.loss_scale()
         finished = sequence.run(accumulate, x_parts, y_parts, units, first_rows)
-        return finished.loss_sum, units, finished.applied, measure(finished, units, units, tf.constant(1.0))
+        return finished.loss_sum, units, finished.applied, measure(finished, units, units, loss_scale)
 
     return WholeBatchStep(train_step)
 
@@ -743,12 +746,7 @@ def make_eval_step(
         units = tf.reduce_sum(objective.units(y))
         if model.losses:
             # As Keras' evaluate reports it: the regularization counts in the loss of every sample.
-            loss_sum += _regularization(model) * units
+            loss_sum += regularization(model) * units
         return loss_sum, units
 
     return eval_step
-
-
-def _regularization(model: keras.Model) -> tf.Tensor:
-    """The sum of ``model``'s regularization losses, as float32."""
-    return tf.cast(tf.add_n(model.losses), tf.float32)

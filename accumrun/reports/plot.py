@@ -37,7 +37,7 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
     if any("val_loss" in row for rows in curves.values() for row in rows):
         panels.append(("val_loss", "validation loss"))
     if any("sharpness" in row for rows in curves.values() for row in rows):
-        panels.append(("sharpness", "sharpness (dashed: 2 / learning rate)"))
+        panels.append(("sharpness", "sharpness (dashed: its stability limit)"))
     markers = max(len(rows) for rows in curves.values()) <= _MARKER_EPOCHS
 
     # The Figure API draws with Agg on savefig without touching pyplot's global backend or figure registry.
@@ -80,8 +80,9 @@ def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, nam
         ax.plot(epochs, losses, label=label, color=f"C{index}", marker="o" if markers else None, markersize=3)
         if key == "sharpness":
             limits = [(row["epoch"], row["sharpness_limit"]) for row in rows if "sharpness_limit" in row]
-            ax.plot(*zip(*limits, strict=True), color=f"C{index}", linestyle="--", linewidth=1)
-            values += [limit for _, limit in limits]
+            if limits:
+                ax.plot(*zip(*limits, strict=True), color=f"C{index}", linestyle="--", linewidth=1)
+                values += [limit for _, limit in limits]
     if values and min(values) > 0:
         ax.set_yscale("log")  # losses span decades; a linear axis flattens everything after epoch 1
         if max(values) < 10 * min(values):

@@ -34,9 +34,9 @@ class Position:
     loss_scale_skips: int = 0
     train_seconds: float = 0.0
     timed_samples: int = 0
-    measures: dict[str, float] = field(default_factory=dict)
+    measure_sums: dict[str, float] = field(default_factory=dict)
     """The epoch's running sums of what hooks measure (:mod:`accumrun.training.noise_scale`)."""
-    carried: dict[str, float] = field(default_factory=dict)
+    carried_measures: dict[str, float] = field(default_factory=dict)
     """What hooks carry from epoch to epoch (exponential averages): the next epoch's position starts with it."""
 
     def counted(self, batches_per_epoch: int) -> tuple[int, int]:

@@ -169,7 +169,8 @@ def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:
     if "gradient_noise_scale" in row.figures:
         parts.append(f"noise scale {row.figures['gradient_noise_scale']:,.0f}")
     if "sharpness" in row.figures:
-        parts.append(f"sharpness {row.figures['sharpness']:.4g} (2/lr {row.figures['sharpness_limit']:.4g})")
+        limit = row.figures.get("sharpness_limit")
+        parts.append(f"sharpness {row.figures['sharpness']:.4g}" + (f" (limit {limit:.4g})" if limit else ""))
     parts += [f"{row.seconds:.1f} s", f"{row.samples_per_second:,.0f} samples/s"]
     if row.skipped_batches:
         parts.append(f"{row.skipped_batches} batches skipped (non-finite)")

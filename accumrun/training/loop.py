@@ -120,7 +120,7 @@ class Trainer:
                 # Only the call's last epoch may validate, apply the controls, or stop (see the cadence).
                 assert stopped is None, "an epoch that stops training must end its call"
                 stopped = self._end_epoch(position, updates, end - 1)
-                position = Position(epoch=position.epoch + 1, carried=position.carried)
+                position = Position(epoch=position.epoch + 1, carried_measures=position.carried_measures)
             start = end
         return position, stopped
 

@@ -46,7 +46,7 @@ class NoiseScale(Hook):
             )
 
     def on_batch_end(self, batches: BatchEnd) -> None:
-        updates, sums, carried = batches.updates, batches.position.measures, batches.position.carried
+        updates, sums, carried = batches.updates, batches.position.measure_sums, batches.position.carried_measures
         for k in range(batches.count if self._measured else 0):
             sq_norm, trace, valid = (float(value) for value in updates.measures[k])
             if not updates.applied[k] or not valid:
@@ -57,7 +57,7 @@ class NoiseScale(Hook):
                 carried[key] = DECAY * carried.get(key, 0.0) + (1.0 - DECAY) * value
 
     def epoch_figures(self, position: Position, ends_call: bool) -> dict[str, float]:
-        sums, carried = position.measures, position.carried
+        sums, carried = position.measure_sums, position.carried_measures
         updates = sums.get(UPDATES, 0.0)
         if not updates:
             return {}

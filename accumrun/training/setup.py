@@ -217,6 +217,9 @@ def build_training(
             data.
         DataError: the data cannot be loaded or does not fit the model.
     """
+    if Measure.SHARPNESS in config.training.measure and strategy is not None:
+        # distribute.strategy: auto settles here; the config's check refuses the others already.
+        raise ConfigError("training.measure", "sharpness is measured on one device, not across replicas", "sharpness")
     config = config.model_copy(update={"data": settle_vocabulary(config.data, config.seed, resumed)})
     # Class weights weight the training samples alone (validation, as Keras', is unweighted by class).
     dataset = with_class_weights(load_dataset(config.data, config.seed), config.training.class_weight)

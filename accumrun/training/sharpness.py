@@ -1,6 +1,6 @@
 """The sharpness hook: the top eigenvalue of the training objective's Hessian (:mod:`accumrun.core.hessian`) in
-the row of every ``measure_every``-th epoch, beside ``2 / learning rate``, the most a step of plain gradient descent
-stays stable under (the cadence ends a call there, so the weights are the epoch's)."""
+the row of every ``measure_every``-th epoch, beside the most a step of the optimizer stays stable under, where it
+has such a limit (the cadence ends a call there, so the weights are the epoch's)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ FIGURES = ("sharpness", "sharpness_limit")
 
 
 class Sharpness(Hook):
-    """Adds ``sharpness`` and ``sharpness_limit`` to the rows of the epochs ``cadence`` measures after; the Lanczos
-    start is drawn from ``seed`` and the epoch, so a resumed run measures what the uninterrupted one did."""
+    """Adds ``sharpness`` and, for gradient descent, ``sharpness_limit`` (:func:`stability_limit`) to the rows of the
+    epochs ``cadence`` measures after; the Lanczos start is drawn from ``seed`` and the epoch, so a resumed run
+    measures what the uninterrupted one did."""
 
     def __init__(
         self, products: HessianVectorProducts, optimizer: keras.optimizers.Optimizer, cadence: Cadence, seed: int
@@ -31,5 +32,16 @@ class Sharpness(Hook):
         if not (ends_call and self._cadence.measures_after(position.epoch)):
             return {}
         sharpness = top_eigenvalue(self._products, self._products.dimension, seed=self._seed + position.epoch)
-        rate = float(keras.ops.convert_to_numpy(self._optimizer.learning_rate))
-        return {"sharpness": sharpness, "sharpness_limit": 2.0 / rate}
+        limit = stability_limit(self._optimizer)
+        return {"sharpness": sharpness} if limit is None else {"sharpness": sharpness, "sharpness_limit": limit}
+
+
+def stability_limit(optimizer: keras.optimizers.Optimizer) -> float | None:
+    """The largest sharpness under which ``optimizer``'s step is stable on a quadratic, at its current learning rate
+    η: 2/η for plain gradient descent, (2 + 2β)/η with heavy-ball momentum β, (2 + 2β)/((1 + 2β)η) with Nesterov's
+    (Cohen et al., 2021). None for an adaptive optimizer (Adam, RMSprop, ...), whose step has no such limit."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # a loss-scale optimizer's own
+    if not isinstance(inner, keras.optimizers.SGD):
+        return None
+    rate, momentum = float(keras.ops.convert_to_numpy(inner.learning_rate)), float(inner.momentum)
+    return (2 + 2 * momentum) / ((1 + 2 * momentum) * rate if inner.nesterov else rate)
