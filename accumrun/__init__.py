@@ -193,19 +193,22 @@ def compare(
     *,
     overrides: Sequence[str] = (),
     quiet: bool = False,
+    vary: tuple[str, Sequence[str]] | None = None,
 ) -> Comparison:
-    """Train the config at ``config`` once per subdivision count (each in its own process, from the same seed and
-    data order) and compare the curves, the speed, the memory and the final weights.
+    """Train the config at ``config`` once per subdivision count, or once per value of another key (each in its own
+    process, from the same seed and data order) and compare the curves, the speed, the memory and the final weights.
 
-    The ``subdivisions`` (``auto`` among them) are by default the config's and 1; ``run_dir``, new or empty, gets
-    the variants and ``compare.json``/``compare.png``; ``overrides`` (``key.path=value``) apply to every variant;
-    without ``quiet``, each variant's progress goes to standard output. The result holds the variants (status,
-    metrics rows, largest weight difference to the first) and the report's paths; ``table()`` is what the command
-    prints.
+    The ``subdivisions`` (``auto`` among them) are by default the config's and 1; ``vary``, ``(key.path, values)``,
+    varies another key instead (``("optimizer.name", ["adam", "sgd"])``), each value as ``--set`` takes it;
+    ``run_dir``, new or empty, gets the variants and ``compare.json``/``compare.png``; ``overrides``
+    (``key.path=value``) apply to every variant; without ``quiet``, each variant's progress goes to standard output.
+    The result holds the variants (status, metrics rows, largest weight difference to the first where the models
+    match) and the report's paths; ``table()`` is what the command prints.
 
     Raises:
         ConfigError: the config is invalid.
-        ArgumentError: ``subdivisions`` left to the config when it trains with 1, or ``run_dir`` holds files.
+        ArgumentError: ``subdivisions`` left to the config when it trains with 1, both ``subdivisions`` and ``vary``,
+            or ``run_dir`` holds files.
     """
     from accumrun.errors import ArgumentError
     from accumrun.reports.compare import compare_runs
@@ -213,16 +216,21 @@ def compare(
 
     path = Path(config)
     loaded = load_config(path, overrides)
+    template = "runs/compare-{config_name}-{timestamp}"
+    target = Path(run_dir) if run_dir is not None else resolve_run_dir(template, path.stem)
+    # Flushed, so that each line comes before the output of the variant's process that follows it.
+    echo = (lambda _: None) if quiet else functools.partial(print, flush=True)
+    if vary is not None:
+        if subdivisions is not None:
+            raise ArgumentError("vary", "compares one key; vary subdivisions or another key, not both")
+        key, values = vary
+        return compare_runs(path, list(values), target, list(overrides), echo=echo, key=key)
     if subdivisions is None:
         if loaded.training.subdivisions == 1:
             raise ArgumentError(
                 "subdivisions", "the config trains with subdivisions 1; name the counts to compare, e.g. 8,1"
             )
         subdivisions = [loaded.training.subdivisions, 1]
-    template = "runs/compare-{config_name}-{timestamp}"
-    target = Path(run_dir) if run_dir is not None else resolve_run_dir(template, path.stem)
-    # Flushed, so that each line comes before the output of the variant's process that follows it.
-    echo = (lambda _: None) if quiet else functools.partial(print, flush=True)
     return compare_runs(path, list(subdivisions), target, list(overrides), echo=echo)
 
 

@@ -390,6 +390,16 @@ def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | N
     return list(dict.fromkeys(part if part == "auto" else int(part) for part in parts))
 
 
+def _varied_key(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, list[str]] | None:
+    if value is None:
+        return None
+    key, _, listed = value.partition("=")
+    values = [part.strip() for part in listed.split(",") if part.strip()]
+    if not key.strip() or len(values) < 2:
+        raise click.BadParameter(f"{value!r} is not KEY=VALUE,VALUE[,...], e.g. optimizer.name=adam,sgd")
+    return key.strip(), list(dict.fromkeys(values))
+
+
 @main.command()
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option(
@@ -398,16 +408,31 @@ def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | N
     metavar="LIST",
     help="Comma-separated subdivision counts to train, e.g. 8,4,1 or auto,1 [default: the config's, and 1].",
 )
+@click.option(
+    "--vary",
+    callback=_varied_key,
+    metavar="KEY=V1,V2",
+    help="Compare values of another config key instead, e.g. optimizer.name=adam,sgd.",
+)
 @_options(_SHARED_OVERRIDE_OPTIONS)
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the variants and the report.")
-def compare(config_path: str, subdivisions: list[int | str] | None, run_dir: str | None, **overrides: Any) -> None:
-    """Train CONFIG with subdivisions on and off, from the same weights and data order, and compare.
+def compare(
+    config_path: str,
+    subdivisions: list[int | str] | None,
+    vary: tuple[str, list[str]] | None,
+    run_dir: str | None,
+    **overrides: Any,
+) -> None:
+    """Train CONFIG with subdivisions on and off (or with each value of the --vary key), from the same weights and
+    data order, and compare.
 
     Each variant is a run folder of its own under the compare folder, with its TensorBoard scalars, so
     `tensorboard --logdir COMPARE_DIR` overlays them.
     """
+    if vary is not None and subdivisions is not None:
+        raise click.UsageError("--vary and --subdivisions each choose what to compare; give one")
     _start_tensorflow()
-    comparison = accumrun.compare(config_path, subdivisions, run_dir, overrides=_overrides(**overrides))
+    comparison = accumrun.compare(config_path, subdivisions, run_dir, overrides=_overrides(**overrides), vary=vary)
     click.echo(f"\n{comparison.table()}")
     png = f" and {comparison.png_path}" if comparison.png_path else ""
     click.echo(f"\nwrote {comparison.json_path}{png}")

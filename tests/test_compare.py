@@ -81,16 +81,28 @@ def test_plot_command_names_a_directory_that_is_not_a_run(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_failing_variant_is_reported_and_the_others_finish(tmp_path: Path) -> None:
-    # 50 subdivisions of a batch of 10 is refused by that variant alone. 22 samples: two whole batches, as above;
-    # no TensorBoard, which the test above checks.
+def test_another_key_varies_and_a_failing_variant_is_reported_while_the_others_finish(tmp_path: Path) -> None:
+    # An optimizer that Keras does not have is refused by that variant alone. 22 samples: two whole batches, as
+    # above; no TensorBoard, which the test above checks.
     config = tiny_config(tmp_path, data={"samples": 22}, output={"tensorboard": False})
-    result = invoke("compare", str(config), "--subdivisions", "3,50", "--run-dir", str(tmp_path / "out"))
+    vary = "optimizer.name=sgd,no_such_optimizer"
+    result = invoke("compare", str(config), "--vary", vary, "--run-dir", str(tmp_path / "out"))
     assert result.returncode == 1
     assert "1 of 2 variants failed" in result.stderr
     report = json.loads((tmp_path / "out" / "compare.json").read_text())
     ok, failed = report["variants"]
+    assert (ok["key"], ok["value"], failed["value"]) == ("optimizer.name", "sgd", "no_such_optimizer")
+    assert "subdivisions" not in ok and ok["run_dir"].endswith("optimizer.name-sgd")
     assert ok["status"] == "completed" and len(ok["metrics"]) == 2
     assert failed["status"] == "failed (exit 1)"
-    assert "training.subdivisions" in failed["error"]
-    assert "failed (exit 1): training.subdivisions" in result.stdout
+    assert "optimizer.name" in failed["error"]
+    assert "loss sgd" in result.stdout and "optimizer.name" in result.stdout.splitlines()[-5]
+    assert "failed (exit 1): optimizer.name" in result.stdout
+
+
+def test_vary_and_subdivisions_together_are_a_usage_error(tmp_path: Path) -> None:
+    config = tiny_config(tmp_path)
+    both = invoke("compare", str(config), "--vary", "optimizer.name=adam,sgd", "--subdivisions", "3,1")
+    assert both.returncode == 2 and "--vary and --subdivisions each choose what to compare" in both.stderr
+    one_value = invoke("compare", str(config), "--vary", "optimizer.name=adam")
+    assert one_value.returncode == 2 and "is not KEY=VALUE,VALUE[,...]" in one_value.stderr

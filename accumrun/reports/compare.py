@@ -1,8 +1,9 @@
-"""Subdivisions on vs off: the same config trained under several subdivision counts, side by side.
+"""Subdivisions on vs off, or any other key: the same config trained under several values of one key, side by
+side.
 
 Each variant is a separate ``accumrun train`` process, so that its peak memory is its own, and a run folder of
-its own. All variants share the seed, hence the initial weights and every epoch's data order; only
-``training.subdivisions`` differs.
+its own. All variants share the seed, hence the initial weights and every epoch's data order; only the varied key
+(by default ``training.subdivisions``) differs.
 """
 
 from __future__ import annotations
@@ -25,14 +26,19 @@ from accumrun.rundir.atomic import write_text_atomically
 from accumrun.rundir.metrics import EpochRow, read_rows
 from accumrun.rundir.status import BatchNormNote, RunRecord
 
+SUBDIVISIONS = "training.subdivisions"
+"""The key a comparison varies unless told another."""
+
 
 @dataclass
 class Variant:
-    """One trained variant: its subdivisions, where it ran, and how it went."""
+    """One trained variant: its value of the varied key, where it ran, and how it went."""
 
-    subdivisions: int | str
-    """A count, or ``auto`` (the variant settles it and records the count in its metrics rows)."""
+    value: int | str
+    """A subdivision count or ``auto`` (the variant settles it and records the count in its metrics rows), or the
+    value of ``key``, as ``--set`` takes it."""
     run_dir: Path
+    key: str = SUBDIVISIONS
     exit_code: int | None = None
     """The variant's ``accumrun train`` exit code; None until it has run."""
     error: str | None = None
@@ -53,10 +59,18 @@ class Variant:
         return RunState.COMPLETED.value if self.completed else f"failed (exit {self.exit_code})"
 
     @property
+    def short(self) -> str:
+        """The variant in a column heading: ``S=4``, or the value of another key."""
+        return f"S={self.value}" if self.key == SUBDIVISIONS else str(self.value)
+
+    @property
     def label(self) -> str:
-        name = "off (subdivisions 1)" if self.subdivisions == 1 else f"subdivisions {self.subdivisions}"
-        if self.subdivisions == "auto" and self.metrics:
-            name += f" ({self.metrics[-1].subdivisions})"
+        if self.key != SUBDIVISIONS:
+            name = f"{self.key}={self.value}"
+        else:
+            name = "off (subdivisions 1)" if self.value == 1 else f"subdivisions {self.value}"
+            if self.value == "auto" and self.metrics:
+                name += f" ({self.metrics[-1].subdivisions})"
         if not self.metrics:
             return f"{name}: {self.status}"
         seconds, rss = _median_seconds(self.metrics), max(row.peak_rss_mib for row in self.metrics)
@@ -65,8 +79,11 @@ class Variant:
     def to_json(self) -> dict[str, Any]:
         """The variant as ``compare.json`` lists it, its rows as ``metrics.jsonl`` holds them."""
         batch_norm = self.batch_norm
+        varied = {"subdivisions": self.value} if self.key == SUBDIVISIONS else {}
         return {
-            "subdivisions": self.subdivisions,
+            **varied,
+            "key": self.key,
+            "value": self.value,
             "run_dir": str(self.run_dir),
             "status": self.status,
             "error": self.error,
@@ -96,25 +113,28 @@ class Comparison:
 
 def compare_runs(
     config_path: Path,
-    subdivisions: list[int | str],
+    values: list[int | str],
     out_dir: Path,
     overrides: list[str],
     *,
     echo: Callable[[str], None],
+    key: str = SUBDIVISIONS,
 ) -> Comparison:
-    """Train ``config_path`` once per subdivision count into ``out_dir/subdivisions-N`` (``out_dir`` must be empty
-    or new; a failed variant does not stop the rest), then write ``compare.json`` there, and ``compare.png`` when
-    some variant has metrics: :func:`accumrun.compare`."""
+    """Train ``config_path`` once per value of ``key`` into ``out_dir/subdivisions-N`` (or ``out_dir/KEY-VALUE``;
+    ``out_dir`` must be empty or new; a failed variant does not stop the rest), then write ``compare.json`` there,
+    and ``compare.png`` when some variant has metrics: :func:`accumrun.compare`."""
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ArgumentError("run_dir", "exists and is not empty; choose another", str(out_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     variants = []
-    for count in subdivisions:
-        variant = Variant(count, out_dir / f"subdivisions-{count}")
-        echo(f"== training with subdivisions {count} -> {variant.run_dir}")
+    subdivisions = key == SUBDIVISIONS
+    for value in values:
+        variant = Variant(value, out_dir / f"{'subdivisions' if subdivisions else key}-{value}", key)
+        echo(f"== training with {variant.label} -> {variant.run_dir}")
         command = [sys.executable, "-m", "accumrun", "train", str(config_path), "--quiet"]
         command += [arg for override in overrides for arg in ("--set", override)]
-        command += ["--subdivisions", str(count), "--run-dir", str(variant.run_dir)]
+        command += ["--subdivisions", str(value)] if subdivisions else ["--set", f"{key}={value}"]
+        command += ["--run-dir", str(variant.run_dir)]
         # stderr is captured to report the failure; a crash of one variant must not end the comparison.
         finished = subprocess.run(command, stderr=subprocess.PIPE, text=True)
         variant.exit_code = finished.returncode
@@ -131,7 +151,7 @@ def compare_runs(
     report = {"config": str(config_path), "variants": [v.to_json() for v in variants]}
     json_path = write_text_atomically(out_dir / "compare.json", json.dumps(report, indent=2) + "\n")
     curves = {v.label: [row.to_json() for row in v.metrics] for v in variants if v.metrics}
-    title = f"{config_path.name}: subdivisions compared"
+    title = f"{config_path.name}: {'subdivisions' if subdivisions else key} compared"
     png_path = plot_curves(curves, out_dir / "compare.png", title=title) if curves else None
     return Comparison(variants, json_path, png_path)
 
@@ -147,6 +167,8 @@ def _fill_weight_differences(variants: list[Variant]) -> None:
     done[0].max_weight_difference = 0.0
     for variant in done[1:]:
         own = keras.models.load_model(variant.run_dir / "model.keras", compile=False).get_weights()
+        if [w.shape for w in own] != [w.shape for w in reference]:
+            continue  # another model: no weight to compare
         variant.max_weight_difference = max(float(np.max(np.abs(a - b))) for a, b in zip(reference, own, strict=True))
 
 
@@ -155,7 +177,7 @@ def format_table(variants: list[Variant]) -> str:
     done = [v for v in variants if v.metrics]
     lines = []
     if done:
-        header = ["epoch", *(f"{what} S={v.subdivisions}" for v in done for what in ("loss", "val"))]
+        header = ["epoch", *(f"{what} {v.short}" for v in done for what in ("loss", "val"))]
         if len(done) > 1:
             header += ["max |d loss|", "max |d val|"]
         lines.append(" | ".join(f"{h:>13}" for h in header))
@@ -168,10 +190,11 @@ def format_table(variants: list[Variant]) -> str:
                 cells += [_spread(rows, "loss"), _spread(rows, "val_loss")]
             lines.append(" | ".join(cells))
         lines.append("")
-    columns = ["subdivisions", "s/epoch", "samples/s", "peak RSS MiB", "peak GPU MiB", "max |d weight|"]
+    varied = variants[0].key.removeprefix("training.") if variants else "subdivisions"
+    columns = [varied, "s/epoch", "samples/s", "peak RSS MiB", "peak GPU MiB", "max |d weight|"]
     lines.append(" | ".join(f"{h:>14}" for h in columns) + " | status")
     for v in variants:
-        cells = [str(v.subdivisions)] + ["-"] * 5
+        cells = [str(v.value)] + ["-"] * 5
         if v.metrics:
             gpu, weights = v.metrics[-1].peak_device_mib is not None, v.max_weight_difference
             cells[1:] = [
