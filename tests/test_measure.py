@@ -64,6 +64,28 @@ def test_one_batch_estimates_equal_the_formulas_on_uneven_sub_batches(kind: str)
     assert trace == pytest.approx(expected_trace, rel=1e-5)
 
 
+def test_token_level_estimates_are_the_same_streamed_as_whole() -> None:
+    # A language model's units are its real target tokens (10 windows hold 41), which the streamed step divides by
+    # only at the batch's end (its sub-batches divide by the 10 samples): the estimates must not tell the two apart.
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 7, size=10)
+    x = np.where(np.arange(6) < lengths[:, None], rng.integers(1, 8, size=(10, 6)), 0).astype(np.int32)
+    y = np.where(np.arange(6) < lengths[:, None], rng.integers(1, 8, size=(10, 6)), 0).astype(np.int32)
+    objective = Objective(sparse_categorical_crossentropy, token_level=True)
+    estimates = {}
+    for feed in (Feed.BATCH, Feed.SUB_BATCH):
+        keras.utils.set_random_seed(4)
+        model = keras.Sequential(
+            [keras.Input((6,), dtype="int32"), keras.layers.Embedding(8, 4), keras.layers.Dense(8)]
+        )
+        step = make_train_step(model, objective, keras.optimizers.SGD(0.1), 3, feed=feed, noise_scale=True)
+        rows = contiguous(sub_batch_sizes(10, 3)) if feed is Feed.SUB_BATCH else [np.arange(10)]
+        chunks = [(tf.constant(x[r]), tf.constant(y[r])) for r in rows]
+        estimates[feed] = step.train_batch(chunks, 10).measures.numpy()
+    assert int(lengths.sum()) != 10 and estimates[Feed.BATCH][2] == 1.0
+    np.testing.assert_allclose(estimates[Feed.SUB_BATCH], estimates[Feed.BATCH], rtol=1e-5)
+
+
 def linear_regression_config(tmp_path: Path, samples: int, *, shuffle: bool, **training: Any) -> Path:
     """A linear model (``mlp`` without hidden layers) fitting one target by the mean squared error, on
     ``samples`` samples, all for training; SGD."""
