@@ -64,13 +64,17 @@ class Variant:
         return f"S={self.value}" if self.key == SUBDIVISIONS else str(self.value)
 
     @property
-    def label(self) -> str:
+    def name(self) -> str:
+        """``subdivisions 4``, ``off (subdivisions 1)`` or ``optimizer.name=sgd``."""
         if self.key != SUBDIVISIONS:
-            name = f"{self.key}={self.value}"
-        else:
-            name = "off (subdivisions 1)" if self.value == 1 else f"subdivisions {self.value}"
-            if self.value == "auto" and self.metrics:
-                name += f" ({self.metrics[-1].subdivisions})"
+            return f"{self.key}={self.value}"
+        return "off (subdivisions 1)" if self.value == 1 else f"subdivisions {self.value}"
+
+    @property
+    def label(self) -> str:
+        name = self.name
+        if self.key == SUBDIVISIONS and self.value == "auto" and self.metrics:
+            name += f" ({self.metrics[-1].subdivisions})"
         if not self.metrics:
             return f"{name}: {self.status}"
         seconds, rss = _median_seconds(self.metrics), max(row.peak_rss_mib for row in self.metrics)
@@ -130,7 +134,7 @@ def compare_runs(
     subdivisions = key == SUBDIVISIONS
     for value in values:
         variant = Variant(value, out_dir / f"{'subdivisions' if subdivisions else key}-{value}", key)
-        echo(f"== training with {variant.label} -> {variant.run_dir}")
+        echo(f"== training with {variant.name} -> {variant.run_dir}")
         command = [sys.executable, "-m", "accumrun", "train", str(config_path), "--quiet"]
         command += [arg for override in overrides for arg in ("--set", override)]
         command += ["--subdivisions", str(value)] if subdivisions else ["--set", f"{key}={value}"]
