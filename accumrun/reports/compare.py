@@ -211,7 +211,8 @@ def format_table(variants: list[Variant]) -> str:
         error = f": {v.error}" if v.error else ""
         lines.append(" | ".join(f"{cell:>14}" for cell in cells) + f" | {v.status}{error}")
     batch_norm = next((v.batch_norm for v in variants if v.batch_norm), None)
-    if batch_norm is not None and batch_norm.mode is not BatchNormMode.FROZEN:
+    subdivided = bool(variants) and variants[0].key == SUBDIVISIONS  # other keys' variants differ by design
+    if subdivided and batch_norm is not None and batch_norm.mode is not BatchNormMode.FROZEN:
         lines.append(
             f"\nnote: the model has {batch_norm.layers} BatchNorm layers (batch_norm: {batch_norm.mode.value}); each "
             "sub-batch is normalized with its own statistics, so the variants are not expected to match (batch_norm: "
