@@ -612,7 +612,7 @@ def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> N
         from accumrun.data.arrays import DIGITS_FILE
 
         examples.write_random_labels(target, DIGITS_FILE, seed)
-        click.echo(f"wrote the 1,797 digits with labels permuted at random (seed {seed}) to {target}")
+        click.echo(f"wrote the bundled digits with labels permuted at random (seed {seed}) to {target}")
         return
     elif kind == "text":
         examples.write_text_folder(target, count, seed)

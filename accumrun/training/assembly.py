@@ -63,7 +63,7 @@ def build_trainer(
         hooks.append(NoiseScale(echo, batch_size, measured=setup.step_spec(subdivisions).noise_scale))
     if Measure.SHARPNESS in training.measure:
         limit = None if training.measure_samples == "all" else training.measure_samples
-        # Over the sub-batches training runs: no more memory than a training step's (twice its backward pass).
+        # Over chunks of the training sub-batch's size: the memory of one chunk's double backward pass.
         chunks = functools.partial(setup.inference_chunks, sub_batch_size, limit)
         products = HessianVectorProducts(setup.model, setup.objective.objective, chunks)
         hooks.append(Sharpness(products, setup.optimizer, cadence, seed=setup.seed))
