@@ -58,15 +58,7 @@ def build_trainer(
         scorer = Scorer(setup.model, setup.objective.objective, setup.val_metrics)
         val_feeder = setup.val_feeder(sub_batch_size)
         hooks.append(Validation(lambda: {f"val_{name}": value for name, value in scorer(val_feeder).items()}, cadence))
-    if Measure.NOISE_SCALE in training.measure:
-        batch_size = None if setup.objective.objective.token_level else setup.batch_size
-        hooks.append(NoiseScale(echo, batch_size, measured=setup.step_spec(subdivisions).noise_scale))
-    if Measure.SHARPNESS in training.measure:
-        limit = None if training.measure_samples == "all" else training.measure_samples
-        # Over chunks of the training sub-batch's size: the memory of one chunk's double backward pass.
-        chunks = functools.partial(setup.inference_chunks, sub_batch_size, limit)
-        products = HessianVectorProducts(setup.model, setup.objective.objective, chunks)
-        hooks.append(Sharpness(products, setup.optimizer, cadence, seed=setup.seed))
+    hooks += _measurements(settled, sub_batch_size, cadence, echo)
     metric_names = setup.objective.metric_names
     # Before the non-finite policy, which may stop the run: the good updates of its call are logged first.
     hooks.append(TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates, metric_names))
@@ -97,6 +89,23 @@ def build_trainer(
         agree=agreement(setup.strategy),
         rows=rows,
     )
+
+
+def _measurements(settled: Settled, sub_batch_size: int, cadence: Cadence, echo: Callable[[str], None]) -> list[Hook]:
+    """The hooks of ``training.measure``: the noise scale, the sharpness."""
+    setup = settled.setup
+    training = setup.config.training
+    hooks: list[Hook] = []
+    if Measure.NOISE_SCALE in training.measure:
+        batch_size = None if setup.objective.objective.token_level else setup.batch_size
+        hooks.append(NoiseScale(echo, batch_size, measured=setup.step_spec(settled.subdivisions).noise_scale))
+    if Measure.SHARPNESS in training.measure:
+        limit = None if training.measure_samples == "all" else training.measure_samples
+        # Over chunks of the training sub-batch's size: the memory of one chunk's double backward pass.
+        chunks = functools.partial(setup.inference_chunks, sub_batch_size, limit)
+        products = HessianVectorProducts(setup.model, setup.objective.objective, chunks)
+        hooks.append(Sharpness(products, setup.optimizer, cadence, seed=setup.seed))
+    return hooks
 
 
 def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: bool) -> Cadence:

@@ -217,20 +217,12 @@ def build_training(
             data.
         DataError: the data cannot be loaded or does not fit the model.
     """
-    if Measure.SHARPNESS in config.training.measure and strategy is not None:
-        # distribute.strategy: auto settles here; the config's check refuses the others already.
-        raise ConfigError("training.measure", "sharpness is measured on one device, not across replicas", "sharpness")
     config = config.model_copy(update={"data": settle_vocabulary(config.data, config.seed, resumed)})
     # Class weights weight the training samples alone (validation, as Keras', is unweighted by class).
     dataset = with_class_weights(load_dataset(config.data, config.seed), config.training.class_weight)
     training = config.training
     batch_size = resolve_batch_size(training, dataset.train_size)
-    if training.measure_samples != "all" and training.measure_samples > dataset.train_size:
-        raise ConfigError(
-            "training.measure_samples",
-            f"is larger than the {dataset.train_size:,} training samples; use all",
-            training.measure_samples,
-        )
+    _check_measurements(training, dataset.train_size, distributed=strategy is not None)
     feed, feed_reason = _feed(config, dataset, batch_size, strategy is not None)
     augment = config.data.augment
     augmentation = Augmentation(augment, dataset.sample_shape, dataset.dtype) if augment else None
@@ -282,6 +274,19 @@ def build_training(
         val_metrics=val_metrics,
         spec=spec,
     )
+
+
+def _check_measurements(training: TrainingConfig, train_size: int, *, distributed: bool) -> None:
+    """Refuse the sharpness across replicas (``distribute.strategy: auto`` settles only now; the config's check
+    refuses the others), and ``measure_samples`` beyond the training set."""
+    if Measure.SHARPNESS in training.measure and distributed:
+        raise ConfigError("training.measure", "sharpness is measured on one device, not across replicas", "sharpness")
+    if training.measure_samples != "all" and training.measure_samples > train_size:
+        raise ConfigError(
+            "training.measure_samples",
+            f"is larger than the {train_size:,} training samples; use all",
+            training.measure_samples,
+        )
 
 
 def _feed(config: Config, dataset: Dataset, batch_size: int, distributed: bool) -> tuple[Feed, str]:
