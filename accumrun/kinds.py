@@ -120,6 +120,12 @@ class Precision(Kind):
     MIXED_BFLOAT16 = "mixed_bfloat16"
 
 
+class LineSearch(Kind):
+    """How L-BFGS finds each step's length."""
+
+    STRONG_WOLFE = "strong_wolfe"
+
+
 class OnNonFinite(Kind):
     """What a NaN or Inf in the loss or a gradient does."""
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import keras
 
-from accumrun.config.schema import OptimizerConfig, ScheduleConfig
+from accumrun.config.schema import LbfgsConfig, OptimizerConfig, ScheduleConfig
+from accumrun.core.lbfgs import Lbfgs
 from accumrun.errors import ConfigError
 from accumrun.lookup import check_keywords, classes_in, find
 
@@ -22,12 +23,21 @@ _POSITIVE_KEYWORDS = ("clipnorm", "global_clipnorm", "clipvalue")
 _NOT_BY_NAME = ("LossScaleOptimizer", "MultiOptimizer", "OptimizerMap")
 
 
-def build_optimizer(config: OptimizerConfig) -> keras.optimizers.Optimizer:
-    """Build the configured optimizer; its keywords are checked against the class's signature.
+def build_optimizer(config: OptimizerConfig | LbfgsConfig) -> keras.optimizers.Optimizer:
+    """Build the configured optimizer (L-BFGS, or a Keras optimizer whose keywords are checked against the class's
+    signature).
 
     Raises:
         ConfigError: unknown optimizer or schedule, or a keyword it does not take, or a value it rejects.
     """
+    if isinstance(config, LbfgsConfig):
+        return Lbfgs(
+            history=config.history,
+            tolerance_grad=config.tolerance_grad,
+            tolerance_change=config.tolerance_change,
+            max_evaluations=config.max_evaluations,
+            learning_rate=config.learning_rate,
+        )
     classes = classes_in(keras.optimizers, keras.optimizers.Optimizer, exclude=_NOT_BY_NAME)
     optimizer_class = find(classes, config.name, "optimizer.name", "optimizer")
     keywords = config.keywords

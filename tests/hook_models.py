@@ -63,10 +63,15 @@ def _on_forward(size: tf.Tensor) -> None:
 
 
 class ForwardHook(keras.layers.Layer):
-    """Passes its input through; in training mode it first calls :func:`_on_forward` with the sub-batch size."""
+    """Passes its input through; in training mode (or on ``every_pass``, in inference mode too, as L-BFGS's
+    evaluations run) it first calls :func:`_on_forward` with the sub-batch size."""
+
+    def __init__(self, every_pass: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.every_pass = every_pass
 
     def call(self, x: Any, training: bool | None = None) -> Any:
-        if training:
+        if training or self.every_pass:
             tf.py_function(_on_forward, [tf.shape(x)[0]], [])
         return x
 
@@ -74,10 +79,10 @@ class ForwardHook(keras.layers.Layer):
         return input_shape
 
 
-def mlp(input_shape: tuple[int, ...], classes: int, hidden: list[int]) -> keras.Model:
+def mlp(input_shape: tuple[int, ...], classes: int, hidden: list[int], every_pass: bool = False) -> keras.Model:
     """Dense layers on the flattened input, with the hook first; no BatchNorm, no dropout."""
     inputs = keras.Input(input_shape)
-    x = keras.layers.Flatten()(ForwardHook()(inputs))
+    x = keras.layers.Flatten()(ForwardHook(every_pass)(inputs))
     for width in hidden:
         x = keras.layers.Dense(width, activation="relu")(x)
     return keras.Model(inputs, keras.layers.Dense(classes)(x))

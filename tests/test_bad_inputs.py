@@ -85,6 +85,16 @@ def saved_model_config(tmp: Path, outputs: int) -> Path:
     return config_with(tmp, model={"name": "saved", "path": str(tmp / "user.keras")})
 
 
+def lbfgs_config(tmp: Path, training: dict[str, Any] | None = None, **sections_or_keys: Any) -> Path:
+    """The tiny config on the full batch with L-BFGS: ``data`` and ``model`` replace those sections whole; any
+    other keyword is an optimizer key."""
+    sections = {key: sections_or_keys.pop(key) for key in ("data", "model") if key in sections_or_keys}
+    optimizer = {"name": "lbfgs", **sections_or_keys}
+    resolved = yaml.safe_load(tiny_config(tmp).read_text())
+    training = {**resolved["training"], "batch_size": "full", **(training or {})}
+    return config_with(tmp, **sections, training=training, optimizer=optimizer)
+
+
 def batch_mean_loss_config(tmp: Path) -> Path:
     """The tiny config with a user's loss that returns the batch's mean instead of one value per sample."""
     (tmp / "batch_mean.py").write_text(
@@ -224,6 +234,27 @@ CASES = [
     row("set-unknown-key", tiny_config, 1, "training.subdivison: unknown key (did you mean 'subdivisions'?)",
         (*TRAIN, "--set", "training.subdivison=2")),
     row("set-through-a-value", tiny_config, 1, "--set seed.x cannot apply", (*TRAIN, "--set", "seed.x=1")),
+    # --- L-BFGS: each key or setting that means nothing to it, in one line that says why ---
+    row("lbfgs-batch-not-full", lambda t: tiny_config(t, optimizer={"name": "lbfgs"}), 1,
+        "training.batch_size: lbfgs needs the exact full-batch gradient; set training.batch_size: full (got 10)"),
+    row("lbfgs-schedule", lambda t: lbfgs_config(t, learning_rate={"name": "cosine_decay", "decay_steps": 9}), 1,
+        "optimizer.learning_rate: a schedule has no meaning for L-BFGS, whose line search sets each step's length"),
+    row("lbfgs-history-zero", lambda t: lbfgs_config(t, history=0), 1,
+        "optimizer.history: input should be greater than or equal to 1 (got 0)"),
+    row("lbfgs-negative-tolerance", lambda t: lbfgs_config(t, tolerance_change=-1e-9), 1,
+        "optimizer.tolerance_change: input should be greater than or equal to 0 (got -1e-09)"),
+    row("lbfgs-clipnorm", lambda t: lbfgs_config(t, clipnorm=1.0), 1,
+        "optimizer.clipnorm: has no meaning for L-BFGS: a clipped gradient breaks the line search's Wolfe conditions"),
+    row("lbfgs-reduce-on-plateau", lambda t: lbfgs_config(t, reduce_on_plateau={"monitor": "loss"}), 1,
+        "optimizer.reduce_on_plateau: has no meaning for L-BFGS: L-BFGS's line search sets each step's length"),
+    row("lbfgs-momentum", lambda t: lbfgs_config(t, momentum=0.9), 1, "optimizer.momentum: unknown key"),
+    row("lbfgs-mixed-precision", lambda t: lbfgs_config(t, training={"precision": "mixed_bfloat16"}), 1,
+        "training.precision: lbfgs needs float32"),
+    row("lbfgs-batch-norm-per-batch",
+        lambda t: lbfgs_config(t, data={"name": "synthetic", "samples": 12, "shape": [8, 8, 1], "classes": 2},
+                               model={"name": "darknet_cnn", "filters": [4], "strides": [2]}), 1,
+        "training.batch_norm: lbfgs needs the same objective at the same weights; a model with BatchNorm takes "
+        "frozen only (got 'per_batch')"),
     # --- refused by `train` once the data or Keras can judge: each stage that runs before the run folder is made ---
     row("batch-size-above-dataset", lambda t: tiny_config(t, training={"batch_size": 50}), 1,
         "training.batch_size: is larger than the 23 training samples; use batch_size: full"),

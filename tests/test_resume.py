@@ -18,6 +18,7 @@ from accumrun.errors import ConfigError, Interrupted, TrainingDiverged
 from accumrun.training.checkpoints import CheckpointStore
 from accumrun.training.runner import RunResult
 from accumrun.training.signals import StopRequests, resume_command
+from tests import hook_models
 from tests.helpers import invoke, run_cli, signal_after_batch, tiny_config, write_config
 
 # Keys that measure the machine, not the training; they differ between any two runs.
@@ -283,6 +284,41 @@ def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_pa
     assert sum("sharpness" in row for row in training_rows(run_dir)) == 6
     for mine, theirs in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_lbfgs_killed_in_a_line_search_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
+    # Each evaluation is two forward passes (inference mode, which the hook counts too); a checkpoint every 3
+    # iterations (epochs). No tolerance stops it early.
+    path = write_config(
+        tmp_path / "kill.yaml",
+        seed=4,
+        data={"name": "synthetic", "samples": 30, "shape": [4], "classes": 3, "validation_split": 0.0},
+        model={"name": "tests.hook_models:mlp", "hidden": [8], "every_pass": True},
+        training={"epochs": 12, "batch_size": "full", "subdivisions": 2},
+        optimizer={"name": "lbfgs", "tolerance_grad": 0.0, "tolerance_change": 0.0},
+        output={"tensorboard": False, "checkpoint_every_updates": 3},
+    )
+    hook_models.reset()
+    reference = train(load_config(path), tmp_path / "reference", quiet=True)
+    evaluations = [int(row["evaluations"]) for row in training_rows(tmp_path / "reference")]
+    # The passes before training (the checks of the model and loss on two samples) count too.
+    before = hook_models.HOOKS.forwards - 2 * sum(evaluations)
+    # Killed in iteration 5's last evaluation: a trial point of its line search, after the checkpoint of iteration 3.
+    forward = before + 2 * sum(evaluations[:5]) - 1
+    run_dir = tmp_path / "run"
+    repository = Path(__file__).parent.parent
+    killed = run_cli(
+        "train", str(path), "--run-dir", str(run_dir), cwd=repository,
+        env={"ACCUMRUN_TEST_KILL_AT_FORWARD": str(forward)},
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert [row["epoch"] for row in training_rows(run_dir)] == [1, 2, 3, 4]
+    resumed = train(load_resume_config(run_dir, None), run_dir, quiet=True, resume=True)
+    assert training_rows(run_dir) == training_rows(tmp_path / "reference")
+    for mine, theirs in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
 
 
 @pytest.mark.slow

@@ -12,7 +12,16 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 import yaml
-from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.functional_validators import BeforeValidator
 
 from accumrun.data.arrays import DigitsConfig
@@ -25,6 +34,7 @@ from accumrun.kinds import (
     Cluster,
     Direction,
     Feed,
+    LineSearch,
     Measure,
     OnNonFinite,
     Precision,
@@ -371,6 +381,74 @@ class OptimizerConfig(Keywords):
         return float(value)
 
 
+LBFGS = "lbfgs"
+# Keys of the Keras optimizers that mean nothing to L-BFGS, and why; each is refused in one line that says so.
+_NOT_FOR_LBFGS = {
+    "reduce_on_plateau": "L-BFGS's line search sets each step's length",
+    "clipnorm": "a clipped gradient breaks the line search's Wolfe conditions",
+    "global_clipnorm": "a clipped gradient breaks the line search's Wolfe conditions",
+    "clipvalue": "a clipped gradient breaks the line search's Wolfe conditions",
+    "weight_decay": "decay outside the objective breaks the line search; use the model's l2, part of the objective",
+}
+
+
+class LbfgsConfig(Section):
+    """``name: lbfgs``: full-batch L-BFGS on the exact gradient (:mod:`accumrun.core.lbfgs`); ``batch_size: full``
+    only. Stopping as ``torch.optim.LBFGS`` stops; ``training.epochs`` is the most iterations."""
+
+    name: Literal["lbfgs"]
+    learning_rate: float = Field(1.0, gt=0)
+    """Scales the first trial step of each line search (as ``torch.optim.LBFGS``'s ``lr``); not a step size."""
+    history: int = Field(10, ge=1)
+    """How many curvature pairs approximate the inverse Hessian."""
+    line_search: Annotated[LineSearch, words(LineSearch)] = LineSearch.STRONG_WOLFE
+    tolerance_grad: float = Field(1e-7, ge=0)
+    """Converged once the gradient's largest entry is at most this."""
+    tolerance_change: float = Field(1e-9, ge=0)
+    """Converged once the objective changes by less than this (where that is above the float32 objective's resolution,
+    ``|f| * 1.2e-7``), or the step's largest entry is at most this."""
+    max_evaluations: int | None = Field(None, ge=1)
+    """The most full-batch evaluations over the whole run (None: no limit but ``training.epochs``)."""
+    reduce_on_plateau: None = Field(None, exclude=True)
+    clipnorm: None = Field(None, exclude=True)
+    global_clipnorm: None = Field(None, exclude=True)
+    clipvalue: None = Field(None, exclude=True)
+    weight_decay: None = Field(None, exclude=True)
+
+    @field_validator("learning_rate", mode="before")
+    @classmethod
+    def _no_schedule(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            raise ValueError("a schedule has no meaning for L-BFGS, whose line search sets each step's length")
+        return value
+
+    @field_validator(*_NOT_FOR_LBFGS, mode="before")
+    @classmethod
+    def _meaningless(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None:
+            raise ValueError(f"has no meaning for L-BFGS: {_NOT_FOR_LBFGS[str(info.field_name)]}")
+        return value
+
+    @property
+    def keywords(self) -> dict[str, Any]:
+        """None: L-BFGS takes no Keras keywords."""
+        return {}
+
+
+def _optimizer_kind(value: Any) -> str:
+    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+    return LBFGS if name == LBFGS else "keras"
+
+
+AnyOptimizerConfig = Annotated[
+    Annotated[OptimizerConfig, Tag("keras")] | Annotated[LbfgsConfig, Tag(LBFGS)],
+    Discriminator(_optimizer_kind),
+]
+"""The ``optimizer`` section: a Keras optimizer by name, or ``lbfgs``."""
+UNION_SECTIONS["optimizer"] = {"keras": OptimizerConfig, LBFGS: LbfgsConfig}
+UNION_TAGS["optimizer"] = set(UNION_SECTIONS["optimizer"])
+
+
 def duration_seconds(text: str) -> float:
     """``90s``, ``10min``, ``1.5h`` in seconds.
 
@@ -438,7 +516,7 @@ class Config(Section):
     metrics: list[MetricEntry] | None = None
     """Unset, they follow the task: accuracy, binary accuracy, or the mean absolute error for regression."""
     training: TrainingConfig = Field(default_factory=TrainingConfig)
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    optimizer: AnyOptimizerConfig = Field(default_factory=OptimizerConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     distribute: DistributeConfig = Field(default_factory=DistributeConfig)
 
@@ -482,6 +560,7 @@ def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
         yield "model.strides", f"needs one stride per entry of model.filters ({len(model.filters)})", model.strides
     if isinstance(model, ApplicationConfig) and model.freeze_base and model.include_top:
         yield "model.freeze_base", "trains a new head on a frozen base; it needs include_top: false", True
+    yield from _lbfgs_rules(config)
     if optimizer.reduce_on_plateau is not None and isinstance(optimizer.learning_rate, ScheduleConfig):
         message = f"cannot change a learning-rate schedule ({optimizer.learning_rate.name}); use a number"
         yield "optimizer.reduce_on_plateau", message, optimizer.reduce_on_plateau.monitor
@@ -507,3 +586,19 @@ def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
         # The replicated step does not scale the loss; float16 gradients would underflow unnoticed.
         message = "mixed_float16 (loss scaling) runs on one device only; use mixed_bfloat16 with distribute"
         yield "training.precision", message, "mixed_float16"
+
+
+def _lbfgs_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
+    """What L-BFGS needs of the rest of the config: the full batch, float32, no noise scale (it takes no minibatch
+    steps)."""
+    if not isinstance(config.optimizer, LbfgsConfig):
+        return
+    training = config.training
+    if training.batch_size != "full":
+        message = "lbfgs needs the exact full-batch gradient; set training.batch_size: full"
+        yield "training.batch_size", message, training.batch_size
+    if training.precision is not Precision.FLOAT32:
+        message = "lbfgs needs float32; a mixed-precision objective is too coarse for its line search"
+        yield "training.precision", message, str(training.precision)
+    if Measure.NOISE_SCALE in training.measure:
+        yield "training.measure", "the noise scale measures minibatch steps; lbfgs takes full-batch ones", "noise_scale"

@@ -123,6 +123,14 @@ class LayerDraws:
             )
         return lines
 
+    def describe_off(self, why: str) -> list[str]:
+        """The startup line of a run whose step calls the model in inference mode for ``why``: the random layers
+        that are therefore off."""
+        layers = [*self.per_sample_layers, *self.other_layers]
+        if not layers:
+            return []
+        return [f"random layers off for {why} ({_names(layers)}): its objective must be a function of the weights"]
+
     def _reseed_others(self, first_row: tf.Tensor) -> None:
         if not self._generators:
             return

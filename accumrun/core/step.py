@@ -133,6 +133,9 @@ class StepSpec:
     """Compile with XLA."""
     noise_scale: bool = False
     """Estimate each batch's gradient noise from its sub-batches (:mod:`accumrun.core.noise`)."""
+    inference_mode: bool = False
+    """Call the model in inference mode: dropout and noise draw nothing and BatchNorm normalizes with its moving
+    statistics, so the objective is a function of the weights alone (L-BFGS's line search needs that)."""
     strategy: tf.distribute.Strategy | None = None
     """Deal each global batch out to the replicas of this strategy (the model, optimizer and metrics created in
     its scope)."""
@@ -175,6 +178,7 @@ class Accumulation:
         )
         self._draws = spec.draws
         self._noise_scale = spec.noise_scale
+        self._training = not spec.inference_mode
         self._variables = model.trainable_variables
         # With XLA, each sub-batch of unknown shape is one cluster, compiled once per sub-batch shape.
         self._clustered = tf.function(self.add, jit_compile=True, reduce_retracing=True) if spec.jit_compile else None
@@ -229,7 +233,7 @@ class Accumulation:
             # Runs while the step is traced: the BatchNorm layers are traced as the mode says, and the random ones
             # draw for these rows of the batch.
             with self._batch_norm.tracing(), draws:
-                predictions = self._model(x_sub, training=True)
+                predictions = self._model(x_sub, training=self._training)
             sub_loss_sum = tf.reduce_sum(self._objective.per_sample_loss(y_sub, predictions))
             if self._model.losses:
                 # Regularization belongs to the batch once; each sub-batch carries its units' share of it, and of

@@ -27,6 +27,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from accumrun.core.lbfgs import Lbfgs
 from accumrun.core.losses import Objective
 from accumrun.core.tokens import PADDING_ID
 from accumrun.rundir.atomic import write_atomically
@@ -100,8 +101,11 @@ def save_trained_model(
 ) -> CompileSpec:
     """Save ``model`` to ``path`` (a ``.keras`` file, atomically), compiled with the run's ``optimizer`` (its state
     included, so that ``fit`` can go on) and :func:`compile_spec`'s loss and metrics; under ``strategy``'s scope
-    when the optimizer's variables live on its replicas."""
+    when the optimizer's variables live on its replicas. L-BFGS, which Keras alone could not load, is not saved:
+    such a model is compiled with Keras' default optimizer."""
     spec = compile_spec(objective)
+    if isinstance(optimizer, Lbfgs):
+        optimizer = keras.optimizers.RMSprop()
     if spec.loss is not None:
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             model.compile(optimizer=optimizer, loss=spec.loss, metrics=spec.metrics)

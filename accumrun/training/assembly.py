@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from accumrun.core.batch_norm import PopulationStatistics
 from accumrun.core.hessian import HessianVectorProducts
+from accumrun.core.lbfgs import Lbfgs
 from accumrun.core.split import replica_sub_batch_sizes
 from accumrun.core.step import WholeBatchStep
 from accumrun.core.updates import UpdateLoop
@@ -22,6 +23,7 @@ from accumrun.training.controls import Controlling, Controls
 from accumrun.training.distribute import agreement
 from accumrun.training.epoch_end import PreciseStatistics, Validation
 from accumrun.training.hooks import Hook, Hooks
+from accumrun.training.lbfgs import LbfgsBatches, LbfgsLog
 from accumrun.training.log import EpochLog, RowSizes
 from accumrun.training.loop import Trainer
 from accumrun.training.noise_scale import NoiseScale
@@ -52,7 +54,11 @@ def build_trainer(
     recompute = _population_statistics(setup, sub_batch_size)
     training, output = config.training, config.output
     cadence = _cadence(setup, len(plan), every_epoch_end=controls.every_epoch or recompute is not None)
+    batches = _batches(settled, plan)
     hooks: list[Hook] = [PreciseStatistics(recompute)] if recompute is not None else []
+    if isinstance(batches, LbfgsBatches):
+        # First: the row it fills and the stop it makes are what the later hooks log and act on.
+        hooks.append(LbfgsLog(batches))
     if setup.dataset.val_size:
         # In batches no larger than a training sub-batch, so validation never needs more memory than training.
         scorer = Scorer(setup.model, setup.objective.objective, setup.val_metrics)
@@ -80,7 +86,7 @@ def build_trainer(
         Signals(len(plan), resume_command(run.home)),
     ]
     return Trainer(
-        batches=_batches(settled, plan),
+        batches=batches,
         sizes=RowSizes(setup.batch_size, subdivisions, setup.replicas, sub_batch_size),
         optimizer=setup.optimizer,
         metric_names=metric_names,
@@ -126,7 +132,15 @@ def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: b
 
 
 def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
-    """The batches through the step: several per call where the data is on the device and batches whole, else one."""
+    """The batches through the step: several per call where the data is on the device and batches whole, else one;
+    with L-BFGS, each of those updates is one evaluation of its iterations."""
+    batches = _updates(settled, plan)
+    optimizer = settled.setup.optimizer
+    return LbfgsBatches(batches, optimizer) if isinstance(optimizer, Lbfgs) else batches
+
+
+def _updates(settled: Settled, plan: list[list[int]]) -> Batches:
+    """The batches through the step, one update each."""
     setup, step = settled.setup, settled.step
     feeder = setup.train_feeder([size for sizes in plan for size in sizes])
     if setup.several_updates_per_call and feeder.resident is not None and isinstance(step, WholeBatchStep):

@@ -9,7 +9,7 @@ import numpy as np
 import progressbar
 import tensorflow as tf
 
-from accumrun.config.schema import Watched
+from accumrun.config.schema import LbfgsConfig, Watched
 from accumrun.core.split import describe_plan, replica_sub_batch_sizes
 from accumrun.data.dataset import per_class
 from accumrun.data.vocabulary import learned_tokenizer
@@ -29,8 +29,6 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
     """The derived numbers of a run, as lines: the data, model, loss and metrics, batch plan and optimizer."""
     config, dataset, model = setup.config, setup.dataset, setup.model
     shape = "x".join(str(d) for d in dataset.sample_shape)
-    learning_rate = config.optimizer.learning_rate
-    rate = f"{learning_rate:g}" if isinstance(learning_rate, float) else f"schedule {learning_rate.name}"
     parameters = model.count_params()
     subdivisions = setup.subdivisions or 1
     frozen = ""
@@ -47,10 +45,25 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         _plan(setup),
         # The fewest samples a replica's sub-batch of a full batch holds.
         *setup.batch_norm.describe(min(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))),
-        *setup.draws.describe(),
-        f"optimizer {config.optimizer.name}, learning rate {rate}, {_count(config.training.epochs, 'epoch')}, "
-        f"seed {config.seed}",
+        *(setup.draws.describe_off("L-BFGS") if setup.spec.inference_mode else setup.draws.describe()),
+        _optimizer_line(setup),
     ]
+
+
+def _optimizer_line(setup: TrainingSetup) -> str:
+    """``optimizer adam, learning rate 0.001, 10 epochs, seed 0``; L-BFGS's with its history, line search and limits."""
+    config = setup.config
+    optimizer, epochs = config.optimizer, _count(config.training.epochs, "epoch")
+    if isinstance(optimizer, LbfgsConfig):
+        evaluations = f", at most {optimizer.max_evaluations:,} evaluations" if optimizer.max_evaluations else ""
+        return (
+            f"optimizer lbfgs: {optimizer.history} curvature pairs, {optimizer.line_search} line search, first trial "
+            f"step x{optimizer.learning_rate:g}; one iteration per epoch, at most {epochs}{evaluations}; seed "
+            f"{config.seed}"
+        )
+    learning_rate = optimizer.learning_rate
+    rate = f"{learning_rate:g}" if isinstance(learning_rate, float) else f"schedule {learning_rate.name}"
+    return f"optimizer {optimizer.name}, learning rate {rate}, {epochs}, seed {config.seed}"
 
 
 def _vocabulary_lines(setup: TrainingSetup) -> list[str]:
@@ -171,6 +184,12 @@ def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:
     if "sharpness" in row.figures:
         limit = row.figures.get("sharpness_limit")
         parts.append(f"sharpness {row.figures['sharpness']:.4g}" + (f" (limit {limit:.4g})" if limit else ""))
+    if "evaluations" in row.figures:
+        figures = row.figures
+        parts.append(
+            f"{_count(int(figures['evaluations']), 'evaluation')}, step {figures['step_length']:.3g}, "
+            f"gradient norm {figures['gradient_norm']:.3g}"
+        )
     parts += [f"{row.seconds:.1f} s", f"{row.samples_per_second:,.0f} samples/s"]
     if row.skipped_batches:
         parts.append(f"{row.skipped_batches} batches skipped (non-finite)")

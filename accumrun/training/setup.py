@@ -14,8 +14,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
-from accumrun.core.batch_norm import BatchNormStatistics
+from accumrun.config.schema import ApplicationConfig, Config, LbfgsConfig, TrainingConfig
+from accumrun.core.batch_norm import BatchNormStatistics, batch_norm_layers
 from accumrun.core.losses import MetricSet
 from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import batch_sizes, sub_batch_sizes
@@ -25,7 +25,7 @@ from accumrun.data.dataset import Dataset, load_dataset, with_class_weights
 from accumrun.data.feeder import Feeder
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
-from accumrun.kinds import Feed, Measure, Precision, Task
+from accumrun.kinds import BatchNormMode, Feed, Measure, Precision, Task
 from accumrun.models.builders import build_model
 from accumrun.models.preprocessing import (
     Preprocess,
@@ -238,6 +238,9 @@ def build_training(
         probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
         objective = fit_objective(config, dataset, model, _first(probe))
         optimizer = _optimizer(config, model)
+        lbfgs = isinstance(config.optimizer, LbfgsConfig)
+        if lbfgs:
+            _check_lbfgs(training, model)
         spec = StepSpec(
             feed=feed,
             metrics=objective.objective.new_metrics(),
@@ -248,6 +251,7 @@ def build_training(
             jit_compile=training.jit_compile,
             strategy=strategy,
             noise_scale=Measure.NOISE_SCALE in training.measure,
+            inference_mode=lbfgs,
         )
         val_metrics = objective.objective.new_metrics()
     # config.yaml records what the config left to accumrun; rescale stays auto where an application's own
@@ -287,6 +291,14 @@ def _check_measurements(training: TrainingConfig, train_size: int, *, distribute
             f"is larger than the {train_size:,} training samples; use all",
             training.measure_samples,
         )
+
+
+def _check_lbfgs(training: TrainingConfig, model: keras.Model) -> None:
+    """Refuse what would make L-BFGS's objective differ between evaluations at the same weights: BatchNorm that
+    normalizes with each batch's statistics (its dropout and noise are turned off by the step's inference mode)."""
+    if batch_norm_layers(model) and training.batch_norm is not BatchNormMode.FROZEN:
+        message = "lbfgs needs the same objective at the same weights; a model with BatchNorm takes frozen only"
+        raise ConfigError("training.batch_norm", message, str(training.batch_norm))
 
 
 def _feed(config: Config, dataset: Dataset, batch_size: int, distributed: bool) -> tuple[Feed, str]:

@@ -7,11 +7,12 @@ from pathlib import Path
 import tensorflow as tf
 
 from accumrun.training.hooks import BatchEnd, EpochEnd, Hook
+from accumrun.training.lbfgs import FIGURES as LBFGS_FIGURES
 from accumrun.training.noise_scale import FIGURES as NOISE_FIGURES
 from accumrun.training.sharpness import FIGURES as SHARPNESS_FIGURES
 
 # Per-epoch values besides the loss and the metrics that are worth a curve; the rest of a row is bookkeeping.
-_OTHER_SCALARS = ("samples_per_second", "learning_rate", *NOISE_FIGURES, *SHARPNESS_FIGURES)
+_OTHER_SCALARS = ("samples_per_second", "learning_rate", *NOISE_FIGURES, *SHARPNESS_FIGURES, *LBFGS_FIGURES)
 
 
 class TensorBoardLog(Hook):
