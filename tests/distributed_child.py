@@ -108,6 +108,24 @@ def compare_updates_per_call(folder: Path, one_per_call: list[np.ndarray]) -> di
     return {"max_difference": _max_difference(one_per_call, [v.numpy() for v in result.model.variables])}
 
 
+def lbfgs_on_replicas(folder: Path) -> dict[str, Any]:
+    """Full-batch L-BFGS, 6 iterations: on one device without subdivisions, and on two replicas with 3 sub-batches
+    each (the replicas' gradients summed by Keras as for any optimizer); how far the final weights are apart."""
+    runs = {}
+    for strategy, subdivisions in (("none", 1), ("mirrored", 3)):
+        settings = config("sgd", subdivisions, strategy).model_dump()
+        settings["training"].update(epochs=6, batch_size="full")
+        settings["optimizer"] = {"name": "lbfgs", "tolerance_grad": 0.0, "tolerance_change": 0.0}
+        strategy_given = STRATEGY if strategy == "mirrored" else None
+        runs[strategy] = train(Config.model_validate(settings), folder / strategy, quiet=True, strategy=strategy_given)
+    last_row = runs["mirrored"].metrics[-1]
+    return {
+        "max_difference": _max_difference(runs["none"].model.get_weights(), runs["mirrored"].model.get_weights()),
+        "replicas": last_row["replicas"],
+        "optimizer_steps": last_row["optimizer_steps"],
+    }
+
+
 def _fresh_model() -> keras.Model:
     keras.utils.set_random_seed(5)
     return mlp((6,), 3, [16])
@@ -333,6 +351,7 @@ def main(out: Path) -> None:
         results["updates_per_call"] = compare_updates_per_call(Path(folder) / "calls", weights[3])
         results["dropout"] = dropout_on_replicas(Path(folder) / "dropout")
         results["language_model"] = language_model_on_replicas(Path(folder) / "language_model")
+        results["lbfgs"] = lbfgs_on_replicas(Path(folder) / "lbfgs")
     for subdivisions in (1, 4):
         results["reductions"][str(subdivisions)] = count_reductions(subdivisions)
     out.write_text(json.dumps(results, indent=2))

@@ -46,6 +46,15 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_lbfgs_on_two_replicas_equals_one_device(mirrored: dict[str, Any]) -> None:
+    # Six iterations; each evaluation's gradient is summed over the replicas as Keras sums any optimizer's.
+    result = mirrored["lbfgs"]
+    assert result["replicas"] == REPLICAS and result["optimizer_steps"] == 6
+    assert result["max_difference"] < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize(("optimizer", "subdivisions"), [("sgd", 1), ("sgd", 3), ("adam", 3)])
 def test_mirrored_on_two_logical_cpus_equals_one_device_without_subdivisions(
     mirrored: dict[str, Any], optimizer: str, subdivisions: int

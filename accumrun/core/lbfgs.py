@@ -111,6 +111,7 @@ class Lbfgs(keras.optimizers.Optimizer):
         self._objective = self.add_variable((), dtype="float64", name="objective")
         self._pairs = self.add_variable((), dtype="int64", name="pairs")
         self._evaluations = self.add_variable((), dtype="int64", name="evaluations")
+        self._vectors = _Vectors(self._trainable_variables, self._kept, self)
 
     def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         """Keep ``gradient``; ``variable`` does not move."""
@@ -142,92 +143,70 @@ class Lbfgs(keras.optimizers.Optimizer):
             if not start.finite:
                 reason = "L-BFGS stopped: the objective or its gradient is not finite at the starting weights"
                 return Iteration(start, spent, 0.0, math.nan, reason)
-            self._take(start.objective, _flat(self._kept))
-            if self._largest(self._gradient) <= self.tolerance_grad:
-                return Iteration(start, spent, 0.0, self._norm(self._gradient), self._gradient_stop())
-        variables = self._trainable_variables
-        x, g, f = _flat(variables), tf.identity(self._gradient.value), float(self._objective.numpy())
-        direction = self._direction(g)
-        slope = _dot(g, direction)
+            self._objective.assign(start.objective)
+            self._gradient.assign(self._vectors.kept())
+            largest, norm = (float(v) for v in self._vectors.gradient_norms())
+            if largest <= self.tolerance_grad:
+                return Iteration(start, spent, 0.0, norm, self._gradient_stop(largest))
+        pairs = int(self._pairs.numpy())
+        # The ring's slots, oldest to newest (those not filled yet, zeros, first).
+        order = tf.constant([(pairs + i) % self.history for i in range(self.history)], tf.int32)
+        x = self._vectors.weights()
+        direction, slope_tensor, largest_direction, gradient_l1 = self._vectors.direction(order)
+        slope, f = float(slope_tensor), float(self._objective.numpy())
         if not slope < 0:
             # Curvature pairs bent by the gradient's rounding, near a minimum: nothing along here is lower.
             return self._no_step(evaluate, spent, "L-BFGS stopped: the search direction does not descend")
         first_step = float(keras.ops.convert_to_numpy(self.learning_rate))
         if int(self.iterations.numpy()) == 0:
-            first_step *= min(1.0, 1.0 / float(tf.reduce_sum(tf.abs(g))))
+            first_step *= min(1.0, 1.0 / float(gradient_l1))
 
         def phi(step: float) -> Point[_Kept[E]]:
-            _assign_flat(variables, x + step * direction)
+            self._vectors.move(x, direction, tf.constant(step, tf.float32))
             evaluation = evaluate()
-            gradient = _flat(self._kept)
+            gradient, slope = self._vectors.kept_slope(direction)
             if not evaluation.finite:
                 return Point(step, math.inf, math.nan, _Kept(evaluation, gradient))
-            return Point(step, evaluation.objective, _dot(gradient, direction), _Kept(evaluation, gradient))
+            return Point(step, evaluation.objective, float(slope), _Kept(evaluation, gradient))
 
         budget = MOST_EVALUATIONS
         if self.max_evaluations is not None:
             budget = min(budget, max(1, self.max_evaluations - self.evaluations - spent))
-        largest_direction = float(tf.reduce_max(tf.abs(direction)))
-        tolerance = self.tolerance_change / largest_direction if largest_direction > 0 else 0.0
+        tolerance = self.tolerance_change / float(largest_direction) if float(largest_direction) > 0 else 0.0
         here: Point[_Kept[E]] = Point(0.0, f, slope, _Kept(None, None))
         search = strong_wolfe(phi, here, first_step, budget=budget, tolerance=tolerance)
         spent += search.evaluations
         self._evaluations.assign_add(search.evaluations)
         accepted = search.point
         if accepted.kept.evaluation is None or accepted.kept.gradient is None:  # the start: no lower point
-            _assign_flat(variables, x)
+            self._vectors.move(x, direction, tf.constant(0.0, tf.float32))
             return self._no_step(evaluate, spent, "L-BFGS stopped: the line search found no lower point")
-        _assign_flat(variables, x + accepted.step * direction)
-        s = _flat(variables) - x
-        y = accepted.kept.gradient - g
-        if _dot(y, s) > CURVATURE_FLOOR:
-            slot = int(self._pairs.numpy()) % self.history
+        self._vectors.move(x, direction, tf.constant(accepted.step, tf.float32))
+        s, y, curvature, largest_step = self._vectors.pair(x, accepted.kept.gradient)
+        if float(curvature) > CURVATURE_FLOOR:
+            slot = pairs % self.history
             self._s[slot].assign(s)
             self._y[slot].assign(y)
             self._pairs.assign_add(1)
-        self._take(accepted.value, accepted.kept.gradient)
+        self._objective.assign(accepted.value)
+        self._gradient.assign(accepted.kept.gradient)
         self.iterations.assign_add(1)
-        stopped = self._stop_reason(accepted.value, accepted.value - f, float(tf.reduce_max(tf.abs(s))))
-        return Iteration(accepted.kept.evaluation, spent, accepted.step, self._norm(self._gradient), stopped)
-
-    def _take(self, objective: float, gradient: tf.Tensor) -> None:
-        """The current point's objective and gradient."""
-        self._objective.assign(objective)
-        self._gradient.assign(gradient)
-
-    def _direction(self, gradient: tf.Tensor) -> tf.Tensor:
-        """``-H g`` by the two-loop recursion over the stored pairs, oldest to newest (``-g`` before any)."""
-        pairs = int(self._pairs.numpy())
-        held = min(pairs, self.history)
-        if not held:
-            return -gradient
-        order = [(pairs - held + i) % self.history for i in range(held)]
-        s = [self._s[i].value for i in order]
-        y = [self._y[i].value for i in order]
-        rho = [1.0 / _dot(y_i, s_i) for s_i, y_i in zip(s, y, strict=True)]
-        q = gradient
-        alphas = []
-        for s_i, y_i, rho_i in reversed(list(zip(s, y, rho, strict=True))):
-            alpha = rho_i * _dot(s_i, q)
-            alphas.append(alpha)
-            q = q - alpha * y_i
-        # The initial Hessian approximation gamma I, scaled by the newest pair (equation 7.20).
-        r = q * (_dot(s[-1], y[-1]) / _dot(y[-1], y[-1]))
-        for s_i, y_i, rho_i, alpha in zip(s, y, rho, reversed(alphas), strict=True):
-            beta = rho_i * _dot(y_i, r)
-            r = r + (alpha - beta) * s_i
-        return -r
+        largest, norm = (float(v) for v in self._vectors.gradient_norms())
+        stopped = self._stop_reason(largest, accepted.value, accepted.value - f, float(largest_step))
+        return Iteration(accepted.kept.evaluation, spent, accepted.step, norm, stopped)
 
     def _no_step(self, evaluate: Callable[[], E], spent: int, reason: str) -> Iteration[E]:
         """No step taken: the current point evaluated once more, so that its row has its own metrics."""
         evaluation = evaluate()
         self._evaluations.assign_add(1)
-        return Iteration(evaluation, spent + 1, 0.0, self._norm(self._gradient), reason)
+        _, norm = self._vectors.gradient_norms()
+        return Iteration(evaluation, spent + 1, 0.0, float(norm), reason)
 
-    def _stop_reason(self, objective: float, change: float, largest_step: float) -> str | None:
-        """Why L-BFGS stops at ``objective`` after a step that changed it by ``change``, if it does."""
-        if self._largest(self._gradient) <= self.tolerance_grad:
-            return self._gradient_stop()
+    def _stop_reason(self, largest: float, objective: float, change: float, largest_step: float) -> str | None:
+        """Why L-BFGS stops at ``objective``, whose gradient's largest entry is ``largest``, after a step (whose
+        largest entry is ``largest_step``) that changed it by ``change``, if it does."""
+        if largest <= self.tolerance_grad:
+            return self._gradient_stop(largest)
         # A float32 objective rounds to the same value long before its minimum: a change below its resolution
         # says nothing, so the test counts only where tolerance_change is above that resolution.
         if abs(change) < self.tolerance_change and self.tolerance_change > abs(objective) * FLOAT32_EPSILON:
@@ -244,19 +223,83 @@ class Lbfgs(keras.optimizers.Optimizer):
             return f"L-BFGS stopped: max_evaluations ({self.max_evaluations}) reached"
         return None
 
-    def _gradient_stop(self) -> str:
+    def _gradient_stop(self, largest: float) -> str:
         return (
-            f"L-BFGS converged: the gradient's largest entry {self._largest(self._gradient):.3g} is at most "
-            f"tolerance_grad ({self.tolerance_grad:g})"
+            f"L-BFGS converged: the gradient's largest entry {largest:.3g} is at most tolerance_grad "
+            f"({self.tolerance_grad:g})"
         )
 
-    @staticmethod
-    def _largest(vector: Any) -> float:
-        return float(tf.reduce_max(tf.abs(vector)))
 
-    @staticmethod
-    def _norm(vector: Any) -> float:
-        return float(tf.norm(tf.cast(vector, tf.float64)))
+class _Vectors:
+    """An iteration's work on vectors the size of the weights, each piece one compiled call (the host keeps only
+    numbers): the weights as one vector and moved along a direction, the kept gradient, the two-loop direction,
+    a curvature pair, the gradient's norms."""
+
+    def __init__(self, variables: list[Any], kept: list[Any], lbfgs: Lbfgs) -> None:
+        self._variables, self._kept, self._lbfgs = variables, kept, lbfgs
+        self.weights = tf.function(lambda: _flat(variables), autograph=False)
+        self.kept = tf.function(lambda: _flat(kept), autograph=False)
+        self.move = tf.function(self._move, autograph=False)
+        self.kept_slope = tf.function(self._kept_slope, autograph=False)
+        # Its loops unrolled over the ``history`` slots.
+        self.direction = tf.function(self._direction, autograph=False)
+        self.pair = tf.function(self._pair, autograph=False)
+        self.gradient_norms = tf.function(self._gradient_norms, autograph=False)
+
+    def _move(self, x: tf.Tensor, direction: tf.Tensor, step: tf.Tensor) -> None:
+        """Set the weights to ``x + step * direction`` (rounded to float32, so a step is the one they take)."""
+        vector = x + step * direction
+        sizes = [math.prod(v.shape) for v in self._variables]
+        for variable, part in zip(self._variables, tf.split(vector, sizes), strict=True):
+            variable.assign(tf.reshape(part, variable.shape))
+
+    def _kept_slope(self, direction: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The kept gradient, and its slope along ``direction``."""
+        gradient = _flat(self._kept)
+        return gradient, _dot(gradient, direction)
+
+    def _direction(self, order: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """``d = -H g`` by the two-loop recursion (algorithm 7.4) over the ``history`` slots in ``order``, oldest to
+        newest; with ``g . d``, ``max |d|`` and ``|g|_1``. A slot not filled yet is zeros and weighs nothing, so
+        before any pair ``d`` is ``-g`` (and one trace serves every count of pairs)."""
+        lbfgs = self._lbfgs
+        gradient = lbfgs._gradient.value
+        stacked_s = tf.stack([v.value for v in lbfgs._s])
+        stacked_y = tf.stack([v.value for v in lbfgs._y])
+        s = [tf.gather(stacked_s, order[i]) for i in range(lbfgs.history)]
+        y = [tf.gather(stacked_y, order[i]) for i in range(lbfgs.history)]
+        rho = [_safe_divide(tf.constant(1.0, tf.float64), _dot(y_i, s_i)) for s_i, y_i in zip(s, y, strict=True)]
+        q = gradient
+        alphas = []
+        for s_i, y_i, rho_i in reversed(list(zip(s, y, rho, strict=True))):
+            alpha = rho_i * _dot(s_i, q)
+            alphas.append(alpha)
+            q = q - tf.cast(alpha, q.dtype) * y_i
+        # The initial Hessian approximation gamma I, scaled by the newest pair (equation 7.20); 1 before any.
+        gamma = _safe_divide(_dot(s[-1], y[-1]), _dot(y[-1], y[-1]), otherwise=1.0)
+        r = q * tf.cast(gamma, q.dtype)
+        for s_i, y_i, rho_i, alpha in zip(s, y, rho, reversed(alphas), strict=True):
+            beta = rho_i * _dot(y_i, r)
+            r = r + tf.cast(alpha - beta, r.dtype) * s_i
+        direction = -r
+        return (
+            direction,
+            _dot(gradient, direction),
+            tf.reduce_max(tf.abs(direction)),
+            tf.reduce_sum(tf.abs(tf.cast(gradient, tf.float64))),
+        )
+
+    def _pair(self, x: tf.Tensor, gradient: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """The step the weights took from ``x`` and the change of the gradient to ``gradient``: ``s``, ``y``,
+        ``y . s`` and ``max |s|``."""
+        s = _flat(self._variables) - x
+        y = gradient - self._lbfgs._gradient.value
+        return s, y, _dot(y, s), tf.reduce_max(tf.abs(s))
+
+    def _gradient_norms(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """The current gradient's largest entry and Euclidean norm."""
+        gradient = tf.cast(self._lbfgs._gradient.value, tf.float64)
+        return tf.reduce_max(tf.abs(gradient)), tf.norm(gradient)
 
 
 def _flat(variables: list[Any]) -> tf.Tensor:
@@ -264,13 +307,11 @@ def _flat(variables: list[Any]) -> tf.Tensor:
     return tf.concat([tf.reshape(tf.convert_to_tensor(v), [-1]) for v in variables], 0)
 
 
-def _assign_flat(variables: list[Any], vector: tf.Tensor) -> None:
-    """Set ``variables`` from one vector (as :func:`_flat` lays them out)."""
-    sizes = [math.prod(v.shape) for v in variables]
-    for variable, part in zip(variables, tf.split(vector, sizes), strict=True):
-        variable.assign(tf.reshape(part, variable.shape))
+def _safe_divide(a: tf.Tensor, b: tf.Tensor, otherwise: float = 0.0) -> tf.Tensor:
+    """``a / b``, or ``otherwise`` where ``b`` is 0 (an empty slot)."""
+    return tf.where(b > 0, a / tf.where(b > 0, b, 1.0), tf.constant(otherwise, tf.float64))
 
 
-def _dot(a: tf.Tensor, b: tf.Tensor) -> float:
+def _dot(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     """``a . b``, summed in float64 (the directional derivatives near a minimum are small sums of large terms)."""
-    return float(tf.reduce_sum(tf.cast(a, tf.float64) * tf.cast(b, tf.float64)))
+    return tf.reduce_sum(tf.cast(a, tf.float64) * tf.cast(b, tf.float64))

@@ -1,0 +1,254 @@
+"""Full-batch L-BFGS, measured three ways, written to ``docs/benchmarks-lbfgs.md`` (and ``.json``)::
+
+    python benchmarks/lbfgs.py [--out PATH] [--smoke]
+
+1. The polish: a tanh MLP (8-32-32-1) on a smooth regression of 2,000 samples, after 200 full-batch Adam epochs.
+   From there, 2,000 more Adam epochs (the run goes on, its moments kept) against L-BFGS from the saved model
+   (``model: {name: saved}``), each with its training loss and wall time.
+2. Evaluations per iteration: L-BFGS on scikit-learn's breast-cancer logistic regression (C = 1) and the diabetes
+   least squares, beside SciPy's L-BFGS-B on the same float64 objectives (its ``nfev`` over ``nit``).
+3. The cost of one evaluation: one L-BFGS objective-and-gradient evaluation against one ``batch_size: full``
+   update of SGD, on the MLP and data of 1, with 1 and 4 subdivisions.
+
+Every run is in this process, through ``accumrun.train``; its wall time includes tracing the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from run import REPO, machine, publish_report  # benchmarks/run.py, beside this script
+from scipy.optimize import minimize
+from sklearn.datasets import load_breast_cancer, load_diabetes
+
+sys.path.insert(0, str(REPO))
+from accumrun import train  # noqa: E402 - after the repository is on the path
+
+SEED = 0
+
+
+def write_csv(path: Path, x: np.ndarray, y: np.ndarray) -> Path:
+    header = ",".join([*(f"f{i}" for i in range(x.shape[1])), "target"])
+    rows = [",".join(str(v) for v in [*row.tolist(), target.item()]) for row, target in zip(x, y, strict=True)]
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def regression_csv(folder: Path, samples: int) -> Path:
+    """A smooth regression of 8 features: a sum of products and sines, standardized, with a little noise."""
+    rng = np.random.default_rng(SEED)
+    x = rng.uniform(-1, 1, (samples, 8))
+    y = np.sin(np.pi * x[:, 0] * x[:, 1]) + x[:, 2] ** 2 - 0.5 * x[:, 3] * x[:, 4] + 0.3 * np.cos(3 * x[:, 5])
+    y = y + 0.05 * rng.standard_normal(samples)
+    return write_csv(folder / "regression.csv", x, (y - y.mean()) / y.std())
+
+
+def config(data: Path, model: dict[str, Any], optimizer: dict[str, Any], epochs: int, **training: Any) -> dict:
+    task = "binary" if "cancer" in data.name else "regression"
+    settings: dict[str, Any] = {
+        "seed": SEED,
+        "data": {"name": "csv", "path": str(data), "label": "target", "validation_split": 0.0, "task": task},
+        "model": model,
+        "training": {"epochs": epochs, "batch_size": "full", **training},
+        "optimizer": optimizer,
+        "output": {"tensorboard": False},
+    }
+    if task == "regression":
+        settings["loss"] = {"name": "mean_squared_error"}
+    return settings
+
+
+def timed_train(settings: dict[str, Any], run_dir: Path) -> tuple[list[dict[str, Any]], float]:
+    started = time.perf_counter()
+    rows = train(settings, run_dir, quiet=True).metrics
+    return rows, time.perf_counter() - started
+
+
+def polish(folder: Path, data: Path, adam_more: int, lbfgs_iterations: int) -> dict[str, Any]:
+    """200 Adam epochs; then Adam goes on for ``adam_more`` epochs, and L-BFGS polishes the 200-epoch model."""
+    mlp = {"name": "mlp", "hidden": [32, 32], "activation": "tanh"}
+    adam = {"name": "adam", "learning_rate": 0.01}
+    start_rows, start_seconds = timed_train(config(data, mlp, adam, 200), folder / "adam-200")
+    # One run of 200 + more epochs: its first 200 are those above (same seed), and Adam keeps its moments after.
+    long_rows, long_seconds = timed_train(config(data, mlp, adam, 200 + adam_more), folder / "adam-long")
+    saved = {"name": "saved", "path": str(folder / "adam-200" / "model.keras")}
+    lbfgs = {"name": "lbfgs", "tolerance_grad": 1e-9, "tolerance_change": 0.0}
+    lbfgs_rows, lbfgs_seconds = timed_train(config(data, saved, lbfgs, lbfgs_iterations), folder / "lbfgs")
+    return {
+        "adam_200": {"loss": start_rows[-1]["loss"], "seconds": round(start_seconds, 1)},
+        "adam_more": {
+            "epochs": adam_more,
+            "loss": long_rows[-1]["loss"],
+            # The run's own epochs after the 200th, as it timed them (its start was timed above).
+            "seconds": round(sum(row["seconds"] for row in long_rows[200:]), 1),
+        },
+        "lbfgs": {
+            "iterations": len(lbfgs_rows),
+            "evaluations": int(sum(row["evaluations"] for row in lbfgs_rows)),
+            "loss": lbfgs_rows[-1]["loss"],
+            "seconds": round(lbfgs_seconds, 1),
+            "stopped": lbfgs_rows[-1].get("stopped"),
+            "loss_after": {str(k): lbfgs_rows[k - 1]["loss"] for k in (10, 50, 100) if k <= len(lbfgs_rows)},
+        },
+    }
+
+
+def logistic_objective(x: np.ndarray, y: np.ndarray, c: float) -> Any:
+    """The mean log-loss plus ``|w|^2 / (2 C N)`` (scikit-learn's objective over C N) and its gradient."""
+    n = len(x)
+
+    def value_and_gradient(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        w, b = theta[:-1], theta[-1]
+        z = x @ w + b
+        loss = np.mean(np.logaddexp(0, z) - y * z) + w @ w / (2 * c * n)
+        residual = (1 / (1 + np.exp(-z)) - y) / n
+        return loss, np.concatenate([x.T @ residual + w / (c * n), [residual.sum()]])
+
+    return value_and_gradient
+
+
+def squares_objective(x: np.ndarray, y: np.ndarray) -> Any:
+    """The mean squared error of a linear model and its gradient."""
+    n = len(x)
+
+    def value_and_gradient(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        residual = x @ theta[:-1] + theta[-1] - y
+        return float(residual @ residual / n), np.concatenate([2 * x.T @ residual / n, [2 * residual.sum() / n]])
+
+    return value_and_gradient
+
+
+def evaluations_per_iteration(folder: Path) -> dict[str, Any]:
+    """accumrun's L-BFGS and SciPy's L-BFGS-B on the same two convex problems, to each one's convergence."""
+    problems = {}
+    x, y = load_breast_cancer(return_X_y=True)
+    x = (x - x.mean(0)) / x.std(0)
+    problems["logistic (breast cancer, C=1)"] = (x, y, logistic_objective(x, y, 1.0), 1 / (2 * len(x)))
+    x, y = load_diabetes(return_X_y=True)
+    x, y = (x - x.mean(0)) / x.std(0), (y - y.mean()) / y.std()
+    problems["least squares (diabetes)"] = (x, y, squares_objective(x, y), 0.0)
+    results = {}
+    for name, (x, y, objective, l2) in problems.items():
+        data = write_csv(folder / ("cancer.csv" if "cancer" in name else "diabetes.csv"), x, y)
+        model = {"name": "mlp", "hidden": [], "l2": l2}
+        rows, seconds = timed_train(config(data, model, {"name": "lbfgs"}, 500), folder / f"lbfgs-{len(results)}")
+        scipy = minimize(objective, np.zeros(x.shape[1] + 1), jac=True, method="L-BFGS-B", options={"gtol": 1e-7})
+        evaluations = int(sum(row["evaluations"] for row in rows))
+        results[name] = {
+            "accumrun": {
+                "iterations": len(rows),
+                "evaluations": evaluations,
+                "per_iteration": round(evaluations / len(rows), 2),
+                "stopped": rows[-1].get("stopped"),
+                "seconds": round(seconds, 1),
+            },
+            "scipy": {
+                "iterations": int(scipy.nit),
+                "evaluations": int(scipy.nfev),
+                "per_iteration": round(scipy.nfev / scipy.nit, 2),
+            },
+        }
+    return results
+
+
+def evaluation_cost(folder: Path, data: Path, iterations: int) -> dict[str, Any]:
+    """Seconds per L-BFGS evaluation against seconds per full-batch SGD update, after each run's first epoch
+    (which traces the step), with 1 and 4 subdivisions."""
+    mlp = {"name": "mlp", "hidden": [32, 32], "activation": "tanh"}
+    results = {}
+    for subdivisions in (1, 4):
+        lbfgs = {"name": "lbfgs", "tolerance_grad": 0.0, "tolerance_change": 0.0}
+        rows, _ = timed_train(
+            config(data, mlp, lbfgs, iterations, subdivisions=subdivisions), folder / f"l{subdivisions}"
+        )
+        sgd = {"name": "sgd", "learning_rate": 0.1}
+        sgd_rows, _ = timed_train(
+            config(data, mlp, sgd, iterations, subdivisions=subdivisions), folder / f"s{subdivisions}"
+        )
+        per_evaluation = sum(row["seconds"] for row in rows[1:]) / sum(row["evaluations"] for row in rows[1:])
+        per_update = sum(row["seconds"] for row in sgd_rows[1:]) / len(sgd_rows[1:])
+        results[str(subdivisions)] = {
+            "lbfgs_ms_per_evaluation": round(1000 * per_evaluation, 2),
+            "sgd_ms_per_update": round(1000 * per_update, 2),
+            "ratio": round(per_evaluation / per_update, 2),
+        }
+    return results
+
+
+def render(figures: dict[str, Any]) -> list[str]:
+    polished = figures["polish"]
+    adam, more, lbfgs = polished["adam_200"], polished["adam_more"], polished["lbfgs"]
+    lines = [
+        "## 1. Adam, then L-BFGS (the issue's target: L-BFGS below 2,000 more Adam epochs)",
+        "",
+        "| phase | training loss | wall time |",
+        "|---|---|---|",
+        f"| 200 Adam epochs (the start) | {adam['loss']:.4g} | {adam['seconds']} s |",
+        f"| then {more['epochs']:,} more Adam epochs | {more['loss']:.4g} | {more['seconds']} s |",
+        f"| or L-BFGS from the 200-epoch model: {lbfgs['iterations']} iterations, {lbfgs['evaluations']} evaluations "
+        f"| {lbfgs['loss']:.4g} | {lbfgs['seconds']} s |",
+        "",
+        f"L-BFGS's loss after 10, 50 and 100 iterations: {', '.join(f'{v:.4g}' for v in lbfgs['loss_after'].values())}."
+        f" It stopped: {lbfgs['stopped'] or 'at its last epoch'}. Target "
+        f"{'met' if lbfgs['loss'] < more['loss'] else 'NOT met'}.",
+        "",
+        "## 2. Full-batch evaluations per iteration, beside SciPy's L-BFGS-B (float64, its default tolerances but "
+        "gtol 1e-7)",
+        "",
+        "| problem | accumrun: iterations, evaluations, per iteration | SciPy: the same |",
+        "|---|---|---|",
+    ]
+    for name, result in figures["evaluations"].items():
+        ours, theirs = result["accumrun"], result["scipy"]
+        lines.append(
+            f"| {name} | {ours['iterations']}, {ours['evaluations']}, {ours['per_iteration']} | "
+            f"{theirs['iterations']}, {theirs['evaluations']}, {theirs['per_iteration']} |"
+        )
+    lines += [
+        "",
+        "accumrun's runs use the defaults (tolerance_grad 1e-7, tolerance_change 1e-9) and stop on their own: "
+        + "; ".join(f"{name}: {r['accumrun']['stopped']}" for name, r in figures["evaluations"].items())
+        + ".",
+        "",
+        "## 3. One evaluation against one full-batch SGD update (the MLP of 1, after each run's first epoch)",
+        "",
+        "| subdivisions | L-BFGS, ms per evaluation | SGD, ms per update | ratio |",
+        "|---|---|---|---|",
+    ]
+    for subdivisions, result in figures["cost"].items():
+        lines.append(
+            f"| {subdivisions} | {result['lbfgs_ms_per_evaluation']} | {result['sgd_ms_per_update']} | "
+            f"{result['ratio']} |"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks-lbfgs.md")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check that the script runs")
+    args = parser.parse_args()
+    info = machine()
+    samples, adam_more, iterations = (200, 20, 10) if args.smoke else (2000, 2000, 300)
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(temporary)
+        data = regression_csv(folder, samples)
+        figures = {
+            "polish": polish(folder, data, adam_more, iterations),
+            "evaluations": evaluations_per_iteration(folder),
+            "cost": evaluation_cost(folder, data, 20 if args.smoke else 100),
+        }
+    command = "python benchmarks/lbfgs.py" + (" --smoke" if args.smoke else "")
+    publish_report(
+        args.out, title="Full-batch L-BFGS", command=command, info=info, figures=figures, body=render(figures)
+    )
+
+
+if __name__ == "__main__":
+    main()
