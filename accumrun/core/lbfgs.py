@@ -21,10 +21,11 @@ iteration, where no curvature is known, and ``learning_rate`` after.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import keras
 import tensorflow as tf
@@ -135,71 +136,67 @@ class Lbfgs(keras.optimizers.Optimizer):
 
         The first call of a run evaluates the starting point first. The weights end at the accepted point.
         """
-        spent = 0
+        vectors, spent = self._vectors, 0
         if self.evaluations == 0:
             start = evaluate()
             spent = 1
-            self._evaluations.assign_add(1)
             if not start.finite:
+                self._evaluations.assign_add(1)
                 reason = "L-BFGS stopped: the objective or its gradient is not finite at the starting weights"
                 return Iteration(start, spent, 0.0, math.nan, reason)
-            self._objective.assign(start.objective)
-            self._gradient.assign(self._vectors.kept())
-            largest, norm = (float(v) for v in self._vectors.gradient_norms())
+            largest, norm = (float(v) for v in vectors.take_start(tf.constant(start.objective, tf.float64)))
             if largest <= self.tolerance_grad:
                 return Iteration(start, spent, 0.0, norm, self._gradient_stop(largest))
-        pairs = int(self._pairs.numpy())
-        # The ring's slots, oldest to newest (those not filled yet, zeros, first).
-        order = tf.constant([(pairs + i) % self.history for i in range(self.history)], tf.int32)
-        x = self._vectors.weights()
-        direction, slope_tensor, largest_direction, gradient_l1 = self._vectors.direction(order)
-        slope, f = float(slope_tensor), float(self._objective.numpy())
+        begun = vectors.begin()
+        x, direction = begun.x, begun.direction
+        slope, f = float(begun.slope), float(begun.objective)
         if not slope < 0:
             # Curvature pairs bent by the gradient's rounding, near a minimum: nothing along here is lower.
             return self._no_step(evaluate, spent, "L-BFGS stopped: the search direction does not descend")
-        first_step = float(keras.ops.convert_to_numpy(self.learning_rate))
-        if int(self.iterations.numpy()) == 0:
-            first_step *= min(1.0, 1.0 / float(gradient_l1))
+        first_step = float(begun.learning_rate)
+        if int(begun.iterations) == 0:
+            first_step *= min(1.0, 1.0 / float(begun.gradient_l1))
 
         def phi(step: float) -> Point[_Kept[E]]:
-            self._vectors.move(x, direction, tf.constant(step, tf.float32))
+            vectors.move(x, direction, tf.constant(step, tf.float32))
             evaluation = evaluate()
-            gradient, slope = self._vectors.kept_slope(direction)
+            gradient, slope = vectors.kept_slope(direction)
             if not evaluation.finite:
                 return Point(step, math.inf, math.nan, _Kept(evaluation, gradient))
             return Point(step, evaluation.objective, float(slope), _Kept(evaluation, gradient))
 
         budget = MOST_EVALUATIONS
         if self.max_evaluations is not None:
-            budget = min(budget, max(1, self.max_evaluations - self.evaluations - spent))
-        tolerance = self.tolerance_change / float(largest_direction) if float(largest_direction) > 0 else 0.0
+            budget = min(budget, max(1, self.max_evaluations - int(begun.evaluations) - spent))
+        largest_direction = float(begun.largest_direction)
+        tolerance = self.tolerance_change / largest_direction if largest_direction > 0 else 0.0
         here: Point[_Kept[E]] = Point(0.0, f, slope, _Kept(None, None))
         search = strong_wolfe(phi, here, first_step, budget=budget, tolerance=tolerance)
         spent += search.evaluations
-        self._evaluations.assign_add(search.evaluations)
         accepted = search.point
         if accepted.kept.evaluation is None or accepted.kept.gradient is None:  # the start: no lower point
-            self._vectors.move(x, direction, tf.constant(0.0, tf.float32))
+            vectors.move(x, direction, tf.constant(0.0, tf.float32))
+            self._evaluations.assign_add(search.evaluations)
             return self._no_step(evaluate, spent, "L-BFGS stopped: the line search found no lower point")
-        self._vectors.move(x, direction, tf.constant(accepted.step, tf.float32))
-        s, y, curvature, largest_step = self._vectors.pair(x, accepted.kept.gradient)
-        if float(curvature) > CURVATURE_FLOOR:
-            slot = pairs % self.history
-            self._s[slot].assign(s)
-            self._y[slot].assign(y)
-            self._pairs.assign_add(1)
-        self._objective.assign(accepted.value)
-        self._gradient.assign(accepted.kept.gradient)
-        self.iterations.assign_add(1)
-        largest, norm = (float(v) for v in self._vectors.gradient_norms())
-        stopped = self._stop_reason(largest, accepted.value, accepted.value - f, float(largest_step))
+        largest, norm, largest_step = (
+            float(v)
+            for v in vectors.accept(
+                x,
+                direction,
+                tf.constant(accepted.step, tf.float32),
+                accepted.kept.gradient,
+                tf.constant(accepted.value, tf.float64),
+                tf.constant(search.evaluations, tf.int64),
+            )
+        )
+        stopped = self._stop_reason(largest, accepted.value, accepted.value - f, largest_step)
         return Iteration(accepted.kept.evaluation, spent, accepted.step, norm, stopped)
 
     def _no_step(self, evaluate: Callable[[], E], spent: int, reason: str) -> Iteration[E]:
         """No step taken: the current point evaluated once more, so that its row has its own metrics."""
         evaluation = evaluate()
         self._evaluations.assign_add(1)
-        _, norm = self._vectors.gradient_norms()
+        _, norm = _Vectors._gradient_norms(self._gradient.value)
         return Iteration(evaluation, spent + 1, 0.0, float(norm), reason)
 
     def _stop_reason(self, largest: float, objective: float, change: float, largest_step: float) -> str | None:
@@ -230,40 +227,57 @@ class Lbfgs(keras.optimizers.Optimizer):
         )
 
 
+class _Begun(NamedTuple):
+    """What an iteration starts from: the weights as one vector, the search direction, the slope along it,
+    ``max |d|``, ``|g|_1``, and the state's objective and counts."""
+
+    x: tf.Tensor
+    direction: tf.Tensor
+    slope: tf.Tensor
+    largest_direction: tf.Tensor
+    gradient_l1: tf.Tensor
+    objective: tf.Tensor
+    iterations: tf.Tensor
+    evaluations: tf.Tensor
+    learning_rate: tf.Tensor
+
+
 class _Vectors:
-    """An iteration's work on vectors the size of the weights, each piece one compiled call (the host keeps only
-    numbers): the weights as one vector and moved along a direction, the kept gradient, the two-loop direction,
-    a curvature pair, the gradient's norms."""
+    """An iteration's work on the state and on vectors the size of the weights, each piece one compiled call, so
+    that the host handles only numbers: the start (:meth:`begin`: the two-loop direction), a trial point
+    (:meth:`move`, then :meth:`kept_slope`), the accepted point (:meth:`accept`: a curvature pair and the counts),
+    and the first point of a run (:meth:`take_start`)."""
 
     def __init__(self, variables: list[Any], kept: list[Any], lbfgs: Lbfgs) -> None:
         self._variables, self._kept, self._lbfgs = variables, kept, lbfgs
-        self.weights = tf.function(lambda: _flat(variables), autograph=False)
-        self.kept = tf.function(lambda: _flat(kept), autograph=False)
+        self.begin = tf.function(self._begin, autograph=False)
         self.move = tf.function(self._move, autograph=False)
         self.kept_slope = tf.function(self._kept_slope, autograph=False)
-        # Its loops unrolled over the ``history`` slots.
-        self.direction = tf.function(self._direction, autograph=False)
-        self.pair = tf.function(self._pair, autograph=False)
-        self.gradient_norms = tf.function(self._gradient_norms, autograph=False)
+        self.accept = tf.function(self._accept, autograph=False)
+        self.take_start = tf.function(self._take_start, autograph=False)
 
-    def _move(self, x: tf.Tensor, direction: tf.Tensor, step: tf.Tensor) -> None:
-        """Set the weights to ``x + step * direction`` (rounded to float32, so a step is the one they take)."""
-        vector = x + step * direction
-        sizes = [math.prod(v.shape) for v in self._variables]
-        for variable, part in zip(self._variables, tf.split(vector, sizes), strict=True):
-            variable.assign(tf.reshape(part, variable.shape))
-
-    def _kept_slope(self, direction: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """The kept gradient, and its slope along ``direction``."""
-        gradient = _flat(self._kept)
-        return gradient, _dot(gradient, direction)
-
-    def _direction(self, order: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        """``d = -H g`` by the two-loop recursion (algorithm 7.4) over the ``history`` slots in ``order``, oldest to
-        newest; with ``g . d``, ``max |d|`` and ``|g|_1``. A slot not filled yet is zeros and weighs nothing, so
-        before any pair ``d`` is ``-g`` (and one trace serves every count of pairs)."""
+    def _begin(self) -> _Begun:
         lbfgs = self._lbfgs
         gradient = lbfgs._gradient.value
+        direction = self._direction(gradient)
+        return _Begun(
+            _flat(self._variables),
+            direction,
+            _dot(gradient, direction),
+            tf.reduce_max(tf.abs(direction)),
+            tf.reduce_sum(tf.abs(tf.cast(gradient, tf.float64))),
+            tf.identity(lbfgs._objective.value),
+            tf.identity(lbfgs.iterations.value),
+            tf.identity(lbfgs._evaluations.value),
+            tf.cast(lbfgs.learning_rate, tf.float64),
+        )
+
+    def _direction(self, gradient: tf.Tensor) -> tf.Tensor:
+        """``d = -H g`` by the two-loop recursion (algorithm 7.4) over the ``history`` slots of the ring, oldest to
+        newest. A slot not filled yet is zeros and weighs nothing, so before any pair ``d`` is ``-g``; the loops are
+        unrolled over every slot."""
+        lbfgs = self._lbfgs
+        order = tf.math.floormod(tf.cast(lbfgs._pairs.value, tf.int32) + tf.range(lbfgs.history), lbfgs.history)
         stacked_s = tf.stack([v.value for v in lbfgs._s])
         stacked_y = tf.stack([v.value for v in lbfgs._y])
         s = [tf.gather(stacked_s, order[i]) for i in range(lbfgs.history)]
@@ -281,25 +295,72 @@ class _Vectors:
         for s_i, y_i, rho_i, alpha in zip(s, y, rho, reversed(alphas), strict=True):
             beta = rho_i * _dot(y_i, r)
             r = r + tf.cast(alpha - beta, r.dtype) * s_i
-        direction = -r
-        return (
-            direction,
-            _dot(gradient, direction),
-            tf.reduce_max(tf.abs(direction)),
-            tf.reduce_sum(tf.abs(tf.cast(gradient, tf.float64))),
-        )
+        return -r
 
-    def _pair(self, x: tf.Tensor, gradient: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        """The step the weights took from ``x`` and the change of the gradient to ``gradient``: ``s``, ``y``,
-        ``y . s`` and ``max |s|``."""
+    def _move(self, x: tf.Tensor, direction: tf.Tensor, step: tf.Tensor) -> None:
+        """Set the weights to ``x + step * direction`` (rounded to float32, so a step is the one they take)."""
+        vector = x + step * direction
+        sizes = [math.prod(v.shape) for v in self._variables]
+        for variable, part in zip(self._variables, tf.split(vector, sizes), strict=True):
+            variable.assign(tf.reshape(part, variable.shape))
+
+    def _kept_slope(self, direction: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The kept gradient, and its slope along ``direction``."""
+        gradient = _flat(self._kept)
+        return gradient, _dot(gradient, direction)
+
+    def _accept(
+        self,
+        x: tf.Tensor,
+        direction: tf.Tensor,
+        step: tf.Tensor,
+        gradient: tf.Tensor,
+        objective: tf.Tensor,
+        evaluations: tf.Tensor,
+    ) -> tuple[tf.Tensor, ...]:
+        """Take the point ``step`` along ``direction`` from ``x``, where the objective and gradient are these, after
+        ``evaluations`` more evaluations: store its curvature pair (where ``y . s`` carries curvature) and count the
+        step. Returns the new gradient's largest entry and norm, and the step's largest entry."""
+        lbfgs = self._lbfgs
+        self._move(x, direction, step)
         s = _flat(self._variables) - x
-        y = gradient - self._lbfgs._gradient.value
-        return s, y, _dot(y, s), tf.reduce_max(tf.abs(s))
+        y = gradient - lbfgs._gradient.value
+        slot = tf.math.floormod(lbfgs._pairs.value, lbfgs.history)
 
-    def _gradient_norms(self) -> tuple[tf.Tensor, tf.Tensor]:
-        """The current gradient's largest entry and Euclidean norm."""
-        gradient = tf.cast(self._lbfgs._gradient.value, tf.float64)
-        return tf.reduce_max(tf.abs(gradient)), tf.norm(gradient)
+        def store() -> tf.Tensor:
+            tf.switch_case(
+                tf.cast(slot, tf.int32),
+                [functools.partial(self._store, i, s, y) for i in range(lbfgs.history)],
+            )
+            lbfgs._pairs.assign_add(1)
+            return tf.constant(True)
+
+        tf.cond(_dot(y, s) > CURVATURE_FLOOR, store, lambda: tf.constant(False))
+        lbfgs._gradient.assign(gradient)
+        lbfgs._objective.assign(objective)
+        lbfgs.iterations.assign_add(1)
+        lbfgs._evaluations.assign_add(evaluations)
+        return (*self._gradient_norms(gradient), tf.reduce_max(tf.abs(s)))
+
+    def _store(self, slot: int, s: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        self._lbfgs._s[slot].assign(s)
+        self._lbfgs._y[slot].assign(y)
+        return tf.constant(True)
+
+    def _take_start(self, objective: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The first point of a run, just evaluated: keep its objective and gradient, count its evaluation."""
+        gradient = _flat(self._kept)
+        lbfgs = self._lbfgs
+        lbfgs._gradient.assign(gradient)
+        lbfgs._objective.assign(objective)
+        lbfgs._evaluations.assign_add(1)
+        return self._gradient_norms(gradient)
+
+    @staticmethod
+    def _gradient_norms(gradient: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The gradient's largest entry and Euclidean norm."""
+        as_float64 = tf.cast(gradient, tf.float64)
+        return tf.reduce_max(tf.abs(as_float64)), tf.norm(as_float64)
 
 
 def _flat(variables: list[Any]) -> tf.Tensor:
