@@ -28,6 +28,7 @@ import numpy as np
 from run import REPO, machine, publish_report  # benchmarks/run.py, beside this script
 from scipy.optimize import minimize
 from sklearn.datasets import load_breast_cancer, load_diabetes
+from sklearn.linear_model import LogisticRegression
 
 sys.path.insert(0, str(REPO))
 from accumrun import train  # noqa: E402 - after the repository is on the path
@@ -83,7 +84,9 @@ def polish(folder: Path, data: Path, adam_more: int, lbfgs_iterations: int) -> d
     saved = {"name": "saved", "path": str(folder / "adam-200" / "model.keras")}
     lbfgs = {"name": "lbfgs", "tolerance_grad": 1e-9, "tolerance_change": 0.0}
     lbfgs_rows, lbfgs_seconds = timed_train(config(data, saved, lbfgs, lbfgs_iterations), folder / "lbfgs")
+    scipy_losses = scipy_polish(folder / "adam-200" / "model.keras", data, lbfgs_iterations)
     return {
+        "scipy_loss_after": scipy_losses,
         "adam_200": {"loss": start_rows[-1]["loss"], "seconds": round(start_seconds, 1)},
         "adam_more": {
             "epochs": adam_more,
@@ -172,6 +175,85 @@ def evaluations_per_iteration(folder: Path) -> dict[str, Any]:
     return results
 
 
+def agreement(folder: Path) -> dict[str, Any]:
+    """How close L-BFGS comes to scikit-learn's logistic regression (C = 1) after twice its iterations and after 300
+    (plain, 5 subdivisions, class weights {0: 2.5}); and how far the iterates of 1 and 5 subdivisions are apart,
+    iteration by iteration (from a checkpoint per iteration), over 60 iterations."""
+    x, y = load_breast_cancer(return_X_y=True)
+    x = (x - x.mean(0)) / x.std(0)
+    data = write_csv(folder / "cancer.csv", x, y)
+    model = {"name": "mlp", "hidden": [], "l2": 1 / (2 * len(x))}
+    exhaustive = {"name": "lbfgs", "tolerance_grad": 0.0, "tolerance_change": 0.0}
+    results: dict[str, Any] = {"scikit_learn": {}}
+    for name, subdivisions, class_weight in (("S=1", 1, None), ("S=5", 5, None), ("S=5, class weights", 5, 2.5)):
+        weights = {0: class_weight} if class_weight else None
+        reference = LogisticRegression(C=1.0, tol=1e-10, max_iter=10_000, class_weight=weights).fit(x, y)
+        training: dict[str, Any] = {"subdivisions": subdivisions}
+        if class_weight:
+            training["class_weight"] = {"0": class_weight}
+        for iterations in (2 * int(reference.n_iter_[0]), 300):
+            run_dir = folder / f"agree-{len(results['scikit_learn'])}"
+            train(config(data, model, exhaustive, iterations, **training), run_dir, quiet=True)
+            kernel, bias = _weights(run_dir)
+            error = max(
+                float(np.max(np.abs(kernel[:, 0] - reference.coef_[0]))), abs(bias[0] - reference.intercept_[0])
+            )
+            results["scikit_learn"][f"{name}, {iterations} iterations"] = float(f"{error:.3g}")
+    apart = []
+    every_iteration = {"checkpoint_every_updates": 1, "keep_checkpoints": 100}
+    for subdivisions in (1, 5):
+        settings = config(data, model, exhaustive, 60, subdivisions=subdivisions)
+        settings["output"].update(every_iteration)
+        train(settings, folder / f"iterates-{subdivisions}", quiet=True)
+    for checkpoint in sorted((folder / "iterates-1" / "checkpoints").glob("ckpt-*.npz")):
+        plain, subdivided = (np.load(folder / f"iterates-{s}" / "checkpoints" / checkpoint.name) for s in (1, 5))
+        apart.append(max(float(np.max(np.abs(plain[k] - subdivided[k]))) for k in ("model/0", "model/1")))
+    results["iterates_apart"] = [float(f"{value:.3g}") for value in apart]
+    return results
+
+
+def _weights(run_dir: Path) -> list[np.ndarray]:
+    """The final model's kernel and bias, from its last checkpoint."""
+    (checkpoint,) = sorted((run_dir / "checkpoints").glob("ckpt-*.npz"))[-1:]
+    with np.load(checkpoint) as stored:
+        return [stored["model/0"], stored["model/1"]]
+
+
+def scipy_polish(model_path: Path, data: Path, iterations: int) -> dict[str, float]:
+    """SciPy's L-BFGS-B (history 10) from the same Adam-trained weights, on the same float32 objective: the
+    training loss after 100, 300 and ``iterations`` iterations."""
+    import keras  # noqa: PLC0415 - after accumrun has set TensorFlow up
+    import tensorflow as tf  # noqa: PLC0415
+
+    model = keras.models.load_model(model_path)
+    table = np.loadtxt(data, delimiter=",", skiprows=1, dtype=np.float32)
+    features, targets = tf.constant(table[:, :-1]), tf.constant(table[:, -1:])
+    variables = model.trainable_variables
+    sizes = [int(np.prod(v.shape)) for v in variables]
+
+    def value_and_gradient(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        for variable, part in zip(variables, np.split(theta.astype(np.float32), np.cumsum(sizes)[:-1]), strict=True):
+            variable.assign(part.reshape(variable.shape))
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(features, training=False) - targets))
+        gradients = tape.gradient(loss, variables)
+        return float(loss), np.concatenate([g.numpy().ravel() for g in gradients]).astype(np.float64)
+
+    losses: dict[str, float] = {}
+
+    def record(intermediate_result: Any) -> None:  # SciPy passes its OptimizeResult to a parameter of this name
+        done = len(losses_seen) + 1
+        losses_seen.append(intermediate_result.fun)
+        if done in (100, 300, iterations):
+            losses[str(done)] = float(intermediate_result.fun)
+
+    losses_seen: list[float] = []
+    start = np.concatenate([v.numpy().ravel() for v in variables]).astype(np.float64)
+    options = {"maxiter": iterations, "maxcor": 10, "gtol": 0.0, "ftol": 0.0}
+    minimize(value_and_gradient, start, jac=True, method="L-BFGS-B", options=options, callback=record)
+    return losses
+
+
 def evaluation_cost(folder: Path, workloads: dict[str, tuple[Path, list[int]]], iterations: int) -> dict[str, Any]:
     """Seconds per L-BFGS evaluation against seconds per full-batch SGD update, after each run's first epoch
     (which traces the step), with 1 and 4 subdivisions, for each workload (its data and hidden widths)."""
@@ -199,7 +281,29 @@ def evaluation_cost(folder: Path, workloads: dict[str, tuple[Path, list[int]]], 
 def render(figures: dict[str, Any]) -> list[str]:
     polished = figures["polish"]
     adam, more, lbfgs = polished["adam_200"], polished["adam_more"], polished["lbfgs"]
+    agreement = figures["agreement"]
+    apart = agreement["iterates_apart"]
+    above = next((k for k, value in enumerate(apart) if value > 1e-6), None)
     lines = [
+        "## Agreement with scikit-learn's logistic regression (breast cancer, standardized, C = 1)",
+        "",
+        "Largest difference from `LogisticRegression(C=1, tol=1e-10)` in the weights and bias (the issue asks 1e-5 "
+        "within twice scikit-learn's iterations):",
+        "",
+        "| run | largest difference |",
+        "|---|---|",
+        *(f"| {run} | {error:.2g} |" for run, error in agreement["scikit_learn"].items()),
+        "",
+        "1 against 5 subdivisions, the largest difference in the weights after each iteration (the issue asks 1e-6 "
+        f"at every one): at most {max(apart[:above] if above else apart):.2g} up to iteration "
+        f"{above if above is not None else len(apart)}; "
+        + (
+            f"first above 1e-6 at iteration {above + 1}, at most {max(apart):.2g} (iteration "
+            f"{apart.index(max(apart)) + 1}), and {apart[-1]:.2g} at iteration {len(apart)}: NOT met."
+            if above is not None
+            else "met."
+        ),
+        "",
         "## 1. Adam, then L-BFGS (the issue's target: L-BFGS below 2,000 more Adam epochs)",
         "",
         "| phase | training loss | wall time |",
@@ -212,6 +316,9 @@ def render(figures: dict[str, Any]) -> list[str]:
         "L-BFGS's loss after "
         + ", ".join(f"{k} iterations {v:.4g}" for k, v in lbfgs["loss_after"].items())
         + f". It stopped: {lbfgs['stopped'] or 'at its last epoch'}. "
+        + " SciPy's L-BFGS-B from the same weights: "
+        + ", ".join(f"{k} iterations {v:.4g}" for k, v in polished["scipy_loss_after"].items())
+        + ". "
         + (
             f"It went below Adam's {more['epochs']:,} further epochs at iteration {below['iteration']}, after "
             f"{below['seconds']} s of its epochs (Adam's took {more['seconds']} s): target met on the loss."
@@ -265,6 +372,7 @@ def main() -> None:
             f"{large[1]:,} samples, 8-256-256-1": (regression_csv(folder, large[0]), [256, 256]),
         }
         figures = {
+            "agreement": agreement(folder),
             "polish": polish(folder, data, adam_more, iterations),
             "evaluations": evaluations_per_iteration(folder),
             "cost": evaluation_cost(folder, workloads, 20 if args.smoke else 60),

@@ -429,11 +429,6 @@ class LbfgsConfig(Section):
             raise ValueError(f"has no meaning for L-BFGS: {_NOT_FOR_LBFGS[str(info.field_name)]}")
         return value
 
-    @property
-    def keywords(self) -> dict[str, Any]:
-        """None: L-BFGS takes no Keras keywords."""
-        return {}
-
 
 def _optimizer_kind(value: Any) -> str:
     name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
@@ -589,11 +584,15 @@ def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
 
 
 def _lbfgs_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
-    """What L-BFGS needs of the rest of the config: the full batch, float32, no noise scale (it takes no minibatch
-    steps)."""
+    """What L-BFGS needs of the rest of the config: the full batch, no augmentation (its objective must be the same
+    at the same weights), float32, no noise scale (it takes no minibatch steps). BatchNorm is checked once the model
+    is built (:mod:`accumrun.training.setup`)."""
     if not isinstance(config.optimizer, LbfgsConfig):
         return
     training = config.training
+    if config.data.augment:
+        message = "lbfgs needs the same objective at the same weights; augmentation draws anew every epoch"
+        yield "data.augment", message, [augment.name for augment in config.data.augment]
     if training.batch_size != "full":
         message = "lbfgs needs the exact full-batch gradient; set training.batch_size: full"
         yield "training.batch_size", message, training.batch_size

@@ -7,21 +7,25 @@ the full batch, is one evaluation of the objective and its gradient at the curre
 sub-batch accumulation, feeds, replicas and weights as any training. :meth:`Lbfgs.iterate` drives the evaluations:
 it sets the weights to each trial point of the line search (:mod:`accumrun.core.line_search`) and calls back.
 
-Its state is the optimizer's variables, checkpointed like Adam's slots: the curvature pairs (``history`` of them,
-a ring), the gradient and objective at the current weights, and the counts. ``iterations`` counts accepted steps,
-so a resumed run continues exactly. The weights are float32 and every trial point is rounded to them, so a stored
-step ``s`` is the step the weights really took. Memory: ``2 * history + 3`` float32 vectors the size of the trainable
-weights, beside the step's own.
+Its state is the optimizer's variables, checkpointed like Adam's slots: the curvature pairs (the newest ``history``
+of them, oldest first), the gradient and objective at the current weights, and the counts. ``iterations`` counts
+accepted steps, so a resumed run continues exactly. The weights are float32 and every trial point is rounded to
+them, so a stored step ``s`` is the step the weights really took. Memory: the state is ``2 * history + 2`` vectors
+the size of the trainable weights (the kept gradient, the pairs, the current gradient); an iteration holds about six
+more while it runs (the weights it started from, the direction, the two-loop's running vector, the gradients of the
+line search's points).
 
 Stopping follows ``torch.optim.LBFGS``: the gradient's largest entry at most ``tolerance_grad``; the objective
-changing by less than ``tolerance_change``, or the step's largest entry at most ``tolerance_change``; and
-``max_evaluations`` over the whole run. The first trial step is ``learning_rate * min(1, 1 / |g|_1)`` on the first
-iteration, where no curvature is known, and ``learning_rate`` after.
+changing by less than ``tolerance_change`` (counted only where that is above the float32 objective's resolution,
+``|f| * 1.2e-7``: below it a change of 0 says only that float32 could not see one), or the step's largest entry at
+most ``tolerance_change``; and ``max_evaluations`` over the whole run. The first trial step is
+``learning_rate * min(1, 1 / |g|_1)`` on the first iteration, where no curvature is known, and ``learning_rate``
+after.
 """
 
 from __future__ import annotations
 
-import functools
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,6 +80,20 @@ class _Kept(Generic[E]):
     """None for the starting point, which the search does not evaluate."""
 
 
+class _Counted(Generic[E]):
+    """``evaluate``, each call counted into the run's ``evaluations`` and into :attr:`calls` (this iteration's)."""
+
+    def __init__(self, evaluate: Callable[[], E], evaluations: Any) -> None:
+        self._evaluate = evaluate
+        self._evaluations = evaluations
+        self.calls = 0
+
+    def __call__(self) -> E:
+        self.calls += 1
+        self._evaluations.assign_add(1)
+        return self._evaluate()
+
+
 class Lbfgs(keras.optimizers.Optimizer):
     """L-BFGS as a Keras optimizer whose ``apply`` keeps the gradient; :meth:`iterate` makes one iteration.
 
@@ -109,10 +127,15 @@ class Lbfgs(keras.optimizers.Optimizer):
         self._s = [self.add_variable((size,), name=f"step_{i}") for i in range(self.history)]
         self._y = [self.add_variable((size,), name=f"gradient_change_{i}") for i in range(self.history)]
         self._gradient = self.add_variable((size,), name="gradient")
-        self._objective = self.add_variable((), dtype="float64", name="objective")
+        # NaN until the run's first point is evaluated.
+        self._objective = self.add_variable(
+            (), initializer=keras.initializers.Constant(math.nan), dtype="float64", name="objective"
+        )
         self._pairs = self.add_variable((), dtype="int64", name="pairs")
         self._evaluations = self.add_variable((), dtype="int64", name="evaluations")
         self._vectors = _Vectors(self._trainable_variables, self._kept, self)
+        self._here: Any = None
+        """The evaluation of the current weights, once this process has made one."""
 
     def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         """Keep ``gradient``; ``variable`` does not move."""
@@ -134,70 +157,80 @@ class Lbfgs(keras.optimizers.Optimizer):
         """One iteration from the current weights; ``evaluate()`` evaluates the full batch at the weights as they
         are then (through the train step, so that this optimizer keeps the gradient).
 
-        The first call of a run evaluates the starting point first. The weights end at the accepted point.
+        The first call of a run evaluates the starting point first. The weights end at the accepted point; where
+        no step is taken they stay, and the iteration reports their last evaluation.
         """
-        vectors, spent = self._vectors, 0
-        if self.evaluations == 0:
-            start = evaluate()
-            spent = 1
+        counted = _Counted(evaluate, self._evaluations)
+        if math.isnan(float(self._objective.numpy())):  # no point yet: the run's first iteration
+            start = counted()
             if not start.finite:
-                self._evaluations.assign_add(1)
                 reason = "L-BFGS stopped: the objective or its gradient is not finite at the starting weights"
-                return Iteration(start, spent, 0.0, math.nan, reason)
-            largest, norm = (float(v) for v in vectors.take_start(tf.constant(start.objective, tf.float64)))
+                return Iteration(start, counted.calls, 0.0, math.nan, reason)
+            self._here = start
+            largest, norm = (float(v) for v in self._vectors.take_start(tf.constant(start.objective, tf.float64)))
             if largest <= self.tolerance_grad:
-                return Iteration(start, spent, 0.0, norm, self._gradient_stop(largest))
+                return Iteration(start, counted.calls, 0.0, norm, self._gradient_stop(largest))
+        remaining = self._remaining()
+        if remaining == 0:
+            return self._no_step(counted, self._budget_spent())
+        vectors = self._vectors
         begun = vectors.begin()
         x, direction = begun.x, begun.direction
         slope, f = float(begun.slope), float(begun.objective)
         if not slope < 0:
             # Curvature pairs bent by the gradient's rounding, near a minimum: nothing along here is lower.
-            return self._no_step(evaluate, spent, "L-BFGS stopped: the search direction does not descend")
+            return self._no_step(counted, "L-BFGS stopped: the search direction does not descend")
         first_step = float(begun.learning_rate)
         if int(begun.iterations) == 0:
             first_step *= min(1.0, 1.0 / float(begun.gradient_l1))
 
         def phi(step: float) -> Point[_Kept[E]]:
-            vectors.move(x, direction, tf.constant(step, tf.float32))
-            evaluation = evaluate()
+            vectors.move(x, direction, tf.constant(step, tf.float64))
+            evaluation = counted()
             gradient, slope = vectors.kept_slope(direction)
             if not evaluation.finite:
                 return Point(step, math.inf, math.nan, _Kept(evaluation, gradient))
             return Point(step, evaluation.objective, float(slope), _Kept(evaluation, gradient))
 
-        budget = MOST_EVALUATIONS
-        if self.max_evaluations is not None:
-            budget = min(budget, max(1, self.max_evaluations - int(begun.evaluations) - spent))
-        largest_direction = float(begun.largest_direction)
-        tolerance = self.tolerance_change / largest_direction if largest_direction > 0 else 0.0
+        budget = MOST_EVALUATIONS if remaining is None else min(MOST_EVALUATIONS, remaining)
+        # The bracket is too short once its steps differ by less than tolerance_change in every weight.
+        tolerance = self.tolerance_change / float(begun.largest_direction)
         here: Point[_Kept[E]] = Point(0.0, f, slope, _Kept(None, None))
         search = strong_wolfe(phi, here, first_step, budget=budget, tolerance=tolerance)
-        spent += search.evaluations
         accepted = search.point
-        if accepted.kept.evaluation is None or accepted.kept.gradient is None:  # the start: no lower point
-            vectors.move(x, direction, tf.constant(0.0, tf.float32))
-            self._evaluations.assign_add(search.evaluations)
-            return self._no_step(evaluate, spent, "L-BFGS stopped: the line search found no lower point")
+        if accepted.kept.evaluation is None:  # the start: no lower point
+            vectors.move(x, direction, tf.constant(0.0, tf.float64))
+            if self._remaining() == 0:
+                return self._no_step(counted, self._budget_spent())
+            return self._no_step(counted, "L-BFGS stopped: the line search found no lower point")
+        self._here = accepted.kept.evaluation
         largest, norm, largest_step = (
             float(v)
             for v in vectors.accept(
                 x,
                 direction,
-                tf.constant(accepted.step, tf.float32),
+                tf.constant(accepted.step, tf.float64),
                 accepted.kept.gradient,
                 tf.constant(accepted.value, tf.float64),
-                tf.constant(search.evaluations, tf.int64),
             )
         )
         stopped = self._stop_reason(largest, accepted.value, accepted.value - f, largest_step)
-        return Iteration(accepted.kept.evaluation, spent, accepted.step, norm, stopped)
+        return Iteration(accepted.kept.evaluation, counted.calls, accepted.step, norm, stopped)
 
-    def _no_step(self, evaluate: Callable[[], E], spent: int, reason: str) -> Iteration[E]:
-        """No step taken: the current point evaluated once more, so that its row has its own metrics."""
-        evaluation = evaluate()
-        self._evaluations.assign_add(1)
-        _, norm = _Vectors._gradient_norms(self._gradient.value)
-        return Iteration(evaluation, spent + 1, 0.0, float(norm), reason)
+    def _remaining(self) -> int | None:
+        """The evaluations ``max_evaluations`` still allows (None: no limit)."""
+        return None if self.max_evaluations is None else max(0, self.max_evaluations - self.evaluations)
+
+    def _budget_spent(self) -> str:
+        return f"L-BFGS stopped: max_evaluations ({self.max_evaluations}) reached"
+
+    def _no_step(self, counted: _Counted[E], reason: str) -> Iteration[E]:
+        """No step taken: the weights' own evaluation reported (made once more only if this process has none, as
+        after a resume)."""
+        if self._here is None:
+            self._here = counted()
+        _, norm = _Vectors.gradient_norms(self._gradient.value)
+        return Iteration(self._here, counted.calls, 0.0, float(norm), reason)
 
     def _stop_reason(self, largest: float, objective: float, change: float, largest_step: float) -> str | None:
         """Why L-BFGS stops at ``objective``, whose gradient's largest entry is ``largest``, after a step (whose
@@ -216,8 +249,8 @@ class Lbfgs(keras.optimizers.Optimizer):
                 f"L-BFGS converged: the step's largest entry {largest_step:.3g} is at most tolerance_change "
                 f"({self.tolerance_change:g})"
             )
-        if self.max_evaluations is not None and self.evaluations >= self.max_evaluations:
-            return f"L-BFGS stopped: max_evaluations ({self.max_evaluations}) reached"
+        if self._remaining() == 0:
+            return self._budget_spent()
         return None
 
     def _gradient_stop(self, largest: float) -> str:
@@ -229,7 +262,7 @@ class Lbfgs(keras.optimizers.Optimizer):
 
 class _Begun(NamedTuple):
     """What an iteration starts from: the weights as one vector, the search direction, the slope along it,
-    ``max |d|``, ``|g|_1``, and the state's objective and counts."""
+    ``max |d|``, ``|g|_1``, the state's objective and accepted steps, and the learning rate."""
 
     x: tf.Tensor
     direction: tf.Tensor
@@ -238,15 +271,14 @@ class _Begun(NamedTuple):
     gradient_l1: tf.Tensor
     objective: tf.Tensor
     iterations: tf.Tensor
-    evaluations: tf.Tensor
     learning_rate: tf.Tensor
 
 
 class _Vectors:
     """An iteration's work on the state and on vectors the size of the weights, each piece one compiled call, so
     that the host handles only numbers: the start (:meth:`begin`: the two-loop direction), a trial point
-    (:meth:`move`, then :meth:`kept_slope`), the accepted point (:meth:`accept`: a curvature pair and the counts),
-    and the first point of a run (:meth:`take_start`)."""
+    (:meth:`move`, then :meth:`kept_slope`), the accepted point (:meth:`accept`: a curvature pair) and the run's
+    first point (:meth:`take_start`)."""
 
     def __init__(self, variables: list[Any], kept: list[Any], lbfgs: Lbfgs) -> None:
         self._variables, self._kept, self._lbfgs = variables, kept, lbfgs
@@ -268,38 +300,34 @@ class _Vectors:
             tf.reduce_sum(tf.abs(tf.cast(gradient, tf.float64))),
             tf.identity(lbfgs._objective.value),
             tf.identity(lbfgs.iterations.value),
-            tf.identity(lbfgs._evaluations.value),
             tf.cast(lbfgs.learning_rate, tf.float64),
         )
 
     def _direction(self, gradient: tf.Tensor) -> tf.Tensor:
-        """``d = -H g`` by the two-loop recursion (algorithm 7.4) over the ``history`` slots of the ring, oldest to
-        newest. A slot not filled yet is zeros and weighs nothing, so before any pair ``d`` is ``-g``; the loops are
-        unrolled over every slot."""
+        """``d = -H g`` by the two-loop recursion (algorithm 7.4) over the ``history`` slots, oldest to newest. A
+        slot not filled yet is zeros and weighs nothing, so before any pair ``d`` is ``-g``; the loops are unrolled
+        over every slot."""
         lbfgs = self._lbfgs
-        order = tf.math.floormod(tf.cast(lbfgs._pairs.value, tf.int32) + tf.range(lbfgs.history), lbfgs.history)
-        stacked_s = tf.stack([v.value for v in lbfgs._s])
-        stacked_y = tf.stack([v.value for v in lbfgs._y])
-        s = [tf.gather(stacked_s, order[i]) for i in range(lbfgs.history)]
-        y = [tf.gather(stacked_y, order[i]) for i in range(lbfgs.history)]
-        rho = [_safe_divide(tf.constant(1.0, tf.float64), _dot(y_i, s_i)) for s_i, y_i in zip(s, y, strict=True)]
+        s = [v.value for v in lbfgs._s]
+        y = [v.value for v in lbfgs._y]
+        slots = range(lbfgs.history)
+        rho = [_safe_divide(tf.constant(1.0, tf.float64), _dot(y[i], s[i])) for i in slots]
         q = gradient
-        alphas = []
-        for s_i, y_i, rho_i in reversed(list(zip(s, y, rho, strict=True))):
-            alpha = rho_i * _dot(s_i, q)
-            alphas.append(alpha)
-            q = q - tf.cast(alpha, q.dtype) * y_i
+        alphas: dict[int, tf.Tensor] = {}
+        for i in reversed(slots):
+            alphas[i] = rho[i] * _dot(s[i], q)
+            q = q - tf.cast(alphas[i], q.dtype) * y[i]
         # The initial Hessian approximation gamma I, scaled by the newest pair (equation 7.20); 1 before any.
         gamma = _safe_divide(_dot(s[-1], y[-1]), _dot(y[-1], y[-1]), otherwise=1.0)
         r = q * tf.cast(gamma, q.dtype)
-        for s_i, y_i, rho_i, alpha in zip(s, y, rho, reversed(alphas), strict=True):
-            beta = rho_i * _dot(y_i, r)
-            r = r + tf.cast(alpha - beta, r.dtype) * s_i
+        for i in slots:
+            beta = rho[i] * _dot(y[i], r)
+            r = r + tf.cast(alphas[i] - beta, r.dtype) * s[i]
         return -r
 
     def _move(self, x: tf.Tensor, direction: tf.Tensor, step: tf.Tensor) -> None:
-        """Set the weights to ``x + step * direction`` (rounded to float32, so a step is the one they take)."""
-        vector = x + step * direction
+        """Set the weights to ``x + step * direction`` (rounded to their dtype, so a step is the one they take)."""
+        vector = x + tf.cast(step, x.dtype) * direction
         sizes = [math.prod(v.shape) for v in self._variables]
         for variable, part in zip(self._variables, tf.split(vector, sizes), strict=True):
             variable.assign(tf.reshape(part, variable.shape))
@@ -310,28 +338,23 @@ class _Vectors:
         return gradient, _dot(gradient, direction)
 
     def _accept(
-        self,
-        x: tf.Tensor,
-        direction: tf.Tensor,
-        step: tf.Tensor,
-        gradient: tf.Tensor,
-        objective: tf.Tensor,
-        evaluations: tf.Tensor,
+        self, x: tf.Tensor, direction: tf.Tensor, step: tf.Tensor, gradient: tf.Tensor, objective: tf.Tensor
     ) -> tuple[tf.Tensor, ...]:
-        """Take the point ``step`` along ``direction`` from ``x``, where the objective and gradient are these, after
-        ``evaluations`` more evaluations: store its curvature pair (where ``y . s`` carries curvature) and count the
-        step. Returns the new gradient's largest entry and norm, and the step's largest entry."""
+        """Take the point ``step`` along ``direction`` from ``x``, where the objective and gradient are these: store
+        its curvature pair (where ``y . s`` carries curvature) and count the step. Returns the new gradient's
+        largest entry and norm, and the step's largest entry."""
         lbfgs = self._lbfgs
         self._move(x, direction, step)
         s = _flat(self._variables) - x
         y = gradient - lbfgs._gradient.value
-        slot = tf.math.floormod(lbfgs._pairs.value, lbfgs.history)
 
         def store() -> tf.Tensor:
-            tf.switch_case(
-                tf.cast(slot, tf.int32),
-                [functools.partial(self._store, i, s, y) for i in range(lbfgs.history)],
-            )
+            # The slots hold the pairs oldest to newest: each moves one down (the oldest drops out), the new one
+            # goes last. Copies of the history, but one order for the two-loop recursion to read.
+            for older, newer in itertools.pairwise([*lbfgs._s, s]):
+                older.assign(newer)
+            for older, newer in itertools.pairwise([*lbfgs._y, y]):
+                older.assign(newer)
             lbfgs._pairs.assign_add(1)
             return tf.constant(True)
 
@@ -339,26 +362,18 @@ class _Vectors:
         lbfgs._gradient.assign(gradient)
         lbfgs._objective.assign(objective)
         lbfgs.iterations.assign_add(1)
-        lbfgs._evaluations.assign_add(evaluations)
-        return (*self._gradient_norms(gradient), tf.reduce_max(tf.abs(s)))
-
-    def _store(self, slot: int, s: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        self._lbfgs._s[slot].assign(s)
-        self._lbfgs._y[slot].assign(y)
-        return tf.constant(True)
+        return (*self.gradient_norms(gradient), tf.reduce_max(tf.abs(s)))
 
     def _take_start(self, objective: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """The first point of a run, just evaluated: keep its objective and gradient, count its evaluation."""
+        """The run's first point, just evaluated: keep its objective and gradient."""
         gradient = _flat(self._kept)
-        lbfgs = self._lbfgs
-        lbfgs._gradient.assign(gradient)
-        lbfgs._objective.assign(objective)
-        lbfgs._evaluations.assign_add(1)
-        return self._gradient_norms(gradient)
+        self._lbfgs._gradient.assign(gradient)
+        self._lbfgs._objective.assign(objective)
+        return self.gradient_norms(gradient)
 
     @staticmethod
-    def _gradient_norms(gradient: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """The gradient's largest entry and Euclidean norm."""
+    def gradient_norms(gradient: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """A gradient's largest entry and Euclidean norm."""
         as_float64 = tf.cast(gradient, tf.float64)
         return tf.reduce_max(tf.abs(as_float64)), tf.norm(as_float64)
 

@@ -4,7 +4,9 @@ on a function of the step length alone, ``phi(t) = f(x + t d)``, as L-BFGS (:mod
 A step ``t`` is accepted when it satisfies the strong Wolfe conditions: sufficient decrease,
 ``phi(t) <= phi(0) + c1 t phi'(0)``, and curvature, ``|phi'(t)| <= c2 |phi'(0)|``. Algorithm 3.5 grows the step until
 it brackets such a point; algorithm 3.6 (zoom) shrinks the bracket by cubic interpolation (equation 3.59),
-bisecting where the cubic has no minimizer, lands too near an end, or meets a value that is not finite.
+bisecting where the cubic has no minimizer, lands too near an end, or meets a value that is not finite. Between two
+points whose values differ by no more than the objective's rounding, the next step is the zero of the line through
+their slopes instead (as Hager and Zhang's secant step): the cubic would read noise.
 
 Why sufficient decrease is tested twice. The objective is a float32 sum, exact to about 1e-7 of its size, so near a
 minimum ``phi(t) - phi(0)`` drowns in rounding while ``phi'(t)`` (a sum of gradients) stays accurate. Where the
@@ -52,8 +54,9 @@ class Point(Generic[Kept]):
 @dataclass(frozen=True)
 class Search(Generic[Kept]):
     """The point a search accepted, and whether it satisfies the (approximate) strong Wolfe conditions. A search
-    that ran out of evaluations, or whose bracket shrank below ``tolerance``, returns the lowest point it found that
-    decreases sufficiently, which is ``start`` when there was none."""
+    that ran out of evaluations, or whose bracket shrank below ``tolerance``, returns the low end of its bracket: a
+    point that decreases sufficiently and is the lowest such point found, within the objective's rounding
+    (``NOISE``); ``start`` when there was none."""
 
     point: Point[Kept]
     evaluations: int
@@ -106,17 +109,17 @@ class _Search(Generic[Kept]):
                 return self._zoom(point, previous)
             # Still descending: extrapolate, at least a tenth further and at most ten times as far (a bound relative
             # to the last step alone would creep where rounding makes neighbouring points equal).
-            step = _cubic_minimizer(previous, point, (1.1 * step, 10 * step))
+            step = self._interpolate(previous, point, (1.1 * step, 10 * step))
             previous = point
         return Search(previous, self._evaluations, False)
 
     def _zoom(self, low: Point[Kept], high: Point[Kept]) -> Search[Kept]:
-        """Algorithm 3.6: ``low`` decreases sufficiently and is the lowest such point so far; an acceptable point
-        lies between it and ``high``."""
+        """Algorithm 3.6: ``low`` decreases sufficiently and is the lowest such point so far (within ``NOISE``); an
+        acceptable point lies between it and ``high``."""
         while self._evaluations < self._budget and abs(high.step - low.step) > self._tolerance:
             left, right = sorted((low.step, high.step))
             margin = 0.1 * (right - left)
-            step = _cubic_minimizer(low, high, (left, right)) if high.finite else (left + right) / 2
+            step = self._interpolate(low, high, (left, right)) if high.finite else (left + right) / 2
             if not left + margin <= step <= right - margin:
                 step = (left + right) / 2  # too near an end: the bracket would hardly shrink
             point = self._evaluate(step)
@@ -129,6 +132,19 @@ class _Search(Generic[Kept]):
                 high = low
             low = point
         return Search(low, self._evaluations, False)
+
+    def _interpolate(self, a: Point[Kept], b: Point[Kept], bounds: tuple[float, float]) -> float:
+        """Where the minimum between or beyond ``a`` and ``b`` lies, kept within ``bounds``: the cubic through their
+        values and slopes, or, where their values differ by no more than the objective's rounding, the zero of the
+        line through their slopes (the values say nothing there; Hager and Zhang's secant step reads the slopes
+        alone too)."""
+        if abs(a.value - b.value) > self._noise:
+            return _cubic_minimizer(a, b, bounds)
+        low, high = min(bounds), max(bounds)
+        if a.slope == b.slope:
+            return (low + high) / 2
+        step = b.step - b.slope * (b.step - a.step) / (b.slope - a.slope)
+        return min(max(step, low), high) if math.isfinite(step) else (low + high) / 2
 
     def _evaluate(self, step: float) -> Point[Kept]:
         self._evaluations += 1

@@ -99,10 +99,10 @@ def save_trained_model(
     optimizer: keras.optimizers.Optimizer,
     strategy: tf.distribute.Strategy | None = None,
 ) -> CompileSpec:
-    """Save ``model`` to ``path`` (a ``.keras`` file, atomically), compiled with the run's ``optimizer`` (its state
-    included, so that ``fit`` can go on) and :func:`compile_spec`'s loss and metrics; under ``strategy``'s scope
-    when the optimizer's variables live on its replicas. L-BFGS, which Keras alone could not load, is not saved:
-    such a model is compiled with Keras' default optimizer."""
+    """Save ``model`` to ``path`` (a ``.keras`` file, atomically), compiled with :func:`compile_spec`'s loss and
+    metrics and a Keras optimizer: the run's (its state included, so that ``fit`` can go on), or for L-BFGS, which
+    Keras alone could not load, Keras' default (RMSprop); under ``strategy``'s scope when the optimizer's variables
+    live on its replicas."""
     spec = compile_spec(objective)
     if isinstance(optimizer, Lbfgs):
         optimizer = keras.optimizers.RMSprop()

@@ -57,7 +57,9 @@ class LbfgsBatches(Batches):
     def run(self, epoch: int, batch: int, count: int) -> Updates:
         if (batch, count) != (0, 1):
             raise ValueError("L-BFGS runs one iteration (one epoch) per call")
-        iteration = self._optimizer.iterate(lambda: _Evaluation(self._evaluations.run(epoch, 0, 1)))
+        # Every evaluation in the first epoch's order: the objective is the same sum at the same weights whichever
+        # iteration asks (the data's order only changes how float32 rounds it).
+        iteration = self._optimizer.iterate(lambda: _Evaluation(self._evaluations.run(0, 0, 1)))
         self.last = iteration
         accepted = iteration.evaluation.updates
         return accepted._replace(

@@ -294,8 +294,8 @@ def _check_measurements(training: TrainingConfig, train_size: int, *, distribute
 
 
 def _check_lbfgs(training: TrainingConfig, model: keras.Model) -> None:
-    """Refuse what would make L-BFGS's objective differ between evaluations at the same weights: BatchNorm that
-    normalizes with each batch's statistics (its dropout and noise are turned off by the step's inference mode)."""
+    """Refuse BatchNorm that moves its statistics (every mode but ``frozen``): they would change L-BFGS's objective
+    between evaluations at the same weights. (The step's inference mode turns dropout and noise off.)"""
     if batch_norm_layers(model) and training.batch_norm is not BatchNormMode.FROZEN:
         message = "lbfgs needs the same objective at the same weights; a model with BatchNorm takes frozen only"
         raise ConfigError("training.batch_norm", message, str(training.batch_norm))
