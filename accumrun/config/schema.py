@@ -409,6 +409,8 @@ class LbfgsConfig(Section):
     ``|f| * 1.2e-7``), or the step's largest entry is at most this."""
     max_evaluations: int | None = Field(None, ge=1)
     """The most full-batch evaluations over the whole run (None: no limit but ``training.epochs``)."""
+    # The keys of _NOT_FOR_LBFGS, each a field that takes nothing, so that its refusal names the key and says why
+    # (an unknown key would only list the known ones); reduce_on_plateau is also read wherever any optimizer is.
     reduce_on_plateau: None = Field(None, exclude=True)
     clipnorm: None = Field(None, exclude=True)
     global_clipnorm: None = Field(None, exclude=True)

@@ -134,12 +134,12 @@ def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: b
 def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
     """The batches through the step: several per call where the data is on the device and batches whole, else one;
     with L-BFGS, each of those updates is one evaluation of its iterations."""
-    batches = _updates(settled, plan)
+    batches = _fed_or_device_batches(settled, plan)
     optimizer = settled.setup.optimizer
     return LbfgsBatches(batches, optimizer) if isinstance(optimizer, Lbfgs) else batches
 
 
-def _updates(settled: Settled, plan: list[list[int]]) -> Batches:
+def _fed_or_device_batches(settled: Settled, plan: list[list[int]]) -> Batches:
     """The batches through the step, one update each."""
     setup, step = settled.setup, settled.step
     feeder = setup.train_feeder([size for sizes in plan for size in sizes])
