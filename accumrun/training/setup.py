@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from accumrun.config.schema import ApplicationConfig, Config, LbfgsConfig, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics, batch_norm_layers
-from accumrun.core.losses import MetricSet
+from accumrun.core.losses import MetricSet, Objective
 from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import StepSpec, TrainStep, make_train_step
@@ -238,21 +238,7 @@ def build_training(
         probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
         objective = fit_objective(config, dataset, model, _first(probe))
         optimizer = _optimizer(config, model)
-        lbfgs = isinstance(config.optimizer, LbfgsConfig)
-        if lbfgs:
-            _check_lbfgs(training, model)
-        spec = StepSpec(
-            feed=feed,
-            metrics=objective.objective.new_metrics(),
-            batch_norm=BatchNormStatistics(model, training.batch_norm, strategy),
-            # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
-            draws=LayerDraws(model, optimizer.iterations, training.random_draws),
-            bucket=config.data.token_bucket,
-            jit_compile=training.jit_compile,
-            strategy=strategy,
-            noise_scale=Measure.NOISE_SCALE in training.measure,
-            inference_mode=lbfgs,
-        )
+        spec = _step_spec(config, model, objective.objective, optimizer, feed, strategy)
         val_metrics = objective.objective.new_metrics()
     # config.yaml records what the config left to accumrun; rescale stays auto where an application's own
     # preprocess_input scales.
@@ -277,6 +263,34 @@ def build_training(
         objective=objective,
         val_metrics=val_metrics,
         spec=spec,
+    )
+
+
+def _step_spec(
+    config: Config,
+    model: keras.Model,
+    objective: Objective,
+    optimizer: keras.optimizers.Optimizer,
+    feed: Feed,
+    strategy: tf.distribute.Strategy | None,
+) -> StepSpec:
+    """The step's options (its subdivisions are settled later); L-BFGS's refusals of the model, and its inference
+    mode."""
+    training = config.training
+    lbfgs = isinstance(config.optimizer, LbfgsConfig)
+    if lbfgs:
+        _check_lbfgs(training, model)
+    return StepSpec(
+        feed=feed,
+        metrics=objective.new_metrics(),
+        batch_norm=BatchNormStatistics(model, training.batch_norm, strategy),
+        # Before any checkpoint is restored: the generators' initial seeds come from the config's seed.
+        draws=LayerDraws(model, optimizer.iterations, training.random_draws),
+        bucket=config.data.token_bucket,
+        jit_compile=training.jit_compile,
+        strategy=strategy,
+        noise_scale=Measure.NOISE_SCALE in training.measure,
+        inference_mode=lbfgs,
     )
 
 
