@@ -518,7 +518,8 @@ def predict(run_dir: Path, inputs: tuple[str, ...], output: Path | None, **optio
     if output is None:
         click.echo(predictions.table())
     else:
-        click.echo(f"wrote {len(predictions.rows):,} predictions to {predictions.write(output)}")
+        count = len(predictions.rows)
+        click.echo(f"wrote {count:,} prediction{'' if count == 1 else 's'} to {predictions.write(output)}")
 
 
 @main.command()

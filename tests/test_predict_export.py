@@ -240,6 +240,10 @@ def test_predict_and_export_commands_print_a_table_or_one_error(image_run: Path,
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["input", "prediction", "top1_class", "top1_prob"] and len(lines) == 4
+    for count in (1, 2):
+        out = tmp_path / f"{count}.csv"
+        written = invoke("predict", str(image_run), *paths[:count], "--output", str(out))
+        assert written.stdout == f"wrote {count} prediction{'s' if count > 1 else ''} to {out}\n", written.stderr
     np.savez(tmp_path / "bad.npz", x=np.zeros((2, 3, 3, 3), np.uint8))
     for args, code, message in (
         (("predict", str(image_run), str(tmp_path / "bad.npz")), 1, "x holds samples of shape (3, 3, 3)"),
