@@ -170,6 +170,11 @@ def test_the_export_takes_strings_and_serves_what_predict_gives(tmp_path: Path, 
     assert [row[1] for row in table] == [row["prediction"] for row in rows]
     np.testing.assert_allclose([float(row[3]) for row in table], predicted[:, 0], atol=1e-4)  # printed to 4 places
 
+    # A file that is not UTF-8, named once: it is the input.
+    (folder / "latin1.txt").write_bytes("café".encode("latin-1"))
+    refused = invoke("predict", str(run), str(folder / "latin1.txt"))
+    assert refused.returncode == 1 and refused.stderr == f"Error: {folder / 'latin1.txt'}: is not UTF-8 text (byte 3)\n"
+
 
 def bad_text(tmp: Path, fault: str) -> Path:
     folder = write_text_folder(tmp / "texts", 4)

@@ -202,7 +202,9 @@ def _file_hash(path: Path) -> str:
 
 def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterator[str]:
     """A UTF-8 file's text in pieces of whole lines, each the first to pass ``piece_bytes`` (the last piece ends
-    where the file does); DataError where it is empty or not UTF-8."""
+    where the file does); DataError where it is empty or not UTF-8, under ``key``, which names the file itself
+    where the file is the input (its message then says the path once)."""
+    named = "" if key == str(path) else f"{path} "
     offset = 0
     try:
         with path.open("rb") as file:
@@ -212,12 +214,13 @@ def text_pieces(path: Path, key: str, piece_bytes: int = PIECE_BYTES) -> Iterato
                 try:
                     yield piece.decode("utf-8")
                 except UnicodeDecodeError as error:
-                    raise DataError(key, f"{path} is not UTF-8 text (byte {offset + error.start})") from None
+                    raise DataError(key, f"{named}is not UTF-8 text (byte {offset + error.start})") from None
                 offset += len(piece)
     except OSError as error:  # the text file's fault, not the cache's
-        raise DataError(key, f"cannot read {path}: {error.strerror}") from None
+        message = f"cannot read {path}: {error.strerror}" if named else f"cannot read: {error.strerror}"
+        raise DataError(key, message) from None
     if offset == 0:
-        raise DataError(key, f"{path} is empty")
+        raise DataError(key, f"{named}is empty")
 
 
 def read_text(path: Path, key: str) -> str:
