@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from accumrun.errors import ConfigError
+from accumrun.sections import as_flag
 
 
 def normalized(name: str) -> str:
@@ -56,11 +57,13 @@ def _display_name(value: Any, key: str) -> str:
     return str(getattr(value, "__name__", key))
 
 
-def check_keywords(
+def checked_keywords(
     function: Callable[..., Any], keywords: dict[str, Any], path: str, owner: str, positive: Iterable[str] = ()
-) -> None:
-    """Refuse a keyword that ``function`` (a class: its ``__init__``) does not take, with the closest one it does;
-    a text where it expects a number; and a value of 0 or less for a keyword in ``positive``.
+) -> dict[str, Any]:
+    """``keywords`` for ``function`` (a class: its ``__init__``), where a keyword whose default is a boolean reads
+    yes/no/on/off as one (:func:`accumrun.sections.as_flag`). Refuse a keyword that ``function`` does not take, with
+    the closest one it does; a text where it expects a number; and a value of 0 or less for a keyword in
+    ``positive``.
 
     Raises:
         ConfigError: at ``path.<keyword>``.
@@ -68,18 +71,23 @@ def check_keywords(
     parameters = inspect.signature(function).parameters  # a class's is its __init__'s, less self
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     accepted = [name for name, p in parameters.items() if name != "self" and p.kind in named]
+    settled = {}
     for key, value in keywords.items():
         if key not in accepted:
             close = difflib.get_close_matches(key, accepted, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"it takes: {', '.join(accepted)}"
             raise ConfigError(f"{path}.{key}", f"{owner} has no such argument; {hint}", value)
         default = parameters[key].default
+        if isinstance(default, bool):
+            value = as_flag(value)
         # Keras keeps a wrong-typed number as given, and it fails only later, inside the compiled step.
         numeric_default = isinstance(default, int | float) and not isinstance(default, bool)
         if numeric_default and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ConfigError(f"{path}.{key}", "must be a number", value)
         if key in positive and value is not None and value <= 0:
             raise ConfigError(f"{path}.{key}", "must be > 0 (Keras ignores it otherwise)", value)
+        settled[key] = value
+    return settled
 
 
 def import_function(reference: str, path: str) -> Callable[..., Any]:

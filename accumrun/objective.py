@@ -24,7 +24,7 @@ from accumrun.data.dataset import Dataset
 from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError
 from accumrun.kinds import Task
-from accumrun.lookup import check_keywords, classes_in, find, import_function, normalized
+from accumrun.lookup import checked_keywords, classes_in, find, import_function, normalized
 from accumrun.models.outputs import check_output_shape, output_activation
 
 DEFAULT_LOSS = {
@@ -145,7 +145,7 @@ def _keras_loss(config: LossConfig, name: str, task: Task, activation: str | Non
     losses = classes_in(keras.losses, keras.losses.Loss, exclude=_NOT_LOSSES)
     loss_class = _with_alias(losses, name, keras.losses.get) or find(losses, name, "loss.name", "loss")
     keywords = config.keywords
-    check_keywords(loss_class, keywords, "loss", loss_class.__name__)
+    keywords = checked_keywords(loss_class, keywords, "loss", loss_class.__name__)
     takes_logits = "from_logits" in _parameters(loss_class)
     if config.from_logits is not None and not takes_logits:
         raise ConfigError("loss.from_logits", f"{loss_class.__name__} has no such argument", config.from_logits)
@@ -176,7 +176,7 @@ def _custom_loss(config: LossConfig, name: str) -> tuple[LossFn, bool, bool | No
     keywords = config.keywords
     if config.from_logits is not None:
         keywords["from_logits"] = config.from_logits
-    check_keywords(function, keywords, "loss", name)
+    keywords = checked_keywords(function, keywords, "loss", name)
     return functools.partial(function, **keywords), True, config.from_logits
 
 
@@ -209,7 +209,7 @@ def _metrics(entries: list[MetricEntry], task: Task, width: int) -> list[Metric]
             raise ConfigError(
                 path, f"{name} takes integer class labels; the targets are {task.value.replace('_', '-')}"
             )
-        check_keywords(metric_class, keywords, path, metric_class.__name__)
+        keywords = checked_keywords(metric_class, keywords, path, metric_class.__name__)
         taken[name] = taken.get(name, 0) + 1
         logged = name if taken[name] == 1 else f"{name}_{taken[name]}"
         make = functools.partial(metric_class, name=logged, **keywords)

@@ -11,7 +11,7 @@ import keras
 from accumrun.config.schema import LbfgsConfig, OptimizerConfig, ScheduleConfig
 from accumrun.core.lbfgs import Lbfgs
 from accumrun.errors import ConfigError
-from accumrun.lookup import check_keywords, classes_in, find
+from accumrun.lookup import checked_keywords, classes_in, find
 
 # Keras' own accumulation would accumulate again across our batches and break the one-update-per-batch rule.
 _REFUSED_KEYWORDS = {
@@ -44,7 +44,9 @@ def build_optimizer(config: OptimizerConfig | LbfgsConfig) -> keras.optimizers.O
     for key, reason in _REFUSED_KEYWORDS.items():
         if key in keywords:
             raise ConfigError(f"optimizer.{key}", reason, keywords[key])
-    check_keywords(optimizer_class, keywords, "optimizer", optimizer_class.__name__, positive=_POSITIVE_KEYWORDS)
+    keywords = checked_keywords(
+        optimizer_class, keywords, "optimizer", optimizer_class.__name__, positive=_POSITIVE_KEYWORDS
+    )
     learning_rate = config.learning_rate
     if isinstance(learning_rate, ScheduleConfig):
         learning_rate = build_schedule(learning_rate)
@@ -59,7 +61,7 @@ def build_schedule(config: ScheduleConfig) -> keras.optimizers.schedules.Learnin
     classes = classes_in(keras.optimizers.schedules, keras.optimizers.schedules.LearningRateSchedule)
     schedule_class = find(classes, config.name, "optimizer.learning_rate.name", "schedule")
     keywords = dict(config.model_extra or {})
-    check_keywords(schedule_class, keywords, "optimizer.learning_rate", schedule_class.__name__)
+    keywords = checked_keywords(schedule_class, keywords, "optimizer.learning_rate", schedule_class.__name__)
     try:
         return schedule_class(**keywords)
     except (TypeError, ValueError) as error:

@@ -1,11 +1,11 @@
 """What every config section shares, whether it lives in :mod:`accumrun.config.schema` or beside a data source's
-loader: the strict pydantic base, and the parsing of a closed set's words. It imports only ``kinds``, so that both
-``config`` and ``data`` can sit above it.
+loader: the strict pydantic base, the parsing of a closed set's words, and the booleans' words. It imports only
+``kinds``, so that both ``config`` and ``data`` can sit above it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
@@ -35,3 +35,20 @@ def words(kind: type[Kind], *, auto: bool = False) -> BeforeValidator:
         return value if value == "auto" else kind(value)
 
     return BeforeValidator(parse)
+
+
+# YAML 1.1's words for a boolean besides true and false. The config is read as YAML 1.2, where only true and false
+# are booleans (so a class called `yes` is text), and a boolean key takes these words as it always did.
+_FLAG_WORDS = {
+    **dict.fromkeys(("yes", "Yes", "YES", "on", "On", "ON"), True),
+    **dict.fromkeys(("no", "No", "NO", "off", "Off", "OFF"), False),
+}
+
+
+def as_flag(value: Any) -> Any:
+    """``value``, or the boolean it names when it is one of YAML 1.1's words yes/no/on/off (in any of their cases)."""
+    return _FLAG_WORDS.get(value, value) if isinstance(value, str) else value
+
+
+Flag = Annotated[bool, BeforeValidator(as_flag)]
+"""A boolean key: ``true``/``false``, or ``yes``/``no``/``on``/``off``."""

@@ -208,6 +208,27 @@ def test_exponent_notation_is_a_number_as_in_yaml_1_2(tmp_path: Path, text: str,
     assert overridden.optimizer.learning_rate == expected
 
 
+@pytest.mark.parametrize("word", ["yes", "no", "on", "off", "Yes", "OFF"])
+def test_yes_no_on_off_are_text_as_in_yaml_1_2(tmp_path: Path, word: str) -> None:
+    # PyYAML reads YAML 1.1, where these are booleans: a class called `yes` became True and was refused.
+    path = write(tmp_path, f"training:\n  class_weight: {{{word}: 4.0}}\n")
+    assert load_config(path).training.class_weight == {word: 4.0}
+    overridden = load_config(write(tmp_path, "", "empty.yaml"), [f"training.class_weight={{{word}: 2.0}}"])
+    assert overridden.training.class_weight == {word: 2.0}
+
+
+@pytest.mark.parametrize(("word", "expected"), [("yes", True), ("on", True), ("no", False), ("OFF", False)])
+def test_boolean_keys_still_take_yes_no_on_off(tmp_path: Path, word: str, expected: bool) -> None:
+    text = f"data:\n  shuffle: {word}\ntraining:\n  jit_compile: {word}\noutput:\n  tensorboard: {word}\n"
+    config = load_config(write(tmp_path, text))
+    assert (config.data.shuffle, config.training.jit_compile, config.output.tensorboard) == (expected,) * 3
+    assert load_config(write(tmp_path, ""), [f"data.shuffle={word}"]).data.shuffle is expected
+
+
+def test_a_word_that_names_no_boolean_is_refused_by_a_boolean_key(tmp_path: Path) -> None:
+    assert message_of(write(tmp_path, "data:\n  shuffle: maybe\n")).startswith("data.shuffle: input should be")
+
+
 def test_a_quoted_number_stays_text(tmp_path: Path) -> None:
     assert message_of(write(tmp_path, 'optimizer:\n  learning_rate: "1e-3"\n')).startswith(
         "optimizer.learning_rate: must be a positive number"

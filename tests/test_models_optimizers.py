@@ -230,6 +230,13 @@ def test_sgd_takes_its_momentum_keyword() -> None:
     assert float(built.learning_rate) == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize(("word", "expected"), [("no", False), ("off", False), ("yes", True), ("On", True)])
+def test_a_keras_keyword_whose_default_is_a_boolean_reads_yes_no_on_off(word: str, expected: bool) -> None:
+    # The config is YAML 1.2, so `nesterov: no` arrives as text, which Keras would keep as a true value.
+    assert optimizer(name="sgd", momentum=0.9, nesterov=word).nesterov is expected
+    assert optimizer(name="adam", amsgrad=word).amsgrad is expected
+
+
 def test_adamw_takes_weight_decay() -> None:
     assert optimizer(name="adam_w", weight_decay=0.01).weight_decay == 0.01
 

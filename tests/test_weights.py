@@ -233,6 +233,29 @@ def test_class_weights_name_the_classes_as_labels_json_does(tmp_path: Path) -> N
     np.testing.assert_array_equal(with_class_weights(dataset, {"gentoo": 4.0}).train.w, [1.0, 4.0, 1.0, 4.0])
 
 
+def test_classes_called_yes_and_no_weigh_as_any_other_names(tmp_path: Path) -> None:
+    # YAML 1.1 reads `yes` and `no` as booleans; the config's YAML 1.2 keeps them the class names they are.
+    x, y, _ = arrays(24, seed=5)
+    runs = []
+    for positive, negative in (("yes", "no"), ("pos", "neg")):
+        rows = [f"{a},{b},{positive if label else negative}" for (a, b), label in zip(x[:, :2], y % 2, strict=True)]
+        (tmp_path / f"{positive}.csv").write_text("a,b,answer\n" + "\n".join(rows) + "\n")
+        text = (
+            f"seed: 3\ndata: {{name: csv, path: {tmp_path / positive}.csv, label: answer, validation_split: 0}}\n"
+            f"model: {{name: mlp, hidden: [4]}}\noutput: {{tensorboard: no}}\n"
+            f"training: {{epochs: 2, batch_size: 8, subdivisions: 3,"
+            f" class_weight: {{{positive}: 4.0, {negative}: 1.0}}}}\n"
+        )
+        (tmp_path / f"{positive}.yaml").write_text(text)
+        runs.append(train(tmp_path / f"{positive}.yaml", tmp_path / positive, quiet=True))
+    named_yes, named_pos = runs
+    assert max_difference(final_weights(named_yes), final_weights(named_pos)) == 0.0
+    assert [row["loss"] for row in named_yes.metrics] == [row["loss"] for row in named_pos.metrics]
+    # The control: the weight reaches class `yes` (here through --set): weighed 1.0, the run ends elsewhere.
+    evenly = train(load_config(tmp_path / "yes.yaml", ["training.class_weight.yes=1.0"]), tmp_path / "even", quiet=True)
+    assert max_difference(final_weights(evenly), final_weights(named_yes)) > 1e-4
+
+
 def test_check_prints_the_weights_it_will_use(tmp_path: Path) -> None:
     config = with_training(npz_config(tmp_path), class_weight="balanced")
     checked = invoke("check", str(write_config(tmp_path / "c.yaml", **config)))

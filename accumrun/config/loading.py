@@ -25,14 +25,26 @@ if TYPE_CHECKING:
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 as PyYAML reads it, except that ``1e-3`` and ``5e4`` are floats (as in YAML 1.2), not strings: a
-    learning rate written that way would be refused as "not a number"."""
+    """YAML 1.1 as PyYAML reads it, with YAML 1.2's floats and booleans:
+
+    - ``1e-3`` and ``5e4`` are floats, not strings: a learning rate written that way would be refused as "not a
+      number";
+    - only ``true`` and ``false`` are booleans: ``yes``, ``no``, ``on`` and ``off`` stay text, so they can name a
+      class, and a boolean key reads them as its booleans (:data:`accumrun.sections.Flag`)."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
+)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
 
 

@@ -41,7 +41,7 @@ from accumrun.kinds import (
     RandomDraws,
     Strategy,
 )
-from accumrun.sections import Section, listed, words
+from accumrun.sections import Flag, Section, listed, words
 
 
 class _UnknownDataConfig(DataSection, Unknown):
@@ -128,9 +128,9 @@ class ApplicationConfig(Keywords):
     name: str = Field(pattern=r"^keras\.applications\.[A-Za-z_]\w*$")
     weights: str | None = None
     """None (random), ``imagenet`` (Keras downloads them) or the path of a weights file."""
-    include_top: bool = False
+    include_top: Flag = False
     pooling: Literal["avg", "max"] | None = "avg"
-    freeze_base: bool = False
+    freeze_base: Flag = False
 
     @property
     def constructor(self) -> str:
@@ -216,7 +216,7 @@ class LossConfig(Keywords):
     sample; other keys are its keywords. Unset, it follows the task (regression needs one named)."""
 
     name: str | None = None
-    from_logits: bool | None = None
+    from_logits: Flag | None = None
     """Unset, it is read from the model: False when its output layer is a softmax or sigmoid."""
 
 
@@ -290,9 +290,9 @@ class TrainingConfig(Section):
     batch_size: Annotated[int | Literal["full"], _int_or("full", "the whole training set")] = 256
     subdivisions: Annotated[int | Literal["auto"], _int_or("auto", "find the fewest that fit in memory")] = 1
     max_sub_batch: int | None = Field(None, ge=1)
-    drop_remainder: bool = False
+    drop_remainder: Flag = False
     on_nonfinite: Annotated[OnNonFinite, words(OnNonFinite)] = OnNonFinite.STOP
-    jit_compile: bool = False
+    jit_compile: Flag = False
     precision: Annotated[Precision, words(Precision)] = Precision.FLOAT32
     early_stopping: EarlyStoppingConfig | None = None
     batch_norm: Annotated[BatchNormMode, words(BatchNormMode)] = BatchNormMode.PER_BATCH
@@ -466,7 +466,7 @@ def duration_seconds(text: str) -> float:
 
 class OutputConfig(Section):
     run_dir: str = "runs/{config_name}-{timestamp}"
-    tensorboard: bool = True
+    tensorboard: Flag = True
     log_every_updates: int | None = Field(None, ge=1)
     checkpoint_every: str | None = "10min"
     """How often a checkpoint is written (None: at each epoch's end); also at every stop, signal and the run's end."""

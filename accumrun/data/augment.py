@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from accumrun.data.section import AugmentConfig
 from accumrun.errors import ConfigError
-from accumrun.lookup import check_keywords, find, normalized
+from accumrun.lookup import checked_keywords, find, normalized
 
 # Layers that mix samples with each other (and their labels) cannot be drawn one sample at a time.
 _BATCH_ONLY = {"mixup", "cutmix"}
@@ -60,9 +60,9 @@ class Augmentation:
         for position, entry in enumerate(entries):
             path = f"data.augment[{position}]"
             cls = find(known, entry.name, f"{path}.name", "augmentation layer")
-            check_keywords(cls, entry.keywords, path, cls.__name__)
+            keywords = checked_keywords(cls, entry.keywords, path, cls.__name__)
             try:
-                layer = cls(**entry.keywords)
+                layer = cls(**keywords)
             except (TypeError, ValueError) as error:
                 raise ConfigError(path, f"{cls.__name__}: {error}", entry.name) from None
             trained = _output_shape(layer, shape, path, entry.name)

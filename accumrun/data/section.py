@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from accumrun.kinds import CacheMode, ColorMode, Feed, Task
-from accumrun.sections import Section, words
+from accumrun.sections import Flag, Section, words
 
 if TYPE_CHECKING:
     from accumrun.data.tokenizer_sections import TokenizerConfig
@@ -54,10 +54,10 @@ class DataSection(Section):
     name: str
     path: str | None = None
     validation_split: float | Literal["test"] = 0.1
-    shuffle: bool = True
+    shuffle: Flag = True
     task: Annotated[Literal["auto"] | Task, words(Task, auto=True)] = "auto"
     """``auto`` reads it from the targets, and makes two classes binary when the model has one output unit."""
-    rescale: float | Literal["auto"] | bool = "auto"
+    rescale: float | Literal["auto"] | Flag = "auto"
     """A factor on the device: ``auto`` is 1/255 for uint8 images (1/16 for digits, none for floats), ``false`` none."""
     normalize: NormalizeConfig | None = None
     augment: list[AugmentConfig] = Field(default_factory=list)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
-from accumrun.sections import Section, listed
+from accumrun.sections import Flag, Section, listed
 
 
 class Unknown(BaseModel):
@@ -74,7 +74,7 @@ class WordPieceTokenizerConfig(_Tokenizer):
     vocabulary: str | None = Field(None, min_length=1)
     # Below about 100 learned ids, the learner cuts single characters (with and without ##): text becomes unknowns.
     vocabulary_size: int | None = Field(None, ge=100)
-    lowercase: bool = True
+    lowercase: Flag = True
     _tokens: tuple[str, ...] | None = PrivateAttr(None)
 
     @model_validator(mode="after")

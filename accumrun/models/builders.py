@@ -19,7 +19,7 @@ from accumrun.config.schema import (
     TransformerConfig,
 )
 from accumrun.errors import ConfigError, DataError
-from accumrun.lookup import check_keywords, find, import_function, normalized
+from accumrun.lookup import checked_keywords, find, import_function, normalized
 from accumrun.models.hub import keras_hub_model
 from accumrun.models.transformer import transformer
 
@@ -150,7 +150,7 @@ def application(config: ApplicationConfig, sample_shape: tuple[int, ...], output
     constructors = {normalized(name): value for name, value in vars(keras.applications).items() if callable(value)}
     constructor = find(constructors, config.constructor, "model.name", "keras application")
     keywords = config.keywords
-    check_keywords(constructor, keywords, "model", config.name)
+    keywords = checked_keywords(constructor, keywords, "model", config.name)
     weights_file = config.weights if config.weights not in (None, "imagenet") else None
     if weights_file is not None and not Path(weights_file).is_file():
         raise ConfigError("model.weights", "weights file not found", weights_file)

@@ -19,7 +19,7 @@ import keras
 
 from accumrun.config.schema import KerasHubConfig
 from accumrun.errors import ConfigError
-from accumrun.lookup import check_keywords, find, import_keras_hub, normalized
+from accumrun.lookup import checked_keywords, find, import_keras_hub, normalized
 
 _FED = {"token_ids", "padding_mask", "segment_ids"}
 
@@ -95,10 +95,10 @@ def _backbone(backbone_class: Any, config: KerasHubConfig, length: int, vocabula
         except (ValueError, OSError, TypeError) as error:
             raise ConfigError("model.preset", f"cannot be loaded: {' '.join(str(error).split())}") from None
     else:
-        check_keywords(backbone_class, config.keywords, "model", config.name)
+        given = checked_keywords(backbone_class, config.keywords, "model", config.name)
         parameters = inspect.signature(backbone_class).parameters
         defaults = {"vocabulary_size": vocabulary_size, "max_sequence_length": length}
-        keywords = {**{k: v for k, v in defaults.items() if k in parameters}, **config.keywords}
+        keywords = {**{k: v for k, v in defaults.items() if k in parameters}, **given}
         try:
             backbone = backbone_class(**keywords)
         except (TypeError, ValueError) as error:
