@@ -161,6 +161,13 @@ def csv_config(tmp: Path, text: str, label: str = "label") -> Path:
     return config_with(tmp, data=data, training={"epochs": 1, "batch_size": 2})
 
 
+def corpus_config(tmp: Path, text: str, sequence_length: int) -> Path:
+    """The tiny config as a byte language model of ``text``, in windows of ``sequence_length``."""
+    (tmp / "corpus.txt").write_text(text)
+    data = {"name": "text_corpus", "path": str(tmp / "corpus.txt"), "sequence_length": sequence_length}
+    return config_with(tmp, data=data, model={"name": "transformer", "layers": 1, "width": 8})
+
+
 def finished_run(tmp: Path) -> None:
     """A completed one-epoch tiny run in ``run``, to resume from."""
     result = invoke("train", str(tiny_config(tmp)), "--run-dir", str(tmp / "run"), "--epochs", "1", "--quiet")
@@ -354,6 +361,10 @@ CASES = [
         "has no column 'target'; its columns are ['a', 'b', 'label']"),
     row("csv-non-numeric-cell", lambda t: csv_config(t, "a,b,label\n1,2,0\n3,x,1\n"), 1,
         "row 3, column 'b': not a number (got 'x')"),
+    row("corpus-shorter-than-a-window", lambda t: corpus_config(t, "ten bytes.", sequence_length=64), 1,
+        "data.path: the text is shorter than one window: 10 tokens, and a window takes data.sequence_length + 1 = 65"),
+    row("corpus-window-absurd", lambda t: corpus_config(t, "a short text " * 40, sequence_length=100_000), 1,
+        "the text is shorter than one window: 520 tokens, and a window takes data.sequence_length + 1 = 100,001"),
 ]  # fmt: skip
 
 

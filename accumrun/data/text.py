@@ -107,13 +107,23 @@ def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
         split: ArraySplit | CorpusWindows
         if config.cache is CacheMode.DISK:
             tokens = token_file(files, key, tokenizer, config.tokenizer, config.cache_dir)
-            split = CorpusWindows.over(str(tokens.path), tokens.ends, length, stride)
+            ends = tokens.ends
+            split = CorpusWindows.over(str(tokens.path), ends, length, stride)
         else:
             ids = [tokenizer.ids(read_text(file, key)) for file in files]
-            cut = CorpusWindows.over("", np.cumsum([len(text) for text in ids]), length, stride)
-            split = cut.as_arrays(np.concatenate(ids))
+            ends = np.cumsum([len(text) for text in ids])
+            split = CorpusWindows.over("", ends, length, stride).as_arrays(np.concatenate(ids))
         if not split.size:
             raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
+        if int(ends[-1]) < length + 1:
+            # One short window: the model would be sized for positions no text reaches, and a split would hold out
+            # a fraction of a single sample.
+            raise DataError(
+                key,
+                f"the text is shorter than one window: {int(ends[-1]):,} tokens, and a window takes "
+                f"data.sequence_length + 1 = {length + 1:,} (its tokens and the next one)",
+                path,
+            )
         return split
 
     train = windows(config.path, "data.path")
