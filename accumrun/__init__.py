@@ -121,7 +121,9 @@ def predict(
     The ``inputs`` are raw samples, as the run's source stores them: image files or folders of them (image runs),
     ``.npz`` files with ``x``, CSV tables with the run's feature columns (CSV runs), or ``.txt`` files or folders of
     them (text runs); with ``lines``, each line of a ``.txt`` file is one input, named ``PATH:LINE`` (blank lines
-    skipped). ``top_k`` is the classes per row for classification, by default ``min(5, classes)``;
+    skipped). A run on a text table also takes files laid out as its own (``.csv`` or ``.jsonl``, the label not
+    needed), a row each, named by ``data.id`` where the run has one. ``top_k`` is the classes per row for
+    classification, by default ``min(5, classes)``;
     ``show_progress`` draws a progress bar on standard error (on a terminal, over more than one batch).
 
     Returns:

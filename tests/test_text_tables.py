@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accumrun import load_config, train
+from accumrun import evaluate, load_config, predict, train
 from accumrun.config.schema import data_config
 from accumrun.core.targets import unweighted, weights_of
 from accumrun.data.dataset import load_dataset, with_class_weights
 from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
+from accumrun.data.inputs import InputKind, read_inputs
 from accumrun.data.rows import TextRows
 from accumrun.data.splits import ArraySplit
 from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
@@ -158,6 +159,46 @@ def test_text_classification_from_csv_streamed_and_subdivided_equals_in_memory_a
         np.testing.assert_array_equal(mine.x, theirs.x)
         np.testing.assert_array_equal(mine.y, theirs.y)
     assert from_lines.labels == ["0", "1"]
+
+
+def test_predict_and_evaluate_read_files_laid_out_as_the_runs_own_table(tmp_path: Path) -> None:
+    rows = reviews(tmp_path)
+    table = {"name": "csv", "path": str(write_csv(tmp_path / "reviews.csv", rows)), "label": "sentiment",
+             "text": "review", "id": "stars", "cache": "memory"}  # fmt: skip
+    # Only the columns the run reads: the text, and the id that names each row (the label is not needed to predict).
+    texts = ["a warm, generous film", "dull and far too long", "ça alors, quelle fin !"]
+    with (tmp_path / "few.csv").open("w", newline="", encoding="utf-8") as file:
+        csv.writer(file).writerows([["review", "stars"], *((text, f"r{i}") for i, text in enumerate(texts))])
+    for i, text in enumerate(texts):
+        (tmp_path / f"r{i}.txt").write_text(text, encoding="utf-8")
+    run = train({**table_config(table), "training": {"epochs": 1, "batch_size": 7}}, tmp_path / "run", quiet=True)
+
+    from_table = predict(run.run_dir, [tmp_path / "few.csv"]).records()
+    from_files = predict(run.run_dir, [tmp_path / f"r{i}.txt" for i in range(3)]).records()
+    assert [record["input"] for record in from_table] == ["r0", "r1", "r2"]
+    for mine, theirs in zip(from_table, from_files, strict=True):
+        assert mine["prediction"] == theirs["prediction"]
+        assert mine["top1_prob"] == pytest.approx(theirs["top1_prob"], abs=1e-6)
+    # evaluate --data: the loss is the mean of -log p(true class) over the file's rows, as predict gives them.
+    labels = ["positive", "negative", "positive"]
+    with (tmp_path / "scored.csv").open("w", newline="", encoding="utf-8") as file:
+        csv.writer(file).writerows([["stars", "review", "sentiment"], *zip(range(3), texts, labels, strict=True)])
+    scored = evaluate(run.run_dir, data=tmp_path / "scored.csv")
+    probability = [{r["top1_class"]: r["top1_prob"], r["top2_class"]: r["top2_prob"]} for r in from_table]
+    true_class = [p[label] for p, label in zip(probability, labels, strict=True)]
+    assert scored["samples"] == 3
+    assert scored["loss"] == pytest.approx(-np.mean(np.log(true_class)), abs=1e-5)
+
+
+def test_a_json_lines_file_in_the_runs_layout_is_its_texts_named_by_id(tmp_path: Path) -> None:
+    texts = ["first review", "second,\n with a break"]
+    lines = write_jsonl(tmp_path / "few.jsonl", [{"text": text, "key": f"k{i}"} for i, text in enumerate(texts)])
+    data = load_config(table_config({"name": "jsonl", "path": str(lines), "label": "label", "id": "key"})).data
+    kind = InputKind((16,), np.dtype(np.int32), tokenizer=ByteTokenizer(), text_table=data)
+    (group,) = read_inputs([str(lines)], kind)
+    assert group.names == ["k0", "k1"]
+    np.testing.assert_array_equal(group.split.x, ByteTokenizer().encode(texts, 16))
+    assert "a .jsonl laid out as the training data" in kind.describe()
 
 
 def bad_table(tmp: Path, fault: str) -> Path:

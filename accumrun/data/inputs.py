@@ -14,7 +14,7 @@ import numpy as np
 
 from accumrun.data.files import IMAGE_EXTENSIONS, ImageFiles, TextFiles
 from accumrun.data.splits import ArraySplit, Split
-from accumrun.data.tables import read_column, read_features
+from accumrun.data.tables import CsvConfig, JsonlConfig, read_column, read_features, read_table_texts
 from accumrun.data.text import read_text
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
@@ -31,12 +31,20 @@ class InputKind:
     features: list[str] | None = None
     id_column: str | None = None
     """The CSV column that names each row (``data.id``), when the run has one."""
+    text_table: CsvConfig | JsonlConfig | None = None
+    """The run's source, when its texts come from a table: files laid out as its own are read the same way."""
+
+    @property
+    def table_suffix(self) -> str | None:
+        """The suffix of a file laid out as the run's text table (``.csv`` or ``.jsonl``), else None."""
+        return None if self.text_table is None else f".{self.text_table.name}"
 
     def describe(self) -> str:
         if self.images:
             return "image files or folders of them, or an .npz with x"
         if self.tokenizer is not None:
-            return ".txt files or folders of them, or an .npz of token ids x"
+            table = f", a {self.table_suffix} laid out as the training data" if self.table_suffix else ""
+            return f".txt files or folders of them{table}, or an .npz of token ids x"
         if self.features is not None:
             return "a CSV with the feature columns, or an .npz with x"
         return "an .npz with x"
@@ -51,9 +59,10 @@ class InputGroup:
 
 
 def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -> list[InputGroup]:
-    """The samples of ``paths``, in order: consecutive image files make one group, each folder, ``.npz`` or CSV
+    """The samples of ``paths``, in order: consecutive image files make one group, each folder, ``.npz`` or table
     another. Rows are named by index (or ``id_column``), prefixed by the file when several are given. A text file is
-    one sample, or with ``lines`` each line that holds more than spaces, named ``PATH:LINE``.
+    one sample, or with ``lines`` each line that holds more than spaces, named ``PATH:LINE``; a file laid out as the
+    run's text table (``text_table``) gives a sample per row.
 
     Raises:
         DataError: a path is missing or of a kind the run does not take, or holds no samples the model takes.
@@ -65,6 +74,10 @@ def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -
         path = Path(given)
         if not path.exists():
             raise DataError(given, "no such file or folder")
+        if kind.text_table is not None and path.is_file() and path.suffix.lower() == kind.table_suffix:
+            texts, ids = read_table_texts(path, kind.text_table)
+            groups.append(_rows(given, _encoded(texts, kind), prefix, ids))
+            continue
         if kind.tokenizer is not None and (path.is_dir() or path.suffix.lower() == ".txt"):
             files = [given] if path.is_file() else sorted(str(p) for p in path.rglob("*.txt") if p.is_file())
             if not files:
@@ -121,6 +134,13 @@ def _text_group(paths: list[str], tokenizer: Tokenizer, sample_shape: tuple[int,
         names += kept
         texts += kept.values()
     return InputGroup(names, ArraySplit(tokenizer.encode(texts, length), np.zeros(len(texts), np.int32)))
+
+
+def _encoded(texts: list[str], kind: InputKind) -> np.ndarray:
+    """``texts`` as the run's token ids, tokenized to its training length."""
+    assert kind.tokenizer is not None  # a text table's run reads text
+    (length,) = kind.sample_shape
+    return kind.tokenizer.encode(texts, length)
 
 
 def _rows(given: str, x: np.ndarray, prefix: bool, ids: list[str] | None = None) -> InputGroup:

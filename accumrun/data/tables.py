@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -100,6 +101,8 @@ class JsonlConfig(TextSourceConfig):
     """The key of each object's text."""
     label: str = Field(min_length=1)
     """The key of each object's label: class names (numbered in sorted order), class indices or numbers."""
+    id: str | None = Field(None, min_length=1)
+    """A key that names each object; ``predict`` on a JSON Lines file writes it as the ``input`` column."""
     cache: Annotated[CacheMode, words(CacheMode), none_or_memory("jsonl", "lines")] = CacheMode.NONE
     """``none`` streams each line's text from the file; ``memory`` tokenizes at load (``bucket`` needs it)."""
 
@@ -358,11 +361,38 @@ def read_records(
     """Each object's text (with ``keep_texts``; else checked and let go), its label (as a CSV cell would hold it)
     and its line's byte span, in order; a DataError names a file that is missing, empty or not JSON Lines, or the
     line that lacks a key or has a bad value."""
-    if not path.is_file():
-        raise DataError(key, "JSON Lines file not found", str(path))
     texts: list[str] = []
     labels: list[str] = []
     spans: list[tuple[int, int]] = []
+    for where, record, span in _objects(path, key):
+        text = _text(record, config.text, where)
+        if keep_texts:
+            texts.append(text)
+        labels.append(_label(record, config.label, where))
+        spans.append(span)
+    return texts, labels, np.array(spans, np.int64).reshape(-1, 2)
+
+
+def read_table_texts(path: Path, data: CsvConfig | JsonlConfig) -> tuple[list[str], list[str] | None]:
+    """The texts of a file laid out as the run's text table (``data.text``'s column or key, the label not needed),
+    and each row's ``data.id`` where the run has one and the file has it for every row (else None, as a table of
+    numbers without it is named by row): what ``predict`` reads from such a file."""
+    if isinstance(data, CsvConfig):
+        assert data.text is not None  # a CSV run without a text column takes numbers
+        return read_texts(path, str(path), data.text), read_column(path, data.id) if data.id is not None else None
+    objects = list(_objects(path, str(path)))
+    texts = [_text(record, data.text, where) for where, record, _ in objects]
+    if data.id is None or any(data.id not in record for _, record, _ in objects):
+        return texts, None
+    return texts, [str(record[data.id]) for _, record, _ in objects]
+
+
+def _objects(path: Path, key: str) -> Iterator[tuple[str, dict[str, Any], tuple[int, int]]]:
+    """Each JSON object of the file at ``path``, with where it is (``PATH, line N``) and its line's byte span; a
+    DataError names a file that is missing, empty or not JSON Lines, or the line that is not an object."""
+    if not path.is_file():
+        raise DataError(key, "JSON Lines file not found", str(path))
+    found = False
     try:
         with path.open("rb") as file:
             end = 0
@@ -373,39 +403,42 @@ def read_records(
                 line = raw.decode("utf-8")
                 if not line.strip():
                     continue
-                text, label = _record(key, f"{path}, line {number}", line, config)
-                if keep_texts:
-                    texts.append(text)
-                labels.append(label)
-                spans.append((start, end))
+                where = f"{path}, line {number}"
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise DataError(key, f"{where}: not JSON ({error.msg}, column {error.colno})") from None
+                if not isinstance(record, dict):
+                    raise DataError(key, f"{where}: a JSON {type(record).__name__}, not an object")
+                found = True
+                yield where, record, (start, end)
     except OSError as error:
         raise DataError(key, f"cannot read {path} as UTF-8 text: {error}") from None
     except UnicodeDecodeError as error:
         raise DataError(key, f"cannot read {path} as UTF-8 text: line {number}: {error}") from None
-    if not labels:
+    if not found:
         raise DataError(key, f"{path} is empty; it needs one JSON object per line")
-    return texts, labels, np.array(spans, np.int64).reshape(-1, 2)
 
 
-def _record(key: str, where: str, line: str, config: JsonlConfig) -> tuple[str, str]:
-    """A line's text, and its label as a CSV cell would hold it (for :meth:`Table.labelled` to read alike)."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise DataError(key, f"{where}: not JSON ({error.msg}, column {error.colno})") from None
-    if not isinstance(record, dict):
-        raise DataError(key, f"{where}: a JSON {type(record).__name__}, not an object")
-    text = _value(record, config.text, "data.text", where)
+def _text(record: dict[str, Any], name: str, where: str) -> str:
+    """The object's text under key ``name``: a string that is not empty."""
+    text = _value(record, name, "data.text", where)
     if not isinstance(text, str):
-        raise DataError("data.text", f"{where}: {config.text!r} is not a string", _shown(text))
+        raise DataError("data.text", f"{where}: {name!r} is not a string", _shown(text))
     if not text:
-        raise DataError("data.text", f"{where}: {config.text!r} is empty")
-    label = _value(record, config.label, "data.label", where)
+        raise DataError("data.text", f"{where}: {name!r} is empty")
+    return text
+
+
+def _label(record: dict[str, Any], name: str, where: str) -> str:
+    """The object's label under key ``name``, as a CSV cell would hold it (for :meth:`Table.labelled` to read
+    alike)."""
+    label = _value(record, name, "data.label", where)
     if isinstance(label, bool):  # a bool is an int to Python; as a label it is class 0 or 1
         label = int(label)
     if not isinstance(label, str | int | float):
-        raise DataError("data.label", f"{where}: {config.label!r} must be a class name or a number", _shown(label))
-    return text, str(label)
+        raise DataError("data.label", f"{where}: {name!r} must be a class name or a number", _shown(label))
+    return str(label)
 
 
 def _value(record: dict[str, Any], name: str, key: str, where: str) -> Any:

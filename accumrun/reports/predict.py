@@ -24,6 +24,7 @@ import tensorflow as tf
 from accumrun.core.split import batch_sizes
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputGroup, InputKind, read_inputs
+from accumrun.data.tables import CsvConfig, JsonlConfig
 from accumrun.errors import ArgumentError, ConfigError
 from accumrun.kinds import ModelFile, Task
 from accumrun.reports.finished import FinishedRun
@@ -87,6 +88,9 @@ def predict_run(
         tokenizer=text[0] if text is not None else None,
         features=run.features,
         id_column=run.config.data.id_column,
+        text_table=run.config.data
+        if text is not None and isinstance(run.config.data, CsvConfig | JsonlConfig)
+        else None,
     )
     groups = read_inputs(inputs, kind, lines=lines)
     names = [name for group in groups for name in group.names]
