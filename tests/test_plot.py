@@ -11,8 +11,10 @@ import pytest
 from matplotlib.image import imread
 
 from accumrun.errors import DataError
+from accumrun.reports.compare import compared_curves
 from accumrun.reports.plot import plot_curves
 from accumrun.rundir.metrics import load_metrics
+from tests.helpers import invoke
 
 
 def fake_rows(epochs: int, scale: float, validation: bool = True) -> list[dict[str, Any]]:
@@ -134,3 +136,21 @@ def test_a_log_axis_within_a_decade_has_labels_above_its_base(low: float, high: 
     ]
     assert ax.get_yscale() == "log"
     assert len([value for value in shown if value > 1.0]) >= 2, shown
+
+
+def test_plot_on_a_comparison_folder_draws_its_variants(tmp_path: Path) -> None:
+    # Laid out as `accumrun compare` leaves it; compare.json's paths relative to where compare ran.
+    folder = tmp_path / "cmp"
+    for value, scale in (("auto", 2.0), (1, 2.2)):
+        write_run(folder / f"subdivisions-{value}", fake_rows(5, scale))
+    listed = [{"key": "training.subdivisions", "value": v, "run_dir": f"away/subdivisions-{v}"} for v in ("auto", 1, 4)]
+    (folder / "compare.json").write_text(json.dumps({"variants": listed}))
+
+    curves = compared_curves(folder)  # the third variant failed before its first epoch: it has no rows
+    assert curves == {"subdivisions auto": fake_rows(5, 2.0), "off (subdivisions 1)": fake_rows(5, 2.2)}
+    result = invoke("plot", str(folder), "--out", str(tmp_path / "p.png"))
+    assert result.returncode == 0, result.stderr
+    assert_png(tmp_path / "p.png")
+    (folder / "compare.json").write_text("{}")
+    result = invoke("plot", str(folder), "--out", str(tmp_path / "q.png"))
+    assert result.returncode == 1 and "compare.json: cannot be read as a comparison" in result.stderr

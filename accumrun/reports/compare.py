@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from accumrun.errors import ArgumentError
+from accumrun.errors import ArgumentError, DataError
 from accumrun.kinds import BatchNormMode, RunState
 from accumrun.reports.plot import plot_curves
 from accumrun.rundir.atomic import write_text_atomically
-from accumrun.rundir.metrics import EpochRow, read_rows
+from accumrun.rundir.metrics import EpochRow, load_metrics, read_rows
 from accumrun.rundir.status import BatchNormNote, RunRecord
 
 SUBDIVISIONS = "training.subdivisions"
@@ -158,6 +158,25 @@ def compare_runs(
     title = f"{config_path.name}: {'subdivisions' if subdivisions else key} compared"
     png_path = plot_curves(curves, out_dir / "compare.png", title=title) if curves else None
     return Comparison(variants, json_path, png_path)
+
+
+def compared_curves(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """The metrics rows of each variant of the comparison in ``folder`` (by its ``compare.json``) that has some,
+    under the variant's name (``subdivisions 4``, ``optimizer.name=sgd``): what ``accumrun plot`` draws of it. A
+    variant's rows are read from its run folder's ``metrics.jsonl``, so a variant resumed since is drawn whole."""
+    try:
+        listed = json.loads((folder / "compare.json").read_text())["variants"]
+    except (OSError, ValueError, KeyError) as error:
+        raise DataError(str(folder / "compare.json"), f"cannot be read as a comparison: {error}") from None
+    curves = {}
+    for entry in listed:
+        # Variants are the comparison folder's children; compare.json's path may be relative to another folder.
+        variant = Variant(entry["value"], folder / Path(entry["run_dir"]).name, entry["key"])
+        if (variant.run_dir / "metrics.jsonl").is_file():
+            curves[variant.name] = load_metrics(variant.run_dir)
+    if not curves:
+        raise DataError(str(folder), "no variant of this comparison has metrics to plot")
+    return curves
 
 
 def _fill_weight_differences(variants: list[Variant]) -> None:
