@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accumrun import train
+from accumrun import load_config, train
 from accumrun.config.schema import data_config
 from accumrun.data.corpus import CorpusWindows, file_ids, token_file
 from accumrun.data.dataset import epoch_order, load_dataset
@@ -23,6 +23,8 @@ from accumrun.data.tokenizer_sections import ByteTokenizerConfig, CharacterToken
 from accumrun.data.tokenizers import tokenizer_for
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import DataError
+from accumrun.training.console import describe_setup
+from accumrun.training.setup import build_training
 from tests.helpers import invoke, max_difference, write_config
 
 LINES = [
@@ -213,3 +215,11 @@ def test_a_corpus_cache_in_memory_and_a_bad_file_on_disk_are_refused_in_one_line
     message = rf"^data: reading the data failed: {re.escape(split.file)} holds \d+ bytes, a read reaches byte"
     with pytest.raises(DataError, match=message):
         list(Feeder(split, [10] * (split.size // 10), seed=0, shuffle=False).epoch(0))
+
+
+def test_the_startup_summary_names_the_disk_cache_and_the_bucket(tmp_path: Path) -> None:
+    data = corpus(tmp_path, cache="disk", bucket=8)
+    config = {"data": data, "model": {"name": "transformer", "layers": 1, "width": 8}, "training": {"batch_size": 8}}
+    (line,) = [line for line in describe_setup(build_training(load_config(config))) if line.startswith("input")]
+    assert f"disk cache (token file under {tmp_path / 'cache'})" in line
+    assert "bucket 8 (a sub-batch padded to its longest text, a multiple of it)" in line

@@ -12,7 +12,9 @@ import tensorflow as tf
 from accumrun.config.schema import LbfgsConfig, Watched
 from accumrun.core.split import describe_plan, replica_sub_batch_sizes
 from accumrun.data.dataset import per_class
+from accumrun.data.section import DataSection
 from accumrun.data.vocabulary import learned_tokenizer
+from accumrun.kinds import CacheMode
 from accumrun.rundir.layout import VOCABULARY_FILE
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.hooks import BatchEnd, Hook
@@ -106,11 +108,23 @@ def _input_line(setup: TrainingSetup) -> str:
         names = ", ".join(entry.name for entry in data.augment)
         shape = "x".join(str(d) for d in setup.augmentation.output_shape)
         parts.append(f"augment {names} -> {shape}")
+    parts += _cache_and_padding(data)
     parts.append(f"feed {setup.feed.value} ({setup.feed_reason})")
     if setup.several_updates_per_call:
         per_call = setup.config.training.updates_per_call
         parts.append("about 0.5 s of updates per call" if per_call == "auto" else f"up to {per_call} updates per call")
     return "; ".join(parts)
+
+
+def _cache_and_padding(data: DataSection) -> list[str]:
+    """A disk cache, and bucketed padding, where the run has them: both change what a run reads and pads."""
+    parts = []
+    if getattr(data, "cache", None) is CacheMode.DISK:
+        kept = "token file" if data.text_settings is not None else "decoded samples"
+        parts.append(f"disk cache ({kept} under {getattr(data, 'cache_dir', '')})")
+    if data.token_bucket is not None:
+        parts.append(f"bucket {data.token_bucket} (a sub-batch padded to its longest text, a multiple of it)")
+    return parts
 
 
 def _plan(setup: TrainingSetup) -> str:
