@@ -16,7 +16,7 @@ with ``output.keep_best``); another word raises ArgumentError.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -132,8 +132,7 @@ def predict(
         <one probability per class>`` (multi-label) or ``input, value_0, ...``.
 
     Raises:
-        ArgumentError: ``lines`` for a run not on text.
-        ConfigError: not a finished run, no such model, ``top_k`` out of range.
+        ConfigError: not a finished run, no such model, ``top_k`` out of range, ``lines`` for a run not on text.
         DataError: an input is missing, unreadable, of the wrong kind, shape or columns.
     """
     from accumrun.reports.predict import predict_run
@@ -151,20 +150,28 @@ def generate(
     temperature: float = 0.0,
     seed: int = 0,
     model: ModelFile | str = ModelFile.FINAL,
+    on_text: Callable[[str], None] | None = None,
 ) -> Generated:
     """Continue ``prompt`` (tokenized as the run's corpus was) by ``max_tokens`` tokens with a finished language
     model's run (``task: causal_lm``); return ``prompt``, ``continuation``, ``text`` (both) and ``tokens``.
 
     ``temperature`` 0 picks the most likely token (greedy); above 0, a token is drawn from the softmax of the logits
-    divided by it, by a generator seeded by ``seed``, so that the same call gives the same text.
+    divided by it, seeded by ``seed`` and the token's place in the text, so that the same call gives the same text.
+    ``on_text``, when given, is called with the prompt once the model is loaded, then with each piece of the
+    continuation as soon as its text is complete (a character whose bytes are several tokens comes whole): the
+    pieces make up ``text``. A KeyboardInterrupt stops generation there.
 
     Raises:
-        ConfigError: not a finished run or not a language model, an empty prompt, a negative setting.
+        ArgumentError: an empty prompt, a negative ``max_tokens`` or ``temperature``, or ``model`` none of its
+            words.
+        ConfigError: not a finished run or not a language model, or a prompt that holds no token.
     """
     from accumrun.reports.generate import generate_text
 
     which = _member(ModelFile, "model", model)
-    return generate_text(Path(run_dir), prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, which=which)
+    return generate_text(
+        Path(run_dir), prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, which=which, on_text=on_text
+    )
 
 
 def export(
@@ -208,9 +215,9 @@ def compare(
     match) and the report's paths; ``table()`` is what the command prints.
 
     Raises:
-        ConfigError: the config is invalid.
-        ArgumentError: ``subdivisions`` left to the config when it trains with 1, both ``subdivisions`` and ``vary``,
-            or ``run_dir`` holds files.
+        ConfigError: the config is invalid, or ``run_dir`` holds files.
+        ArgumentError: ``subdivisions`` left to the config when it trains with 1, or both ``subdivisions`` and
+            ``vary``.
     """
     from accumrun.errors import ArgumentError
     from accumrun.reports.compare import compare_runs

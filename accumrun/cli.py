@@ -13,6 +13,7 @@ import re
 import sys
 import threading
 import traceback
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,7 @@ class _ClosedStdoutIgnored:
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
+        self.reader_gone = False
 
     def write(self, text: str) -> int:
         try:
@@ -125,6 +127,7 @@ class _ClosedStdoutIgnored:
 
     def _to_null_device(self) -> None:
         # Python's advice (the signal module's notes on SIGPIPE): this buffer and every later one go to os.devnull.
+        self.reader_gone = True
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, self._stream.fileno())
         os.close(null)
@@ -551,10 +554,33 @@ def predict(run_dir: Path, inputs: tuple[str, ...], output: Path | None, **optio
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seeds the draws.")
 @_MODEL_OPTION
 def generate(run_dir: Path, prompt: str, **options: Any) -> None:
-    """Continue --prompt with a finished language model's run (data.task: causal_lm); print the prompt and what
-    the model wrote after it."""
-    _start_tensorflow()
-    click.echo(accumrun.generate(run_dir, prompt, **options).text)
+    """Continue --prompt with a finished language model's run (data.task: causal_lm); print the prompt, then the
+    text as the model writes it.
+
+    Any --max-tokens runs: Ctrl-C stops it, keeping what was printed (exit 130).
+    """
+    try:
+        _start_tensorflow()
+        accumrun.generate(run_dir, prompt, on_text=_show_piece, **options)
+    except KeyboardInterrupt:
+        # Not click's "Aborted!" and exit 1: the text so far is the output, kept as training keeps its checkpoint.
+        click.echo("\nstopped by Ctrl-C", err=True)
+        sys.exit(130)
+    except _ReaderGone:
+        return
+    click.echo()
+
+
+class _ReaderGone(Exception):
+    """The output's reader has gone (``accumrun generate ... | head``)."""
+
+
+def _show_piece(piece: str) -> None:
+    """Print a piece of generated text at once (click.echo flushes); raise :class:`_ReaderGone` once the reader of
+    the output has gone: unlike a run, whose folder is what counts, the text is all that generation makes."""
+    click.echo(piece, nl=False)
+    if getattr(sys.stdout, "reader_gone", False):
+        raise _ReaderGone
 
 
 @main.command()
@@ -591,11 +617,20 @@ def plot(run_dirs: tuple[Path, ...], out: str) -> None:
     click.echo(f"wrote {plot_curves(curves, Path(out))}")
 
 
+def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A URL that urllib can fetch from: one without a scheme is a usage error, whatever the mirror holds."""
+    if value is not None and urllib.parse.urlsplit(value).scheme not in ("http", "https", "ftp", "file"):
+        raise click.BadParameter(f"{value!r} is not an http://, https://, ftp:// or file:// URL", ctx, param)
+    return value
+
+
 @main.command()
 @click.argument("dataset", type=click.Choice(DOWNLOADABLE))
 @click.option("--to", "folder", type=click.Path(file_okay=False), help="Folder for the files [default: datasets/NAME].")
 @click.option(
-    "--base-url", help="Fetch from this mirror (a URL or a local http server) instead of the official source."
+    "--base-url",
+    callback=_url,
+    help="Fetch from this mirror (a URL or a local http server) instead of the official source.",
 )
 def download(dataset: str, folder: str | None, base_url: str | None) -> None:
     """Download the four IDX files of DATASET, verify their checksums and write them atomically."""

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from accumrun.config.schema import UNION_SECTIONS, UNION_TAGS, Config, cross_field_problems, readers_of
+from accumrun.config.schema import (
+    UNION_SECTIONS,
+    UNION_TAGS,
+    Config,
+    TransformerConfig,
+    cross_field_problems,
+    readers_of,
+)
 from accumrun.data.arrays import NpzConfig
 from accumrun.data.section import DataSection
 from accumrun.errors import ConfigError, ConfigProblems, describe
@@ -99,11 +106,15 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     before_the_key = {"batch_norm": BatchNormMode.SUB_BATCH, "random_draws": RandomDraws.PER_SUB_BATCH}
     old = {key: mode for key, mode in before_the_key.items() if key not in (raw.get("training") or {})}
     saved = saved.model_copy(update={"training": saved.training.model_copy(update=old)})
+    saved = _with_old_attention_bias(saved, raw)
     config = load_config(config_path or saved_path, overrides)
     given = raw if config_path is None else _read_yaml(Path(config_path))
     # Unset, a mode is the run's: the one it trained with.
     written = {*(given.get("training") or {}), *(o.partition("=")[0].removeprefix("training.") for o in overrides)}
     config = _with_settled(config, saved, [key for key in before_the_key if key not in written])
+    written_model = {*(given.get("model") or {}), *(o.partition("=")[0].removeprefix("model.") for o in overrides)}
+    if "attention_bias" not in written_model:
+        config = _with_attention_bias_of(config, saved)
     changed = [
         f"{key} ({before!r} -> {after!r})"
         for key, (before, after) in _differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
@@ -116,6 +127,23 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
             "only training.epochs, training.updates_per_call, output.*, distribute.*, data.cache and data.cache_dir "
             "may change",
         )
+    return config
+
+
+def _with_old_attention_bias(saved: Config, raw: dict[str, Any]) -> Config:
+    """``saved`` as the run trained: a transformer's config.yaml without ``model.attention_bias`` is from before the
+    key, when the attention's projections had biases (Keras' default); new runs record the key, true or false."""
+    if isinstance(saved.model, TransformerConfig) and "attention_bias" not in (raw.get("model") or {}):
+        return saved.model_copy(update={"model": saved.model.model_copy(update={"attention_bias": True})})
+    return saved
+
+
+def _with_attention_bias_of(config: Config, saved: Config) -> Config:
+    """``config`` with the run's ``model.attention_bias`` where it leaves the key unset: the original config file of
+    a run from before the key resumes with the biases it trained with."""
+    if isinstance(config.model, TransformerConfig) and isinstance(saved.model, TransformerConfig):
+        model = config.model.model_copy(update={"attention_bias": saved.model.attention_bias})
+        return config.model_copy(update={"model": model})
     return config
 
 

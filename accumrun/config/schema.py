@@ -103,6 +103,10 @@ class TransformerConfig(Section):
     heads: int = Field(2, ge=1)
     width: int = Field(64, ge=1)
     dropout: float = Field(0.0, ge=0, lt=1)
+    attention_bias: Flag = False
+    """Biases in the attention's projections. Off, as in most current transformers: the key's bias has a true
+    gradient of exactly 0 (the softmax ignores it), and Adam would turn float noise there into steps. A run's
+    config.yaml records it; one without it, from before the key, had them, and resumes with them."""
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> TransformerConfig:

@@ -58,6 +58,7 @@ def build_model(
             dropout=config.dropout,
             causal=per_position,
             any_length=any_length,
+            attention_bias=config.attention_bias,
         )
     if isinstance(config, ApplicationConfig):
         return application(config, sample_shape, outputs)

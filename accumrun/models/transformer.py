@@ -25,12 +25,15 @@ def transformer(
     dropout: float,
     causal: bool = False,
     any_length: bool = False,
+    attention_bias: bool = False,
 ) -> keras.Model:
     """``layers`` pre-norm blocks (self-attention of ``heads`` heads, then a feed-forward layer of 4x ``width``),
     each followed by ``dropout``, over token ids of ``sample_shape`` = ``(sequence_length,)``: logits of ``outputs``
     from the mean of the real tokens, or with ``causal`` logits of ``outputs`` (the vocabulary) at every position,
     each position seeing only itself and the real tokens before it. With ``any_length`` the model takes sequences
-    of any length up to ``sequence_length`` (bucketed padding cuts sub-batches shorter).
+    of any length up to ``sequence_length`` (bucketed padding cuts sub-batches shorter). ``attention_bias`` gives
+    the attention's query, key, value and output projections biases (Keras has one switch for all four); the key's
+    bias adds the same number to every score of a query, which the softmax ignores, so its true gradient is 0.
 
     Raises:
         ConfigError: the samples are not token ids (``vocabulary_size`` is None: not a text source).
@@ -49,9 +52,10 @@ def transformer(
     x = x + keras.layers.Embedding(length, width, name="position_embedding")(positions)
     for index in range(layers):
         h = keras.layers.LayerNormalization(name=f"attention_norm_{index}")(x)
-        h = keras.layers.MultiHeadAttention(heads, width // heads, dropout=dropout, name=f"attention_{index}")(
-            h, h, attention_mask=attention_mask, use_causal_mask=causal
+        attention = keras.layers.MultiHeadAttention(
+            heads, width // heads, dropout=dropout, use_bias=attention_bias, name=f"attention_{index}"
         )
+        h = attention(h, h, attention_mask=attention_mask, use_causal_mask=causal)
         x = x + keras.layers.Dropout(dropout)(h)
         h = keras.layers.LayerNormalization(name=f"feed_forward_norm_{index}")(x)
         h = keras.layers.Dense(4 * width, activation="gelu", name=f"feed_forward_{index}")(h)

@@ -1,22 +1,35 @@
-"""``accumrun generate``: text from a finished language model (``task: causal_lm``), one token at a time.
+"""``accumrun generate``: text from a finished language model (``task: causal_lm``), one token at a time, each
+piece of text given as soon as it is complete.
 
-Each step runs the model on the last ``sequence_length`` tokens (the window it was trained on; a longer text
-slides), reads the logits at the last real position, and picks the next token (see :func:`accumrun.generate`).
-Padding is never picked.
+The next token is read from the logits at the last real position of the text's last ``sequence_length`` tokens
+(the window it was trained on; a longer text slides), the most likely one or a draw (see :func:`accumrun.generate`).
+Padding is never picked. The built-in transformer keeps its attention's keys and values within the window
+(:mod:`accumrun.reports.kv_cache`), and a KerasHub backbone KerasHub's cache (:mod:`accumrun.reports.hub_cache`), so
+a token costs one position's work there; past the window, and for any other model, each token runs the whole
+window.
 """
 
 from __future__ import annotations
 
+import io
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.core.tokens import PADDING_ID
-from accumrun.errors import ConfigError
+from accumrun.errors import ArgumentError, ConfigError
 from accumrun.kinds import ModelFile, Task
 from accumrun.reports.finished import FinishedRun
+from accumrun.reports.hub_cache import CachedHubModel, cached_hub_model
+from accumrun.reports.kv_cache import CachedTransformer, cached_transformer
+from accumrun.reports.picking import pick
+from accumrun.reports.text_stream import TextStream
 
 
 @dataclass(frozen=True)
@@ -34,11 +47,20 @@ class Generated:
 
 
 def generate_text(
-    run_dir: Path, prompt: str, *, max_tokens: int, temperature: float, seed: int, which: ModelFile
+    run_dir: Path,
+    prompt: str,
+    *,
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    which: ModelFile,
+    on_text: Callable[[str], None] | None = None,
 ) -> Generated:
     """Continue ``prompt`` by ``max_tokens`` tokens with the run's language model: :func:`accumrun.generate`.
+    ``on_text`` is given the prompt, once the model is ready, then each piece of text as it is complete.
 
     Raises:
+        ArgumentError: the prompt is empty, or ``max_tokens`` or ``temperature`` is negative.
         ConfigError: also when the prompt holds no token, or the run has no tokenizer to read and write text with.
     """
     run = FinishedRun(run_dir)
@@ -49,11 +71,12 @@ def generate_text(
             f"task is {run.task.value}: use accumrun predict",
             str(run_dir),
         )
+    # Wrong whatever the run: bad arguments (a usage error on the command line), as click's ranges find the others.
     if not prompt:
-        raise ConfigError("prompt", "give the model some text to continue")
+        raise ArgumentError("prompt", "give the model some text to continue")
     for key, value in (("max_tokens", max_tokens), ("temperature", temperature)):
         if value < 0:
-            raise ConfigError(key, "must be >= 0", value)
+            raise ArgumentError(key, "must be >= 0", value)
     text = run.text_input
     if text is None:  # a token file's run decodes only with data.tokenizer
         raise ConfigError(
@@ -64,27 +87,89 @@ def generate_text(
         )
     # The training windows' length, from the config: a model of bucketed padding takes any length.
     tokenizer, length = text
-    model = run.load_model(which)
-    # One shape, one trace: every step runs a window of `length` tokens, padded after the real ones.
-    logits_of = tf.function(lambda ids: model(ids, training=False), reduce_retracing=True)
-    rng = np.random.default_rng(seed)
-    tokens = [int(token) for token in tokenizer.ids(prompt)]
-    if not tokens:  # whitespace alone under word_piece: no position to read the next token's logits from
+    prompt_ids = [int(token) for token in tokenizer.ids(prompt)]
+    if not prompt_ids:  # whitespace alone under word_piece: no position to read the next token's logits from
         raise ConfigError("prompt", "holds no token under the run's tokenizer", prompt)
-    start = len(tokens)
-    for _ in range(max_tokens):
-        window = tokens[-length:]
+    tokens = next_tokens(run.load_model(which), length, prompt_ids, temperature=temperature, seed=seed)
+    show = on_text or (lambda piece: None)
+    show(prompt)
+    stream, continuation = TextStream(tokenizer.decode), io.StringIO()
+    for _, token in zip(range(max_tokens), tokens, strict=False):
+        piece = stream.add(token)
+        if piece:
+            show(piece)
+            continuation.write(piece)
+    piece = stream.finish()
+    if piece:
+        show(piece)
+        continuation.write(piece)
+    return Generated(prompt, continuation.getvalue(), max_tokens)
+
+
+_SECONDS_PER_CALL = 0.05
+"""How long a cached call may run before its tokens are given: short enough that the text flows, long enough that
+each call's dispatch costs little."""
+
+
+def next_tokens(
+    model: keras.Model, length: int, prompt_ids: list[int], *, temperature: float, seed: int, cache: bool = True
+) -> Iterator[int]:
+    """The tokens ``model`` writes after ``prompt_ids``, without end, over windows of ``length`` tokens: from the
+    cached decoding while the text fits the window (with ``cache``, for the built-in transformer and KerasHub's
+    causal backbones), then from the whole window, sliding. Only the window is kept, so a long generation takes no
+    more memory than a short one."""
+    window: deque[int] = deque(prompt_ids[-length:], maxlen=length)
+    cached: CachedTransformer | CachedHubModel | None = None
+    if cache and len(prompt_ids) < length:
+        cached = cached_transformer(model) or cached_hub_model(model, length)
+    made = 0
+    if cached is not None:
+        for token in _cached_tokens(cached, window, temperature, seed):
+            made += 1
+            yield token
+    logits_of = _whole_window(model, length)
+    # A draw depends on the token's place in the text, so the cached tokens and these draw alike.
+    for index in itertools.count(len(prompt_ids) + made):
         ids = np.zeros((1, length), np.int32)
         ids[0, : len(window)] = window
-        logits = np.asarray(logits_of(tf.constant(ids))[0, len(window) - 1], np.float64)
-        logits[PADDING_ID] = -np.inf
-        tokens.append(_pick(logits, temperature, rng))
-    return Generated(prompt, tokenizer.decode(tokens[start:]), max_tokens)
+        token = int(logits_of(tf.constant(ids), len(window), temperature, seed, index))
+        window.append(token)
+        yield token
 
 
-def _pick(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """The most likely token for ``temperature`` 0, else a draw from ``softmax(logits / temperature)``."""
-    if temperature == 0:
-        return int(np.argmax(logits))
-    probabilities = np.exp((logits - logits.max()) / temperature)
-    return int(rng.choice(len(logits), p=probabilities / probabilities.sum()))
+def _cached_tokens(
+    cached: CachedTransformer | CachedHubModel, window: deque[int], temperature: float, seed: int
+) -> Iterator[int]:
+    """The tokens after ``window`` (the prompt) up to a full window, several per call: as many as take about
+    :data:`_SECONDS_PER_CALL`, so that the text still comes as it is made."""
+    length = cached.length
+    ids = np.zeros(length, np.int32)
+    ids[: len(window)] = window
+    fed, known, count = 0, len(window), 1
+    while known < length:
+        count = min(count, length - known)
+        start = time.perf_counter()
+        ids = cached.extend(ids, fed, known, count, temperature, seed)
+        seconds = time.perf_counter() - start
+        for token in ids[known : known + count]:
+            window.append(int(token))
+            yield int(token)
+        fed, known = known + count - 1, known + count
+        count = max(1, min(4 * count, int(_SECONDS_PER_CALL * count / max(seconds, 1e-6))))
+
+
+def _whole_window(model: keras.Model, length: int) -> Callable[..., tf.Tensor]:
+    """The next token after the first ``real`` of a window of ``length`` ids, from the whole model."""
+
+    def next_token(
+        ids: tf.Tensor, real: tf.Tensor, temperature: tf.Tensor, seed: tf.Tensor, index: tf.Tensor
+    ) -> tf.Tensor:
+        return pick(model(ids, training=False)[0, real - 1], temperature, seed, index)
+
+    # One shape, one trace: every step runs a window of `length` tokens, padded after the real ones.
+    window, real, number = (
+        tf.TensorSpec([1, length], tf.int32),
+        tf.TensorSpec([], tf.int32),
+        tf.TensorSpec([], tf.int64),
+    )
+    return tf.function(next_token, input_signature=[window, real, tf.TensorSpec([], tf.float32), number, number])

@@ -1,0 +1,94 @@
+"""Cached decoding for a KerasHub backbone's language model (:mod:`accumrun.models.hub`), with KerasHub's own cache.
+
+KerasHub gives each causal backbone a ``CausalLM`` task whose ``call_with_cache(token_ids, cache, index)`` runs
+the tokens at ``index`` over the cached keys and values of the positions before it and returns its hidden states
+(the backbone's output) with the cache updated. The task is built around the loaded backbone (the same layers and
+weights), and accumrun's head turns the hidden state into the next token's logits, as the whole model does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from accumrun.reports.picking import pick
+
+
+class CachedHubModel:
+    """The interface of :class:`accumrun.reports.kv_cache.CachedTransformer`, over a KerasHub ``CausalLM``'s
+    ``call_with_cache``."""
+
+    def __init__(self, task: Any, head: keras.layers.Layer, length: int) -> None:
+        self.length = length
+        self._task = task
+        self._head = head
+        # The cache's shape and dtype are the task's own; positions not fed yet are never attended.
+        empty = task._build_cache(tf.zeros((1, length), tf.int32))[1]
+        self._cache = tf.Variable(tf.zeros_like(empty), trainable=False)
+        scalar = tf.TensorSpec([], tf.int32)
+        signature = [tf.TensorSpec([length], tf.int32), scalar, scalar, scalar, tf.TensorSpec([], tf.float32)]
+        self._extend = tf.function(self._extended, input_signature=[*signature, tf.TensorSpec([], tf.int64)])
+
+    def extend(self, ids: np.ndarray, fed: int, known: int, count: int, temperature: float, seed: int) -> np.ndarray:
+        """As :meth:`accumrun.reports.kv_cache.CachedTransformer.extend`."""
+        if not 0 <= fed < known or known + count > self.length:
+            raise ValueError(f"cannot feed {fed}..{known + count - 2} of a window of {self.length}")
+        return np.asarray(self._extend(tf.constant(ids, tf.int32), fed, known, count, temperature, seed))
+
+    def _extended(
+        self,
+        ids: tf.Tensor,
+        fed: tf.Tensor,
+        known: tf.Tensor,
+        count: tf.Tensor,
+        temperature: tf.Tensor,
+        seed: tf.Tensor,
+    ) -> tf.Tensor:
+        def feed(position: tf.Tensor, ids: tf.Tensor, cache: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            _, hidden, cache = self._task.call_with_cache(ids[None, position, None], cache, position)
+            chosen = pick(self._head(hidden)[0, 0], temperature, seed, position + 1)
+            following = tf.where(position + 1 >= known, chosen, ids[position + 1])
+            return position + 1, tf.tensor_scatter_nd_update(ids, [[position + 1]], [following]), cache
+
+        _, ids, cache = tf.while_loop(
+            lambda position, ids, cache: position < known + count - 1,
+            feed,
+            [fed, ids, self._cache.read_value()],
+            parallel_iterations=1,
+        )
+        self._cache.assign(cache)
+        return ids
+
+
+def cached_hub_model(model: keras.Model, length: int) -> CachedHubModel | None:
+    """A cached step for ``model`` when it is a KerasHub backbone with accumrun's language-model head and KerasHub
+    pairs the backbone with a ``CausalLM`` task that has ``call_with_cache``, else None."""
+    keras_hub = sys.modules.get("keras_hub")  # loading a model with a KerasHub backbone imported it
+    if keras_hub is None or "head" not in {layer.name for layer in model.layers}:
+        return None
+    backbones = [layer for layer in model.layers if isinstance(layer, keras_hub.models.Backbone)]
+    if len(backbones) != 1:
+        return None
+    (backbone,) = backbones
+    task_class = _causal_task(keras_hub, type(backbone))
+    if task_class is None:
+        return None
+    return CachedHubModel(task_class(backbone=backbone), model.get_layer("head"), length)
+
+
+def _causal_task(keras_hub: Any, backbone_class: type) -> Any:
+    """The ``CausalLM`` task class that KerasHub pairs with ``backbone_class``, if it decodes with a cache."""
+    for value in vars(keras_hub.models).values():
+        if (
+            inspect.isclass(value)
+            and issubclass(value, keras_hub.models.CausalLM)
+            and getattr(value, "backbone_cls", None) is backbone_class
+            and hasattr(value, "call_with_cache")
+        ):
+            return value
+    return None
