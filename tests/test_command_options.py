@@ -74,10 +74,9 @@ def test_launch_exits_with_the_chief_status_or_75_when_the_chief_is_lost(
 
 
 def test_a_bad_argument_of_the_api_is_a_usage_error_with_the_usage_line(tmp_path: Path) -> None:
-    taken = tmp_path / "taken"
-    taken.mkdir()
-    (taken / "file").write_text("")
-    result = CliRunner().invoke(main, ["compare", str(tiny_config(tmp_path)), "--run-dir", str(taken)])
+    config = tiny_config(tmp_path, training={"subdivisions": 1})
+    result = CliRunner().invoke(main, ["compare", str(config), "--run-dir", str(tmp_path / "out")])
     assert result.exit_code == 2
     assert result.output.startswith("Usage: main compare [OPTIONS] CONFIG")
-    assert f"Error: run_dir: exists and is not empty; choose another (got '{taken}')" in result.output
+    assert "Error: subdivisions: the config trains with subdivisions 1; name the counts to compare" in result.output
+    assert not (tmp_path / "out").exists()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from accumrun.errors import ConfigError
 from accumrun.kinds import CacheMode, ColorMode, Feed, Task
 from accumrun.sections import Flag, Section, words
 
@@ -91,7 +92,15 @@ class DataSection(Section):
         return float(value)
 
     def reading(self, path: str) -> DataSection:
-        """The same source reading all of ``path`` (no validation split): what ``evaluate --data`` scores."""
+        """The same source reading all of ``path`` (no validation split): what ``evaluate --data`` scores.
+
+        Raises:
+            ConfigError: the source reads no file (``digits``, ``synthetic``, ``tfds``), so there is no other one to
+                read.
+        """
+        if not self.reads_path:
+            why = f"data.name: {self.name} reads no file; --data takes a file or folder of a source that does"
+            raise ConfigError("data", why, path)
         return self.model_copy(update={"path": path, "validation_split": 0.0})
 
     @property

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from accumrun.errors import ArgumentError, DataError
+from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import BatchNormMode, RunState
 from accumrun.reports.plot import plot_curves
 from accumrun.rundir.atomic import write_text_atomically
@@ -128,7 +128,8 @@ def compare_runs(
     ``out_dir`` must be empty or new; a failed variant does not stop the rest), then write ``compare.json`` there,
     and ``compare.png`` when some variant has metrics: :func:`accumrun.compare`."""
     if out_dir.exists() and any(out_dir.iterdir()):
-        raise ArgumentError("run_dir", "exists and is not empty; choose another", str(out_dir))
+        # Exit 1, as train and export refuse an occupied output: the folder, not the command line, is at fault.
+        raise ConfigError("run_dir", "exists and is not empty; choose another", str(out_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     variants = []
     subdivisions = key == SUBDIVISIONS

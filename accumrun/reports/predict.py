@@ -25,7 +25,7 @@ from accumrun.core.split import batch_sizes
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputGroup, InputKind, read_inputs
 from accumrun.data.tables import CsvConfig, JsonlConfig
-from accumrun.errors import ArgumentError, ConfigError
+from accumrun.errors import ConfigError
 from accumrun.kinds import ModelFile, Task
 from accumrun.reports.finished import FinishedRun
 from accumrun.rundir.atomic import write_text_atomically
@@ -71,7 +71,7 @@ def predict_run(
     run.refuse_language_model()
     text = run.text_input
     if lines and text is None:
-        raise ArgumentError("lines", "reads lines of text files; this run's model does not take text")
+        raise ConfigError("lines", "reads lines of text files; this run's model does not take text")
     model = run.load_model(which)
     labels = run.labels
     if run.task is Task.BINARY and top_k is not None:
