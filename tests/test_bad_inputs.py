@@ -168,6 +168,15 @@ def corpus_config(tmp: Path, text: str, sequence_length: int) -> Path:
     return config_with(tmp, data=data, model={"name": "transformer", "layers": 1, "width": 8})
 
 
+def sentence_piece_config(tmp: Path, vocabulary_size: int) -> Path:
+    """The corpus config tokenized by a SentencePiece model of at most ``vocabulary_size`` ids, learned from a text
+    of 29 characters (so 259 reserved ids + 29 at least)."""
+    corpus_config(tmp, "The quick brown fox jumps over the lazy dog.\n" * 20, sequence_length=8)
+    resolved = yaml.safe_load((tmp / "tiny.yaml").read_text())
+    resolved["data"]["tokenizer"] = {"name": "sentence_piece", "vocabulary_size": vocabulary_size}
+    return write_config(tmp / "tiny.yaml", **resolved)
+
+
 def finished_run(tmp: Path) -> None:
     """A completed one-epoch tiny run in ``run``, to resume from."""
     result = invoke("train", str(tiny_config(tmp)), "--run-dir", str(tmp / "run"), "--epochs", "1", "--quiet")
@@ -365,6 +374,11 @@ CASES = [
         "data.path: the text is shorter than one window: 10 tokens, and a window takes data.sequence_length + 1 = 65"),
     row("corpus-window-absurd", lambda t: corpus_config(t, "a short text " * 40, sequence_length=100_000), 1,
         "the text is shorter than one window: 520 tokens, and a window takes data.sequence_length + 1 = 100,001"),
+    row("sentence-piece-vocabulary-below-its-reserved-ids", lambda t: sentence_piece_config(t, 100), 1,
+        "data.tokenizer.vocabulary_size: input should be greater than or equal to 260 (got 100)"),
+    row("sentence-piece-vocabulary-too-small-for-the-text", lambda t: sentence_piece_config(t, 270), 1,
+        "data.tokenizer.vocabulary_size: too small for the training texts: it needs at least 288 ids, 259 reserved "
+        "(padding, unknown, the line break, 256 bytes) and 29 for the texts' characters (got 270)"),
 ]  # fmt: skip
 
 

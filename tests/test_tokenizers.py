@@ -99,8 +99,8 @@ def test_a_corpus_is_cut_into_windows_of_its_tokenizers_ids(tmp_path: Path) -> N
     [
         (
             {"name": "word"},
-            r"^Error: data\.tokenizer\.name: input should be 'byte', 'character', 'word_piece' or 'preset' "
-            r"\(got 'word'\)$",
+            r"^Error: data\.tokenizer\.name: input should be 'byte', 'character', 'word_piece', 'sentence_piece' or "
+            r"'preset' \(got 'word'\)$",
         ),
         (
             {"name": "word_piece", "vocabulary": "missing.txt"},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -110,6 +111,49 @@ class WordPieceTokenizerConfig(_Tokenizer):
         return identity
 
 
+SENTENCE_PIECE_RESERVED = 259
+"""The ids a learned SentencePiece model holds whatever the texts: padding (0), unknown (1), the line break (2) and
+the 256 bytes that spell any other character (3 to 258)."""
+
+
+class SentencePieceTokenizerConfig(_Tokenizer):
+    """``tokenizer: {name: sentence_piece, vocabulary_size: N}``: a SentencePiece BPE model of at most N ids learned
+    from the training texts and saved in the run folder (:mod:`accumrun.data.sentence_piece`). Its decoding gives any
+    text back byte for byte (spaces, line breaks, tabs, indentation): what a language model needs."""
+
+    name: Literal["sentence_piece"]
+    # The reserved ids, and at least one more: the training texts' own characters need more (the trainer says how many).
+    vocabulary_size: int = Field(ge=SENTENCE_PIECE_RESERVED + 1)
+    _model: bytes | None = PrivateAttr(None)
+
+    @property
+    def learned(self) -> bool:
+        """Always: the model is learned from the training texts (a ``tokens`` source, which has none, refuses it)."""
+        return True
+
+    @property
+    def model(self) -> bytes | None:
+        """The learned model (a serialized SentencePiece ``ModelProto``), once ``settle_vocabulary`` settles it."""
+        return self._model
+
+    def with_model(self, model: bytes) -> SentencePieceTokenizerConfig:
+        """This section with its learned ``model`` settled."""
+        settled = self.model_copy()
+        settled._model = model
+        return settled
+
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        # Ids are cached only once there is a model (as a corpus is cut once there is a vocabulary).
+        assert self.model is not None, "a learned SentencePiece model is settled before its ids are cached"
+        identity: dict[str, object] = {**self.model_dump(), "model": hashlib.sha256(self.model).hexdigest()}
+        # The host's ids are the sentencepiece package's, as a KerasHub tokenizer's are KerasHub's.
+        try:
+            identity["sentencepiece"] = metadata.version("sentencepiece")
+        except metadata.PackageNotFoundError:
+            identity["sentencepiece"] = None
+        return identity
+
+
 class PresetTokenizerConfig(_Tokenizer):
     """``tokenizer: {name: preset, path: FOLDER}``: a local KerasHub preset's tokenizer; its id 0 must pad."""
 
@@ -127,6 +171,7 @@ TOKENIZERS: dict[str, type[Section]] = {
     "byte": ByteTokenizerConfig,
     "character": CharacterTokenizerConfig,
     "word_piece": WordPieceTokenizerConfig,
+    "sentence_piece": SentencePieceTokenizerConfig,
     "preset": PresetTokenizerConfig,
 }
 """Every ``data.tokenizer.name`` and its section."""
@@ -140,6 +185,7 @@ TokenizerConfig = Annotated[
     Annotated[ByteTokenizerConfig, Tag("byte")]
     | Annotated[CharacterTokenizerConfig, Tag("character")]
     | Annotated[WordPieceTokenizerConfig, Tag("word_piece")]
+    | Annotated[SentencePieceTokenizerConfig, Tag("sentence_piece")]
     | Annotated[PresetTokenizerConfig, Tag("preset")]
     | Annotated[UnknownTokenizerConfig, Tag("unknown")],
     by_name(TOKENIZERS),

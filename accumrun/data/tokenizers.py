@@ -1,5 +1,6 @@
 """Tokenizers: text to int32 token ids and back, on the host (NumPy) and as TensorFlow ops (so an exported SavedModel
-takes strings), with the same ids; id 0 pads. ``word_piece`` and ``preset`` need KerasHub (the ``text`` extra).
+takes strings), with the same ids; id 0 pads. ``word_piece``, ``sentence_piece`` and ``preset`` need the ``text``
+extra (KerasHub, tensorflow-text, sentencepiece).
 TensorFlow is imported only inside :meth:`Tokenizer.encode_tensor`, so the sources that tokenize stay free of it.
 """
 
@@ -14,7 +15,13 @@ import numpy as np
 
 from accumrun.core.tokens import PADDING_ID
 from accumrun.data.section import DataSection
-from accumrun.data.tokenizer_sections import PresetTokenizerConfig, TokenizerConfig, WordPieceTokenizerConfig
+from accumrun.data.sentence_piece import import_sentencepiece, import_tensorflow_text
+from accumrun.data.tokenizer_sections import (
+    PresetTokenizerConfig,
+    SentencePieceTokenizerConfig,
+    TokenizerConfig,
+    WordPieceTokenizerConfig,
+)
 from accumrun.errors import ConfigError
 from accumrun.lookup import import_keras_hub
 
@@ -30,6 +37,9 @@ class Tokenizer(ABC):
     line_local: bool = True
     """Whether no token spans a line break, so a text's ids are its lines' ids concatenated (how a corpus too big for
     memory is tokenized: :mod:`accumrun.data.corpus`)."""
+    loader_imports: tuple[str, ...] = ()
+    """The modules a process must import before it loads a SavedModel that holds :meth:`encode_tensor`'s ops (those
+    that TensorFlow itself lacks)."""
 
     def encode(self, texts: Iterable[str], length: int) -> np.ndarray:
         """``texts`` as an int32 array ``[len(texts), length]``, each row cut or padded with 0."""
@@ -112,6 +122,10 @@ class KerasHubTokenizer(Tokenizer):
     """A KerasHub tokenizer (WordPiece, or a preset's), TensorFlow ops already (tensorflow-text), so the host and
     the graph encode alike. Its id 0 must pad: else a ConfigError under ``key`` names ``source`` (or the token)."""
 
+    # tensorflow-text's ops (RegexSplitWithOffsets, NormalizeUTF8, SentencepieceOp, ...) are registered by importing
+    # it. TensorFlow's own ops have no Unicode normalization and no SentencePiece segmentation to stand in for them.
+    loader_imports = ("tensorflow_text",)
+
     def __init__(self, tokenizer: Any, line_local: bool, key: str, source: str | None) -> None:
         first = tokenizer.id_to_token(PADDING_ID)
         if first not in ("[PAD]", "<pad>", "<PAD>", getattr(tokenizer, "pad_token", None)):
@@ -135,6 +149,35 @@ class KerasHubTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         text = self._tokenizer.detokenize(self._checked(ids).astype(np.int32))
         return str(np.asarray(text).item().decode("utf-8") if hasattr(text, "numpy") else text)
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A learned SentencePiece model (:mod:`accumrun.data.sentence_piece`): the ``sentencepiece`` package on the
+    host, tensorflow-text's op in a graph, with the same ids; decoding gives the text back byte for byte. The line
+    break is a piece that no other contains, so a text's ids are its lines' ids (``line_local``)."""
+
+    loader_imports = ("tensorflow_text",)
+
+    def __init__(self, model: bytes) -> None:
+        self._model = model
+        self._pieces = import_sentencepiece().SentencePieceProcessor(model_proto=model)
+        self.vocabulary_size = int(self._pieces.get_piece_size())
+
+    def ids(self, text: str) -> np.ndarray:
+        return np.asarray(self._pieces.encode(text), np.int32).reshape(-1)
+
+    def encode_tensor(self, texts: tf.Tensor, length: int) -> tf.Tensor:
+        import tensorflow as tf
+
+        # Made at each call, in the caller's graph, never kept: tensorflow-text's model belongs to the kernel that
+        # reads it, and TensorFlow drops its eager kernels whenever a seed is set (keras.utils.set_random_seed), so
+        # an input pipeline given a model read eagerly once would later find it gone.
+        ids = import_tensorflow_text().SentencepieceTokenizer(model=self._model).tokenize(texts)
+        return tf.cast(ids[:, :length], tf.int32).to_tensor(default_value=PADDING_ID, shape=[None, length])
+
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+        # Bytes cut mid-character (a generation that stopped there) decode as U+FFFD, one per byte.
+        return str(self._pieces.decode(self._checked(ids).tolist()))
 
 
 def tokenizer_for(config: TokenizerConfig) -> Tokenizer:
@@ -167,6 +210,13 @@ def _word_piece(config: WordPieceTokenizerConfig) -> Tokenizer:
     return KerasHubTokenizer(tokenizer, True, key, None if config.learned else source)
 
 
+def _sentence_piece(config: SentencePieceTokenizerConfig) -> Tokenizer:
+    """The SentencePiece model that accumrun.data.vocabulary settled (learned, or the run's)."""
+    if config.model is None:
+        raise ValueError("a learned SentencePiece model is read only after accumrun.data.vocabulary settles it")
+    return SentencePieceTokenizer(config.model)
+
+
 def _preset(config: PresetTokenizerConfig) -> Tokenizer:
     """The tokenizer of a KerasHub preset folder."""
     key, source = "data.tokenizer.path", Path(config.path)
@@ -186,6 +236,7 @@ _TOKENIZERS: dict[str, Callable[[Any], Tokenizer]] = {
     "byte": lambda config: ByteTokenizer(),
     "character": lambda config: CharacterTokenizer(config.vocabulary_size),
     "word_piece": _word_piece,
+    "sentence_piece": _sentence_piece,
     "preset": _preset,
 }
 """The tokenizer of each ``data.tokenizer.name`` (the schema refuses any other), from its section."""

@@ -1,9 +1,10 @@
-"""A learned WordPiece vocabulary (``data.tokenizer: {name: word_piece, vocabulary_size: N}``): learned from the
-training split's texts when a run starts (those the validation hold-out keeps, by the rule that
-:func:`accumrun.data.dataset.load_dataset` splits by), saved in the run folder as ``tokenizer/vocabulary.txt``, and
-read back from there by a resumed run and by ``evaluate``, ``predict``, ``export`` and ``generate``, so all tokenize
-as training did. A ``text_corpus`` is cut into windows only once there is a vocabulary, so it learns from all of
-``data.path``'s files (only a ``data.validation_path`` keeps validation text out).
+"""A learned vocabulary (``data.tokenizer: {name: word_piece, vocabulary_size: N}``) or SentencePiece model
+(``{name: sentence_piece, vocabulary_size: N}``): learned from the training split's texts when a run starts (those the
+validation hold-out keeps, by the rule that :func:`accumrun.data.dataset.load_dataset` splits by), saved in the run
+folder as ``tokenizer/vocabulary.txt`` or ``tokenizer/sentence_piece.model``, and read back from there by a resumed
+run and by ``evaluate``, ``predict``, ``export`` and ``generate``, so all tokenize as training did. A ``text_corpus``
+is cut into windows only once there is a vocabulary, so it learns from all of ``data.path``'s files (only a
+``data.validation_path`` keeps validation text out).
 """
 
 from __future__ import annotations
@@ -14,33 +15,97 @@ from typing import Any
 
 from accumrun.data.corpus import read_text
 from accumrun.data.section import DataSection
+from accumrun.data.sentence_piece import learn_sentence_piece, sentence_piece_size
 from accumrun.data.splits import hold_out
 from accumrun.data.tables import read_records, read_texts
 from accumrun.data.text import corpus_files, folder_files
-from accumrun.data.tokenizer_sections import WordPieceTokenizerConfig
+from accumrun.data.tokenizer_sections import SentencePieceTokenizerConfig, WordPieceTokenizerConfig
 from accumrun.errors import ConfigError
 from accumrun.lookup import import_keras_hub
-from accumrun.rundir.layout import VOCABULARY_FILE, read_vocabulary
+from accumrun.rundir.layout import (
+    SENTENCE_PIECE_FILE,
+    VOCABULARY_FILE,
+    read_sentence_piece,
+    read_vocabulary,
+    write_sentence_piece,
+    write_vocabulary,
+)
+
+Learned = WordPieceTokenizerConfig | SentencePieceTokenizerConfig
+"""A ``data.tokenizer`` section that learns from the training texts."""
 
 
 def settle_vocabulary(data: DataSection, seed: int, run_dir: Path | None) -> DataSection:
-    """``data`` with a learned vocabulary's tokens settled: read from ``run_dir``'s ``tokenizer/vocabulary.txt``
-    (a resumed or finished run), or, with ``run_dir`` None (a new run), learned from the training texts. Any other
-    ``data`` comes back as it is. A ``run_dir`` without one is a ConfigError."""
+    """``data`` with a learned tokenizer settled: read from ``run_dir``'s ``tokenizer/`` (a resumed or finished run),
+    or, with ``run_dir`` None (a new run), learned from the training texts. Any other ``data`` comes back as it is.
+    A ``run_dir`` without the file is a ConfigError."""
     config = learned_tokenizer(data)
     if config is None:
         return data
-    tokens = learn_vocabulary(training_texts(data, seed), config) if run_dir is None else read_vocabulary(run_dir)
-    if tokens is None:
-        what = f"has no {VOCABULARY_FILE.as_posix()}, the vocabulary that its data.tokenizer learned"
+    if run_dir is None:
+        return data.model_copy(update={"tokenizer": _learn(config, training_texts(data, seed))})
+    settled = _read(config, run_dir)
+    if settled is None:
+        path, noun = _saved_file(config)
+        what = f"has no {path.as_posix()}, the {noun} that its data.tokenizer learned"
         raise ConfigError("RUN_DIR", what, str(run_dir))
-    return data.model_copy(update={"tokenizer": config.with_tokens(tokens)})
+    return data.model_copy(update={"tokenizer": settled})
 
 
-def learned_tokenizer(data: DataSection) -> WordPieceTokenizerConfig | None:
-    """``data.tokenizer`` where it learns its vocabulary (``vocabulary_size``), else None."""
+def learned_tokenizer(data: DataSection) -> Learned | None:
+    """``data.tokenizer`` where it learns from the training texts (``vocabulary_size``), else None."""
     tokenizer = getattr(data, "tokenizer", None)
-    return tokenizer if isinstance(tokenizer, WordPieceTokenizerConfig) and tokenizer.learned else None
+    learns = isinstance(tokenizer, WordPieceTokenizerConfig | SentencePieceTokenizerConfig) and tokenizer.learned
+    return tokenizer if learns else None
+
+
+def save_learned(run_dir: Path, data: DataSection) -> None:
+    """Write what ``data.tokenizer`` learned (settled) into ``run_dir``'s ``tokenizer/``; nothing for another."""
+    config = learned_tokenizer(data)
+    if isinstance(config, SentencePieceTokenizerConfig):
+        assert config.model is not None  # settle_vocabulary settles it before any data is read
+        write_sentence_piece(run_dir, config.model)
+    elif config is not None:
+        assert config.tokens is not None  # and its tokens likewise
+        write_vocabulary(run_dir, config.tokens)
+
+
+def learned_line(data: DataSection) -> str | None:
+    """The startup line of a settled learned tokenizer: its ids, the most it may have, and where the run keeps it."""
+    config = learned_tokenizer(data)
+    if isinstance(config, SentencePieceTokenizerConfig) and config.model is not None:
+        ids = sentence_piece_size(config.model)
+    elif isinstance(config, WordPieceTokenizerConfig) and config.tokens is not None:
+        ids = len(config.tokens)
+    else:
+        return None
+    return (
+        f"tokenizer {config.name}: {ids:,} ids learned from the training texts (at most {config.vocabulary_size:,}), "
+        f"kept in the run's {_saved_file(config)[0].as_posix()}"
+    )
+
+
+def _learn(config: Learned, texts: list[str]) -> Learned:
+    """``config`` with what it learns from ``texts``."""
+    if isinstance(config, SentencePieceTokenizerConfig):
+        return config.with_model(learn_sentence_piece(texts, config))
+    return config.with_tokens(learn_vocabulary(texts, config))
+
+
+def _read(config: Learned, run_dir: Path) -> Learned | None:
+    """``config`` with what the run in ``run_dir`` learned, or None when the run's file is missing."""
+    if isinstance(config, SentencePieceTokenizerConfig):
+        model = read_sentence_piece(run_dir)
+        return None if model is None else config.with_model(model)
+    tokens = read_vocabulary(run_dir)
+    return None if tokens is None else config.with_tokens(tokens)
+
+
+def _saved_file(config: Learned) -> tuple[Path, str]:
+    """Where a run keeps what ``config`` learned, and what to call it."""
+    if isinstance(config, SentencePieceTokenizerConfig):
+        return SENTENCE_PIECE_FILE, "model"
+    return VOCABULARY_FILE, "vocabulary"
 
 
 def training_texts(data: DataSection, seed: int) -> list[str]:

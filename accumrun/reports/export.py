@@ -29,12 +29,19 @@ class Exported:
     samples: tf.TensorSpec
     """The signature's input: ``samples``, or ``texts`` (tf.string ``[None]``) for a run on text."""
     outputs: list[str]
+    imports: tuple[str, ...] = ()
+    """The modules that a process must import before it loads the SavedModel: those registering the ops of the
+    tokenizer inside (TensorFlow itself has no such ops)."""
 
     def describe(self) -> str:
-        """``wrote runs/x/export/savedmodel: serving_default(samples uint8 [None, 8, 8, 1]) -> probabilities, ...``."""
+        """``wrote runs/x/export/savedmodel: serving_default(samples uint8 [None, 8, 8, 1]) -> probabilities, ...``,
+        and for a tokenizer of tensorflow-text's ops `` (load it after `import tensorflow_text`)``."""
         shape = ", ".join("None" if size is None else str(size) for size in self.samples.shape)
         signature = f"{self.samples.name} {self.samples.dtype.name} [{shape}]"
-        return f"wrote {self.path}: serving_default({signature}) -> " + ", ".join(self.outputs)
+        line = f"wrote {self.path}: serving_default({signature}) -> " + ", ".join(self.outputs)
+        if self.imports:
+            line += " (load it after " + " and ".join(f"`import {module}`" for module in self.imports) + ")"
+        return line
 
 
 def export_run(run_dir: Path, output: Path | None, *, overwrite: bool, which: ModelFile) -> Exported:
@@ -63,11 +70,13 @@ def export_run(run_dir: Path, output: Path | None, *, overwrite: bool, which: Mo
     archive = keras.export.ExportArchive()
     archive.track(model)
     text = run.text_input
+    imports: tuple[str, ...] = ()
     if text is None:
         spec = tf.TensorSpec((None, *model.input_shape[1:]), model.inputs[0].dtype, name="samples")
         archive.add_endpoint("serving_default", serve, input_signature=[spec])
     else:
         tokenizer, length = text
+        imports = tokenizer.loader_imports
         spec = tf.TensorSpec((None,), tf.string, name="texts")
         archive.add_endpoint(
             "serving_default", lambda texts: serve(tokenizer.encode_tensor(texts, length)), input_signature=[spec]
@@ -78,4 +87,4 @@ def export_run(run_dir: Path, output: Path | None, *, overwrite: bool, which: Mo
     outputs = {Task.REGRESSION: ["values"], Task.MULTI_LABEL: ["probabilities"]}.get(
         run.task, ["probabilities", "class_index", "class_name"]
     )
-    return Exported(target, spec, outputs)
+    return Exported(target, spec, outputs, imports)

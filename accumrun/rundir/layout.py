@@ -33,6 +33,8 @@ RUN_FILES = (
 )
 VOCABULARY_FILE = Path("tokenizer") / "vocabulary.txt"
 """A learned WordPiece vocabulary, in the run folder: one token per line, in id order."""
+SENTENCE_PIECE_FILE = Path("tokenizer") / "sentence_piece.model"
+"""A learned SentencePiece model, in the run folder: its serialized ``ModelProto``, as ``spm_train`` writes one."""
 # What accumrun evaluate adds to a finished run: eval-val.json, eval-best-test.json, ...
 _EVAL_FILE = re.compile(r"eval-(best-)?[a-z]+\.json")
 
@@ -119,6 +121,17 @@ def write_vocabulary(run_dir: Path, tokens: tuple[str, ...]) -> None:
     """``tokenizer/vocabulary.txt``: a learned vocabulary, one token per line (id order), for every later reader."""
     text = "".join(f"{token}\n" for token in tokens)
     write_atomically(run_dir / VOCABULARY_FILE, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+def write_sentence_piece(run_dir: Path, model: bytes) -> None:
+    """``tokenizer/sentence_piece.model``: a learned SentencePiece model, for every later reader."""
+    write_atomically(run_dir / SENTENCE_PIECE_FILE, lambda temporary: temporary.write_bytes(model))
+
+
+def read_sentence_piece(run_dir: Path) -> bytes | None:
+    """The run's ``tokenizer/sentence_piece.model``, or None when it has none."""
+    path = run_dir / SENTENCE_PIECE_FILE
+    return path.read_bytes() if path.is_file() else None
 
 
 def read_vocabulary(run_dir: Path) -> tuple[str, ...] | None:

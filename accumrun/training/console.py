@@ -13,9 +13,8 @@ from accumrun.config.schema import LbfgsConfig, Watched
 from accumrun.core.split import describe_plan, replica_sub_batch_sizes
 from accumrun.data.dataset import per_class
 from accumrun.data.section import DataSection
-from accumrun.data.vocabulary import learned_tokenizer
+from accumrun.data.vocabulary import learned_line
 from accumrun.kinds import CacheMode
-from accumrun.rundir.layout import VOCABULARY_FILE
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.hooks import BatchEnd, Hook
 from accumrun.training.setup import TrainingSetup
@@ -70,13 +69,8 @@ def _optimizer_line(setup: TrainingSetup) -> str:
 
 def _vocabulary_lines(setup: TrainingSetup) -> list[str]:
     """A learned vocabulary's size, against the most it may have, and where the run keeps it."""
-    learned = learned_tokenizer(setup.config.data)
-    if learned is None or learned.tokens is None:
-        return []
-    return [
-        f"tokenizer word_piece: {len(learned.tokens):,} ids learned from the training texts (at most "
-        f"{learned.vocabulary_size:,}), kept in the run's {VOCABULARY_FILE.as_posix()}"
-    ]
+    line = learned_line(setup.config.data)
+    return [] if line is None else [line]
 
 
 def _weights_lines(setup: TrainingSetup) -> list[str]:

@@ -11,10 +11,10 @@ import tensorflow as tf
 
 from accumrun.config.schema import Config
 from accumrun.data.dataset import Dataset
-from accumrun.data.vocabulary import learned_tokenizer
+from accumrun.data.vocabulary import save_learned
 from accumrun.errors import ConfigError
 from accumrun.rundir.atomic import write_text_atomically
-from accumrun.rundir.layout import prepare_run_dir, write_features, write_labels, write_vocabulary
+from accumrun.rundir.layout import prepare_run_dir, write_features, write_labels
 from accumrun.rundir.metrics import EpochRow, keep_metrics, metrics_before
 from accumrun.rundir.status import AutoNote, BatchNormNote, RunStatus
 from accumrun.training.checkpoints import CheckpointStore, Position, State
@@ -72,12 +72,9 @@ class Run:
         return position, rows
 
     def write_files(self, config: Config, dataset: Dataset) -> None:
-        """``config.yaml`` (resolved), and where there are any, the labels, features and learned vocabulary."""
+        """``config.yaml`` (resolved), and where there are any, the labels, features and what the tokenizer learned."""
         write_text_atomically(self.folder / "config.yaml", config.to_yaml())
-        learned = learned_tokenizer(config.data)
-        if learned is not None:
-            assert learned.tokens is not None  # build_training settles them
-            write_vocabulary(self.folder, learned.tokens)
+        save_learned(self.folder, config.data)
         if dataset.labels is not None:
             write_labels(self.folder, dataset.labels)
         if dataset.features is not None:
