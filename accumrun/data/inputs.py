@@ -14,7 +14,7 @@ import numpy as np
 
 from accumrun.data.files import IMAGE_EXTENSIONS, ImageFiles, TextFiles
 from accumrun.data.splits import ArraySplit, Split
-from accumrun.data.tables import CsvConfig, JsonlConfig, read_column, read_features, read_table_texts
+from accumrun.data.tables import CsvConfig, JsonlConfig, read_column, read_features
 from accumrun.data.text import read_text
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
@@ -75,7 +75,7 @@ def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -
         if not path.exists():
             raise DataError(given, "no such file or folder")
         if kind.text_table is not None and path.is_file() and path.suffix.lower() == kind.table_suffix:
-            texts, ids = read_table_texts(path, kind.text_table)
+            texts, ids = kind.text_table.texts_of(path)
             groups.append(_rows(given, _encoded(texts, kind), prefix, ids))
             continue
         if kind.tokenizer is not None and (path.is_dir() or path.suffix.lower() == ".txt"):

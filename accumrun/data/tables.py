@@ -82,6 +82,12 @@ class CsvConfig(SampleWeights, FileSourceConfig):
         self.cache = self.cache or CacheMode.NONE
         return self
 
+    def texts_of(self, path: Path) -> tuple[list[str], list[str] | None]:
+        """The texts of a CSV laid out as this run's (its ``text`` column; the label not needed) and each row's
+        ``id`` where the run has one and the file has that column: what ``predict`` reads from such a file."""
+        assert self.text is not None  # a table of numbers is read by its features
+        return read_texts(path, str(path), self.text), read_column(path, self.id) if self.id is not None else None
+
     @property
     def label_columns(self) -> list[str]:
         """``label`` as a list of columns."""
@@ -105,6 +111,15 @@ class JsonlConfig(TextSourceConfig):
     """A key that names each object; ``predict`` on a JSON Lines file writes it as the ``input`` column."""
     cache: Annotated[CacheMode, words(CacheMode), none_or_memory("jsonl", "lines")] = CacheMode.NONE
     """``none`` streams each line's text from the file; ``memory`` tokenizes at load (``bucket`` needs it)."""
+
+    def texts_of(self, path: Path) -> tuple[list[str], list[str] | None]:
+        """The texts of a JSON Lines file laid out as this run's (its ``text`` key; the label not needed) and each
+        object's ``id`` where the run has one and every object that key: what ``predict`` reads from such a file."""
+        objects = list(_objects(path, str(path)))
+        texts = [_text(record, self.text, where) for where, record, _ in objects]
+        if self.id is None or any(self.id not in record for _, record, _ in objects):
+            return texts, None
+        return texts, [str(record[self.id]) for _, record, _ in objects]
 
 
 def load_csv(config: CsvConfig, seed: int) -> Splits:
@@ -371,20 +386,6 @@ def read_records(
         labels.append(_label(record, config.label, where))
         spans.append(span)
     return texts, labels, np.array(spans, np.int64).reshape(-1, 2)
-
-
-def read_table_texts(path: Path, data: CsvConfig | JsonlConfig) -> tuple[list[str], list[str] | None]:
-    """The texts of a file laid out as the run's text table (``data.text``'s column or key, the label not needed),
-    and each row's ``data.id`` where the run has one and the file has it for every row (else None, as a table of
-    numbers without it is named by row): what ``predict`` reads from such a file."""
-    if isinstance(data, CsvConfig):
-        assert data.text is not None  # a CSV run without a text column takes numbers
-        return read_texts(path, str(path), data.text), read_column(path, data.id) if data.id is not None else None
-    objects = list(_objects(path, str(path)))
-    texts = [_text(record, data.text, where) for where, record, _ in objects]
-    if data.id is None or any(data.id not in record for _, record, _ in objects):
-        return texts, None
-    return texts, [str(record[data.id]) for _, record, _ in objects]
 
 
 def _objects(path: Path, key: str) -> Iterator[tuple[str, dict[str, Any], tuple[int, int]]]:
