@@ -284,7 +284,9 @@ def test_a_run_saves_its_vocabulary_and_every_later_reader_uses_it(
     labels = ["negative", "positive"]
     predicted = np.array([[row[f"top{i}_prob"] for i in (1, 2)] for row in rows])
     order = np.array([[labels.index(row[f"top{i}_class"]) for i in (1, 2)] for row in rows])
-    serve = tf.saved_model.load(str(export(run).path)).signatures["serving_default"]
+    exported = export(run)
+    assert exported.describe().endswith("class_name (load it after `import tensorflow_text`)")
+    serve = tf.saved_model.load(str(exported.path)).signatures["serving_default"]
     served = serve(texts=tf.constant(texts))["probabilities"].numpy()
     np.testing.assert_allclose(np.take_along_axis(served, order, axis=1), predicted, atol=1e-5)
 
