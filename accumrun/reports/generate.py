@@ -63,6 +63,12 @@ def generate_text(
         ArgumentError: the prompt is empty, or ``max_tokens`` or ``temperature`` is negative.
         ConfigError: also when the prompt holds no token, or the run has no tokenizer to read and write text with.
     """
+    # Wrong whatever the run, so found before the run is read: bad arguments (a usage error on the command line).
+    if not prompt:
+        raise ArgumentError("prompt", "give the model some text to continue")
+    for key, value in (("max_tokens", max_tokens), ("temperature", temperature)):
+        if value < 0:
+            raise ArgumentError(key, "must be >= 0", value)
     run = FinishedRun(run_dir)
     if run.task is not Task.CAUSAL_LM:
         raise ConfigError(
@@ -71,12 +77,6 @@ def generate_text(
             f"task is {run.task.value}: use accumrun predict",
             str(run_dir),
         )
-    # Wrong whatever the run: bad arguments (a usage error on the command line), as click's ranges find the others.
-    if not prompt:
-        raise ArgumentError("prompt", "give the model some text to continue")
-    for key, value in (("max_tokens", max_tokens), ("temperature", temperature)):
-        if value < 0:
-            raise ArgumentError(key, "must be >= 0", value)
     text = run.text_input
     if text is None:  # a token file's run decodes only with data.tokenizer
         raise ConfigError(
