@@ -26,8 +26,8 @@ import tensorflow as tf
 from accumrun.errors import ArgumentError, ConfigError
 from accumrun.kinds import ModelFile, Task
 from accumrun.reports.finished import FinishedRun
-from accumrun.reports.hub_cache import CachedHubModel, cached_hub_model
-from accumrun.reports.kv_cache import CachedTransformer, cached_transformer
+from accumrun.reports.hub_cache import cached_hub_model
+from accumrun.reports.kv_cache import CachedDecoding, cached_transformer
 from accumrun.reports.picking import pick
 from accumrun.reports.text_stream import TextStream
 
@@ -119,7 +119,7 @@ def next_tokens(
     causal backbones), then from the whole window, sliding. Only the window is kept, so a long generation takes no
     more memory than a short one."""
     window: deque[int] = deque(prompt_ids[-length:], maxlen=length)
-    cached: CachedTransformer | CachedHubModel | None = None
+    cached: CachedDecoding | None = None
     if cache and len(prompt_ids) < length:
         cached = cached_transformer(model) or cached_hub_model(model, length)
     made = 0
@@ -127,19 +127,17 @@ def next_tokens(
         for token in _cached_tokens(cached, window, temperature, seed):
             made += 1
             yield token
-    logits_of = _whole_window(model, length)
+    logits_of = _whole_window(model, length, temperature)
     # A draw depends on the token's place in the text, so the cached tokens and these draw alike.
     for index in itertools.count(len(prompt_ids) + made):
         ids = np.zeros((1, length), np.int32)
         ids[0, : len(window)] = window
-        token = int(logits_of(tf.constant(ids), len(window), temperature, seed, index))
+        token = int(logits_of(tf.constant(ids), len(window), seed, index))
         window.append(token)
         yield token
 
 
-def _cached_tokens(
-    cached: CachedTransformer | CachedHubModel, window: deque[int], temperature: float, seed: int
-) -> Iterator[int]:
+def _cached_tokens(cached: CachedDecoding, window: deque[int], temperature: float, seed: int) -> Iterator[int]:
     """The tokens after ``window`` (the prompt) up to a full window, several per call: as many as take about
     :data:`_SECONDS_PER_CALL`, so that the text still comes as it is made."""
     length = cached.length
@@ -155,15 +153,13 @@ def _cached_tokens(
             window.append(int(token))
             yield int(token)
         fed, known = known + count - 1, known + count
-        count = max(1, min(4 * count, int(_SECONDS_PER_CALL * count / max(seconds, 1e-6))))
+        count = max(1, min(8 * count, int(_SECONDS_PER_CALL * count / max(seconds, 1e-6))))
 
 
-def _whole_window(model: keras.Model, length: int) -> Callable[..., tf.Tensor]:
+def _whole_window(model: keras.Model, length: int, temperature: float) -> Callable[..., tf.Tensor]:
     """The next token after the first ``real`` of a window of ``length`` ids, from the whole model."""
 
-    def next_token(
-        ids: tf.Tensor, real: tf.Tensor, temperature: tf.Tensor, seed: tf.Tensor, index: tf.Tensor
-    ) -> tf.Tensor:
+    def next_token(ids: tf.Tensor, real: tf.Tensor, seed: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
         return pick(model(ids, training=False)[0, real - 1], temperature, seed, index)
 
     # One shape, one trace: every step runs a window of `length` tokens, padded after the real ones.
@@ -172,4 +168,4 @@ def _whole_window(model: keras.Model, length: int) -> Callable[..., tf.Tensor]:
         tf.TensorSpec([], tf.int32),
         tf.TensorSpec([], tf.int64),
     )
-    return tf.function(next_token, input_signature=[window, real, tf.TensorSpec([], tf.float32), number, number])
+    return tf.function(next_token, input_signature=[window, real, number, number])

@@ -13,41 +13,25 @@ import sys
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
+from accumrun.reports.kv_cache import CachedDecoding
 from accumrun.reports.picking import pick
 
 
-class CachedHubModel:
-    """The interface of :class:`accumrun.reports.kv_cache.CachedTransformer`, over a KerasHub ``CausalLM``'s
-    ``call_with_cache``."""
+class CachedHubModel(CachedDecoding):
+    """Cached decoding over a KerasHub ``CausalLM``'s ``call_with_cache``."""
 
     def __init__(self, task: Any, head: keras.layers.Layer, length: int) -> None:
-        self.length = length
+        super().__init__(length)
         self._task = task
         self._head = head
         # The cache's shape and dtype are the task's own; positions not fed yet are never attended.
         empty = task._build_cache(tf.zeros((1, length), tf.int32))[1]
         self._cache = tf.Variable(tf.zeros_like(empty), trainable=False)
-        scalar = tf.TensorSpec([], tf.int32)
-        signature = [tf.TensorSpec([length], tf.int32), scalar, scalar, scalar, tf.TensorSpec([], tf.float32)]
-        self._extend = tf.function(self._extended, input_signature=[*signature, tf.TensorSpec([], tf.int64)])
-
-    def extend(self, ids: np.ndarray, fed: int, known: int, count: int, temperature: float, seed: int) -> np.ndarray:
-        """As :meth:`accumrun.reports.kv_cache.CachedTransformer.extend`."""
-        if not 0 <= fed < known or known + count > self.length:
-            raise ValueError(f"cannot feed {fed}..{known + count - 2} of a window of {self.length}")
-        return np.asarray(self._extend(tf.constant(ids, tf.int32), fed, known, count, temperature, seed))
 
     def _extended(
-        self,
-        ids: tf.Tensor,
-        fed: tf.Tensor,
-        known: tf.Tensor,
-        count: tf.Tensor,
-        temperature: tf.Tensor,
-        seed: tf.Tensor,
+        self, ids: tf.Tensor, fed: tf.Tensor, known: tf.Tensor, count: tf.Tensor, seed: tf.Tensor, *, temperature: float
     ) -> tf.Tensor:
         def feed(position: tf.Tensor, ids: tf.Tensor, cache: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             _, hidden, cache = self._task.call_with_cache(ids[None, position, None], cache, position)

@@ -15,6 +15,9 @@ The caller then runs the whole model on the sliding window (:func:`accumrun.repo
 
 from __future__ import annotations
 
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -26,13 +29,41 @@ from accumrun.reports.picking import pick
 _BLOCK_LAYERS = ("attention_norm", "attention", "feed_forward_norm", "feed_forward", "feed_forward_out")
 
 
-class CachedTransformer:
+class CachedDecoding(ABC):
     """Feeds a window's tokens one position at a time over the keys and values of the positions before them, and
     picks the tokens after them, several per compiled call (one call per token would cost more in TensorFlow's
-    dispatch than the position's work)."""
+    dispatch than the position's work). One compiled loop per temperature: a greedy one draws no noise."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self._loops: dict[float, Callable[..., tf.Tensor]] = {}
+
+    def extend(self, ids: np.ndarray, fed: int, known: int, count: int, temperature: float, seed: int) -> np.ndarray:
+        """``ids`` (a window of ``length``) with ``count`` more tokens picked after its first ``known``: positions
+        ``fed`` to the last but one are fed (those before ``fed`` are in the cache from earlier calls; ``fed`` 0
+        starts a new text), and each new token is picked from the logits of the position before it (see
+        :func:`accumrun.reports.picking.pick`; its index in the text is its position)."""
+        if not 0 <= fed < known or known + count > self.length:
+            raise ValueError(f"cannot feed {fed}..{known + count - 2} of a window of {self.length}")
+        if temperature not in self._loops:
+            scalar = tf.TensorSpec([], tf.int32)
+            signature = [tf.TensorSpec([self.length], tf.int32), scalar, scalar, scalar, tf.TensorSpec([], tf.int64)]
+            loop = functools.partial(self._extended, temperature=temperature)
+            self._loops[temperature] = tf.function(loop, input_signature=signature)
+        return np.asarray(self._loops[temperature](tf.constant(ids, tf.int32), fed, known, count, seed))
+
+    @abstractmethod
+    def _extended(
+        self, ids: tf.Tensor, fed: tf.Tensor, known: tf.Tensor, count: tf.Tensor, seed: tf.Tensor, *, temperature: float
+    ) -> tf.Tensor:
+        """The compiled loop of :meth:`extend`."""
+
+
+class CachedTransformer(CachedDecoding):
+    """The built-in transformer's cached decoding, from its own layers."""
 
     def __init__(self, model: keras.Model, blocks: int) -> None:
-        self.length = int(model.get_layer("position_embedding").input_dim)
+        super().__init__(int(model.get_layer("position_embedding").input_dim))
         self._token_embedding = model.get_layer("token_embedding")
         self._position_embedding = model.get_layer("position_embedding")
         self._blocks = [{kind: model.get_layer(f"{kind}_{index}") for kind in _BLOCK_LAYERS} for index in range(blocks)]
@@ -43,28 +74,9 @@ class CachedTransformer:
         # Variables, not tensors passed in and out: a step writes one position in place.
         self._keys = [tf.Variable(tf.zeros(shape, attention.compute_dtype), trainable=False) for _ in self._blocks]
         self._values = [tf.Variable(tf.zeros(shape, attention.compute_dtype), trainable=False) for _ in self._blocks]
-        scalar = tf.TensorSpec([], tf.int32)
-        signature = [tf.TensorSpec([self.length], tf.int32), scalar, scalar, scalar, tf.TensorSpec([], tf.float32)]
-        self._extend = tf.function(self._extended, input_signature=[*signature, tf.TensorSpec([], tf.int64)])
-
-    def extend(self, ids: np.ndarray, fed: int, known: int, count: int, temperature: float, seed: int) -> np.ndarray:
-        """``ids`` (a window of ``length``) with ``count`` more tokens picked after its first ``known``: positions
-        ``fed`` to the last but one are fed (those before ``fed`` are in the cache from earlier calls; ``fed`` 0
-        starts a new text), and each new token is picked from the logits of the position before it (see
-        :func:`accumrun.reports.picking.pick`; its index in the text is its position)."""
-        if not 0 <= fed < known or known + count > self.length:
-            raise ValueError(f"cannot feed {fed}..{known + count - 2} of a window of {self.length}")
-        made = self._extend(tf.constant(ids, tf.int32), fed, known, count, temperature, seed)
-        return np.asarray(made)
 
     def _extended(
-        self,
-        ids: tf.Tensor,
-        fed: tf.Tensor,
-        known: tf.Tensor,
-        count: tf.Tensor,
-        temperature: tf.Tensor,
-        seed: tf.Tensor,
+        self, ids: tf.Tensor, fed: tf.Tensor, known: tf.Tensor, count: tf.Tensor, seed: tf.Tensor, *, temperature: float
     ) -> tf.Tensor:
         def feed(position: tf.Tensor, ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             logits = self._logits_at(ids[position], position)
