@@ -152,8 +152,10 @@ def _cached_tokens(cached: CachedDecoding, window: deque[int], temperature: floa
         for token in ids[known : known + count]:
             window.append(int(token))
             yield int(token)
+        # The first call (fed 0) traces the loop, so its seconds say nothing of the next call's: the count just grows.
+        paced = int(_SECONDS_PER_CALL * count / max(seconds, 1e-6)) if fed else 8 * count
         fed, known = known + count - 1, known + count
-        count = max(1, min(8 * count, int(_SECONDS_PER_CALL * count / max(seconds, 1e-6))))
+        count = max(1, min(8 * count, paced))
 
 
 def _whole_window(model: keras.Model, length: int, temperature: float) -> Callable[..., tf.Tensor]:
