@@ -223,6 +223,8 @@ def test_boolean_keys_still_take_yes_no_on_off(tmp_path: Path, word: str, expect
     config = load_config(write(tmp_path, text))
     assert (config.data.shuffle, config.training.jit_compile, config.output.tensorboard) == (expected,) * 3
     assert load_config(write(tmp_path, ""), [f"data.shuffle={word}"]).data.shuffle is expected
+    if not expected:  # a key that takes false or a number
+        assert load_config(write(tmp_path, ""), [f"data.rescale={word}"]).data.rescale is False
 
 
 def test_a_word_that_names_no_boolean_is_refused_by_a_boolean_key(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from accumrun.errors import ConfigError
 from accumrun.kinds import CacheMode, ColorMode, Feed, Task
-from accumrun.sections import Flag, Section, words
+from accumrun.sections import Flag, Section, as_flag, words
 
 if TYPE_CHECKING:
     from accumrun.data.tokenizer_sections import TokenizerConfig
@@ -58,7 +58,7 @@ class DataSection(Section):
     shuffle: Flag = True
     task: Annotated[Literal["auto"] | Task, words(Task, auto=True)] = "auto"
     """``auto`` reads it from the targets, and makes two classes binary when the model has one output unit."""
-    rescale: float | Literal["auto"] | Flag = "auto"
+    rescale: float | Literal["auto"] | bool = "auto"
     """A factor on the device: ``auto`` is 1/255 for uint8 images (1/16 for digits, none for floats), ``false`` none."""
     normalize: NormalizeConfig | None = None
     augment: list[AugmentConfig] = Field(default_factory=list)
@@ -76,6 +76,7 @@ class DataSection(Section):
     @field_validator("rescale", mode="before")
     @classmethod
     def _factor(cls, value: Any) -> Any:
+        value = as_flag(value)  # `rescale: no` is false, as for a boolean key
         if value is False or value == "auto":  # not `in`: 0 == False would let a factor of 0 through
             return value
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
