@@ -62,8 +62,8 @@ def checked_keywords(
 ) -> dict[str, Any]:
     """``keywords`` for ``function`` (a class: its ``__init__``), where a keyword whose default is a boolean reads
     yes/no/on/off as one (:func:`accumrun.sections.as_flag`). Refuse a keyword that ``function`` does not take, with
-    the closest one it does; a text where it expects a number; and a value of 0 or less for a keyword in
-    ``positive``.
+    the closest one it does; a text where it expects a number or a boolean; and a value of 0 or less for a keyword
+    in ``positive``.
 
     Raises:
         ConfigError: at ``path.<keyword>``.
@@ -80,6 +80,8 @@ def checked_keywords(
         default = parameters[key].default
         if isinstance(default, bool):
             value = as_flag(value)
+            if not isinstance(value, bool):  # Keras keeps any text, and a text is true
+                raise ConfigError(f"{path}.{key}", "must be true or false (or yes/no, on/off)", value)
         # Keras keeps a wrong-typed number as given, and it fails only later, inside the compiled step.
         numeric_default = isinstance(default, int | float) and not isinstance(default, bool)
         if numeric_default and (isinstance(value, bool) or not isinstance(value, int | float)):
@@ -88,6 +90,16 @@ def checked_keywords(
             raise ConfigError(f"{path}.{key}", "must be > 0 (Keras ignores it otherwise)", value)
         settled[key] = value
     return settled
+
+
+def with_flags_read(function: Callable[..., Any], keywords: dict[str, Any]) -> dict[str, Any]:
+    """``keywords`` for a function of the user's (which may take ``**kwargs``, so nothing is refused): a keyword it
+    declares with a boolean default reads yes/no/on/off as that boolean, as YAML 1.1 did."""
+    parameters = inspect.signature(function).parameters
+    return {
+        key: as_flag(value) if key in parameters and isinstance(parameters[key].default, bool) else value
+        for key, value in keywords.items()
+    }
 
 
 def import_function(reference: str, path: str) -> Callable[..., Any]:

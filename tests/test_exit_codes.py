@@ -30,6 +30,7 @@ ROWS = [
     ("train {config} --run-dir {file}", 2, "Invalid value for '--run-dir'"),
     ("train --resume {empty}", 2, "not a run folder (no run.json)"),
     ("train {config} --set training.epochs=0", 1, "training.epochs: "),
+    ("train {config} --set optimizer.amsgrad=maybe", 1, "optimizer.amsgrad: must be true or false"),
     ("train {config} --run-dir {occupied}", 1, "exists and is not empty"),
     ("check {config} --epochs 0", 2, "Invalid value for '--epochs'"),
     ("check {config} --batch-size fulll", 2, "Invalid value for '--batch-size'"),
@@ -84,7 +85,7 @@ ROWS = [
     ("make-example images {occupied}", 1, "already exists; choose another target or remove it"),
 ]
 
-FLAGS_ONLY = {"--help", "--memory", "--overwrite", "--no-tensorboard", "--quiet", "--no-subdivisions", "--lines"}
+FLAGS_ONLY = {"--help", "--memory", "--overwrite", "--no-tensorboard", "--quiet", "--no-subdivisions"}
 """Options that take no value, so that no value of theirs is wrong."""
 
 

@@ -110,8 +110,8 @@ CUSTOM_MODEL = """
 
     received = {}
 
-    def tiny(input_shape, classes, width=2, activation="relu"):
-        received.update(input_shape=input_shape, classes=classes, width=width, activation=activation)
+    def tiny(input_shape, classes, width=2, activation="relu", bias=True):
+        received.update(input_shape=input_shape, classes=classes, width=width, activation=activation, bias=bias)
         inputs = keras.Input(shape=input_shape)
         x = keras.layers.Flatten()(inputs)
         x = keras.layers.Dense(width, activation=activation)(x)
@@ -127,14 +127,15 @@ def test_custom_model_gets_input_shape_classes_and_extra_keywords(
 ) -> None:
     write_module(user_dir / "accumrun_test_user_models.py", CUSTOM_MODEL, monkeypatch, "accumrun_test_user_models")
     config = CustomModelConfig.model_validate(
-        {"name": "accumrun_test_user_models:tiny", "width": 7, "activation": "tanh"}
+        # `no` is text in the config (YAML 1.2); a keyword whose default is a boolean reads it as false.
+        {"name": "accumrun_test_user_models:tiny", "width": 7, "activation": "tanh", "bias": "no"}
     )
     model = build_model(config, (3, 2), 4)
     assert model.name == "tiny"
     assert model.output_shape == (None, 4)
     assert model.count_params() == (6 * 7 + 7) + (7 * 4 + 4)
     received = sys.modules["accumrun_test_user_models"].received
-    assert received == {"input_shape": (3, 2), "classes": 4, "width": 7, "activation": "tanh"}
+    assert received == {"input_shape": (3, 2), "classes": 4, "width": 7, "activation": "tanh", "bias": False}
 
 
 def test_custom_model_in_a_package(user_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,6 +236,13 @@ def test_a_keras_keyword_whose_default_is_a_boolean_reads_yes_no_on_off(word: st
     # The config is YAML 1.2, so `nesterov: no` arrives as text, which Keras would keep as a true value.
     assert optimizer(name="sgd", momentum=0.9, nesterov=word).nesterov is expected
     assert optimizer(name="adam", amsgrad=word).amsgrad is expected
+
+
+@pytest.mark.parametrize("word", ["maybe", "false", 1])
+def test_a_keras_keyword_whose_default_is_a_boolean_refuses_anything_else(word: object) -> None:
+    # Keras keeps any value as given, and the text "false" is true.
+    with pytest.raises(ConfigError, match=r"^optimizer\.nesterov: must be true or false \(or yes/no, on/off\)"):
+        optimizer(name="sgd", momentum=0.9, nesterov=word)
 
 
 def test_adamw_takes_weight_decay() -> None:

@@ -100,34 +100,35 @@ def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
     """The windows of the ``.txt`` files that ``data.path`` (and ``data.validation_path``) names, in sorted order;
     no file, a bad file, or no file of two tokens (the least a window with a target needs) is a DataError."""
     tokenizer = tokenizer_for(config.tokenizer)
+    length, stride = config.sequence_length, config.stride or config.sequence_length
 
-    def windows(path: str, key: str) -> ArraySplit | CorpusWindows:
-        length, stride = config.sequence_length, config.stride or config.sequence_length
+    def windows(path: str, key: str) -> tuple[ArraySplit | CorpusWindows, int]:
+        """The windows of ``path``'s files, and how many tokens those hold."""
         files = corpus_files(path, key)
         split: ArraySplit | CorpusWindows
         if config.cache is CacheMode.DISK:
             tokens = token_file(files, key, tokenizer, config.tokenizer, config.cache_dir)
-            ends = tokens.ends
-            split = CorpusWindows.over(str(tokens.path), ends, length, stride)
+            split = CorpusWindows.over(str(tokens.path), tokens.ends, length, stride)
+            count = int(tokens.ends[-1])
         else:
             ids = [tokenizer.ids(read_text(file, key)) for file in files]
             ends = np.cumsum([len(text) for text in ids])
             split = CorpusWindows.over("", ends, length, stride).as_arrays(np.concatenate(ids))
+            count = int(ends[-1])
         if not split.size:
             raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)
-        if int(ends[-1]) < length + 1:
-            # One short window: the model would be sized for positions no text reaches, and a split would hold out
-            # a fraction of a single sample.
-            raise DataError(
-                key,
-                f"the text is shorter than one window: {int(ends[-1]):,} tokens, and a window takes "
-                f"data.sequence_length + 1 = {length + 1:,} (its tokens and the next one)",
-                path,
-            )
-        return split
+        return split, count
 
-    train = windows(config.path, "data.path")
-    test = windows(config.validation_path, "data.validation_path") if config.validation_path else None
+    train, count = windows(config.path, "data.path")
+    fraction = 0.0 if config.validation_path else config.validation_split
+    if isinstance(fraction, float) and fraction and not round(train.size * fraction) and count < length + 1:
+        # The split would hold out no window of a text this short; the window is what to name, not the split.
+        what = (
+            f"the text is shorter than one window: {count:,} tokens, and a window takes data.sequence_length + 1 = "
+            f"{length + 1:,} (its tokens and the next one)"
+        )
+        raise DataError("data.path", what, config.path)
+    test = windows(config.validation_path, "data.validation_path")[0] if config.validation_path else None
     return Splits(train, test, vocabulary_size=tokenizer.vocabulary_size, task=Task.CAUSAL_LM)
 
 

@@ -19,7 +19,7 @@ from accumrun.config.schema import (
     TransformerConfig,
 )
 from accumrun.errors import ConfigError, DataError
-from accumrun.lookup import checked_keywords, find, import_function, normalized
+from accumrun.lookup import checked_keywords, find, import_function, normalized, with_flags_read
 from accumrun.models.hub import keras_hub_model
 from accumrun.models.transformer import transformer
 
@@ -128,7 +128,9 @@ def mlp(
 def _custom_model(config: CustomModelConfig, sample_shape: tuple[int, ...], outputs: int) -> keras.Model:
     function = import_function(config.name, "model.name")
     try:
-        model = function(input_shape=sample_shape, classes=outputs, **(config.model_extra or {}))
+        model = function(
+            input_shape=sample_shape, classes=outputs, **with_flags_read(function, config.model_extra or {})
+        )
     except TypeError as error:
         raise ConfigError("model", f"{config.name} rejected its arguments: {error}") from None
     if not isinstance(model, keras.Model):

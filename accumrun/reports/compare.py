@@ -167,12 +167,12 @@ def compared_curves(folder: Path) -> dict[str, list[dict[str, Any]]]:
     variant's rows are read from its run folder's ``metrics.jsonl``, so a variant resumed since is drawn whole."""
     try:
         listed = json.loads((folder / "compare.json").read_text())["variants"]
-    except (OSError, ValueError, KeyError) as error:
+        # Variants are the comparison folder's children; compare.json's path may be relative to another folder.
+        variants = [Variant(entry["value"], folder / Path(entry["run_dir"]).name, entry["key"]) for entry in listed]
+    except (OSError, ValueError, KeyError, TypeError) as error:
         raise DataError(str(folder / "compare.json"), f"cannot be read as a comparison: {error}") from None
     curves = {}
-    for entry in listed:
-        # Variants are the comparison folder's children; compare.json's path may be relative to another folder.
-        variant = Variant(entry["value"], folder / Path(entry["run_dir"]).name, entry["key"])
+    for variant in variants:
         if (variant.run_dir / "metrics.jsonl").is_file():
             curves[variant.name] = load_metrics(variant.run_dir)
     if not curves:

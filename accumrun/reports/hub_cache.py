@@ -1,6 +1,6 @@
 """Cached decoding for a KerasHub backbone's language model (:mod:`accumrun.models.hub`), with KerasHub's own cache.
 
-KerasHub gives each causal backbone a ``CausalLM`` task whose ``call_with_cache(token_ids, cache, index)`` runs
+KerasHub gives most causal backbones a ``CausalLM`` task whose ``call_with_cache(token_ids, cache, index)`` runs
 the tokens at ``index`` over the cached keys and values of the positions before it and returns its hidden states
 (the backbone's output) with the cache updated. The task is built around the loaded backbone (the same layers and
 weights), and accumrun's head turns the hidden state into the next token's logits, as the whole model does.
@@ -62,7 +62,12 @@ def cached_hub_model(model: keras.Model, length: int) -> CachedHubModel | None:
     task_class = _causal_task(keras_hub, type(backbone))
     if task_class is None:
         return None
-    return CachedHubModel(task_class(backbone=backbone), model.get_layer("head"), length)
+    try:
+        return CachedHubModel(task_class(backbone=backbone), model.get_layer("head"), length)
+    except (TypeError, ValueError):
+        # A task that needs more than the backbone (Gemma3's preprocessor, a vision model's images) to build or to
+        # start its cache: such a model generates uncached, as any other.
+        return None
 
 
 def _causal_task(keras_hub: Any, backbone_class: type) -> Any:
