@@ -86,7 +86,9 @@ class CsvConfig(SampleWeights, FileSourceConfig):
         """The texts of a CSV laid out as this run's (its ``text`` column; the label not needed) and each row's
         ``id`` where the run has one and the file has that column: what ``predict`` reads from such a file."""
         assert self.text is not None  # a table of numbers is read by its features
-        return read_texts(path, str(path), self.text), read_column(path, self.id) if self.id is not None else None
+        header, lines, columns, _ = _read_rows(path, str(path))  # read once for both columns
+        texts = _text_cells(path, header, columns, lines, self.text)
+        return texts, columns.get(self.id) if self.id is not None else None
 
     @property
     def label_columns(self) -> list[str]:
