@@ -7,9 +7,12 @@ and places over noise, so they are learnable but not at a glance. The tests use 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+from accumrun.errors import DataError
 
 SHAPES = ("bars", "columns", "disc")
 
@@ -153,3 +156,72 @@ def write_random_labels(path: Path, digits: Path, seed: int = 0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, x=x.astype(np.float32), y=targets)
     return path
+
+
+def require_new_target(target: Path) -> None:
+    """Refuse a ``target`` that holds something already: an example never writes over data."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise DataError(str(target), "already exists; choose another target or remove it")
+
+
+def _make_images(target: Path, count: int, size: int, seed: int) -> list[str]:
+    write_image_folder(target, count, size, seed)
+    return [f"wrote {count:,} images to {target}"]
+
+
+def _make_tfrecord(target: Path, count: int, size: int, seed: int) -> list[str]:
+    shards = write_tfrecords(target, count, size, seed)
+    return [
+        f"wrote {count:,} images to {len(shards)} shards, {shards[0].name} to {shards[-1].name}",
+        f"train on them with data.path: {target}",
+    ]
+
+
+def _make_csv(target: Path, count: int, size: int, seed: int) -> list[str]:
+    write_csv(target, count, seed=seed)
+    return [f"wrote {count:,} rows to {target}"]
+
+
+def _make_text(target: Path, count: int, size: int, seed: int) -> list[str]:
+    write_text_folder(target, count, seed)
+    return [f"wrote {count:,} texts to {target}"]
+
+
+def _make_corpus(target: Path, count: int, size: int, seed: int) -> list[str]:
+    write_corpus(target, count, seed)
+    return [f"wrote {count:,} text files to {target}"]
+
+
+def _make_tokens(target: Path, count: int, size: int, seed: int) -> list[str]:
+    train, val = write_tokens(target, count, seed)
+    return [
+        f"wrote the bytes of {count:,} texts as uint16 token ids to {train} and {val}",
+        f"train on them with data: {{name: tokens, path: {train}, validation_path: {val}, vocabulary_size: 256}}",
+    ]
+
+
+def _make_random_labels(target: Path, count: int, size: int, seed: int) -> list[str]:
+    from accumrun.data.arrays import DIGITS_FILE
+
+    write_random_labels(target, DIGITS_FILE, seed)
+    return [f"wrote the bundled digits with labels permuted at random (seed {seed}) to {target}"]
+
+
+# Each kind of ``accumrun make-example``, in the order its help lists them: a writer of (target, count, image side,
+# seed) that returns the lines saying what it wrote.
+_MAKERS: dict[str, Callable[[Path, int, int, int], list[str]]] = {
+    "images": _make_images,
+    "tfrecord": _make_tfrecord,
+    "csv": _make_csv,
+    "text": _make_text,
+    "corpus": _make_corpus,
+    "tokens": _make_tokens,
+    "random-labels": _make_random_labels,
+}
+EXAMPLE_KINDS = tuple(_MAKERS)
+
+
+def make_example(kind: str, target: Path, count: int, size: int, seed: int) -> list[str]:
+    """Write the example data ``kind`` (one of :data:`EXAMPLE_KINDS`) in ``target``: ``count`` images, rows, texts
+    or files, images ``size`` pixels wide, all drawn from ``seed``. Returns the lines that say what was written."""
+    return _MAKERS[kind](target, count, size, seed)

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from accumrun.core.split import sub_batch_sizes
 from accumrun.kinds import Feed
 
 # Ops whose outputs alias or describe other tensors rather than allocate activations.
@@ -82,6 +83,24 @@ def estimate_memory(
         feed=feed,
         activations_per_sample=forward_activation_bytes(model, sample_shape, traced_sub_batch) / traced_sub_batch,
     )
+
+
+def memory_report(
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    batch_size: int,
+    subdivisions: int | None,
+    *,
+    sample_bytes: int = 4,
+    feed: Feed = Feed.BATCH,
+) -> list[str]:
+    """``check --memory``'s lines for a built model and optimizer: the estimate from the largest sub-batch of the
+    configured ``subdivisions`` (the whole batch when they are not fixed), a row per candidate, the configured one
+    marked."""
+    traced = max(sub_batch_sizes(batch_size, subdivisions or 1))
+    sample_shape = tuple(model.input_shape[1:])
+    estimate = estimate_memory(model, optimizer, sample_shape, batch_size, traced, sample_bytes=sample_bytes, feed=feed)
+    return format_estimate(estimate, subdivisions)
 
 
 def candidate_subdivisions(batch_size: int, configured: int | None) -> list[int]:

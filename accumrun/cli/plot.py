@@ -1,0 +1,45 @@
+"""``accumrun plot``: the loss curves of runs, and of comparisons' variants, in one PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from accumrun.cli.group import Command
+
+
+class _PlottedFolder(click.ParamType):
+    """A run's folder, or a comparison's (it holds ``compare.json``): what ``plot`` draws."""
+
+    name = "run_dir"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        folder = Path(value)
+        if (folder / "compare.json").is_file():
+            return folder
+        if not (folder / "run.json").is_file():
+            raise click.UsageError(f"{folder}: not a run folder (no run.json) nor a comparison's (no compare.json)")
+        return folder
+
+
+@click.command(cls=Command)
+@click.argument("run_dirs", nargs=-1, required=True, type=_PlottedFolder())
+@click.option("--out", type=click.Path(dir_okay=False), default="plot.png", show_default=True, help="PNG to write.")
+def plot(run_dirs: tuple[Path, ...], out: str) -> None:
+    """Plot the training and validation loss of one or more run directories together; a comparison's folder
+    (accumrun compare) draws each of its variants."""
+    from accumrun.reports.compare import compared_curves
+    from accumrun.reports.plot import plot_curves
+    from accumrun.rundir.metrics import load_metrics
+
+    curves = {}
+    for folder in run_dirs:
+        name = folder.name or str(folder)
+        if (folder / "compare.json").is_file():
+            prefix = f"{name}: " if len(run_dirs) > 1 else ""
+            curves.update({prefix + variant: rows for variant, rows in compared_curves(folder).items()})
+        else:
+            curves[name] = load_metrics(folder)
+    click.echo(f"wrote {plot_curves(curves, Path(out))}")
