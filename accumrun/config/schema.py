@@ -39,9 +39,9 @@ from accumrun.kinds import (
     Strategy,
 )
 from accumrun.optim.keras_optimizer import OptimizerConfig
-from accumrun.optim.kind import OptimizerSection
 from accumrun.optim.optimizers import OPTIMIZERS, optimizer_tag
 from accumrun.optim.rules import optimizer_problems
+from accumrun.optim.section import OptimizerSection
 from accumrun.sections import Flag, Section, Watched, listed, words
 
 

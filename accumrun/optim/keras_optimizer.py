@@ -13,8 +13,9 @@ from pydantic import field_validator
 from accumrun.data.section import Keywords
 from accumrun.errors import ConfigError
 from accumrun.lookup import checked_keywords, classes_in, find
-from accumrun.optim.kind import OptimizerKind, ReduceOnPlateauConfig
+from accumrun.optim.kind import OptimizerKind
 from accumrun.optim.schedules import LearningRate, ScheduleConfig, build_schedule
+from accumrun.optim.section import ReduceOnPlateauConfig
 
 if TYPE_CHECKING:
     import keras

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from accumrun.optim.keras_optimizer import KERAS_OPTIMIZER
-from accumrun.optim.kind import OptimizerKind, OptimizerSection
+from accumrun.optim.kind import OptimizerKind
 from accumrun.optim.lbfgs import LBFGS
+from accumrun.optim.section import OptimizerSection
 
 if TYPE_CHECKING:
     import keras

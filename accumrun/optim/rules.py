@@ -9,7 +9,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from accumrun.kinds import BatchNormMode, Measure, Precision
-from accumrun.optim.kind import OptimizerKind, OptimizerSection
+from accumrun.optim.kind import OptimizerKind
+from accumrun.optim.section import OptimizerSection
 
 Problem = tuple[str, str, Any]
 """A broken rule: the key to blame, what is wrong, and the value given."""

@@ -8,29 +8,19 @@ OPTIMIZERS` holds the optimizers. A second kind would be chosen by ``name`` in t
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, Discriminator, Tag
+from pydantic import Discriminator, Tag
 
 from accumrun.data.section import Keywords
 from accumrun.errors import ConfigError
 from accumrun.lookup import checked_keywords, classes_in, find
+from accumrun.optim.kind import Registered
 
 if TYPE_CHECKING:
     import keras
 
-SectionT = TypeVar("SectionT", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class ScheduleKind(Generic[SectionT]):
-    """One kind of schedule: its section and its build (which imports TensorFlow when it runs)."""
-
-    name: str
-    section: type[SectionT]
-    build: Callable[[SectionT], keras.optimizers.schedules.LearningRateSchedule]
+    ScheduleKind = Registered[Any, keras.optimizers.schedules.LearningRateSchedule]
 
 
 class ScheduleConfig(Keywords):
@@ -39,7 +29,7 @@ class ScheduleConfig(Keywords):
     name: str
 
     @property
-    def kind(self) -> ScheduleKind[ScheduleConfig]:
+    def kind(self) -> ScheduleKind:
         """The registered kind: Keras' schedules by name."""
         return KERAS_SCHEDULE
 
@@ -63,9 +53,9 @@ def build_keras_schedule(config: ScheduleConfig) -> keras.optimizers.schedules.L
         ) from None
 
 
-KERAS_SCHEDULE = ScheduleKind("keras", ScheduleConfig, build_keras_schedule)
+KERAS_SCHEDULE: ScheduleKind = Registered("keras", ScheduleConfig, build_keras_schedule)
 
-SCHEDULES: dict[str, ScheduleKind[Any]] = {KERAS_SCHEDULE.name: KERAS_SCHEDULE}
+SCHEDULES: dict[str, ScheduleKind] = {KERAS_SCHEDULE.name: KERAS_SCHEDULE}
 """Every kind of learning-rate schedule."""
 
 
