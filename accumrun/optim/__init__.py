@@ -1,5 +1,5 @@
 """Optimizers and learning-rate schedules, each kind registered once with its config section, its build and what it
-declares of the run (:mod:`.kind`).
+declares of the run (:mod:`.kind`); code outside reads a section through :class:`.section.OptimizerSection`.
 
 The kinds: any Keras optimizer by name (:mod:`.keras_optimizer`) and full-batch L-BFGS (:mod:`.lbfgs`), in the table
 :data:`.optimizers.OPTIMIZERS`; any Keras schedule by name (:mod:`.schedules`). The rules a kind's declarations make
