@@ -1,15 +1,16 @@
-"""What every config section shares, whether it lives in :mod:`accumrun.config.schema` or beside a data source's
-loader: the strict pydantic base, the parsing of a closed set's words, and the booleans' words. It imports only
-``kinds``, so that both ``config`` and ``data`` can sit above it.
+"""What every config section shares, whether it lives in :mod:`accumrun.config.schema`, beside a data source's
+loader or beside an optimizer's build: the strict pydantic base, the parsing of a closed set's words, the booleans'
+words, and the watched figure of early stopping, the plateau and keep_best. It imports only ``kinds``, so that
+``config``, ``optim`` and ``data`` can sit above it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-from accumrun.kinds import Kind
+from accumrun.kinds import Direction, Kind
 
 
 class Section(BaseModel):
@@ -52,3 +53,17 @@ def as_flag(value: Any) -> Any:
 
 Flag = Annotated[bool, BeforeValidator(as_flag)]
 """A boolean key: ``true``/``false``, or ``yes``/``no``/``on``/``off``."""
+
+
+class Watched(Section):
+    """A logged figure to watch: ``auto`` minimizes names with "loss" or "error" in them, maximizes the others."""
+
+    monitor: str = "val_loss"
+    mode: Annotated[Literal["auto"] | Direction, words(Direction, auto=True)] = "auto"
+
+    @property
+    def minimize(self) -> bool:
+        """Whether lower is better for the monitored figure."""
+        if self.mode == "auto":
+            return "loss" in self.monitor or "error" in self.monitor
+        return self.mode == Direction.MIN

@@ -10,10 +10,11 @@ import keras
 import numpy as np
 import pytest
 
-from accumrun.config.schema import CustomModelConfig, DarknetCnnConfig, MlpConfig, OptimizerConfig, ScheduleConfig
+from accumrun.config.schema import CustomModelConfig, DarknetCnnConfig, MlpConfig, OptimizerConfig
 from accumrun.errors import ConfigError, DataError
 from accumrun.models.builders import build_model
 from accumrun.optim import build_optimizer, build_schedule
+from accumrun.optim.schedules import ScheduleConfig
 
 # --- models ---------------------------------------------------------------------------------------------------
 

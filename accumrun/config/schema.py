@@ -18,7 +18,6 @@ from pydantic import (
     Field,
     Tag,
     TypeAdapter,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -32,16 +31,18 @@ from accumrun.errors import describe
 from accumrun.kinds import (
     BatchNormMode,
     Cluster,
-    Direction,
     Feed,
-    LineSearch,
     Measure,
     OnNonFinite,
     Precision,
     RandomDraws,
     Strategy,
 )
-from accumrun.sections import Flag, Section, listed, words
+from accumrun.optim.keras_optimizer import OptimizerConfig
+from accumrun.optim.optimizers import OPTIMIZERS, optimizer_tag
+from accumrun.optim.rules import optimizer_problems
+from accumrun.optim.section import OptimizerSection
+from accumrun.sections import Flag, Section, Watched, listed, words
 
 
 class _UnknownDataConfig(DataSection, Unknown):
@@ -242,36 +243,11 @@ error's location."""
 UNION_TAGS = {**{key: set(sections) for key, sections in UNION_SECTIONS.items()}, "learning_rate": {"rate", "schedule"}}
 
 
-class Watched(Section):
-    """A logged figure to watch: ``auto`` minimizes names with "loss" or "error" in them, maximizes the others."""
-
-    monitor: str = "val_loss"
-    mode: Annotated[Literal["auto"] | Direction, words(Direction, auto=True)] = "auto"
-
-    @property
-    def minimize(self) -> bool:
-        """Whether lower is better for the monitored figure."""
-        if self.mode == "auto":
-            return "loss" in self.monitor or "error" in self.monitor
-        return self.mode == Direction.MIN
-
-
 class EarlyStoppingConfig(Watched):
     """Stop when ``monitor`` has not improved by more than ``min_delta`` for ``patience`` epochs."""
 
     patience: int = Field(5, ge=1)
     min_delta: float = Field(0.0, ge=0)
-
-
-class ReduceOnPlateauConfig(Watched):
-    """Multiply the learning rate by ``factor`` when ``monitor`` has not improved by more than ``min_delta`` for
-    ``patience`` epochs, then wait ``cooldown`` epochs; never below ``min_lr``. It applies from the next epoch."""
-
-    factor: float = Field(0.5, gt=0, lt=1)
-    patience: int = Field(3, ge=1)
-    min_delta: float = Field(0.0, ge=0)
-    cooldown: int = Field(0, ge=0)
-    min_lr: float = Field(0.0, ge=0)
 
 
 class KeepBestConfig(Watched):
@@ -352,101 +328,16 @@ class TrainingConfig(Section):
         return self.subdivisions if isinstance(self.subdivisions, int) else None
 
 
-class ScheduleConfig(Keywords):
-    """A Keras learning-rate schedule by name; other keys are its keyword arguments."""
-
-    name: str
-
-
-def _rate_kind(value: Any) -> str:
-    return "schedule" if isinstance(value, dict | ScheduleConfig) else "rate"
-
-
-LearningRate = Annotated[
-    Annotated[float, Tag("rate")] | Annotated[ScheduleConfig, Tag("schedule")],
-    Discriminator(_rate_kind),
-]
-
-
-class OptimizerConfig(Keywords):
-    """A Keras optimizer by name; other keys are its keyword arguments, checked when it is built."""
-
-    name: str = "adam"
-    learning_rate: LearningRate = 0.001
-    reduce_on_plateau: ReduceOnPlateauConfig | None = None
-
-    @field_validator("learning_rate", mode="before")
-    @classmethod
-    def _positive_or_schedule(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return value
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ValueError("must be a positive number or a schedule mapping with a 'name'")
-        return float(value)
-
-
-LBFGS = "lbfgs"
-# Keys of the Keras optimizers that mean nothing to L-BFGS, and why; each is refused in one line that says so.
-_NOT_FOR_LBFGS = {
-    "reduce_on_plateau": "L-BFGS's line search sets each step's length",
-    "clipnorm": "a clipped gradient breaks the line search's Wolfe conditions",
-    "global_clipnorm": "a clipped gradient breaks the line search's Wolfe conditions",
-    "clipvalue": "a clipped gradient breaks the line search's Wolfe conditions",
-    "weight_decay": "decay outside the objective breaks the line search; use the model's l2, part of the objective",
-}
-
-
-class LbfgsConfig(Section):
-    """``name: lbfgs``: full-batch L-BFGS on the exact gradient (:mod:`accumrun.core.lbfgs`); ``batch_size: full``
-    only. Stopping as ``torch.optim.LBFGS`` stops; ``training.epochs`` is the most iterations."""
-
-    name: Literal["lbfgs"]
-    learning_rate: float = Field(1.0, gt=0)
-    """Scales the first trial step of each line search (as ``torch.optim.LBFGS``'s ``lr``); not a step size."""
-    history: int = Field(10, ge=1)
-    """How many curvature pairs approximate the inverse Hessian."""
-    line_search: Annotated[LineSearch, words(LineSearch)] = LineSearch.STRONG_WOLFE
-    tolerance_grad: float = Field(1e-7, ge=0)
-    """Converged once the gradient's largest entry is at most this."""
-    tolerance_change: float = Field(1e-9, ge=0)
-    """Converged once the objective changes by less than this (where that is above the float32 objective's resolution,
-    ``|f| * 1.2e-7``), or the step's largest entry is at most this."""
-    max_evaluations: int | None = Field(None, ge=1)
-    """The most full-batch evaluations over the whole run (None: no limit but ``training.epochs``)."""
-    # The keys of _NOT_FOR_LBFGS, each a field that takes nothing, so that its refusal names the key and says why
-    # (an unknown key would only list the known ones); reduce_on_plateau is also read wherever any optimizer is.
-    reduce_on_plateau: None = Field(None, exclude=True)
-    clipnorm: None = Field(None, exclude=True)
-    global_clipnorm: None = Field(None, exclude=True)
-    clipvalue: None = Field(None, exclude=True)
-    weight_decay: None = Field(None, exclude=True)
-
-    @field_validator("learning_rate", mode="before")
-    @classmethod
-    def _no_schedule(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            raise ValueError("a schedule has no meaning for L-BFGS, whose line search sets each step's length")
-        return value
-
-    @field_validator(*_NOT_FOR_LBFGS, mode="before")
-    @classmethod
-    def _meaningless(cls, value: Any, info: ValidationInfo) -> Any:
-        if value is not None:
-            raise ValueError(f"has no meaning for L-BFGS: {_NOT_FOR_LBFGS[str(info.field_name)]}")
-        return value
-
-
-def _optimizer_kind(value: Any) -> str:
-    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
-    return LBFGS if name == LBFGS else "keras"
-
-
-AnyOptimizerConfig = Annotated[
-    Annotated[OptimizerConfig, Tag("keras")] | Annotated[LbfgsConfig, Tag(LBFGS)],
-    Discriminator(_optimizer_kind),
-]
-"""The ``optimizer`` section: a Keras optimizer by name, or ``lbfgs``."""
-UNION_SECTIONS["optimizer"] = {"keras": OptimizerConfig, LBFGS: LbfgsConfig}
+if TYPE_CHECKING:
+    # mypy cannot follow a union built at run time; every member offers what OptimizerSection names.
+    AnyOptimizerConfig: TypeAlias = OptimizerSection
+else:
+    AnyOptimizerConfig = Annotated[
+        Union[tuple(Annotated[kind.section, Tag(tag)] for tag, kind in OPTIMIZERS.items())],  # noqa: UP007
+        Discriminator(optimizer_tag),
+    ]
+    """The ``optimizer`` section: one section per kind of optimizer (:mod:`accumrun.optim`), chosen by ``name``."""
+UNION_SECTIONS["optimizer"] = {tag: kind.section for tag, kind in OPTIMIZERS.items()}
 UNION_TAGS["optimizer"] = set(UNION_SECTIONS["optimizer"])
 
 
@@ -561,10 +452,13 @@ def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
         yield "model.strides", f"needs one stride per entry of model.filters ({len(model.filters)})", model.strides
     if isinstance(model, ApplicationConfig) and model.freeze_base and model.include_top:
         yield "model.freeze_base", "trains a new head on a frozen base; it needs include_top: false", True
-    yield from _lbfgs_rules(config)
-    if optimizer.reduce_on_plateau is not None and isinstance(optimizer.learning_rate, ScheduleConfig):
-        message = f"cannot change a learning-rate schedule ({optimizer.learning_rate.name}); use a number"
-        yield "optimizer.reduce_on_plateau", message, optimizer.reduce_on_plateau.monitor
+    yield from optimizer_problems(
+        optimizer,
+        augment=[augment.name for augment in data.augment],
+        batch_size=training.batch_size,
+        precision=training.precision,
+        measure=training.measure,
+    )
     distribute = config.distribute
     strategy = str(distribute.strategy)
     if data.feed == Feed.SUB_BATCH and distribute.strategy not in ("auto", Strategy.NONE):
@@ -587,23 +481,3 @@ def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
         # The replicated step does not scale the loss; float16 gradients would underflow unnoticed.
         message = "mixed_float16 (loss scaling) runs on one device only; use mixed_bfloat16 with distribute"
         yield "training.precision", message, "mixed_float16"
-
-
-def _lbfgs_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
-    """What L-BFGS needs of the rest of the config: the full batch, no augmentation (its objective must be the same
-    at the same weights), float32, no noise scale (it takes no minibatch steps). BatchNorm is checked once the model
-    is built (:mod:`accumrun.training.setup`)."""
-    if not isinstance(config.optimizer, LbfgsConfig):
-        return
-    training = config.training
-    if config.data.augment:
-        message = "lbfgs needs the same objective at the same weights; augmentation draws anew every epoch"
-        yield "data.augment", message, [augment.name for augment in config.data.augment]
-    if training.batch_size != "full":
-        message = "lbfgs needs the exact full-batch gradient; set training.batch_size: full"
-        yield "training.batch_size", message, training.batch_size
-    if training.precision is not Precision.FLOAT32:
-        message = "lbfgs needs float32; a mixed-precision objective is too coarse for its line search"
-        yield "training.precision", message, str(training.precision)
-    if Measure.NOISE_SCALE in training.measure:
-        yield "training.measure", "the noise scale measures minibatch steps; lbfgs takes full-batch ones", "noise_scale"

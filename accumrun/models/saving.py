@@ -27,7 +27,6 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from accumrun.core.lbfgs import Lbfgs
 from accumrun.core.losses import Objective
 from accumrun.core.tokens import PADDING_ID
 from accumrun.rundir.atomic import write_atomically
@@ -100,11 +99,12 @@ def save_trained_model(
     strategy: tf.distribute.Strategy | None = None,
 ) -> CompileSpec:
     """Save ``model`` to ``path`` (a ``.keras`` file, atomically), compiled with :func:`compile_spec`'s loss and
-    metrics and a Keras optimizer: the run's (its state included, so that ``fit`` can go on), or for L-BFGS, which
-    Keras alone could not load, Keras' default (RMSprop); under ``strategy``'s scope when the optimizer's variables
+    metrics and a Keras optimizer: the run's (its state included, so that ``fit`` can go on), or for one that Keras
+    alone could not load (L-BFGS), Keras' default (RMSprop); under ``strategy``'s scope when the optimizer's variables
     live on its replicas."""
     spec = compile_spec(objective)
-    if isinstance(optimizer, Lbfgs):
+    if type(optimizer).__module__.partition(".")[0] != "keras":
+        # model.keras names the optimizer's module, and Keras alone loads only its own.
         optimizer = keras.optimizers.RMSprop()
     if spec.loss is not None:
         with strategy.scope() if strategy is not None else contextlib.nullcontext():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import cast
 
 from accumrun.core.batch_norm import PopulationStatistics
 from accumrun.core.hessian import HessianVectorProducts
@@ -135,8 +136,11 @@ def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
     """The batches through the step: several per call where the data is on the device and batches whole, else one;
     with L-BFGS, each of those updates is one evaluation of its iterations."""
     batches = _fed_or_device_batches(settled, plan)
-    optimizer = settled.setup.optimizer
-    return LbfgsBatches(batches, optimizer) if isinstance(optimizer, Lbfgs) else batches
+    setup = settled.setup
+    if not setup.config.optimizer.kind.iterates:
+        return batches
+    # The kind that iterates builds the optimizer that drives the iterations.
+    return LbfgsBatches(batches, cast(Lbfgs, setup.optimizer))
 
 
 def _fed_or_device_batches(settled: Settled, plan: list[list[int]]) -> Batches:

@@ -9,7 +9,7 @@ import numpy as np
 import progressbar
 import tensorflow as tf
 
-from accumrun.config.schema import LbfgsConfig, Watched
+from accumrun.config.schema import Watched
 from accumrun.core.split import describe_plan, replica_sub_batch_sizes
 from accumrun.data.dataset import per_class
 from accumrun.data.section import DataSection
@@ -54,17 +54,7 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
 def _optimizer_line(setup: TrainingSetup) -> str:
     """``optimizer adam, learning rate 0.001, 10 epochs, seed 0``; L-BFGS's with its history, line search and limits."""
     config = setup.config
-    optimizer, epochs = config.optimizer, _count(config.training.epochs, "epoch")
-    if isinstance(optimizer, LbfgsConfig):
-        evaluations = f", at most {optimizer.max_evaluations:,} evaluations" if optimizer.max_evaluations else ""
-        return (
-            f"optimizer lbfgs: {optimizer.history} curvature pairs, {optimizer.line_search} line search, first trial "
-            f"step x{optimizer.learning_rate:g}; one iteration per epoch, at most {epochs}{evaluations}; seed "
-            f"{config.seed}"
-        )
-    learning_rate = optimizer.learning_rate
-    rate = f"{learning_rate:g}" if isinstance(learning_rate, float) else f"schedule {learning_rate.name}"
-    return f"optimizer {optimizer.name}, learning rate {rate}, {epochs}, seed {config.seed}"
+    return config.optimizer.describe(_count(config.training.epochs, "epoch"), config.seed)
 
 
 def _vocabulary_lines(setup: TrainingSetup) -> list[str]:

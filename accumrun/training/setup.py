@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.config.schema import ApplicationConfig, Config, LbfgsConfig, TrainingConfig
+from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics, batch_norm_layers
 from accumrun.core.losses import MetricSet, Objective
 from accumrun.core.seeds import LayerDraws
@@ -25,7 +25,7 @@ from accumrun.data.dataset import Dataset, load_dataset, with_class_weights
 from accumrun.data.feeder import Feeder
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
-from accumrun.kinds import BatchNormMode, Feed, Measure, Precision, Task
+from accumrun.kinds import Feed, Measure, Precision, Task
 from accumrun.models.builders import build_model
 from accumrun.models.preprocessing import (
     Preprocess,
@@ -35,6 +35,7 @@ from accumrun.models.preprocessing import (
 )
 from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
+from accumrun.optim.rules import model_problem
 from accumrun.training.distribute import strategy_scope
 from accumrun.training.feed import choose_feed
 
@@ -274,12 +275,12 @@ def _step_spec(
     feed: Feed,
     strategy: tf.distribute.Strategy | None,
 ) -> StepSpec:
-    """The step's options (its subdivisions are settled later); L-BFGS's refusals of the model, and its inference
-    mode."""
-    training = config.training
-    lbfgs = isinstance(config.optimizer, LbfgsConfig)
-    if lbfgs:
-        _check_lbfgs(training, model)
+    """The step's options (its subdivisions are settled later); the optimizer kind's refusals of the model, and the
+    inference mode of a kind that needs the same objective at the same weights."""
+    training, kind = config.training, config.optimizer.kind
+    problem = model_problem(kind, training.batch_norm, has_batch_norm=bool(batch_norm_layers(model)))
+    if problem is not None:
+        raise ConfigError(*problem)
     return StepSpec(
         feed=feed,
         metrics=objective.new_metrics(),
@@ -290,7 +291,7 @@ def _step_spec(
         jit_compile=training.jit_compile,
         strategy=strategy,
         noise_scale=Measure.NOISE_SCALE in training.measure,
-        inference_mode=lbfgs,
+        inference_mode=kind.same_objective,
     )
 
 
@@ -305,14 +306,6 @@ def _check_measurements(training: TrainingConfig, train_size: int, *, distribute
             f"is larger than the {train_size:,} training samples; use all",
             training.measure_samples,
         )
-
-
-def _check_lbfgs(training: TrainingConfig, model: keras.Model) -> None:
-    """Refuse BatchNorm that moves its statistics (every mode but ``frozen``): they would change L-BFGS's objective
-    between evaluations at the same weights. (The step's inference mode turns dropout and noise off.)"""
-    if batch_norm_layers(model) and training.batch_norm is not BatchNormMode.FROZEN:
-        message = "lbfgs needs the same objective at the same weights; a model with BatchNorm takes frozen only"
-        raise ConfigError("training.batch_norm", message, str(training.batch_norm))
 
 
 def _feed(config: Config, dataset: Dataset, batch_size: int, distributed: bool) -> tuple[Feed, str]:
