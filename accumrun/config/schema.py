@@ -41,9 +41,8 @@ from accumrun.kinds import (
     RandomDraws,
     Strategy,
 )
-from accumrun.models.darknet_cnn import DarknetCnnConfig
 from accumrun.models.kind import ModelSection
-from accumrun.models.registry import MODEL_SECTIONS, UNKNOWN_MODEL, model_tag
+from accumrun.models.registry import DEFAULT_MODEL, MODEL_SECTIONS, UNKNOWN_MODEL, model_tag
 from accumrun.sections import Flag, Section, listed, words
 
 
@@ -395,7 +394,7 @@ class DistributeConfig(Section):
 class Config(Section):
     seed: int = Field(0, ge=0)
     data: DataConfig = Field(default_factory=DigitsConfig)
-    model: ModelConfig = Field(default_factory=DarknetCnnConfig)
+    model: ModelConfig = Field(default_factory=MODEL_SECTIONS[DEFAULT_MODEL])
     loss: LossConfig = Field(default_factory=LossConfig)
     metrics: list[MetricEntry] | None = None
     """Unset, they follow the task: accuracy, binary accuracy, or the mean absolute error for regression."""

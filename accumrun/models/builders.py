@@ -21,11 +21,8 @@ def build_model(
     per_position: bool = False,
     any_length: bool = False,
 ) -> keras.Model:
-    """Build the configured model for samples of ``sample_shape`` and ``outputs`` outputs: one per class or
-    label, or one per target value; ``vocabulary_size`` is a text source's, for models of token ids, and
-    ``per_position`` asks for ``outputs`` at every position of a sequence (a language model, causally masked), and
-    ``any_length`` for a model of token ids that takes sequences of any length (bucketed padding). The built-ins and
-    new heads output logits.
+    """Build the configured model for samples of ``sample_shape`` and ``outputs`` outputs (the other arguments as
+    :class:`~accumrun.models.kind.BuildRequest` describes them). The built-ins and new heads output logits.
 
     Raises:
         DataError: the samples do not fit the model (for example flat vectors into a CNN).
