@@ -2,7 +2,7 @@
 ``package.module:function``; a miss is a :class:`~accumrun.errors.ConfigError` that suggests the closest name.
 
 Optimizers and schedules (:mod:`accumrun.optim`), losses and metrics (:mod:`accumrun.objective`) and models
-(:mod:`accumrun.models.builders`) are all found this way. :func:`import_keras_hub` imports the optional KerasHub
+(:mod:`accumrun.models.registry`) are all found this way. :func:`import_keras_hub` imports the optional KerasHub
 package, a missing install being one line that names the ``text`` extra.
 """
 

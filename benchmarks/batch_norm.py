@@ -30,7 +30,7 @@ from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.kinds import BatchNormMode
-from accumrun.models.builders import darknet_cnn
+from accumrun.models.darknet_cnn import darknet_cnn
 
 FILTERS, STRIDES = [32, 64, 96, 128, 160], [2, 2, 1, 1, 1]
 MODES = (BatchNormMode.SUB_BATCH, BatchNormMode.PER_BATCH, BatchNormMode.PRECISE)

@@ -30,7 +30,7 @@ from accumrun.core.seeds import LayerDraws
 from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.kinds import RandomDraws
-from accumrun.models.builders import mlp
+from accumrun.models.mlp import mlp
 
 HIDDEN, DROPOUT = [256, 256], 0.5
 COST_TARGET = 0.05  # per-sample draws may cost at most 5% samples/s against per-sub-batch ones

@@ -22,7 +22,8 @@ from accumrun.core.split import batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.data.feeder import Feeder
 from accumrun.data.splits import ArraySplit
-from accumrun.models.builders import darknet_cnn, mlp
+from accumrun.models.darknet_cnn import darknet_cnn
+from accumrun.models.mlp import mlp
 
 MODELS = {
     "mlp": lambda: mlp((28, 28, 1), 10, [256, 256]),

@@ -32,7 +32,7 @@ from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.data.examples import write_corpus
 from accumrun.kinds import BatchNormMode, RandomDraws
-from accumrun.models.builders import mlp
+from accumrun.models.mlp import mlp
 from accumrun.training import distribute
 from accumrun.training.distribute import create_strategy
 from tests.helpers import contiguous, reference_estimates, softmax_gradients

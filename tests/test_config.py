@@ -10,9 +10,6 @@ import yaml
 from accumrun.config.loading import load_config
 from accumrun.config.schema import (
     Config,
-    CustomModelConfig,
-    DarknetCnnConfig,
-    MlpConfig,
     OptimizerConfig,
     OutputConfig,
     TrainingConfig,
@@ -21,6 +18,9 @@ from accumrun.config.schema import (
 from accumrun.data.arrays import DigitsConfig
 from accumrun.errors import ConfigError, ConfigProblems
 from accumrun.kinds import BatchNormMode, Cluster, Direction, Feed, OnNonFinite, Precision, Strategy, Task
+from accumrun.models.darknet_cnn import DarknetCnnConfig
+from accumrun.models.factory import CustomModelConfig
+from accumrun.models.mlp import MlpConfig
 
 BATCH_SIZE_RULE = "must be a positive integer or 'full' (the whole training set)"
 SPLIT_RULE = "must be a fraction in [0, 1) or 'test' (the dataset's test split)"

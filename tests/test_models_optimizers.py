@@ -10,9 +10,12 @@ import keras
 import numpy as np
 import pytest
 
-from accumrun.config.schema import CustomModelConfig, DarknetCnnConfig, MlpConfig, OptimizerConfig
+from accumrun.config.schema import OptimizerConfig
 from accumrun.errors import ConfigError, DataError
 from accumrun.models.builders import build_model
+from accumrun.models.darknet_cnn import DarknetCnnConfig
+from accumrun.models.factory import CustomModelConfig
+from accumrun.models.mlp import MlpConfig
 from accumrun.optim import build_optimizer, build_schedule
 from accumrun.optim.schedules import ScheduleConfig
 

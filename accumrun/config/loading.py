@@ -18,7 +18,6 @@ from accumrun.config.schema import (
     UNION_SECTIONS,
     UNION_TAGS,
     Config,
-    TransformerConfig,
     cross_field_problems,
     readers_of,
 )
@@ -26,6 +25,7 @@ from accumrun.data.arrays import NpzConfig
 from accumrun.data.section import DataSection
 from accumrun.errors import ConfigError, ConfigProblems, describe
 from accumrun.kinds import BatchNormMode, RandomDraws
+from accumrun.models.registry import kind_of
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -106,15 +106,14 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     before_the_key = {"batch_norm": BatchNormMode.SUB_BATCH, "random_draws": RandomDraws.PER_SUB_BATCH}
     old = {key: mode for key, mode in before_the_key.items() if key not in (raw.get("training") or {})}
     saved = saved.model_copy(update={"training": saved.training.model_copy(update=old)})
-    saved = _with_old_attention_bias(saved, raw)
+    saved = _with_old_model_keys(saved, raw)
     config = load_config(config_path or saved_path, overrides)
     given = raw if config_path is None else _read_yaml(Path(config_path))
     # Unset, a mode is the run's: the one it trained with.
     written = {*(given.get("training") or {}), *(o.partition("=")[0].removeprefix("training.") for o in overrides)}
     config = _with_settled(config, saved, [key for key in before_the_key if key not in written])
     written_model = {*(given.get("model") or {}), *(o.partition("=")[0].removeprefix("model.") for o in overrides)}
-    if "attention_bias" not in written_model:
-        config = _with_attention_bias_of(config, saved)
+    config = _with_model_keys_of(config, saved, written_model)
     changed = [
         f"{key} ({before!r} -> {after!r})"
         for key, (before, after) in _differences(saved.model_dump(mode="json"), config.model_dump(mode="json"))
@@ -130,21 +129,22 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
     return config
 
 
-def _with_old_attention_bias(saved: Config, raw: dict[str, Any]) -> Config:
-    """``saved`` as the run trained: a transformer's config.yaml without ``model.attention_bias`` is from before the
-    key, when the attention's projections had biases (Keras' default); new runs record the key, true or false."""
-    if isinstance(saved.model, TransformerConfig) and "attention_bias" not in (raw.get("model") or {}):
-        return saved.model_copy(update={"model": saved.model.model_copy(update={"attention_bias": True})})
-    return saved
+def _with_old_model_keys(saved: Config, raw: dict[str, Any]) -> Config:
+    """``saved`` as the run trained: a model key that its config.yaml lacks is from before the key, and takes the
+    value runs had then (its kind's ``trained_before_key``: a transformer's attention had biases); new runs record
+    every key."""
+    model = saved.model
+    old = {key: value for key, value in model.trained_before_key.items() if key not in (raw.get("model") or {})}
+    return saved.model_copy(update={"model": model.model_copy(update=old)}) if old else saved
 
 
-def _with_attention_bias_of(config: Config, saved: Config) -> Config:
-    """``config`` with the run's ``model.attention_bias`` where it leaves the key unset: the original config file of
-    a run from before the key resumes with the biases it trained with."""
-    if isinstance(config.model, TransformerConfig) and isinstance(saved.model, TransformerConfig):
-        model = config.model.model_copy(update={"attention_bias": saved.model.attention_bias})
-        return config.model_copy(update={"model": model})
-    return config
+def _with_model_keys_of(config: Config, saved: Config, written: set[str]) -> Config:
+    """``config`` with the run's values of the model keys added since runs were first written, where it does not
+    write them: the original config file of a run from before a key resumes with what the run trained with."""
+    if kind_of(config.model) is not kind_of(saved.model):
+        return config
+    kept = {key: getattr(saved.model, key) for key in config.model.trained_before_key if key not in written}
+    return config.model_copy(update={"model": config.model.model_copy(update=kept)}) if kept else config
 
 
 def _with_settled(config: Config, saved: Config, unset_modes: list[str]) -> Config:

@@ -1,7 +1,8 @@
 """The config schema: one pydantic model per YAML section, with the per-key rules, and the rules that span keys.
 
 ``data`` and ``model`` are unions chosen by ``name``, so a key the chosen section does not read is refused; the data
-sections live beside their loaders, registered in :data:`accumrun.data.sources.SOURCES`. Closed sets parse into the
+sections live beside their loaders, registered in :data:`accumrun.data.sources.SOURCES`, and the model sections
+beside their builds, registered in :data:`accumrun.models.registry.MODELS`. Closed sets parse into the
 enums of :mod:`accumrun.kinds` and are written back as their words. Loading and messages are in
 :mod:`accumrun.config.loading`. Nothing here imports TensorFlow, so ``check`` and ``--help`` stay fast.
 """
@@ -19,7 +20,6 @@ from pydantic import (
     Tag,
     TypeAdapter,
     field_validator,
-    model_validator,
 )
 from pydantic.functional_validators import BeforeValidator
 
@@ -38,6 +38,8 @@ from accumrun.kinds import (
     RandomDraws,
     Strategy,
 )
+from accumrun.models.kind import ModelSection
+from accumrun.models.registry import DEFAULT_MODEL, MODEL_SECTIONS, UNKNOWN_MODEL, model_tag
 from accumrun.optim.keras_optimizer import OptimizerConfig
 from accumrun.optim.optimizers import OPTIMIZERS, optimizer_tag
 from accumrun.optim.rules import optimizer_problems
@@ -79,141 +81,21 @@ def readers_of(key: str) -> list[str]:
     return [name for name, section in DATA_SECTIONS.items() if key in section.model_fields]
 
 
-class DarknetCnnConfig(Section):
-    name: Literal["darknet_cnn"] = "darknet_cnn"
-    filters: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [32, 64, 96], min_length=1)
-    strides: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [2, 2, 1], min_length=1)
-    leaky_alpha: float = Field(0.1, ge=0)
-
-
-class MlpConfig(Section):
-    name: Literal["mlp"]
-    hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [256, 256])
-    activation: str = "relu"
-    dropout: float = Field(0.0, ge=0, lt=1)
-    l2: float = Field(0.0, ge=0)
-    """Keras' ``L2`` on every kernel: this factor times the sum of their squares is added to the loss (with the
-    mean loss and no hold-out, scikit-learn's ``C`` is ``l2 = 1 / (2 C N)``)."""
-
-
-class TransformerConfig(Section):
-    """``name: transformer``: a Transformer encoder over token ids, pooled over the real tokens into logits."""
-
-    name: Literal["transformer"]
-    layers: int = Field(2, ge=1)
-    heads: int = Field(2, ge=1)
-    width: int = Field(64, ge=1)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    attention_bias: Flag = False
-    """Biases in the attention's projections. Off, as in most current transformers: the key's bias has a true
-    gradient of exactly 0 (the softmax ignores it), and Adam would turn float noise there into steps. A run's
-    config.yaml records it; one without it, from before the key, had them, and resumes with them."""
-
-    @model_validator(mode="after")
-    def _heads_divide_width(self) -> TransformerConfig:
-        if self.width % self.heads:
-            raise ValueError(f"width {self.width} must be a multiple of heads ({self.heads})")
-        return self
-
-
-class CustomModelConfig(Keywords):
-    """``name: package.module:function``; every other key is passed to the function as a keyword."""
-
-    name: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-
-
-APPLICATION_PREFIX = "keras.applications."
-KERAS_HUB_PREFIX = "keras_hub.models."
-
-
-class ApplicationConfig(Keywords):
-    """``name: keras.applications.<Constructor>``: a Keras application, by default without its classifier and
-    with a new head sized to the task; every other key is passed to the constructor (``alpha``, ...)."""
-
-    name: str = Field(pattern=r"^keras\.applications\.[A-Za-z_]\w*$")
-    weights: str | None = None
-    """None (random), ``imagenet`` (Keras downloads them) or the path of a weights file."""
-    include_top: Flag = False
-    pooling: Literal["avg", "max"] | None = "avg"
-    freeze_base: Flag = False
-
-    @property
-    def constructor(self) -> str:
-        """The constructor's name in ``keras.applications``, such as ``MobileNetV2``."""
-        return self.name.removeprefix(APPLICATION_PREFIX)
-
-
-class KerasHubConfig(Keywords):
-    """``name: keras_hub.models.<Name>Backbone``: a KerasHub backbone over token ids, with a head for the task; a
-    local ``preset``, or built at random from the other keys (``vocabulary_size`` and ``max_sequence_length``
-    default to the tokenizer's and ``data.sequence_length``)."""
-
-    name: str = Field(pattern=r"^keras_hub\.models\.[A-Za-z_]\w*$")
-    preset: str | None = None
-    """A folder that ``save_to_preset`` wrote (nothing is downloaded)."""
-
-    @property
-    def constructor(self) -> str:
-        """The class name in ``keras_hub.models``, such as ``GPT2Backbone``."""
-        return self.name.removeprefix(KERAS_HUB_PREFIX)
-
-    @model_validator(mode="after")
-    def _preset_or_keys(self) -> KerasHubConfig:
-        if self.preset is not None and self.model_extra:
-            raise ValueError(f"a preset is loaded as saved: drop {', '.join(sorted(self.model_extra))}")
-        return self
-
-
-class SavedModelConfig(Section):
-    """``name: saved``: a model a user saved with Keras (``.keras`` or ``.h5``), trained as it is."""
-
-    name: Literal["saved"]
-    path: str
-
-
 class _UnknownModelConfig(Unknown):
-    refusal = (
-        "unknown model; use darknet_cnn, mlp, transformer, keras.applications.<Name>, "
-        "keras_hub.models.<Name>Backbone, saved or 'package.module:function'"
-    )
+    refusal = UNKNOWN_MODEL
 
 
-MODEL_SECTIONS: dict[str, type[BaseModel]] = {
-    "darknet_cnn": DarknetCnnConfig,
-    "mlp": MlpConfig,
-    "transformer": TransformerConfig,
-    "application": ApplicationConfig,
-    "keras_hub": KerasHubConfig,
-    "saved": SavedModelConfig,
-    "custom": CustomModelConfig,
-    "unknown": _UnknownModelConfig,
-}
+_MODEL_UNION: dict[str, type[BaseModel]] = {**MODEL_SECTIONS, "unknown": _UnknownModelConfig}
 
-
-def _model_kind(value: Any) -> str:
-    name = value.get("name", "darknet_cnn") if isinstance(value, dict) else getattr(value, "name", None)
-    if not isinstance(name, str):
-        return "unknown"
-    if name in ("darknet_cnn", "mlp", "saved", "transformer"):
-        return name
-    if name.startswith(APPLICATION_PREFIX):
-        return "application"
-    if name.startswith(KERAS_HUB_PREFIX):
-        return "keras_hub"
-    return "custom" if ":" in name else "unknown"
-
-
-ModelConfig = Annotated[
-    Annotated[DarknetCnnConfig, Tag("darknet_cnn")]
-    | Annotated[MlpConfig, Tag("mlp")]
-    | Annotated[TransformerConfig, Tag("transformer")]
-    | Annotated[ApplicationConfig, Tag("application")]
-    | Annotated[KerasHubConfig, Tag("keras_hub")]
-    | Annotated[SavedModelConfig, Tag("saved")]
-    | Annotated[CustomModelConfig, Tag("custom")]
-    | Annotated[_UnknownModelConfig, Tag("unknown")],
-    Discriminator(_model_kind),
-]
+if TYPE_CHECKING:
+    # mypy cannot follow a union built at run time; every member it admits is a ModelSection.
+    ModelConfig: TypeAlias = ModelSection
+else:
+    ModelConfig = Annotated[
+        Union[tuple(Annotated[section, Tag(tag)] for tag, section in _MODEL_UNION.items())],  # noqa: UP007
+        Discriminator(model_tag),
+    ]
+    """The ``model`` section: one section per kind, chosen by ``name`` (``darknet_cnn`` when it is unset)."""
 
 
 class LossConfig(Keywords):
@@ -234,7 +116,7 @@ class MetricConfig(Keywords):
 MetricEntry = str | MetricConfig
 
 UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
-    "model": MODEL_SECTIONS,
+    "model": _MODEL_UNION,
     "data": {**_DATA_UNION},
     "tokenizer": {**TOKENIZERS, "unknown": UnknownTokenizerConfig},
 }
@@ -403,7 +285,7 @@ class DistributeConfig(Section):
 class Config(Section):
     seed: int = Field(0, ge=0)
     data: DataConfig = Field(default_factory=DigitsConfig)
-    model: ModelConfig = Field(default_factory=DarknetCnnConfig)
+    model: ModelConfig = Field(default_factory=MODEL_SECTIONS[DEFAULT_MODEL])
     loss: LossConfig = Field(default_factory=LossConfig)
     metrics: list[MetricEntry] | None = None
     """Unset, they follow the task: accuracy, binary accuracy, or the mean absolute error for regression."""
@@ -448,10 +330,7 @@ def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
         yield "training.class_weight", message, training.class_weight
     if weight is not None and weight in data.named_columns:
         yield "data.weight", "must be a column of its own, not the label or id column", weight
-    if isinstance(model, DarknetCnnConfig) and len(model.filters) != len(model.strides):
-        yield "model.strides", f"needs one stride per entry of model.filters ({len(model.filters)})", model.strides
-    if isinstance(model, ApplicationConfig) and model.freeze_base and model.include_top:
-        yield "model.freeze_base", "trains a new head on a frozen base; it needs include_top: false", True
+    yield from model.broken_rules()
     yield from optimizer_problems(
         optimizer,
         augment=[augment.name for augment in data.augment],

@@ -13,15 +13,53 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import keras
+from pydantic import Field, model_validator
 
-from accumrun.config.schema import KerasHubConfig
+from accumrun.data.section import Keywords
 from accumrun.errors import ConfigError
 from accumrun.lookup import checked_keywords, find, import_keras_hub, normalized
+from accumrun.models.kind import BuildRequest, ModelSection
 
+if TYPE_CHECKING:
+    import keras
+
+KERAS_HUB_PREFIX = "keras_hub.models."
 _FED = {"token_ids", "padding_mask", "segment_ids"}
+
+
+class KerasHubConfig(ModelSection, Keywords):
+    """``name: keras_hub.models.<Name>Backbone``: a KerasHub backbone over token ids, with a head for the task; a
+    local ``preset``, or built at random from the other keys (``vocabulary_size`` and ``max_sequence_length``
+    default to the tokenizer's and ``data.sequence_length``)."""
+
+    name: str = Field(pattern=r"^keras_hub\.models\.[A-Za-z_]\w*$")
+    preset: str | None = None
+    """A folder that ``save_to_preset`` wrote (nothing is downloaded)."""
+
+    @property
+    def constructor(self) -> str:
+        """The class name in ``keras_hub.models``, such as ``GPT2Backbone``."""
+        return self.name.removeprefix(KERAS_HUB_PREFIX)
+
+    @model_validator(mode="after")
+    def _preset_or_keys(self) -> KerasHubConfig:
+        if self.preset is not None and self.model_extra:
+            raise ValueError(f"a preset is loaded as saved: drop {', '.join(sorted(self.model_extra))}")
+        return self
+
+
+def build(config: KerasHubConfig, request: BuildRequest) -> keras.Model:
+    """The backbone with a head, for what ``request`` asks (see :func:`keras_hub_model`)."""
+    return keras_hub_model(
+        config,
+        request.sample_shape,
+        request.outputs,
+        request.vocabulary_size,
+        per_position=request.per_position,
+        any_length=request.any_length,
+    )
 
 
 def keras_hub_model(
@@ -42,6 +80,8 @@ def keras_hub_model(
             is missing or holds no backbone, a vocabulary smaller than the tokenizer's, inputs accumrun cannot feed,
             or a backbone that is not causal for a language model.
     """
+    import keras
+
     keras_hub = import_keras_hub("model.name")
     if vocabulary_size is None or len(sample_shape) != 1:
         raise ConfigError("model.name", f"{config.name} reads token ids: use a text source")

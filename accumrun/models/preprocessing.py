@@ -9,16 +9,13 @@ samples wherever it is used.
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 import keras
 import numpy as np
 
-from accumrun.config.schema import ApplicationConfig
 from accumrun.data.section import NormalizeConfig
 from accumrun.errors import ConfigError
-from accumrun.lookup import normalized
 
 Preprocess = Callable[[Any], Any]
 
@@ -53,21 +50,6 @@ def with_input_preprocessing(
         # Keras ops on the symbolic input: they are saved with the model and load without accumrun.
         x = preprocess(x)
     return keras.Model(inputs, model(x), name=model.name)
-
-
-def application_preprocessing(config: ApplicationConfig) -> Preprocess | None:
-    """The ``preprocess_input`` of a pretrained application (the module that defines its constructor), which
-    ``rescale: auto`` applies to its raw 0..255 inputs; None without pretrained weights."""
-    if config.weights is None:
-        return None
-    for module in vars(keras.applications).values():
-        if isinstance(module, ModuleType) and _defines(module, config.constructor):
-            return getattr(module, "preprocess_input", None)
-    return None
-
-
-def _defines(module: ModuleType, constructor: str) -> bool:
-    return any(normalized(name) == normalized(constructor) for name in vars(module))
 
 
 def _normalization(normalize: NormalizeConfig, channels: int) -> keras.layers.Layer:

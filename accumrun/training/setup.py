@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.config.schema import ApplicationConfig, Config, TrainingConfig
+from accumrun.config.schema import Config, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics, batch_norm_layers
 from accumrun.core.losses import MetricSet, Objective
 from accumrun.core.seeds import LayerDraws
@@ -29,10 +29,10 @@ from accumrun.kinds import Feed, Measure, Precision, Task
 from accumrun.models.builders import build_model
 from accumrun.models.preprocessing import (
     Preprocess,
-    application_preprocessing,
     at_stored_size,
     with_input_preprocessing,
 )
+from accumrun.models.registry import kind_of
 from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
 from accumrun.optim.rules import model_problem
@@ -391,8 +391,7 @@ def _rescaling(config: Config, dataset: Dataset) -> tuple[float, Preprocess | No
     rescale = config.data.rescale
     if rescale != "auto":
         return (1.0 if rescale is False else float(rescale)), None
-    model = config.model
-    preprocess = application_preprocessing(model) if isinstance(model, ApplicationConfig) else None
+    preprocess = kind_of(config.model).preprocessing(config.model)
     return (1.0, preprocess) if preprocess is not None else (dataset.scale, None)
 
 
