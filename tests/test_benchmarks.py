@@ -80,6 +80,7 @@ def test_smoke_benchmark_measures_every_method_and_reports_the_targets(
         assert len(run["epoch_samples_per_second"]) == report["epochs"] == 2, run
 
 
+@pytest.mark.subprocess
 def test_a_child_runs_to_its_end_with_its_exit_code_peak_memory_and_time(tmp_path: Path) -> None:
     run = harness()
     code, peak_rss_mib, seconds = run.run_child([sys.executable, "-c", "import sys; sys.exit(3)"], tmp_path / "log", 60)
