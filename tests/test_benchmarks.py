@@ -1,24 +1,27 @@
-"""The benchmark harness: ``benchmarks/run.py --smoke`` run end to end on a tiny workload, and the targets it
-reports computed from given results."""
+"""The benchmark harness: ``benchmarks/run.py --smoke`` run end to end on a tiny workload (its runs in this
+process), a child run as the harness runs one, and the targets it reports computed from given results."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
+import resource
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.helpers import invoke
+
 REPO = Path(__file__).resolve().parent.parent
 METHODS = ("accumrun", "accumrun_xla", "keras_accum", "python_loop", "fit_sub", "fit_full")
 
 
-def harness() -> ModuleType:
-    """``benchmarks/run.py`` as a module (it is a script, outside the package)."""
-    spec = importlib.util.spec_from_file_location("benchmark_run", REPO / "benchmarks" / "run.py")
+def script(name: str) -> ModuleType:
+    """``benchmarks/NAME.py`` as a module (the scripts are outside the package)."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", REPO / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
@@ -26,18 +29,38 @@ def harness() -> ModuleType:
     return module
 
 
+def harness() -> ModuleType:
+    """``benchmarks/run.py`` as a module."""
+    return script("run")
+
+
+def in_this_process(command: list[str], log: Path, timeout: float, repo: Path = REPO) -> tuple[int, float, float]:
+    """``run_child`` in this process: the child's command (``accumrun train`` or a peer) run here, and this
+    process's peak RSS. Six children would import TensorFlow six times; ``run_child`` itself is tested below."""
+    started = time.perf_counter()
+    if command[1:3] == ["-m", "accumrun"]:
+        result = invoke(*command[3:])
+        log.write_text(result.stderr)
+        code = result.returncode
+    else:
+        argv, sys.argv = sys.argv, command[1:]
+        try:
+            script("peers").main()
+        finally:
+            sys.argv = argv
+        code = 0
+    return code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - started
+
+
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_smoke_benchmark_measures_every_method_and_reports_the_targets(tmp_path: Path) -> None:
+def test_smoke_benchmark_measures_every_method_and_reports_the_targets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "bench.md"
-    finished = subprocess.run(
-        [sys.executable, "benchmarks/run.py", "--smoke", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    run = harness()
+    monkeypatch.setattr(run, "run_child", in_this_process)
+    monkeypatch.setattr(sys, "argv", ["benchmarks/run.py", "--smoke", "--out", str(out)])
+    run.main()
 
     markdown = out.read_text()
     for method in METHODS:
@@ -55,6 +78,13 @@ def test_smoke_benchmark_measures_every_method_and_reports_the_targets(tmp_path:
         assert run["samples_per_second"] > 0, run
         assert run["peak_rss_mib"] > 0, run
         assert len(run["epoch_samples_per_second"]) == report["epochs"] == 2, run
+
+
+@pytest.mark.subprocess
+def test_a_child_runs_to_its_end_with_its_exit_code_peak_memory_and_time(tmp_path: Path) -> None:
+    run = harness()
+    code, peak_rss_mib, seconds = run.run_child([sys.executable, "-c", "import sys; sys.exit(3)"], tmp_path / "log", 60)
+    assert code == 3 and peak_rss_mib > 0 and seconds > 0
 
 
 def test_the_memory_targets_compare_each_s_with_fit_at_the_sub_batch_and_ask_that_rss_falls() -> None:

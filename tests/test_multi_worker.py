@@ -1,6 +1,6 @@
 """Multi-worker runs on local processes (``accumrun launch``): two workers train like one process, stop together
-on Ctrl-C or SIGTERM and resume to the same weights, survive a killed worker (all in one run), and read a Slurm
-cluster.
+on Ctrl-C and resume to the same weights, survive a killed worker (all in one run), pass SIGTERM on and agree on
+it (in-process), and read a Slurm cluster.
 
 Each worker is one replica on the CPU, on free localhost ports; the runs are short (small data, a few epochs).
 """
@@ -20,8 +20,11 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from accumrun import train
+from accumrun.launcher import launch
+from accumrun.training import distribute
 from accumrun.training.distribute import cluster_resolver
 from tests.helpers import max_difference, write_config
 
@@ -93,37 +96,33 @@ def weights(run_dir: Path) -> list[np.ndarray]:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_two_launched_workers_stopped_three_ways_resume_to_the_weights_of_one_process(tmp_path: Path) -> None:
-    """One run on two launched workers, stopped three ways in turn (each launch resumes the last): Ctrl-C and
-    SIGTERM stop both workers at the same batch; a killed worker stops the other within the timeout. The last launch
-    finishes it, to one process's weights, and only the chief wrote anything.
+def test_two_launched_workers_stopped_two_ways_resume_to_the_weights_of_one_process(tmp_path: Path) -> None:
+    """One run on two launched workers, stopped two ways in turn (each launch resumes the last): Ctrl-C stops both
+    workers at the same batch; a killed worker stops the other within the timeout. The last launch finishes it, to
+    one process's weights, and only the chief wrote anything. (SIGTERM takes Ctrl-C's path: the tests below pass it
+    on and agree on it in-process, and tests/test_resume.py stops and resumes a run with it.)
 
     One run for all of it: each launch starts three processes that import TensorFlow, and a stopped run resumed to
     one process's weights also shows that two workers train like one process. The one process trains here, in a
     thread, while the chief waits out its lost worker and the last launch starts: time this test spent idle."""
     path = config(tmp_path)
     run_dir = tmp_path / "run"
-    for number, expected in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-        launcher = (
-            start(tmp_path, str(path), "--run-dir", str(run_dir))
-            if number == signal.SIGINT
-            else start(tmp_path, "--resume", str(run_dir))
-        )
-        wait_for_an_epoch(launcher, tmp_path)
-        launcher.send_signal(number)
-        code, output = finish(launcher, tmp_path)
-        assert code == expected, output
-        stops = re.findall(rf"\[w(\d)\] {number.name} at epoch (\d+), batch (\d+); saved ", output)
-        assert len(stops) == 2 and stops[0][1:] == stops[1][1:], output
-        assert f"[launch] resume with: {sys.executable} -m accumrun launch --workers 2 --resume {run_dir}" in output
-        if number == signal.SIGINT:  # how the first launch set up its workers
-            assert re.search(
-                r"\[w0\] distribute multi_worker: 2 replicas on 2 workers \(cluster from TF_CONFIG; chief worker 0 "
-                r"at localhost:\d+\); this is worker 0 \(the chief",
-                output,
-            )
-            assert "[w1] distribute multi_worker" in output and "this is worker 1 (writes nothing" in output
-            assert "[w0] batch 9 = 2 replicas x 4-5 samples, each in 3 sub-batches x 1-2 samples" in output
+    launcher = start(tmp_path, str(path), "--run-dir", str(run_dir))
+    wait_for_an_epoch(launcher, tmp_path)
+    launcher.send_signal(signal.SIGINT)
+    code, output = finish(launcher, tmp_path)
+    assert code == 130, output
+    stops = re.findall(r"\[w(\d)\] SIGINT at epoch (\d+), batch (\d+); saved ", output)
+    assert len(stops) == 2 and stops[0][1:] == stops[1][1:], output
+    assert f"[launch] resume with: {sys.executable} -m accumrun launch --workers 2 --resume {run_dir}" in output
+    # How the launch set up its workers.
+    assert re.search(
+        r"\[w0\] distribute multi_worker: 2 replicas on 2 workers \(cluster from TF_CONFIG; chief worker 0 "
+        r"at localhost:\d+\); this is worker 0 \(the chief",
+        output,
+    )
+    assert "[w1] distribute multi_worker" in output and "this is worker 1 (writes nothing" in output
+    assert "[w0] batch 9 = 2 replicas x 4-5 samples, each in 3 sub-batches x 1-2 samples" in output
 
     launcher = start(tmp_path, "--resume", str(run_dir))
     # Once this launch has logged an epoch (checkpointed at its end), past the workers' first collectives.
@@ -155,6 +154,51 @@ def test_two_launched_workers_stopped_three_ways_resume_to_the_weights_of_one_pr
     assert {row["replicas"] for row in rows} == {2} and rows[-1]["optimizer_steps"] == 24 * EPOCHS
     # The other worker of the launch that finished wrote only into its scratch folder, which is gone.
     assert list((tmp_path / "last").iterdir()) == []
+
+
+# A worker that stops as `accumrun train` does on SIGTERM: it says where, and exits 128 + the signal.
+FAKE_WORKER = """
+import signal, sys, time
+def stop(number, frame):
+    print(f"{signal.Signals(number).name} at epoch 1, batch 3; saved", flush=True)
+    sys.exit(128 + number)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_launcher_passes_sigterm_on_to_every_worker_and_exits_with_the_chiefs_status(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda args, **kwargs: popen([args[0], "-c", FAKE_WORKER], **kwargs))
+    lines: list[str] = []
+
+    def terminate_once_both_are_ready() -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while sum(line.endswith("] ready") for line in lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(terminate_once_both_are_ready)
+        code = launch(2, ["config.yaml"], lines.append)
+    assert code == 143, lines
+    assert "[launch] SIGTERM: passed on to the 2 workers" in lines
+    assert {"[w0] SIGTERM at epoch 1, batch 3; saved", "[w1] SIGTERM at epoch 1, batch 3; saved"} <= set(lines)
+    assert lines[-1] == "[launch] exit statuses [143, 143]; worker 0's is the launcher's"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("asked", [signal.SIGTERM, signal.SIGINT, None])
+def test_the_workers_agree_on_a_stop_for_either_signal(monkeypatch: pytest.MonkeyPatch, asked: int | None) -> None:
+    # The all-reduce the workers agree by, on this process's one replica, as worker 0 of two.
+    monkeypatch.setattr(distribute, "task_addresses", lambda strategy: {"worker 0": "a:1", "worker 1": "b:1"})
+    monkeypatch.setattr(distribute, "is_chief", lambda strategy: True)
+    agree = distribute.agreement(tf.distribute.get_strategy())
+    assert agree(distribute.Agreed(asked, 3, True)) == distribute.Agreed(asked, 3, True)
 
 
 def test_a_slurm_job_step_resolves_to_one_worker_per_task(monkeypatch: pytest.MonkeyPatch) -> None:

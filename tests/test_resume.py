@@ -57,20 +57,27 @@ def copy_run(finished: Path, tmp_path: Path) -> Path:
     return tiny_config(tmp_path)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("signal_number", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_exits_128_plus_its_signal(signal_number: int, exit_code: int) -> None:
+    assert Interrupted(signal_number, "stopped", "accumrun train --resume run").exit_code == exit_code
+
+
+@pytest.mark.slow
 def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_number: int, exit_code: int, three_epochs: RunResult
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, three_epochs: RunResult
 ) -> None:
+    # SIGTERM here; Ctrl-C takes the same path (StopRequests, below), and stops and resumes a multi-worker run in
+    # tests/test_multi_worker.py.
     path = tiny_config(tmp_path, training=THREE_EPOCHS, output={"tensorboard": False})
     reference = three_epochs
 
     # 3 batches per epoch: batch 5 is the middle batch of epoch 2, so the run stops mid-epoch.
-    signal_after_batch(monkeypatch, 5, [signal_number])
+    signal_after_batch(monkeypatch, 5, [signal.SIGTERM])
     with pytest.raises(Interrupted) as stopped:
         train(load_config(path), tmp_path / "run", quiet=True)
     monkeypatch.undo()
-    assert stopped.value.exit_code == exit_code
+    assert stopped.value.exit_code == 143
+    assert stopped.value.reason.startswith("SIGTERM at epoch 2, batch 2")
     assert f"at epoch 2, batch 2; saved {tmp_path / 'run' / 'checkpoints'}" in stopped.value.message
     assert stopped.value.message.endswith(f"resume with: {resume_command(tmp_path / 'run')}")
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "interrupted"
@@ -106,21 +113,13 @@ def test_a_second_ctrl_c_stops_at_once_and_leaves_the_last_checkpoint_valid(
 
 
 @pytest.mark.slow
-def test_resume_can_extend_a_finished_run_and_matches_a_longer_one(tmp_path: Path, finished: Path) -> None:
-    path = tiny_config(tmp_path, training={"epochs": 1}, output={"tensorboard": False})
-    train(load_config(path), tmp_path / "run", quiet=True)
-    with pytest.raises(ConfigError, match="has finished its 1 epoch; pass --epochs N"):
-        train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
-    extended = load_resume_config(tmp_path / "run", None, ["training.epochs=2"])
-    train(extended, tmp_path / "run", quiet=True, resume=True)
-    # The longer run: the tiny config's 2 epochs, trained once for the module (TensorBoard changes no row).
-    assert training_rows(tmp_path / "run") == training_rows(finished)
-
-
-@pytest.mark.slow
-def test_checkpoints_count_epochs_as_the_console_does_and_old_names_still_load(tmp_path: Path, finished: Path) -> None:
+def test_a_finished_run_extends_to_a_longer_one_and_its_checkpoints_count_epochs_as_the_console_does(
+    tmp_path: Path, finished: Path
+) -> None:
     path = tiny_config(tmp_path, output={"tensorboard": False, "checkpoint_every_updates": 2})
     train(load_config(path, ["training.epochs=1"]), tmp_path / "run", quiet=True)
+    with pytest.raises(ConfigError, match="has finished its 1 epoch; pass --epochs N"):
+        train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
     folder = tmp_path / "run" / "checkpoints"
     # 3 batches an epoch: update 2 is epoch 1, batch 2; the epoch's end is its batch 3, not batch 0 of epoch 2.
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -132,8 +131,10 @@ def test_checkpoints_count_epochs_as_the_console_does_and_old_names_still_load(t
     (folder / "ckpt-epoch00001-batch0000003.npz").rename(folder / "ckpt-epoch00001-batch0000000.npz")
     (folder / "ckpt-epoch00001-batch0000002.npz").rename(folder / "ckpt-epoch00000-batch0000002.npz")
     assert CheckpointStore(folder, keep=3).latest() == folder / "ckpt-epoch00001-batch0000000.npz"
-    train(load_resume_config(tmp_path / "run", None, ["training.epochs=2"]), tmp_path / "run", quiet=True, resume=True)
-    # The longer run: the tiny config's 2 epochs (checkpoints and TensorBoard change no row).
+    extended = load_resume_config(tmp_path / "run", None, ["training.epochs=2"])
+    train(extended, tmp_path / "run", quiet=True, resume=True)
+    # The longer run: the tiny config's 2 epochs, trained once for the module (checkpoints and TensorBoard change
+    # no row).
     assert training_rows(tmp_path / "run") == training_rows(finished)
 
 
