@@ -1,12 +1,12 @@
-"""What every config section shares, whether it lives in :mod:`accumrun.config.schema`, beside a data source's
-loader or beside an optimizer's build: the strict pydantic base, the parsing of a closed set's words, the booleans'
-words, and the watched figure of early stopping, the plateau and keep_best. It imports only ``kinds``, so that
-``config``, ``optim`` and ``data`` can sit above it.
+"""What every config section shares, whether it lives in :mod:`accumrun.config`, beside a data source's loader or
+beside an optimizer's build: the strict pydantic base, the parsing of a closed set's words, of a number or a word,
+and of the booleans' words, the watched figure of early stopping, the plateau and keep_best, and the shape of a
+broken cross-field rule. It imports only ``kinds``, so that ``config``, ``optim`` and ``data`` can sit above it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
@@ -17,6 +17,11 @@ class Section(BaseModel):
     """A config section: strict types (YAML already typed the values) and no unknown keys."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+Problem: TypeAlias = tuple[str, str, Any]
+"""A broken cross-field rule, as a section or a feature declares it: the key to blame, what is wrong, and the value
+given (:func:`accumrun.config.schema.cross_field_problems` collects them in order)."""
 
 
 def listed(words: list[str]) -> str:
@@ -36,6 +41,17 @@ def words(kind: type[Kind], *, auto: bool = False) -> BeforeValidator:
         return value if value == "auto" else kind(value)
 
     return BeforeValidator(parse)
+
+
+def int_or(word: str, meaning: str) -> BeforeValidator:
+    """A positive integer or ``word``, whose ``meaning`` the message gives."""
+
+    def check(value: Any) -> Any:
+        if value != word and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"must be a positive integer or {word!r} ({meaning})")
+        return value
+
+    return BeforeValidator(check)
 
 
 # YAML 1.1's words for a boolean besides true and false. The config is read as YAML 1.2, where only true and false

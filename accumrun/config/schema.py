@@ -1,10 +1,12 @@
-"""The config schema: one pydantic model per YAML section, with the per-key rules, and the rules that span keys.
+"""The config schema: the root :class:`Config`, its unions, and the ``training`` section, each with its per-key
+rules; the rules that span keys are declared by the section or feature that owns them, and collected here in turn.
 
-``data`` and ``model`` are unions chosen by ``name``, so a key the chosen section does not read is refused; the data
-sections live beside their loaders, registered in :data:`accumrun.data.sources.SOURCES`, and the model sections
-beside their builds, registered in :data:`accumrun.models.registry.MODELS`. Closed sets parse into the
-enums of :mod:`accumrun.kinds` and are written back as their words. Loading and messages are in
-:mod:`accumrun.config.loading`. Nothing here imports TensorFlow, so ``check`` and ``--help`` stay fast.
+``data``, ``model`` and ``optimizer`` are unions chosen by ``name``, so a key the chosen section does not read is
+refused; their sections live beside their loaders and builds, registered in :data:`accumrun.data.sources.SOURCES`,
+:data:`accumrun.models.registry.MODELS` and :data:`accumrun.optim.optimizers.OPTIMIZERS`. The other sections have
+modules of their own in this package. Closed sets parse into the enums of :mod:`accumrun.kinds` and are written back
+as their words. Loading and messages are in :mod:`accumrun.config.loading`. Nothing here imports TensorFlow, so
+``check`` and ``--help`` stay fast.
 """
 
 from __future__ import annotations
@@ -13,38 +15,26 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 import yaml
-from pydantic import (
-    BaseModel,
-    Discriminator,
-    Field,
-    Tag,
-    TypeAdapter,
-    field_validator,
-)
-from pydantic.functional_validators import BeforeValidator
+from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, field_validator
 
+from accumrun.config.distribute import DistributeConfig
+from accumrun.config.loss import LossConfig, MetricEntry
+from accumrun.config.loss import MetricConfig as MetricConfig  # objective.py reads it here
+from accumrun.config.output import OutputConfig
+from accumrun.config.precision import precision_problems
 from accumrun.data.arrays import DigitsConfig
-from accumrun.data.section import DataSection, Keywords
+from accumrun.data.section import DataSection
 from accumrun.data.sources import DATA_SECTIONS
 from accumrun.data.tokenizer_sections import TOKENIZERS, Unknown, UnknownTokenizerConfig, by_name
 from accumrun.errors import describe
-from accumrun.kinds import (
-    BatchNormMode,
-    Cluster,
-    Feed,
-    Measure,
-    OnNonFinite,
-    Precision,
-    RandomDraws,
-    Strategy,
-)
+from accumrun.kinds import BatchNormMode, Measure, OnNonFinite, Precision, RandomDraws, Strategy
 from accumrun.models.kind import ModelSection
 from accumrun.models.registry import DEFAULT_MODEL, MODEL_SECTIONS, UNKNOWN_MODEL, model_tag
 from accumrun.optim.keras_optimizer import OptimizerConfig
 from accumrun.optim.optimizers import OPTIMIZERS, optimizer_tag
 from accumrun.optim.rules import optimizer_problems
 from accumrun.optim.section import OptimizerSection
-from accumrun.sections import Flag, Section, Watched, listed, words
+from accumrun.sections import Flag, Problem, Section, Watched, int_or, listed, words
 
 
 class _UnknownDataConfig(DataSection, Unknown):
@@ -98,23 +88,6 @@ else:
     """The ``model`` section: one section per kind, chosen by ``name`` (``darknet_cnn`` when it is unset)."""
 
 
-class LossConfig(Keywords):
-    """A ``keras.losses`` loss by snake_case or class name, or ``package.module:function`` returning one value per
-    sample; other keys are its keywords. Unset, it follows the task (regression needs one named)."""
-
-    name: str | None = None
-    from_logits: Flag | None = None
-    """Unset, it is read from the model: False when its output layer is a softmax or sigmoid."""
-
-
-class MetricConfig(Keywords):
-    """A ``keras.metrics`` metric by name, with its keyword arguments: ``{name: top_k_categorical_accuracy, k: 5}``."""
-
-    name: str
-
-
-MetricEntry = str | MetricConfig
-
 UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
     "model": _MODEL_UNION,
     "data": {**_DATA_UNION},
@@ -132,25 +105,10 @@ class EarlyStoppingConfig(Watched):
     min_delta: float = Field(0.0, ge=0)
 
 
-class KeepBestConfig(Watched):
-    """Keep ``model.best.keras`` from the epoch with the best ``monitor``."""
-
-
-def _int_or(word: str, meaning: str) -> BeforeValidator:
-    """A positive integer or ``word``, whose ``meaning`` the message gives."""
-
-    def check(value: Any) -> Any:
-        if value != word and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"must be a positive integer or {word!r} ({meaning})")
-        return value
-
-    return BeforeValidator(check)
-
-
 class TrainingConfig(Section):
     epochs: int = Field(10, ge=1)
-    batch_size: Annotated[int | Literal["full"], _int_or("full", "the whole training set")] = 256
-    subdivisions: Annotated[int | Literal["auto"], _int_or("auto", "find the fewest that fit in memory")] = 1
+    batch_size: Annotated[int | Literal["full"], int_or("full", "the whole training set")] = 256
+    subdivisions: Annotated[int | Literal["auto"], int_or("auto", "find the fewest that fit in memory")] = 1
     max_sub_batch: int | None = Field(None, ge=1)
     drop_remainder: Flag = False
     on_nonfinite: Annotated[OnNonFinite, words(OnNonFinite)] = OnNonFinite.STOP
@@ -164,7 +122,7 @@ class TrainingConfig(Section):
     equal plain training; ``per_sub_batch`` is how runs before it drew."""
     precise_bn_samples: int | None = Field(None, ge=1)
     """``batch_norm: precise``: the training samples (a seeded subset) its statistics use; all by default."""
-    updates_per_call: Annotated[int | Literal["auto"], _int_or("auto", "about half a second of work per call")] = "auto"
+    updates_per_call: Annotated[int | Literal["auto"], int_or("auto", "about half a second of work per call")] = "auto"
     """The most updates one compiled call runs where the data is on the device; a call ends where the host is needed."""
     validate_every: int = Field(1, ge=1)
     """Validate after every N-th epoch, and after the last."""
@@ -173,7 +131,7 @@ class TrainingConfig(Section):
     stable)."""
     measure_every: int = Field(1, ge=1)
     """``sharpness``: measured after every N-th epoch."""
-    measure_samples: Annotated[int | Literal["all"], _int_or("all", "every training sample")] = "all"
+    measure_samples: Annotated[int | Literal["all"], int_or("all", "every training sample")] = "all"
     """``sharpness``: the training samples its Hessian is over (a seeded subset), or all."""
     class_weight: dict[str, float] | Literal["balanced"] | None = None
     """Class labels only: each class's weight by its name in ``labels.json`` (unnamed classes 1.0), or ``balanced``
@@ -204,6 +162,13 @@ class TrainingConfig(Section):
             weights[key] = float(weight)
         return weights
 
+    def broken_rules(self) -> Iterator[Problem]:
+        """More sub-batches than samples in a batch: a sub-batch would be empty (:mod:`accumrun.core.split`)."""
+        subdivisions = self.fixed_subdivisions
+        if isinstance(self.batch_size, int) and subdivisions is not None and subdivisions > self.batch_size:
+            message = f"cannot exceed training.batch_size ({self.batch_size}); each sub-batch needs a sample"
+            yield "training.subdivisions", message, subdivisions
+
     @property
     def fixed_subdivisions(self) -> int | None:
         """``subdivisions`` when it is a number; None while it is ``auto`` (not settled yet)."""
@@ -221,65 +186,6 @@ else:
     """The ``optimizer`` section: one section per kind of optimizer (:mod:`accumrun.optim`), chosen by ``name``."""
 UNION_SECTIONS["optimizer"] = {tag: kind.section for tag, kind in OPTIMIZERS.items()}
 UNION_TAGS["optimizer"] = set(UNION_SECTIONS["optimizer"])
-
-
-def duration_seconds(text: str) -> float:
-    """``90s``, ``10min``, ``1.5h`` in seconds.
-
-    Raises:
-        ValueError: not a positive number followed by ``s``, ``min`` or ``h``.
-    """
-    for unit, seconds in {"s": 1, "min": 60, "h": 3600}.items():
-        number = text.strip().removesuffix(unit)
-        if number != text.strip():
-            try:
-                value = float(number)
-            except ValueError:
-                break
-            if value > 0:
-                return value * seconds
-    raise ValueError("must be a duration such as 90s, 10min or 1h, or null for the ends of epochs only")
-
-
-class OutputConfig(Section):
-    run_dir: str = "runs/{config_name}-{timestamp}"
-    tensorboard: Flag = True
-    log_every_updates: int | None = Field(None, ge=1)
-    checkpoint_every: str | None = "10min"
-    """How often a checkpoint is written (None: at each epoch's end); also at every stop, signal and the run's end."""
-    checkpoint_every_updates: int | None = Field(None, ge=1)
-    keep_checkpoints: int = Field(3, ge=1)
-    keep_best: str | KeepBestConfig | None = None
-    """A logged figure (``val_loss``) or ``{monitor, mode}``: keep ``model.best.keras`` from its best epoch."""
-
-    @field_validator("checkpoint_every", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> Any:
-        if value is not None:
-            duration_seconds(value if isinstance(value, str) else "")
-        return value
-
-    @property
-    def checkpoint_seconds(self) -> float | None:
-        """``checkpoint_every`` in seconds; None for the end of every epoch."""
-        return None if self.checkpoint_every is None else duration_seconds(self.checkpoint_every)
-
-    @property
-    def best(self) -> KeepBestConfig | None:
-        """``keep_best`` as a monitor and mode."""
-        return KeepBestConfig(monitor=self.keep_best) if isinstance(self.keep_best, str) else self.keep_best
-
-
-class DistributeConfig(Section):
-    """Where the replicas of the step run: one device (``none``), the local GPUs (``mirrored``), or several hosts
-    (``multi_worker``). ``auto`` is ``mirrored`` with more than one GPU, else ``none``."""
-
-    strategy: Annotated[Literal["auto"] | Strategy, words(Strategy, auto=True)] = Strategy.NONE
-    logical_cpus: int | None = Field(None, ge=1)
-    cluster: Annotated[Literal["auto"] | Cluster, words(Cluster, auto=True)] = "auto"
-    """``multi_worker``: where the cluster is described: ``TF_CONFIG``, Slurm's variables, or whichever is set."""
-    timeout_seconds: int = Field(300, ge=1)
-    """``multi_worker``: how long a collective waits for a worker that stopped answering before the run ends."""
 
 
 class Config(Section):
@@ -313,38 +219,21 @@ def cross_field_problems(config: Config) -> list[str]:
     return [describe(key, what, value) for key, what, value in _broken_rules(config)]
 
 
-def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
-    """Each broken rule as the key to blame, what is wrong and the value given."""
-    training, data, model, optimizer = config.training, config.data, config.model, config.optimizer
-    subdivisions = training.fixed_subdivisions
-    if isinstance(training.batch_size, int) and subdivisions is not None and subdivisions > training.batch_size:
-        message = f"cannot exceed training.batch_size ({training.batch_size}); each sub-batch needs a sample"
-        yield "training.subdivisions", message, subdivisions
-    # A validation file and a validation split at once: which would validate?
-    if data.validation_file and "validation_split" in data.model_fields_set and data.validation_split != 0:
-        yield "data.validation_split", "cannot be set with data.validation_path; use one", data.validation_split
-    weight = getattr(data, "weight", None)
-    if weight is not None and training.class_weight is not None:
-        # Keras refuses both too.
-        message = "cannot be set with data.weight; multiply the class weights into the weight column or array"
-        yield "training.class_weight", message, training.class_weight
-    if weight is not None and weight in data.named_columns:
-        yield "data.weight", "must be a column of its own, not the label or id column", weight
-    yield from model.broken_rules()
+def _broken_rules(config: Config) -> Iterator[Problem]:
+    """Each broken rule, as the section or feature that owns it declares it, in the order of the sections."""
+    training, data, distribute = config.training, config.data, config.distribute
+    yield from training.broken_rules()
+    yield from data.broken_rules(class_weight=training.class_weight)
+    yield from config.model.broken_rules()
     yield from optimizer_problems(
-        optimizer,
+        config.optimizer,
         augment=[augment.name for augment in data.augment],
         batch_size=training.batch_size,
         precision=training.precision,
         measure=training.measure,
     )
-    distribute = config.distribute
+    yield from distribute.broken_rules(feed=data.feed)
     strategy = str(distribute.strategy)
-    if data.feed == Feed.SUB_BATCH and distribute.strategy not in ("auto", Strategy.NONE):
-        yield "data.feed", f"sub_batch streams on one device, not with distribute.strategy: {strategy}", "sub_batch"
-    if distribute.logical_cpus is not None and distribute.strategy != Strategy.MIRRORED:
-        message = f"splits the CPU into replicas for distribute.strategy: mirrored, not {strategy}"
-        yield "distribute.logical_cpus", message, distribute.logical_cpus
     for key in ("measure_every", "measure_samples"):
         # Against the default, not the keys given: a run's config.yaml writes every key back.
         if (
@@ -356,7 +245,4 @@ def _broken_rules(config: Config) -> Iterator[tuple[str, str, Any]]:
     if Measure.SHARPNESS in training.measure and distribute.strategy not in ("auto", Strategy.NONE):
         message = f"sharpness is measured on one device, not with distribute.strategy: {strategy}"
         yield "training.measure", message, "sharpness"
-    if training.precision == Precision.MIXED_FLOAT16 and distribute.strategy != Strategy.NONE:
-        # The replicated step does not scale the loss; float16 gradients would underflow unnoticed.
-        message = "mixed_float16 (loss scaling) runs on one device only; use mixed_bfloat16 with distribute"
-        yield "training.precision", message, "mixed_float16"
+    yield from precision_problems(training.precision, distribute.strategy)

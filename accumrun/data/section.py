@@ -4,13 +4,14 @@ share. Each source's own section lives beside its loader, registered in :mod:`ac
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from accumrun.errors import ConfigError
 from accumrun.kinds import CacheMode, ColorMode, Feed, Task
-from accumrun.sections import Flag, Section, as_flag, words
+from accumrun.sections import Flag, Problem, Section, as_flag, words
 
 if TYPE_CHECKING:
     from accumrun.data.tokenizer_sections import TokenizerConfig
@@ -91,6 +92,20 @@ class DataSection(Section):
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
             raise ValueError("must be a fraction in [0, 1) or 'test' (the dataset's test split)")
         return float(value)
+
+    def broken_rules(self, *, class_weight: object) -> Iterator[Problem]:
+        """A validation file beside a validation split, and ``data.weight`` beside ``training.class_weight`` (given as
+        ``class_weight``) or on a column that holds something else."""
+        # A validation file and a validation split at once: which would validate?
+        if self.validation_file and "validation_split" in self.model_fields_set and self.validation_split != 0:
+            yield "data.validation_split", "cannot be set with data.validation_path; use one", self.validation_split
+        weight = getattr(self, "weight", None)
+        if weight is not None and class_weight is not None:
+            # Keras refuses both too.
+            message = "cannot be set with data.weight; multiply the class weights into the weight column or array"
+            yield "training.class_weight", message, class_weight
+        if weight is not None and weight in self.named_columns:
+            yield "data.weight", "must be a column of its own, not the label or id column", weight
 
     def reading(self, path: str) -> DataSection:
         """The same source reading all of ``path`` (no validation split): what ``evaluate --data`` scores.

@@ -1,0 +1,18 @@
+"""What ``training.precision`` refuses of the rest of the config (the precision itself is set in
+:mod:`accumrun.training.setup`, which scales the loss under ``mixed_float16``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+from accumrun.kinds import Precision, Strategy
+from accumrun.sections import Problem
+
+
+def precision_problems(precision: Precision, strategy: Literal["auto"] | Strategy) -> Iterator[Problem]:
+    """``mixed_float16`` on any strategy but ``none``."""
+    if precision == Precision.MIXED_FLOAT16 and strategy != Strategy.NONE:
+        # The replicated step does not scale the loss; float16 gradients would underflow unnoticed.
+        message = "mixed_float16 (loss scaling) runs on one device only; use mixed_bfloat16 with distribute"
+        yield "training.precision", message, "mixed_float16"
