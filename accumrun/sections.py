@@ -1,13 +1,14 @@
 """What every config section shares, whether it lives in :mod:`accumrun.config.schema` or beside a data source's
-loader: the strict pydantic base, the parsing of a closed set's words, and the booleans' words. It imports only
-``kinds``, so that both ``config`` and ``data`` can sit above it.
+loader: the strict pydantic base, the parsing of a closed set's words, the booleans' words, and the pieces of every
+union chosen by ``name`` (``data``, ``model``, ``data.tokenizer``). It imports only ``kinds``, so that both
+``config`` and ``data`` can sit above it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, field_validator
 
 from accumrun.kinds import Kind
 
@@ -16,6 +17,30 @@ class Section(BaseModel):
     """A config section: strict types (YAML already typed the values) and no unknown keys."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Unknown(BaseModel):
+    """The member of a union by ``name`` for any other name: it takes any keys and refuses the name with
+    :attr:`refusal`. A base after the union's own, so that its ``extra="allow"`` wins."""
+
+    model_config = ConfigDict(extra="allow")
+    refusal: ClassVar[str]
+    name: Any
+
+    @field_validator("name")
+    @classmethod
+    def _reject(cls, value: Any) -> Any:
+        raise ValueError(cls.refusal)
+
+
+def by_name(names: dict[str, Any], default: str | None = None) -> Discriminator:
+    """A union's choice by ``name`` (``default`` when it is unset): the name itself, or ``unknown``."""
+
+    def kind(value: Any) -> str:
+        name = value.get("name", default) if isinstance(value, dict) else getattr(value, "name", None)
+        return name if isinstance(name, str) and name in names else "unknown"
+
+    return Discriminator(kind)
 
 
 def listed(words: list[str]) -> str:

@@ -16,8 +16,11 @@ from accumrun.config.schema import data_config
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
-from accumrun.data.tokenizer_sections import PresetTokenizerConfig, WordPieceTokenizerConfig
-from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer, Tokenizer, tokenizer_for
+from accumrun.data.tokenizers import Tokenizer, tokenizer_for
+from accumrun.data.tokenizers.byte import ByteTokenizer
+from accumrun.data.tokenizers.character import CharacterTokenizer
+from accumrun.data.tokenizers.preset import PresetTokenizerConfig
+from accumrun.data.tokenizers.word_piece import WordPieceTokenizerConfig
 from accumrun.data.vocabulary import settle_vocabulary, training_texts
 from accumrun.errors import ConfigError
 from accumrun.kinds import Task

@@ -27,7 +27,7 @@ from pydantic.functional_validators import BeforeValidator
 from accumrun.data.arrays import DigitsConfig
 from accumrun.data.section import DataSection, Keywords
 from accumrun.data.sources import DATA_SECTIONS
-from accumrun.data.tokenizer_sections import TOKENIZERS, Unknown, UnknownTokenizerConfig, by_name
+from accumrun.data.tokenizers import TOKENIZER_UNION
 from accumrun.errors import describe
 from accumrun.kinds import (
     BatchNormMode,
@@ -41,7 +41,7 @@ from accumrun.kinds import (
     RandomDraws,
     Strategy,
 )
-from accumrun.sections import Flag, Section, listed, words
+from accumrun.sections import Flag, Section, Unknown, by_name, listed, words
 
 
 class _UnknownDataConfig(DataSection, Unknown):
@@ -235,7 +235,7 @@ MetricEntry = str | MetricConfig
 UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
     "model": MODEL_SECTIONS,
     "data": {**_DATA_UNION},
-    "tokenizer": {**TOKENIZERS, "unknown": UnknownTokenizerConfig},
+    "tokenizer": {**TOKENIZER_UNION},
 }
 """The sections of each union (``data.tokenizer`` too) by their key, then by their tag, which pydantic adds to an
 error's location."""

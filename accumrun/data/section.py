@@ -13,7 +13,7 @@ from accumrun.kinds import CacheMode, ColorMode, Feed, Task
 from accumrun.sections import Flag, Section, as_flag, words
 
 if TYPE_CHECKING:
-    from accumrun.data.tokenizer_sections import TokenizerConfig
+    from accumrun.data.tokenizers.base import TokenizerSection
 
 
 class Keywords(BaseModel):
@@ -115,9 +115,9 @@ class DataSection(Section):
         return getattr(self, "validation_path", None)
 
     @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
+    def text_settings(self) -> tuple[TokenizerSection, int] | None:
         """The tokenizer and sequence length of a source whose samples are text (a ``tokenizer`` is set), else None."""
-        tokenizer: TokenizerConfig | None = getattr(self, "tokenizer", None)
+        tokenizer: TokenizerSection | None = getattr(self, "tokenizer", None)
         return None if tokenizer is None else (tokenizer, getattr(self, "sequence_length", 0))
 
     @property

@@ -28,8 +28,8 @@ from accumrun.data.section import (
 )
 from accumrun.data.splits import ArraySplit, Splits, checked_weights
 from accumrun.data.text import TextSourceConfig
-from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
-from accumrun.data.tokenizers import text_input, tokenizer_for
+from accumrun.data.tokenizers import TokenizerConfig, text_input, tokenizer_for
+from accumrun.data.tokenizers.byte import ByteTokenizerConfig
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
 from accumrun.sections import words
