@@ -32,12 +32,13 @@ def settle_vocabulary(data: DataSection, seed: int, run_dir: Path | None) -> Dat
         return data
     config, learning = learned
     if run_dir is None:
-        return data.model_copy(update={"tokenizer": learning.learn(config, training_texts(data, seed))})
-    settled = learning.read(config, run_dir)
-    if settled is None:
-        what = f"has no {learning.file.as_posix()}, the {learning.noun} that its data.tokenizer learned"
-        raise ConfigError("RUN_DIR", what, str(run_dir))
-    return data.model_copy(update={"tokenizer": settled})
+        found = learning.learn(training_texts(data, seed), config)
+    else:
+        found = learning.read(run_dir)
+        if found is None:
+            what = f"has no {learning.file.as_posix()}, the {learning.noun} that its data.tokenizer learned"
+            raise ConfigError("RUN_DIR", what, str(run_dir))
+    return data.model_copy(update={"tokenizer": learning.settle(config, found)})
 
 
 def save_learned(run_dir: Path, data: DataSection) -> None:
@@ -45,7 +46,9 @@ def save_learned(run_dir: Path, data: DataSection) -> None:
     learned = _learned(data)
     if learned is not None:
         config, learning = learned
-        learning.write(config, run_dir)
+        found = learning.settled(config)
+        assert found is not None  # settle_vocabulary settles it before any data is read
+        learning.write(run_dir, found)
 
 
 def learned_line(data: DataSection) -> str | None:
@@ -54,16 +57,16 @@ def learned_line(data: DataSection) -> str | None:
     if learned is None:
         return None
     config, learning = learned
-    ids = learning.ids(config)
-    if ids is None:
+    found = learning.settled(config)
+    if found is None:
         return None
     return (
-        f"tokenizer {config.name}: {ids[0]:,} ids learned from the training texts (at most {ids[1]:,}), "
-        f"kept in the run's {learning.file.as_posix()}"
+        f"tokenizer {config.name}: {learning.size(found):,} ids learned from the training texts (at most "
+        f"{config.learns_at_most:,}), kept in the run's {learning.file.as_posix()}"
     )
 
 
-def _learned(data: DataSection) -> tuple[TokenizerSection, Learning[Any]] | None:
+def _learned(data: DataSection) -> tuple[TokenizerSection, Learning[Any, Any]] | None:
     """``data.tokenizer`` and how it learns, where it learns from the training texts; else None."""
     settings = data.text_settings
     learning = None if settings is None else learning_of(settings[0])

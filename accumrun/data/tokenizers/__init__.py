@@ -64,7 +64,7 @@ def tokenizer_for(config: TokenizerSection) -> Tokenizer:
     return TOKENIZERS[config.name].build(config)
 
 
-def learning_of(config: TokenizerSection) -> Learning[Any] | None:
+def learning_of(config: TokenizerSection) -> Learning[Any, Any] | None:
     """How ``config`` learns from the training texts, or None when it does not (a fixed tokenizer)."""
     learning = TOKENIZERS[config.name].learning
     return learning if learning is not None and config.learned else None

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -71,9 +71,15 @@ class TokenizerSection(Section):
     """Whether the ids are KerasHub's (its version then decides them too)."""
 
     @property
+    def learns_at_most(self) -> int | None:
+        """The most ids this tokenizer learns from the training texts (its kind's :class:`Learning` says how); None
+        for one that its settings and files fix."""
+        return None
+
+    @property
     def learned(self) -> bool:
-        """Whether this tokenizer learns from the training texts (its kind's :class:`Learning` says how)."""
-        return False
+        """Whether this tokenizer learns from the training texts."""
+        return self.learns_at_most is not None
 
     def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
         """What decides this tokenizer's ids: its settings, and the files it reads (hashed by ``file_hash``)."""
@@ -81,25 +87,30 @@ class TokenizerSection(Section):
 
 
 SectionT = TypeVar("SectionT", bound=TokenizerSection)
+LearnedT = TypeVar("LearnedT")
 
 
 @dataclass(frozen=True)
-class Learning(Generic[SectionT]):
-    """How a kind learns from the training texts, and what a run keeps of it: a section that learns is settled (what
-    it learned set) before any data is read, by :mod:`accumrun.data.vocabulary`."""
+class Learning(Generic[SectionT, LearnedT]):
+    """How a kind learns from the training texts, and what a run keeps of it. :mod:`accumrun.data.vocabulary`
+    settles a section that learns (sets what it learned) before any data is read."""
 
     file: Path
     """Where a run keeps what it learned, in its folder (under ``tokenizer/``)."""
     noun: str
     """What a message calls what it learned."""
-    learn: Callable[[SectionT, list[str]], SectionT]
-    """The section settled with what it learns from the texts."""
-    read: Callable[[SectionT, Path], SectionT | None]
-    """The section settled with what the run in a folder learned; None when the run has no :attr:`file`."""
-    write: Callable[[SectionT, Path], None]
-    """Writes what a settled section learned into a run folder's :attr:`file`."""
-    ids: Callable[[SectionT], tuple[int, int] | None]
-    """How many ids a settled section learned and the most it may learn; None while it is unsettled."""
+    learn: Callable[[list[str], SectionT], LearnedT]
+    """What the section learns from the texts."""
+    settle: Callable[[SectionT, LearnedT], SectionT]
+    """The section with what it learned set."""
+    settled: Callable[[SectionT], LearnedT | None]
+    """What a section learned; None while it is unsettled."""
+    read: Callable[[Path], LearnedT | None]
+    """What the run in a folder learned; None when the run has no :attr:`file`."""
+    write: Callable[[Path, LearnedT], None]
+    """Writes what was learned into a run folder's :attr:`file`."""
+    size: Callable[[LearnedT], int]
+    """How many ids were learned, padding's 0 among them."""
 
 
 @dataclass(frozen=True)
@@ -109,4 +120,4 @@ class TokenizerKind(Generic[SectionT]):
 
     section: type[SectionT]
     build: Callable[[SectionT], Tokenizer]
-    learning: Learning[SectionT] | None = None
+    learning: Learning[SectionT, Any] | None = None

@@ -56,9 +56,10 @@ class SentencePieceTokenizerConfig(TokenizerSection):
     _model: bytes | None = PrivateAttr(None)
 
     @property
-    def learned(self) -> bool:
-        """Always: the model is learned from the training texts (a ``tokens`` source, which has none, refuses it)."""
-        return True
+    def learns_at_most(self) -> int | None:
+        """Always ``vocabulary_size``: the model is learned from the training texts (a ``tokens`` source, which has
+        none, refuses it)."""
+        return self.vocabulary_size
 
     @property
     def model(self) -> bytes | None:
@@ -240,26 +241,14 @@ def _parsed(model: bytes) -> Any:
     return proto
 
 
-def _read(config: SentencePieceTokenizerConfig, run_dir: Path) -> SentencePieceTokenizerConfig | None:
-    model = read_sentence_piece(run_dir)
-    return None if model is None else config.with_model(model)
-
-
-def _write(config: SentencePieceTokenizerConfig, run_dir: Path) -> None:
-    assert config.model is not None  # settle_vocabulary settles it before any data is read
-    write_sentence_piece(run_dir, config.model)
-
-
-def _ids(config: SentencePieceTokenizerConfig) -> tuple[int, int] | None:
-    return None if config.model is None else (sentence_piece_size(config.model), config.vocabulary_size)
-
-
-SENTENCE_PIECE_LEARNING: Learning[SentencePieceTokenizerConfig] = Learning(
+SENTENCE_PIECE_LEARNING: Learning[SentencePieceTokenizerConfig, bytes] = Learning(
     SENTENCE_PIECE_FILE,
     "model",
-    learn=lambda config, texts: config.with_model(learn_sentence_piece(texts, config)),
-    read=_read,
-    write=_write,
-    ids=_ids,
+    learn=learn_sentence_piece,
+    settle=SentencePieceTokenizerConfig.with_model,
+    settled=lambda config: config.model,
+    read=read_sentence_piece,
+    write=write_sentence_piece,
+    size=sentence_piece_size,
 )
 """The model is learned from the training texts, kept in the run's ``tokenizer/sentence_piece.model``."""

@@ -39,9 +39,9 @@ class WordPieceTokenizerConfig(TokenizerSection):
         return self
 
     @property
-    def learned(self) -> bool:
-        """Whether the vocabulary is learned from the training texts (``vocabulary_size``), not read from a file."""
-        return self.vocabulary_size is not None
+    def learns_at_most(self) -> int | None:
+        """``vocabulary_size``, where the vocabulary is learned from the training texts, not read from a file."""
+        return self.vocabulary_size
 
     @property
     def tokens(self) -> tuple[str, ...] | None:
@@ -103,27 +103,14 @@ def learn_vocabulary(texts: list[str], config: WordPieceTokenizerConfig) -> tupl
     return tuple(str(token) for token in tokens)
 
 
-def _read(config: WordPieceTokenizerConfig, run_dir: Path) -> WordPieceTokenizerConfig | None:
-    tokens = read_vocabulary(run_dir)
-    return None if tokens is None else config.with_tokens(tokens)
-
-
-def _write(config: WordPieceTokenizerConfig, run_dir: Path) -> None:
-    assert config.tokens is not None  # settle_vocabulary settles it before any data is read
-    write_vocabulary(run_dir, config.tokens)
-
-
-def _ids(config: WordPieceTokenizerConfig) -> tuple[int, int] | None:
-    assert config.vocabulary_size is not None  # it learns
-    return None if config.tokens is None else (len(config.tokens), config.vocabulary_size)
-
-
-WORD_PIECE_LEARNING: Learning[WordPieceTokenizerConfig] = Learning(
+WORD_PIECE_LEARNING: Learning[WordPieceTokenizerConfig, tuple[str, ...]] = Learning(
     VOCABULARY_FILE,
     "vocabulary",
-    learn=lambda config, texts: config.with_tokens(learn_vocabulary(texts, config)),
-    read=_read,
-    write=_write,
-    ids=_ids,
+    learn=learn_vocabulary,
+    settle=WordPieceTokenizerConfig.with_tokens,
+    settled=lambda config: config.tokens,
+    read=read_vocabulary,
+    write=write_vocabulary,
+    size=len,
 )
 """A ``vocabulary_size`` learns its tokens from the training texts, kept in the run's ``tokenizer/vocabulary.txt``."""
