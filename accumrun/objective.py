@@ -17,7 +17,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from accumrun.config.schema import Config, LossConfig, MetricConfig, MetricEntry
+from accumrun.config.schema import Config, LossConfig, MetricEntry
 from accumrun.core.losses import LossFn, Metric, MetricSet, Objective, Perplexity
 from accumrun.core.step import make_eval_step
 from accumrun.data.dataset import Dataset
@@ -186,7 +186,10 @@ def _metrics(entries: list[MetricEntry], task: Task, width: int) -> list[Metric]
     taken: dict[str, int] = {}
     for index, entry in enumerate(entries):
         path = f"metrics[{index}]"
-        name, keywords = (entry, {}) if isinstance(entry, str) else (entry.name, entry.keywords)
+        # A metric written as a name is refused at its place in the list; one written as a section, at its name.
+        name, keywords, where = (
+            (entry, {}, path) if isinstance(entry, str) else (entry.name, entry.keywords, f"{path}.name")
+        )
         if normalized(name) in _ACCURACY:
             if task is Task.REGRESSION:
                 raise ConfigError(path, "accuracy needs class labels; for regression use mean_absolute_error", name)
@@ -201,7 +204,7 @@ def _metrics(entries: list[MetricEntry], task: Task, width: int) -> list[Metric]
                 raise ConfigError(path, f"{name} needs class labels or next tokens, one output per class", name)
         else:
             metric_class = _with_alias(metrics_by_name, name, keras.metrics.get) or find(
-                metrics_by_name, name, f"{path}.name" if isinstance(entry, MetricConfig) else path, "metric"
+                metrics_by_name, name, where, "metric"
             )
         sparse = metric_class.__name__.startswith("Sparse") or metric_class is Perplexity
         _refuse_per_class(metric_class, task, path, name)

@@ -1,14 +1,15 @@
 """What every config section shares, whether it lives in :mod:`accumrun.config`, beside a data source's loader or
 beside an optimizer's build: the strict pydantic base, the parsing of a closed set's words, of a number or a word,
-and of the booleans' words, the watched figure of early stopping, the plateau and keep_best, and the shape of a
-broken cross-field rule. It imports only ``kinds``, so that ``config``, ``optim`` and ``data`` can sit above it.
+and of the booleans' words, the watched figure of early stopping, the plateau and keep_best, the shape of a broken
+cross-field rule, and the pieces of every union chosen by ``name`` (``data``, ``model``, ``data.tokenizer``). It
+imports only ``kinds``, so that ``config``, ``optim`` and ``data`` can sit above it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, field_validator
 
 from accumrun.kinds import Direction, Kind
 
@@ -22,6 +23,30 @@ class Section(BaseModel):
 Problem: TypeAlias = tuple[str, str, Any]
 """A broken cross-field rule, as a section or a feature declares it: the key to blame, what is wrong, and the value
 given (:func:`accumrun.config.schema.cross_field_problems` collects them in order)."""
+
+
+class Unknown(BaseModel):
+    """The member of a union by ``name`` for any other name: it takes any keys and refuses the name with
+    :attr:`refusal`. A base after the union's own, so that its ``extra="allow"`` wins."""
+
+    model_config = ConfigDict(extra="allow")
+    refusal: ClassVar[str]
+    name: Any
+
+    @field_validator("name")
+    @classmethod
+    def _reject(cls, value: Any) -> Any:
+        raise ValueError(cls.refusal)
+
+
+def by_name(names: dict[str, Any], default: str | None = None) -> Discriminator:
+    """A union's choice by ``name`` (``default`` when it is unset): the name itself, or ``unknown``."""
+
+    def kind(value: Any) -> str:
+        name = value.get("name", default) if isinstance(value, dict) else getattr(value, "name", None)
+        return name if isinstance(name, str) and name in names else "unknown"
+
+    return Discriminator(kind)
 
 
 def listed(words: list[str]) -> str:

@@ -19,8 +19,10 @@ from accumrun.data.examples import write_corpus
 from accumrun.data.feeder import Feeder
 from accumrun.data.grouping import LengthGroups
 from accumrun.data.splits import ArraySplit, Split
-from accumrun.data.tokenizer_sections import ByteTokenizerConfig, CharacterTokenizerConfig, WordPieceTokenizerConfig
 from accumrun.data.tokenizers import tokenizer_for
+from accumrun.data.tokenizers.byte import ByteTokenizerConfig
+from accumrun.data.tokenizers.character import CharacterTokenizerConfig
+from accumrun.data.tokenizers.word_piece import WordPieceTokenizerConfig
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import DataError
 from accumrun.training.console import describe_setup

@@ -18,7 +18,7 @@ import keras
 import pytest
 
 from accumrun import load_config, train
-from accumrun.data.tokenizers import ByteTokenizer
+from accumrun.data.tokenizers.byte import ByteTokenizer
 from accumrun.models.transformer import transformer
 from accumrun.reports.generate import next_tokens
 from accumrun.reports.kv_cache import cached_transformer

@@ -18,8 +18,8 @@ import tensorflow as tf
 import accumrun
 from accumrun.config.schema import data_config
 from accumrun.data.examples import write_text_folder
-from accumrun.data.tokenizer_sections import SentencePieceTokenizerConfig
 from accumrun.data.tokenizers import Tokenizer, tokenizer_for
+from accumrun.data.tokenizers.sentence_piece import SentencePieceTokenizerConfig
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
 

@@ -23,7 +23,8 @@ from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
 from accumrun.data.files import TextFiles
 from accumrun.data.splits import ArraySplit
-from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
+from accumrun.data.tokenizers.byte import ByteTokenizer
+from accumrun.data.tokenizers.character import CharacterTokenizer
 from accumrun.errors import DataError, Interrupted
 from accumrun.kinds import CacheMode
 from accumrun.training.runner import RunResult

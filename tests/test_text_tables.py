@@ -22,7 +22,8 @@ from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputKind, read_inputs
 from accumrun.data.rows import TextRows
 from accumrun.data.splits import ArraySplit
-from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer
+from accumrun.data.tokenizers.byte import ByteTokenizer
+from accumrun.data.tokenizers.character import CharacterTokenizer
 from accumrun.errors import DataError
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, max_difference, write_config

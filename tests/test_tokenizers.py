@@ -16,8 +16,12 @@ from accumrun.config.schema import data_config
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
-from accumrun.data.tokenizer_sections import PresetTokenizerConfig, WordPieceTokenizerConfig
-from accumrun.data.tokenizers import ByteTokenizer, CharacterTokenizer, Tokenizer, tokenizer_for
+from accumrun.data.tokenizers import TOKENIZER_UNION, Tokenizer, learning_of, tokenizer_for
+from accumrun.data.tokenizers import TOKENIZERS as KINDS
+from accumrun.data.tokenizers.byte import ByteTokenizer, ByteTokenizerConfig
+from accumrun.data.tokenizers.character import CharacterTokenizer
+from accumrun.data.tokenizers.preset import PresetTokenizerConfig
+from accumrun.data.tokenizers.word_piece import WordPieceTokenizerConfig
 from accumrun.data.vocabulary import settle_vocabulary, training_texts
 from accumrun.errors import ConfigError
 from accumrun.kinds import Task
@@ -78,6 +82,21 @@ def test_decode_gives_the_text_back_skipping_padding() -> None:
     assert ByteTokenizer().decode(ByteTokenizer().encode(["é"], 1)[0]) == "\ufffd"  # half a character, cut
     with pytest.raises(ValueError, match="token id 257 is outside the vocabulary of 257 ids"):
         ByteTokenizer().decode([1, 257])
+
+
+def test_each_kind_is_registered_once_and_declares_what_it_learns_and_where_a_run_keeps_it() -> None:
+    assert (
+        list(TOKENIZER_UNION)
+        == [*KINDS, "unknown"]
+        == ["byte", "character", "word_piece", "sentence_piece", "preset", "unknown"]
+    )
+    kept = {name: kind.learning.file.as_posix() for name, kind in KINDS.items() if kind.learning is not None}
+    assert kept == {"word_piece": "tokenizer/vocabulary.txt", "sentence_piece": "tokenizer/sentence_piece.model"}
+    # A word_piece learns only where it is given a vocabulary_size, not a file; a fixed kind never does.
+    fixed = WordPieceTokenizerConfig(name="word_piece", vocabulary="v.txt")
+    learned = WordPieceTokenizerConfig(name="word_piece", vocabulary_size=100)
+    assert learning_of(fixed) is None and learning_of(learned) is KINDS["word_piece"].learning
+    assert learning_of(ByteTokenizerConfig(name="byte")) is None
 
 
 def test_a_corpus_is_cut_into_windows_of_its_tokenizers_ids(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ from accumrun.config.schema import (
     cross_field_problems,
     readers_of,
 )
-from accumrun.data.arrays import NpzConfig
 from accumrun.data.section import DataSection
 from accumrun.errors import ConfigError, ConfigProblems, describe
 from accumrun.kinds import BatchNormMode, RandomDraws
@@ -98,7 +97,7 @@ def load_resume_config(run_dir: Path, config_path: str | Path | None, overrides:
         raise ConfigError("resume", "is not an accumrun run directory (it has no config.yaml)", str(run_dir))
     saved = load_config(saved_path)
     raw = _read_yaml(saved_path)
-    if isinstance(saved.data, NpzConfig) and "rescale" not in (raw.get("data") or {}):
+    if saved.data.name == "npz" and "rescale" not in (raw.get("data") or {}):
         # A run from before data.rescale, when npz samples reached the model as the file held them.
         saved = saved.model_copy(update={"data": saved.data.model_copy(update={"rescale": False})})
     # A run from before a training mode key trained, and resumes, as before it: BatchNorm as sub_batch does, and

@@ -25,7 +25,7 @@ from accumrun.config.precision import precision_problems
 from accumrun.data.arrays import DigitsConfig
 from accumrun.data.section import DataSection
 from accumrun.data.sources import DATA_SECTIONS
-from accumrun.data.tokenizer_sections import TOKENIZERS, Unknown, UnknownTokenizerConfig, by_name
+from accumrun.data.tokenizers import TOKENIZER_UNION
 from accumrun.errors import describe
 from accumrun.kinds import BatchNormMode, Measure, OnNonFinite, Precision, RandomDraws, Strategy
 from accumrun.models.kind import ModelSection
@@ -34,7 +34,7 @@ from accumrun.optim.keras_optimizer import OptimizerConfig
 from accumrun.optim.optimizers import OPTIMIZERS, optimizer_tag
 from accumrun.optim.rules import optimizer_problems
 from accumrun.optim.section import OptimizerSection
-from accumrun.sections import Flag, Problem, Section, Watched, int_or, listed, words
+from accumrun.sections import Flag, Problem, Section, Unknown, Watched, by_name, int_or, listed, words
 
 
 class _UnknownDataConfig(DataSection, Unknown):
@@ -91,7 +91,7 @@ else:
 UNION_SECTIONS: dict[str, dict[str, type[BaseModel]]] = {
     "model": _MODEL_UNION,
     "data": {**_DATA_UNION},
-    "tokenizer": {**TOKENIZERS, "unknown": UnknownTokenizerConfig},
+    "tokenizer": {**TOKENIZER_UNION},
 }
 """The sections of each union (``data.tokenizer`` too) by their key, then by their tag, which pydantic adds to an
 error's location."""

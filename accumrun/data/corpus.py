@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from accumrun.data.source import ArraySplit, ReadsBlocks, TokenIds, order_in_blocks, read_spans, taken
-from accumrun.data.tokenizer_sections import TokenizerConfig
-from accumrun.data.tokenizers import Tokenizer
+from accumrun.data.tokenizers import Tokenizer, TokenizerConfig
 from accumrun.errors import DataError
 from accumrun.rundir.atomic import build_once
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from accumrun.data.files import IMAGE_EXTENSIONS, ImageFiles, TextFiles
+from accumrun.data.section import TextTable
 from accumrun.data.splits import ArraySplit, Split
-from accumrun.data.tables import CsvConfig, JsonlConfig, read_column, read_features
+from accumrun.data.tables import read_column, read_features
 from accumrun.data.text import read_text
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
@@ -31,7 +32,7 @@ class InputKind:
     features: list[str] | None = None
     id_column: str | None = None
     """The CSV column that names each row (``data.id``), when the run has one."""
-    text_table: CsvConfig | JsonlConfig | None = None
+    text_table: TextTable | None = None
     """The run's source, when its texts come from a table: files laid out as its own are read the same way."""
 
     @property

@@ -5,7 +5,8 @@ share. Each source's own section lives beside its loader, registered in :mod:`ac
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -14,7 +15,7 @@ from accumrun.kinds import CacheMode, ColorMode, Feed, Task
 from accumrun.sections import Flag, Problem, Section, as_flag, words
 
 if TYPE_CHECKING:
-    from accumrun.data.tokenizer_sections import TokenizerConfig
+    from accumrun.data.tokenizers.base import TokenizerSection
 
 
 class Keywords(BaseModel):
@@ -26,6 +27,18 @@ class Keywords(BaseModel):
     def keywords(self) -> dict[str, Any]:
         """The keys besides the declared ones: the keyword arguments."""
         return dict(self.model_extra or {})
+
+
+class TextTable(Protocol):
+    """A source whose samples are a table's texts (a CSV's text column, JSON Lines): ``predict`` reads a file laid
+    out as its own row by row."""
+
+    @property
+    def name(self) -> str: ...
+
+    def texts_of(self, path: Path) -> tuple[list[str], list[str] | None]:
+        """The texts of a file laid out as this source's, and each row's id where it has one."""
+        ...
 
 
 class NormalizeConfig(Section):
@@ -130,9 +143,9 @@ class DataSection(Section):
         return getattr(self, "validation_path", None)
 
     @property
-    def text_settings(self) -> tuple[TokenizerConfig, int] | None:
+    def text_settings(self) -> tuple[TokenizerSection, int] | None:
         """The tokenizer and sequence length of a source whose samples are text (a ``tokenizer`` is set), else None."""
-        tokenizer: TokenizerConfig | None = getattr(self, "tokenizer", None)
+        tokenizer: TokenizerSection | None = getattr(self, "tokenizer", None)
         return None if tokenizer is None else (tokenizer, getattr(self, "sequence_length", 0))
 
     @property
@@ -149,6 +162,16 @@ class DataSection(Section):
     def named_columns(self) -> tuple[str | None, ...]:
         """The columns that hold something else than a feature (a CSV's labels and id)."""
         return ()
+
+    @property
+    def text_table(self) -> TextTable | None:
+        """This source where its samples are a table's texts, else None."""
+        return None
+
+    def header_features(self) -> list[str] | None:
+        """The feature columns of ``data.path``'s header, for a table of numbers (a run from before ``features.json``
+        recorded them); None for other sources."""
+        return None
 
 
 class SampleWeights(Section):

@@ -23,13 +23,14 @@ from accumrun.data.section import (
     DEFAULT_SEQUENCE_LENGTH,
     FileSourceConfig,
     SampleWeights,
+    TextTable,
     none_or_memory,
     refuse_image_keys,
 )
 from accumrun.data.splits import ArraySplit, Splits, checked_weights
 from accumrun.data.text import TextSourceConfig
-from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
-from accumrun.data.tokenizers import text_input, tokenizer_for
+from accumrun.data.tokenizers import TokenizerConfig, text_input, tokenizer_for
+from accumrun.data.tokenizers.byte import ByteTokenizerConfig
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
 from accumrun.sections import words
@@ -99,6 +100,15 @@ class CsvConfig(SampleWeights, FileSourceConfig):
     def named_columns(self) -> tuple[str | None, ...]:
         return (*self.label_columns, self.id)
 
+    @property
+    def text_table(self) -> TextTable | None:
+        return self if self.text is not None else None
+
+    def header_features(self) -> list[str] | None:
+        if self.text is not None:
+            return None
+        return read_table(Path(self.path), "data.path", self.label_columns, id_column=self.id).features
+
 
 class JsonlConfig(TextSourceConfig):
     """``name: jsonl``: one JSON object per line, its ``text`` key tokenized and its ``label`` key the target."""
@@ -122,6 +132,10 @@ class JsonlConfig(TextSourceConfig):
         if self.id is None or any(self.id not in record for _, record, _ in objects):
             return texts, None
         return texts, [str(record[self.id]) for _, record, _ in objects]
+
+    @property
+    def text_table(self) -> TextTable | None:
+        return self
 
 
 def load_csv(config: CsvConfig, seed: int) -> Splits:

@@ -19,8 +19,8 @@ from accumrun.data.corpus import CorpusWindows, read_text, token_file
 from accumrun.data.files import TextFiles
 from accumrun.data.section import DEFAULT_SEQUENCE_LENGTH, FileSourceConfig, none_or_memory, refuse_image_keys
 from accumrun.data.splits import ArraySplit, Splits
-from accumrun.data.tokenizer_sections import ByteTokenizerConfig, TokenizerConfig
-from accumrun.data.tokenizers import tokenizer_for
+from accumrun.data.tokenizers import TokenizerConfig, tokenizer_for
+from accumrun.data.tokenizers.byte import ByteTokenizerConfig
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode, Task
 from accumrun.sections import words

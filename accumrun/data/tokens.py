@@ -18,8 +18,7 @@ from pydantic import Field, model_validator
 from accumrun.data.corpus import CorpusWindows
 from accumrun.data.section import DEFAULT_SEQUENCE_LENGTH, FileSourceConfig, refuse_image_keys
 from accumrun.data.splits import Splits
-from accumrun.data.tokenizer_sections import TokenizerConfig
-from accumrun.data.tokenizers import tokenizer_for
+from accumrun.data.tokenizers import TokenizerConfig, tokenizer_for
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import Task
 

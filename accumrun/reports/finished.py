@@ -11,7 +11,6 @@ import tensorflow as tf
 
 from accumrun.config.loading import load_config
 from accumrun.config.schema import Config
-from accumrun.data.tables import CsvConfig, read_table
 from accumrun.data.tokenizers import Tokenizer, text_input
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
@@ -70,10 +69,7 @@ class FinishedRun:
         """The feature columns of a CSV run (``features.json``, or for a run from before it the training file's
         header); None for other sources."""
         recorded = self._json_list("features.json")
-        data = self.config.data
-        if recorded is not None or not isinstance(data, CsvConfig) or data.text is not None:
-            return recorded
-        return read_table(Path(data.path), "data.path", data.label_columns, id_column=data.id).features
+        return recorded if recorded is not None else self.config.data.header_features()
 
     @property
     def text_input(self) -> tuple[Tokenizer, int] | None:

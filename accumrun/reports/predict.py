@@ -24,7 +24,6 @@ import tensorflow as tf
 from accumrun.core.split import batch_sizes
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputGroup, InputKind, read_inputs
-from accumrun.data.tables import CsvConfig, JsonlConfig
 from accumrun.errors import ConfigError
 from accumrun.kinds import ModelFile, Task
 from accumrun.reports.finished import FinishedRun
@@ -88,9 +87,7 @@ def predict_run(
         tokenizer=text[0] if text is not None else None,
         features=run.features,
         id_column=run.config.data.id_column,
-        text_table=run.config.data
-        if text is not None and isinstance(run.config.data, CsvConfig | JsonlConfig)
-        else None,
+        text_table=run.config.data.text_table,
     )
     groups = read_inputs(inputs, kind, lines=lines)
     names = [name for group in groups for name in group.names]

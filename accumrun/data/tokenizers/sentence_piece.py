@@ -1,5 +1,6 @@
-"""Learning a SentencePiece model that gives any text back byte for byte (``data.tokenizer: {name: sentence_piece}``),
-with the ``sentencepiece`` package; :class:`accumrun.data.tokenizers.SentencePieceTokenizer` reads it.
+"""``data.tokenizer: {name: sentence_piece, vocabulary_size: N}``: a SentencePiece model learned from the training
+texts with the ``sentencepiece`` package, kept in the run's ``tokenizer/sentence_piece.model``, that gives any text
+back byte for byte; :class:`SentencePieceTokenizer` reads it.
 
 Ids: 0 pads, 1 is unknown (never made: byte fallback spells every character), 2 is the line break, 3 to 258 are the
 bytes 0x00 to 0xFF, and the learned pieces follow.
@@ -7,16 +8,26 @@ bytes 0x00 to 0xFF, and the learned pieces follow.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from accumrun.data.tokenizer_sections import SENTENCE_PIECE_RESERVED, SentencePieceTokenizerConfig
+import numpy as np
+from pydantic import Field, PrivateAttr
+
+from accumrun.core.tokens import PADDING_ID
+from accumrun.data.tokenizers.base import Learning, Tokenizer, TokenizerSection
 from accumrun.errors import ConfigError, DataError
 from accumrun.lookup import TEXT_EXTRA
+from accumrun.rundir.layout import SENTENCE_PIECE_FILE, read_sentence_piece, write_sentence_piece
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 KEY = "data.tokenizer.vocabulary_size"
 _LONGEST_LINE = 1 << 16
@@ -28,6 +39,85 @@ _TOO_SMALL = re.compile(r"smaller than required_chars\. \d+ vs (\d+)")
 # _as_is. The table is the rule's source trie, then its targets, each ending in a NUL.
 _RULE = "10FFFF\t10FFFE\n"
 _TARGET, _SAME = "\U0010fffe\0".encode(), "\U0010ffff\0".encode()
+
+SENTENCE_PIECE_RESERVED = 259
+"""The ids a learned SentencePiece model holds whatever the texts: padding (0), unknown (1), the line break (2) and
+the 256 bytes that spell any other character (3 to 258)."""
+
+
+class SentencePieceTokenizerConfig(TokenizerSection):
+    """``tokenizer: {name: sentence_piece, vocabulary_size: N}``: a SentencePiece BPE model of at most N ids learned
+    from the training texts and saved in the run folder. Its decoding gives any text back byte for byte (spaces, line
+    breaks, tabs, indentation): what a language model needs."""
+
+    name: Literal["sentence_piece"]
+    # The reserved ids, and at least one more: the training texts' own characters need more (the trainer says how many).
+    vocabulary_size: int = Field(ge=SENTENCE_PIECE_RESERVED + 1)
+    _model: bytes | None = PrivateAttr(None)
+
+    @property
+    def learns_at_most(self) -> int | None:
+        """Always ``vocabulary_size``: the model is learned from the training texts (a ``tokens`` source, which has
+        none, refuses it)."""
+        return self.vocabulary_size
+
+    @property
+    def model(self) -> bytes | None:
+        """The learned model (a serialized SentencePiece ``ModelProto``), once ``settle_vocabulary`` settles it."""
+        return self._model
+
+    def with_model(self, model: bytes) -> SentencePieceTokenizerConfig:
+        """This section with its learned ``model`` settled."""
+        settled = self.model_copy()
+        settled._model = model
+        return settled
+
+    def identity(self, file_hash: Callable[[Path], str]) -> dict[str, object]:
+        # Ids are cached only once there is a model (as a corpus is cut once there is a vocabulary).
+        assert self.model is not None, "a learned SentencePiece model is settled before its ids are cached"
+        identity: dict[str, object] = {**self.model_dump(), "model": hashlib.sha256(self.model).hexdigest()}
+        # The host's ids are the sentencepiece package's, as a KerasHub tokenizer's are KerasHub's.
+        try:
+            identity["sentencepiece"] = metadata.version("sentencepiece")
+        except metadata.PackageNotFoundError:
+            identity["sentencepiece"] = None
+        return identity
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A learned SentencePiece model: the ``sentencepiece`` package on the host, tensorflow-text's op in a graph, with
+    the same ids; decoding gives the text back byte for byte. The line break is a piece that no other contains, so a
+    text's ids are its lines' ids (``line_local``)."""
+
+    loader_imports = ("tensorflow_text",)
+
+    def __init__(self, model: bytes) -> None:
+        self._model = model
+        self._pieces = import_sentencepiece().SentencePieceProcessor(model_proto=model)
+        self.vocabulary_size = int(self._pieces.get_piece_size())
+
+    def ids(self, text: str) -> np.ndarray:
+        return np.asarray(self._pieces.encode(text), np.int32).reshape(-1)
+
+    def encode_tensor(self, texts: tf.Tensor, length: int) -> tf.Tensor:
+        import tensorflow as tf
+
+        # Made at each call, in the caller's graph, never kept: tensorflow-text's model belongs to the kernel that
+        # reads it, and TensorFlow drops its eager kernels whenever a seed is set (keras.utils.set_random_seed), so
+        # an input pipeline given a model read eagerly once would later find it gone.
+        ids = import_tensorflow_text().SentencepieceTokenizer(model=self._model).tokenize(texts)
+        return tf.cast(ids[:, :length], tf.int32).to_tensor(default_value=PADDING_ID, shape=[None, length])
+
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+        # Bytes cut mid-character (a generation that stopped there) decode as U+FFFD, one per byte.
+        return str(self._pieces.decode(self._checked(ids).tolist()))
+
+
+def build_sentence_piece(config: SentencePieceTokenizerConfig) -> Tokenizer:
+    """The SentencePiece model that accumrun.data.vocabulary settled (learned, or the run's)."""
+    if config.model is None:
+        raise ValueError("a learned SentencePiece model is read only after accumrun.data.vocabulary settles it")
+    return SentencePieceTokenizer(config.model)
 
 
 def learn_sentence_piece(texts: list[str], config: SentencePieceTokenizerConfig) -> bytes:
@@ -149,3 +239,16 @@ def _parsed(model: bytes) -> Any:
     proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]  # protobuf makes it at import
     proto.ParseFromString(model)
     return proto
+
+
+SENTENCE_PIECE_LEARNING: Learning[SentencePieceTokenizerConfig, bytes] = Learning(
+    SENTENCE_PIECE_FILE,
+    "model",
+    learn=learn_sentence_piece,
+    settle=SentencePieceTokenizerConfig.with_model,
+    settled=lambda config: config.model,
+    read=read_sentence_piece,
+    write=write_sentence_piece,
+    size=sentence_piece_size,
+)
+"""The model is learned from the training texts, kept in the run's ``tokenizer/sentence_piece.model``."""
