@@ -34,7 +34,7 @@ _LANGUAGE_MODEL = "transformer_lm"
 
 class Block:
     """One pre-norm block: self-attention, then a feed-forward layer of 4x the width, each added to the residual
-    stream after its dropout. Its layers in the order the data meets them (:data:`KINDS`); each feeds the next, so
+    stream after its dropout. Its layers in the order the data meets them (:attr:`KINDS`); each feeds the next, so
     that is also their order in a Keras model of them."""
 
     KINDS = (
@@ -189,16 +189,12 @@ class KeyValueCache:
 
     def __init__(self, transformer: Transformer) -> None:
         self.length = transformer.length
-        attentions = [block.attention for block in transformer.blocks]
-        shapes = [(self.length, attention.num_heads, attention.key_dim) for attention in attentions]
-        self._keys = [
-            tf.Variable(tf.zeros(shape, a.compute_dtype), trainable=False)
-            for a, shape in zip(attentions, shapes, strict=True)
-        ]
-        self._values = [
-            tf.Variable(tf.zeros(shape, a.compute_dtype), trainable=False)
-            for a, shape in zip(attentions, shapes, strict=True)
-        ]
+        self._keys = [self._buffer(block.attention) for block in transformer.blocks]
+        self._values = [self._buffer(block.attention) for block in transformer.blocks]
+
+    def _buffer(self, attention: keras.layers.MultiHeadAttention) -> tf.Variable:
+        shape = (self.length, attention.num_heads, attention.key_dim)
+        return tf.Variable(tf.zeros(shape, attention.compute_dtype), trainable=False)
 
     def attend(
         self,
@@ -210,7 +206,7 @@ class KeyValueCache:
         seen: tf.Tensor,
     ) -> tf.Tensor:
         """Block ``index``'s attention output for one position: the layer's own projections, this position's key and
-        value written into the buffers, then attention over the positions ``seen``."""
+        value written into the buffers, then attention over the positions ``seen``, scaled as the layer scales it."""
         keys, values = self._keys[index], self._values[index]
         query = attention.query_dense(h)  # (1, 1, heads, key_dim)
         keys.scatter_nd_update([[position]], attention.key_dense(h)[0])
