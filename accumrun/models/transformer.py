@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import keras
@@ -32,31 +34,19 @@ _LANGUAGE_MODEL = "transformer_lm"
 """The name of the causal model, recorded in ``model.keras``: what says a loaded model is the language model."""
 
 
+@dataclass(frozen=True)
 class Block:
     """One pre-norm block: self-attention, then a feed-forward layer of 4x the width, each added to the residual
-    stream after its dropout. Its layers in the order the data meets them (:attr:`KINDS`); each feeds the next, so
-    that is also their order in a Keras model of them."""
+    stream after its dropout. Its layers in the order the data meets them; each feeds the next, so that is also
+    their order in a Keras model of them."""
 
-    KINDS = (
-        keras.layers.LayerNormalization,
-        keras.layers.MultiHeadAttention,
-        keras.layers.Dropout,
-        keras.layers.LayerNormalization,
-        keras.layers.Dense,
-        keras.layers.Dense,
-        keras.layers.Dropout,
-    )
-
-    def __init__(self, layers: Sequence[keras.layers.Layer]) -> None:
-        (
-            self.attention_norm,
-            self.attention,
-            self.attention_dropout,
-            self.feed_forward_norm,
-            self.feed_forward,
-            self.feed_forward_out,
-            self.feed_forward_dropout,
-        ) = layers
+    attention_norm: keras.layers.LayerNormalization
+    attention: keras.layers.MultiHeadAttention
+    attention_dropout: keras.layers.Dropout
+    feed_forward_norm: keras.layers.LayerNormalization
+    feed_forward: keras.layers.Dense
+    feed_forward_out: keras.layers.Dense
+    feed_forward_dropout: keras.layers.Dropout
 
     @classmethod
     def new(
@@ -72,15 +62,13 @@ class Block:
         # each made just before their first call (the weights of a seed are those of runs before this class).
         attention.build((None, length, width), (None, length, width))
         return cls(
-            [
-                attention_norm,
-                attention,
-                keras.layers.Dropout(dropout),
-                keras.layers.LayerNormalization(name=f"feed_forward_norm_{index}"),
-                keras.layers.Dense(4 * width, activation="gelu", name=f"feed_forward_{index}"),
-                keras.layers.Dense(width, name=f"feed_forward_out_{index}"),
-                keras.layers.Dropout(dropout),
-            ]
+            attention_norm,
+            attention,
+            keras.layers.Dropout(dropout),
+            keras.layers.LayerNormalization(name=f"feed_forward_norm_{index}"),
+            keras.layers.Dense(4 * width, activation="gelu", name=f"feed_forward_{index}"),
+            keras.layers.Dense(width, name=f"feed_forward_out_{index}"),
+            keras.layers.Dropout(dropout),
         )
 
     def __call__(self, x: Any, attend: Callable[[keras.layers.MultiHeadAttention, Any], Any]) -> Any:
@@ -90,23 +78,20 @@ class Block:
         return x + self.feed_forward_dropout(h)
 
 
+_BLOCK_KINDS = tuple(typing.get_type_hints(Block).values())
+"""The kinds of a block's layers, in its order."""
+
+
+@dataclass(frozen=True)
 class Transformer:
     """The transformer's layers and its forward pass: embeddings of the tokens and their positions, the blocks, a
     final norm, and the head of logits."""
 
-    def __init__(
-        self,
-        token_embedding: keras.layers.Embedding,
-        position_embedding: keras.layers.Embedding,
-        blocks: Sequence[Block],
-        final_norm: keras.layers.LayerNormalization,
-        head: keras.layers.Dense,
-    ) -> None:
-        self.token_embedding = token_embedding
-        self.position_embedding = position_embedding
-        self.blocks = list(blocks)
-        self.final_norm = final_norm
-        self.head = head
+    token_embedding: keras.layers.Embedding
+    position_embedding: keras.layers.Embedding
+    blocks: list[Block]
+    final_norm: keras.layers.LayerNormalization
+    head: keras.layers.Dense
 
     @classmethod
     def new(
@@ -146,19 +131,19 @@ class Transformer:
         order the data meets them, which is Keras' order; the one pair in parallel, the two embeddings, by their
         inputs: the token embedding reads the model's input."""
         layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
-        count, rest = divmod(len(layers) - 4, len(Block.KINDS))
+        count, rest = divmod(len(layers) - 4, len(_BLOCK_KINDS))
         if model.name != _LANGUAGE_MODEL or count < 1 or rest:
             return None
         kinds = (
             [keras.layers.Embedding] * 2
-            + [*Block.KINDS] * count
+            + [*_BLOCK_KINDS] * count
             + [keras.layers.LayerNormalization, keras.layers.Dense]
         )
         if not all(isinstance(layer, kind) for layer, kind in zip(layers, kinds, strict=True)):
             return None
         token_embedding, position_embedding = sorted(layers[:2], key=lambda layer: layer.input is not model.input)
-        starts = range(2, len(layers) - 2, len(Block.KINDS))
-        blocks = [Block(layers[start : start + len(Block.KINDS)]) for start in starts]
+        starts = range(2, len(layers) - 2, len(_BLOCK_KINDS))
+        blocks = [Block(*layers[start : start + len(_BLOCK_KINDS)]) for start in starts]
         return cls(token_embedding, position_embedding, blocks, layers[-2], layers[-1])
 
     @property
