@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -34,6 +35,9 @@ class CachedDecoding(ABC):
     def __init__(self, length: int) -> None:
         self.length = length
         self._loops: dict[float, Callable[..., tf.Tensor]] = {}
+        self._carry: tf.Variable | None = None
+        """A cache that the loop carries from position to position as a tensor, kept here between calls; None for
+        one in variables that a step writes in place."""
 
     def extend(self, ids: np.ndarray, fed: int, known: int, count: int, temperature: float, seed: int) -> np.ndarray:
         """``ids`` (a window of ``length``) with ``count`` more tokens picked after its first ``known``: positions
@@ -49,11 +53,33 @@ class CachedDecoding(ABC):
             self._loops[temperature] = tf.function(loop, input_signature=signature)
         return np.asarray(self._loops[temperature](tf.constant(ids, tf.int32), fed, known, count, seed))
 
-    @abstractmethod
     def _extended(
         self, ids: tf.Tensor, fed: tf.Tensor, known: tf.Tensor, count: tf.Tensor, seed: tf.Tensor, *, temperature: float
     ) -> tf.Tensor:
         """The compiled loop of :meth:`extend`."""
+
+        def feed(position: tf.Tensor, ids: tf.Tensor, carried: Any) -> tuple[tf.Tensor, tf.Tensor, Any]:
+            logits, carried = self._logits_at(ids[position], position, carried)
+            chosen = pick(logits, temperature, seed, position + 1)
+            # A position before the last known one is followed by a known token; only the later ones pick.
+            following = tf.where(position + 1 >= known, chosen, ids[position + 1])
+            return position + 1, tf.tensor_scatter_nd_update(ids, [[position + 1]], [following]), carried
+
+        # One iteration at a time: each needs the token the one before picked, and TensorFlow's default of 10
+        # in flight only adds scheduling (twice the time per token on 2 CPU cores).
+        _, ids, carried = tf.while_loop(
+            lambda position, ids, carried: position < known + count - 1,
+            feed,
+            [fed, ids, () if self._carry is None else self._carry.read_value()],
+            parallel_iterations=1,
+        )
+        if self._carry is not None:
+            self._carry.assign(carried)
+        return ids
+
+    @abstractmethod
+    def _logits_at(self, token: tf.Tensor, position: tf.Tensor, carried: Any) -> tuple[tf.Tensor, Any]:
+        """The logits at ``position`` for ``token`` there, and what the loop carries on."""
 
 
 class CachedTransformer(CachedDecoding):
@@ -65,22 +91,8 @@ class CachedTransformer(CachedDecoding):
         self._transformer = transformer
         self._cache = KeyValueCache(transformer)
 
-    def _extended(
-        self, ids: tf.Tensor, fed: tf.Tensor, known: tf.Tensor, count: tf.Tensor, seed: tf.Tensor, *, temperature: float
-    ) -> tf.Tensor:
-        def feed(position: tf.Tensor, ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            logits = self._transformer.call_with_cache(ids[position], position, self._cache)
-            chosen = pick(logits, temperature, seed, position + 1)
-            # A position before the last known one is followed by a known token; only the later ones pick.
-            following = tf.where(position + 1 >= known, chosen, ids[position + 1])
-            return position + 1, tf.tensor_scatter_nd_update(ids, [[position + 1]], [following])
-
-        # One iteration at a time: each needs the token the one before picked, and TensorFlow's default of 10
-        # in flight only adds scheduling (twice the time per token on 2 CPU cores).
-        _, ids = tf.while_loop(
-            lambda position, ids: position < known + count - 1, feed, [fed, ids], parallel_iterations=1
-        )
-        return ids
+    def _logits_at(self, token: tf.Tensor, position: tf.Tensor, carried: Any) -> tuple[tf.Tensor, Any]:
+        return self._transformer.call_with_cache(token, position, self._cache), carried
 
 
 def cached_transformer(model: keras.Model) -> CachedTransformer | None:
