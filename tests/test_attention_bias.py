@@ -17,7 +17,7 @@ from accumrun.models.transformer import transformer
 from tests.helpers import write_config
 from tests.test_lm import lm_config
 
-PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
+PROJECTIONS = ("query_dense", "key_dense", "value_dense", "output_dense")
 
 
 def biases(model: keras.Model) -> list[bool]:

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import IO
 
 import keras
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from accumrun import load_config, train
 from accumrun.data.tokenizers.byte import ByteTokenizer
-from accumrun.models.transformer import transformer
+from accumrun.models.transformer import KeyValueCache, Transformer, transformer
 from accumrun.reports.generate import next_tokens
 from accumrun.reports.kv_cache import cached_transformer
 from accumrun.reports.text_stream import TextStream
@@ -47,6 +49,31 @@ def test_the_cache_gives_the_uncached_tokens_within_the_window_and_past_it() -> 
     # A draw depends on the seed and the token's place alone, so the cached loop draws as the uncached steps do.
     drawn = tokens(model, 80, cache=True, temperature=1.0)
     assert drawn == tokens(model, 80, cache=False, temperature=1.0) != greedy
+
+
+def test_a_saved_transformer_loaded_by_keras_decodes_through_its_own_layers_as_the_whole_model_computes(
+    tmp_path: Path,
+) -> None:
+    keras.utils.set_random_seed(5)
+    model = transformer((WINDOW,), 257, 257, layers=2, heads=2, width=16, dropout=0.1, causal=True, attention_bias=True)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    found = Transformer.of(loaded)
+    assert found is not None
+    # The loaded model's own layers, each in its place (the names are the test's check, not how they are found).
+    assert [block.attention for block in found.blocks] == [loaded.get_layer(f"attention_{i}") for i in range(2)]
+    assert [found.token_embedding.name, found.position_embedding.name] == ["token_embedding", "position_embedding"]
+    assert [found.blocks[1].feed_forward.name, found.head.name] == ["feed_forward_1", "head"]
+    # One position at a time over the cache: the whole model's logits at each position.
+    ids = np.array([[*PROMPT, 9, 200, 31, 1, 77] + [0] * (WINDOW - 10)], np.int32)
+    whole = np.asarray(loaded(ids))[0]
+    cache = KeyValueCache(found)
+    for position in range(10):
+        logits = found.call_with_cache(tf.constant(ids[0, position]), tf.constant(position), cache)
+        np.testing.assert_allclose(np.asarray(logits), whole[position], rtol=1e-5, atol=1e-5)
+    assert tokens(loaded, 20, cache=True) == tokens(model, 20, cache=False)
+    # A classifier pools its positions: it is no language model, and generates uncached.
+    assert Transformer.of(transformer((WINDOW,), 2, 257, layers=1, heads=2, width=16, dropout=0.0)) is None
 
 
 def test_a_keras_hub_backbone_generates_with_keras_hubs_cache_the_uncached_tokens() -> None:

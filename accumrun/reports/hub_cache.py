@@ -16,7 +16,6 @@ import keras
 import tensorflow as tf
 
 from accumrun.reports.kv_cache import CachedDecoding
-from accumrun.reports.picking import pick
 
 
 class CachedHubModel(CachedDecoding):
@@ -28,25 +27,11 @@ class CachedHubModel(CachedDecoding):
         self._head = head
         # The cache's shape and dtype are the task's own; positions not fed yet are never attended.
         empty = task._build_cache(tf.zeros((1, length), tf.int32))[1]
-        self._cache = tf.Variable(tf.zeros_like(empty), trainable=False)
+        self._carry = tf.Variable(tf.zeros_like(empty), trainable=False)
 
-    def _extended(
-        self, ids: tf.Tensor, fed: tf.Tensor, known: tf.Tensor, count: tf.Tensor, seed: tf.Tensor, *, temperature: float
-    ) -> tf.Tensor:
-        def feed(position: tf.Tensor, ids: tf.Tensor, cache: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            _, hidden, cache = self._task.call_with_cache(ids[None, position, None], cache, position)
-            chosen = pick(self._head(hidden)[0, 0], temperature, seed, position + 1)
-            following = tf.where(position + 1 >= known, chosen, ids[position + 1])
-            return position + 1, tf.tensor_scatter_nd_update(ids, [[position + 1]], [following]), cache
-
-        _, ids, cache = tf.while_loop(
-            lambda position, ids, cache: position < known + count - 1,
-            feed,
-            [fed, ids, self._cache.read_value()],
-            parallel_iterations=1,
-        )
-        self._cache.assign(cache)
-        return ids
+    def _logits_at(self, token: tf.Tensor, position: tf.Tensor, carried: Any) -> tuple[tf.Tensor, Any]:
+        _, hidden, cache = self._task.call_with_cache(token[None, None], carried, position)
+        return self._head(hidden)[0, 0], cache
 
 
 def cached_hub_model(model: keras.Model, length: int) -> CachedHubModel | None:
