@@ -47,9 +47,10 @@ class TokenFile:
 
 @dataclass(frozen=True, eq=False)
 class CorpusWindows(ReadsBlocks, TokenIds):
-    """Windows over a file of token ids: ``length`` tokens from ``begins`` (absolute offsets), targets one token on,
-    cut at ``ends`` (the text's end) and padded with 0. Each block of windows is read with one ``pread`` a window
-    (:func:`~accumrun.data.source.read_spans`), so memory follows the windows' count, not the file's size."""
+    """Windows over a file of token ids (or the ids ``held`` in memory): ``length`` tokens from ``begins`` (absolute
+    offsets), targets one token on, cut at ``ends`` (the text's end) and padded with 0. Each block of windows is
+    cut as it is read: from the file with one ``pread`` a window (:func:`~accumrun.data.source.read_spans`), so
+    memory follows the windows' count, not the file's size; or from the held ids."""
 
     file: str
     begins: np.ndarray
@@ -60,6 +61,8 @@ class CorpusWindows(ReadsBlocks, TokenIds):
     """The file's ids' dtype: little-endian int32 for a corpus's token file, uint16 or uint32 for ``tokens``."""
     shift: int = 0
     """Added to every id read: 1 for a file whose ids start at 0 (``tokens``), where accumrun's 0 is padding."""
+    held: np.ndarray | None = None
+    """The ids themselves, where they are in memory (``cache: none``), rather than in ``file``."""
 
     fault = "cannot be read from the corpus's token file"
 
@@ -85,7 +88,13 @@ class CorpusWindows(ReadsBlocks, TokenIds):
     @property
     def labels(self) -> np.ndarray:
         """None held (raises ValueError): the targets are the token ids, read with the samples."""
-        raise ValueError("a corpus's windows on disk read their targets with their samples")
+        raise ValueError("a corpus's windows read their targets with their samples")
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the ids are read from the file as they are needed; ids ``held`` are in memory, as the windows
+        cut from them would be (a full batch of them is held as arrays are)."""
+        return self.held is None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -121,10 +130,16 @@ class CorpusWindows(ReadsBlocks, TokenIds):
         than its windows (changed since it was written)."""
         begins = self.begins[index]
         counts = np.minimum(self.ends[index] - begins, self.length + 1)
+        if self.held is not None:
+            return self._cut([self.held[b : b + c] for b, c in zip(begins.tolist(), counts.tolist(), strict=True)])
         width = np.dtype(self.stored).itemsize
         spans = read_spans(self.file, width * begins, width * counts)
         # int32 before the shift: uint16's top id plus one does not fit in uint16.
         return self._cut([np.frombuffer(data, self.stored).astype(np.int32) + self.shift for data in spans])
+
+    def holding(self, ids: np.ndarray) -> CorpusWindows:
+        """The windows cut from ``ids`` (the file's, in memory) as they are read."""
+        return replace(self, held=ids)
 
     def as_arrays(self, ids: np.ndarray) -> ArraySplit:
         """The windows over ``ids`` (the file's, already in memory) as arrays."""
