@@ -1,8 +1,9 @@
 """``data.cache``: a split's decoded samples kept, so that later epochs and runs skip decoding; a wrapper over any
 source whose samples have a fixed shape and a stable key (image files, TFRecord records).
 
-- ``memory``: decoded once, at load. A split read by index becomes an :class:`~accumrun.data.splits.ArraySplit`;
-  a TFRecord split keeps its records' order and numbers, with its rows in memory (:class:`Cached`).
+- ``memory``: decoded once, at load, into rows in the split's order (:class:`Cached`). A split read by index
+  offers them as arrays (:attr:`Cached.in_memory`), which the feeder holds as one tensor
+  (:mod:`accumrun.data.resident`); a TFRecord split keeps its records' order and numbers.
 - ``disk``: one ``x.npy``, rows in the order of the samples' sorted keys, read a chunk at a time by positioned
   reads, so memory stays flat as the data grows. Its folder under ``data.cache_dir`` is named by a hash of what
   decides the samples (the files' sizes and modification times in nanoseconds, the decode settings, the keys, the
@@ -50,7 +51,7 @@ class Cached(ReadsBlocks):
 
     source: Source
     keys_cached: np.ndarray
-    """The cached samples' keys, sorted: row ``r`` holds ``keys_cached[r]``."""
+    """The cached samples' keys: row ``r`` holds ``keys_cached[r]`` (sorted on disk, the split's order in memory)."""
     file: str | None = None
     start: int = 0
     pixels: np.ndarray | None = None
@@ -80,6 +81,24 @@ class Cached(ReadsBlocks):
     def streamed(self) -> bool:
         return self.pixels is None
 
+    @property
+    def in_memory(self) -> ArraySplit | None:
+        """The rows as arrays in the split's order, where they are in memory and the split is read by index."""
+        return self._arrays if self.pixels is not None and self.source.indexed else None
+
+    @property
+    def lengths(self) -> np.ndarray | None:
+        held = self.in_memory
+        return self.source.lengths if held is None else held.lengths
+
+    @cached_property
+    def _arrays(self) -> ArraySplit:
+        assert self.pixels is not None
+        rows = self._lookups[1]
+        # The split the rows were decoded from, as it is until a later subset: its rows themselves, not a copy.
+        whole = len(rows) == len(self.pixels) and np.array_equal(rows, np.arange(len(rows)))
+        return ArraySplit(self.pixels if whole else self.pixels[rows], self.labels, self.w)
+
     def subset(self, index: np.ndarray) -> Cached:
         return replace(self, source=self.source.subset(index))
 
@@ -98,7 +117,8 @@ class Cached(ReadsBlocks):
         index = self.source.indices
         positions = np.zeros(int(index.max()) + 1 if len(index) else 0, np.int64)
         positions[index] = np.arange(len(index))
-        return positions, np.searchsorted(self.keys_cached, np.asarray(self.source.keys))
+        by_key = np.argsort(self.keys_cached, kind="stable")
+        return positions, by_key[np.searchsorted(self.keys_cached, np.asarray(self.source.keys), sorter=by_key)]
 
     def gather(self, order: np.ndarray) -> tuple[tf.Tensor, Any]:
         import tensorflow as tf
@@ -165,8 +185,6 @@ def cached(split: Source, mode: CacheMode, cache_dir: str) -> Source:
         samples = np.empty((split.size, *split.sample_shape), split.dtype)
         for start, x in _decoded(split):
             samples[start : start + len(x)] = x
-        if split.indexed:
-            return ArraySplit(samples, split.labels, split.w)
         return Cached(split, keys_cached=np.asarray(split.keys), pixels=samples)
     keys = np.sort(np.asarray(split.keys))
     file = Path(cache_dir).expanduser() / cache_key(split, keys) / SAMPLES
