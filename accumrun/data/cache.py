@@ -9,10 +9,12 @@ source whose samples have a fixed shape and a stable key (image files, TFRecord 
   decides the samples (the files' sizes and modification times in nanoseconds, the decode settings, the keys, the
   layout's version and TensorFlow's): a changed split gets another folder, never a stale one. Weights are not cached.
 
-A folder is built beside its name and renamed into place (:func:`accumrun.rundir.atomic.build_once`): a killed
-build is never read, and two processes that build it at once both end with the complete one. The samples are the
-source's, byte for byte, so a cached run trains exactly as one without. A text corpus caches its own token file
-(:mod:`accumrun.data.corpus`).
+Every folder under ``data.cache_dir`` is made one way (:func:`disk_folder`), this cache's and a text corpus's token
+file (:mod:`accumrun.data.corpus`, whose windows are cut from its ids as they are read): named by a hash that
+stamps the files read (:func:`stamp_files`), built beside its name and renamed into place
+(:func:`accumrun.rundir.atomic.build_once`), so a killed build is never read and two processes that build it at
+once both end with the complete one. The samples are the source's, byte for byte, so a cached run trains exactly as
+one without.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -187,14 +189,57 @@ def cached(split: Source, mode: CacheMode, cache_dir: str) -> Source:
             samples[start : start + len(x)] = x
         return Cached(split, keys_cached=np.asarray(split.keys), pixels=samples)
     keys = np.sort(np.asarray(split.keys))
-    file = Path(cache_dir).expanduser() / cache_key(split, keys) / SAMPLES
+    what = "the image cache"
+    folder = disk_folder(
+        cache_dir,
+        cache_key(split, keys),
+        lambda found: _is_complete(found, split),
+        lambda into: _write(split, into),
+        what,
+    )
+    file = folder / SAMPLES
     try:
-        build_once(file.parent, lambda found: _is_complete(found, split), lambda partial: _write(split, partial))
         start = int(np.load(file, mmap_mode="r").offset)  # the map reads the header alone
     except OSError as error:
-        reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
-        raise DataError("data.cache_dir", f"cannot write the image cache there ({reason})", cache_dir) from None
+        raise unwritable(error, what, cache_dir) from None
     return Cached(split, keys_cached=keys, file=str(file), start=start)
+
+
+def disk_folder(
+    cache_dir: str, name: str, complete: Callable[[Path], bool], write: Callable[[Path], None], what: str
+) -> Path:
+    """The folder ``name`` under ``cache_dir`` (``~`` expanded): found ``complete``, or made by ``write`` (given a
+    new folder's path) beside its name and renamed into place.
+
+    Raises:
+        DataError: ``cache_dir`` cannot be written (``what`` names the cache).
+    """
+    folder = Path(cache_dir).expanduser() / name
+    try:
+        build_once(folder, complete, write)
+    except OSError as error:
+        raise unwritable(error, what, cache_dir) from None
+    return folder
+
+
+def unwritable(error: OSError, what: str, cache_dir: str) -> DataError:
+    """The error for ``what`` (a cache) that cannot be written under ``cache_dir``, or read back."""
+    reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
+    return DataError("data.cache_dir", f"cannot write {what} there ({reason})", cache_dir)
+
+
+def stamp_files(digest: Any, files: Iterable[str | Path], key: str, purpose: str = "") -> None:
+    """Add each file's absolute path, size and modification time (ns) to ``digest``: a changed file, another key.
+
+    Raises:
+        DataError: a file cannot be read (under ``key``; ``purpose`` says why it was read).
+    """
+    for file in files:
+        try:
+            stat = os.stat(file)
+        except OSError as error:
+            raise DataError(key, f"cannot read {file}{purpose}: {error.strerror}") from None
+        digest.update(f"{os.path.abspath(file)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
 
 
 def cache_key(split: Source, keys: np.ndarray) -> str:
@@ -208,12 +253,7 @@ def cache_key(split: Source, keys: np.ndarray) -> str:
     settings, files = split.cache_identity()
     settings = {**settings, "layout": LAYOUT_VERSION, "tensorflow": tf.__version__}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for file in files:
-        try:
-            stat = os.stat(file)
-        except OSError as error:
-            raise DataError("data", f"cannot read {file} to cache it: {error.strerror}") from None
-        digest.update(f"{os.path.abspath(file)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    stamp_files(digest, files, "data", " to cache it")
     digest.update("\0".join(str(key) for key in keys).encode())
     shape = "x".join(str(d) for d in split.sample_shape)
     return f"{split.size}x{shape}-{digest.hexdigest()[:32]}"

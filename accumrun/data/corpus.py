@@ -3,7 +3,8 @@ every text's int32 ids, in sorted order, and where each text ends, so windows ne
 
 A text is tokenized in pieces that end at a line break, so only a piece is ever in memory; a tokenizer that may
 merge across lines (a preset's BPE ``"\n\n"``) gets each text whole. The folder is named by a hash of what decides
-the ids (:func:`corpus_key`), so ids are never stale, and is renamed into place once complete (:func:`build_once`).
+the ids (:func:`corpus_key`), so ids are never stale, and is renamed into place once complete: the one way a
+folder under ``data.cache_dir`` is made (:func:`accumrun.data.cache.disk_folder`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from accumrun.data.cache import disk_folder, stamp_files
 from accumrun.data.source import ArraySplit, ReadsBlocks, TokenIds, order_in_blocks, read_spans, taken
 from accumrun.data.tokenizer_sections import TokenizerConfig
 from accumrun.data.tokenizers import Tokenizer
 from accumrun.errors import DataError
-from accumrun.rundir.atomic import build_once
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -175,12 +176,13 @@ def window_starts(count: int, length: int, stride: int, first: int = 0) -> np.nd
 def token_file(files: list[Path], key: str, tokenizer: Tokenizer, config: TokenizerConfig, cache_dir: str) -> TokenFile:
     """The token file of ``files``: found under ``cache_dir`` by its key, or tokenized and renamed into place;
     DataError where a file is empty or not UTF-8, or ``data.cache_dir`` cannot be written."""
-    folder = Path(cache_dir).expanduser() / f"corpus-{corpus_key(files, key, config)}"
-    try:
-        build_once(folder, lambda found: _complete(found) is not None, lambda into: _write(files, key, tokenizer, into))
-    except OSError as error:
-        reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
-        raise DataError("data.cache_dir", f"cannot write the corpus's token file there ({reason})", cache_dir) from None
+    folder = disk_folder(
+        cache_dir,
+        f"corpus-{corpus_key(files, key, config)}",
+        lambda found: _complete(found) is not None,
+        lambda into: _write(files, key, tokenizer, into),
+        "the corpus's token file",
+    )
     found = _complete(folder)
     if found is None:  # complete a moment ago: removed since, by hand or by another process
         raise DataError("data.cache_dir", f"the corpus's token file {folder} went missing as it was opened", cache_dir)
@@ -198,12 +200,7 @@ def corpus_key(files: list[Path], key: str, config: TokenizerConfig) -> str:
             identity["keras_hub"] = None
     settings = {"layout": LAYOUT_VERSION, "piece_bytes": PIECE_BYTES, "tokenizer": identity}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for file in sorted(files):
-        try:
-            stat = os.stat(file)
-        except OSError as error:
-            raise DataError(key, f"cannot read {file}: {error.strerror}") from None
-        digest.update(f"{os.path.abspath(file)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    stamp_files(digest, sorted(files), key)
     return digest.hexdigest()[:32]
 
 
