@@ -113,7 +113,8 @@ class Source:
         return dataclasses.replace(self, y=check(self.labels))  # type: ignore[type-var]
 
     def order(self, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
-        """The indices of the epoch's samples, in the order they are visited: a function of these alone."""
+        """The indices of the epoch's samples, in the kind's order for the epoch: a function of these alone (readers
+        visit them as :meth:`visits` says)."""
         return epoch_order(self.size, seed, epoch, shuffle)
 
     def stream(
