@@ -233,7 +233,7 @@ def test_resident_arrays_serve_the_stream(datasets: Callable[[str, str], Dataset
     if held is None:  # read through tf.data: the stream tests above cover it
         return
     starts = np.array([*range(0, split.size, 4), split.size])
-    resident = ResidentArrays(held, starts, seed=SEED, shuffle=True, on_device=False)
+    resident = ResidentArrays(split, starts, seed=SEED, shuffle=True, on_device=False)
     for epoch in (0, 1):
         chunks = list(resident.chunks(epoch, skip=1))
         _, x, y, _ = streamed(split, epoch, skip=4)

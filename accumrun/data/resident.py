@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from accumrun.core.targets import Targets, as_targets, each
 from accumrun.data.grouping import LengthGroups
-from accumrun.data.source import ArraySplit, Source
+from accumrun.data.source import Source
 
 DEVICE_LIMIT = 2**30
 """The most bytes of arrays a GPU holds for the run; larger arrays stay in host memory (activations come first)."""
@@ -39,19 +39,19 @@ def resident(
 ) -> ResidentArrays | None:
     """``split`` held as tensors (:class:`ResidentArrays`) where it :func:`resides`, else None (it is read as it is
     needed)."""
-    held = split.in_memory
-    if held is None or not resides(split, augmented):
+    if not resides(split, augmented):
         return None
-    return ResidentArrays(held, starts, seed=seed, shuffle=shuffle, on_device=on_device, groups=groups)
+    return ResidentArrays(split, starts, seed=seed, shuffle=shuffle, on_device=on_device, groups=groups)
 
 
 class ResidentArrays:
-    """A split's arrays as tensors, on the device when ``on_device`` (and they fit), served in chunks that start at
-    ``starts`` (``len(chunks) + 1`` boundaries) in each epoch's order, grouped by length with ``groups``."""
+    """A split's arrays (:attr:`~accumrun.data.source.Source.in_memory`) as tensors, on the device when
+    ``on_device`` (and they fit), served in chunks that start at ``starts`` (``len(chunks) + 1`` boundaries) in the
+    split's order for each epoch, grouped by length with ``groups``."""
 
     def __init__(
         self,
-        split: ArraySplit,
+        split: Source,
         starts: np.ndarray,
         *,
         seed: int,
@@ -59,13 +59,16 @@ class ResidentArrays:
         on_device: bool,
         groups: LengthGroups | None = None,
     ) -> None:
+        arrays = split.in_memory
+        if arrays is None:
+            raise ValueError("only a split whose arrays are in memory is held as tensors")
         self._split = split
-        nbytes = split.x.nbytes + split.y.nbytes + (split.w.nbytes if split.w is not None else 0)
+        nbytes = arrays.x.nbytes + arrays.y.nbytes + (arrays.w.nbytes if arrays.w is not None else 0)
         on_gpu = on_device and tf.config.list_logical_devices("GPU") and nbytes <= DEVICE_LIMIT
         self.device = "/GPU:0" if on_gpu else "/CPU:0"
         with tf.device(self.device):
-            self.x = tf.identity(tf.constant(split.x))
-            self.y: Targets = each(tf.identity, as_targets(split.y, split.w))
+            self.x = tf.identity(tf.constant(arrays.x))
+            self.y: Targets = each(tf.identity, as_targets(arrays.y, arrays.w))
         self._starts = starts
         self._seed, self._shuffle = seed, shuffle
         self._groups = groups
