@@ -132,7 +132,10 @@ def test_memory_and_disk_serve_the_decoded_images_in_the_same_order_and_draws(fo
         return load_dataset(config, seed=3)
 
     plain, memory, disk = loaded("none"), loaded("memory"), loaded("disk")
-    assert isinstance(memory.train, ArraySplit) and not memory.streamed
+    # One wrapper for both: in memory, a split read by index offers its rows as arrays (held as one tensor).
+    assert isinstance(memory.train, Cached) and not memory.streamed and memory.train.pixels is not None
+    held = memory.train.in_memory
+    assert isinstance(held, ArraySplit) and held.x is memory.train.pixels  # the rows themselves, no copy
     assert isinstance(disk.train, Cached) and disk.streamed and disk.train.file is not None
     for split in ("train", "val"):
         expected = epochs(getattr(plain, split))

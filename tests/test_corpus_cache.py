@@ -27,7 +27,7 @@ from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import DataError
 from accumrun.training.console import describe_setup
 from accumrun.training.setup import build_training
-from tests.helpers import invoke, max_difference, write_config
+from tests.helpers import max_difference
 
 LINES = [
     "The cat sees the moon.",
@@ -81,6 +81,30 @@ def test_a_file_tokenized_in_pieces_at_line_breaks_gives_the_whole_text_ids(tmp_
         pieces = list(file_ids(tmp_path / "text.txt", "data.path", encoder, piece_bytes))
         assert len(pieces) > 1 or piece_bytes == 1 << 20
         np.testing.assert_array_equal(np.concatenate(pieces), whole, err_msg=str(piece_bytes))
+
+
+def test_cache_none_cuts_the_windows_from_the_ids_as_they_are_read_and_memory_is_the_default(tmp_path: Path) -> None:
+    unset = load_dataset(data_config(**corpus(tmp_path, 7)), seed=3)
+    memory = load_dataset(data_config(**corpus(tmp_path, 7, cache="memory")), seed=3)
+    none = load_dataset(data_config(**corpus(tmp_path, 7, cache="none")), seed=3)
+    assert data_config(**corpus(tmp_path)).cache == "memory"
+    assert isinstance(unset.train, ArraySplit) and isinstance(memory.train, ArraySplit)
+    assert isinstance(none.train, CorpusWindows) and none.train.held is not None and none.train.in_memory is None
+    # The ids are held: the feed decides as for windows held (not streamed), the same numbers either way.
+    assert not none.streamed and not memory.streamed
+    assert none.val is not None and memory.val is not None
+    for mine, theirs in ((none.train, memory.train), (none.val, memory.val)):
+        x, y = samples(mine)
+        np.testing.assert_array_equal(x, theirs.x)
+        np.testing.assert_array_equal(y, theirs.y)
+        np.testing.assert_array_equal(mine.lengths, np.count_nonzero(theirs.x, axis=1))
+    sizes = [10] * (memory.train_size // 10)
+    for epoch in (0, 1):
+        fed = Feeder(none.train, sizes, seed=3, shuffle=True).epoch(epoch, skip=2)
+        held = Feeder(memory.train, sizes, seed=3, shuffle=True).epoch(epoch, skip=2)
+        for (x, y), (x_held, y_held) in zip(fed, held, strict=True):
+            np.testing.assert_array_equal(x.numpy(), x_held.numpy())
+            np.testing.assert_array_equal(y.numpy(), y_held.numpy())
 
 
 @pytest.mark.parametrize("stride", [None, 7])
@@ -175,6 +199,9 @@ def test_a_language_model_on_disk_subdivided_trains_as_one_in_memory(tmp_path: P
         }
 
     plain = train(lm(), tmp_path / "plain", quiet=True)
+    # A config that says cache: none (the default before memory was) trains to the same weights, exactly.
+    none = train(lm(cache="none"), tmp_path / "none", quiet=True)
+    assert max_difference(none.model.get_weights(), plain.model.get_weights()) == 0
     # 177 training windows in 3 batches of 59 (one batch shape: the step is traced once a run), each in 3 (20, 20,
     # 19 windows) streamed one sub-batch per call, each batch grouped by length and each
     # sub-batch padded to its longest window rounded up to 8 (of 24 tokens).
@@ -185,20 +212,8 @@ def test_a_language_model_on_disk_subdivided_trains_as_one_in_memory(tmp_path: P
     assert max_difference(run.model.get_weights(), plain.model.get_weights()) < 2e-5
 
 
-def test_a_corpus_cache_in_memory_and_a_bad_file_on_disk_are_refused_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    model = {"name": "transformer", "layers": 1, "heads": 2, "width": 8}
-    config = write_config(tmp_path / "bad.yaml", data=corpus(tmp_path, cache="memory"), model=model)
-    monkeypatch.chdir(tmp_path)
-    result = invoke("check", str(config))
-    assert result.returncode == 1
-    (line,) = result.stderr.strip().splitlines()
-    assert line == (
-        "Error: data.cache: text_corpus holds its windows in memory (none) or reads them from a token file under "
-        "data.cache_dir (disk) (got 'memory')"
-    )
-
+def test_a_bad_file_on_disk_is_refused_in_one_line(tmp_path: Path) -> None:
+    corpus(tmp_path)  # the files
     bad = tmp_path / "corpus" / "00003.txt"
     bad.write_bytes(b"ok line\n" * 300 + b"caf\xe9\n")
     with pytest.raises(DataError, match=rf"^data\.path: {re.escape(str(bad))} is not UTF-8 text \(byte 2403\)"):

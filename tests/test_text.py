@@ -64,9 +64,10 @@ def test_a_text_folder_streams_the_ids_its_tokenizer_gives_on_the_host(tmp_path:
         np.testing.assert_array_equal(y.numpy(), [0] * 3 + [1] * 6)
         # cache: memory tokenizes them at load, with the same reader: arrays of the same ids, held in memory.
         held = load_dataset(config.model_copy(update={"cache": CacheMode.MEMORY}), seed=0)
-        assert isinstance(held.train, ArraySplit) and not held.streamed
-        np.testing.assert_array_equal(held.train.x, x.numpy())
-        np.testing.assert_array_equal(held.train.y, y.numpy())
+        arrays = held.train.in_memory
+        assert isinstance(arrays, ArraySplit) and not held.streamed
+        np.testing.assert_array_equal(arrays.x, x.numpy())
+        np.testing.assert_array_equal(arrays.y, y.numpy())
 
     # A file that goes missing after the listing is found when training reaches it, and named.
     split = load_dataset(config, seed=0).train

@@ -1,17 +1,20 @@
 """``data.cache``: a split's decoded samples kept, so that later epochs and runs skip decoding; a wrapper over any
 source whose samples have a fixed shape and a stable key (image files, TFRecord records).
 
-- ``memory``: decoded once, at load. A split read by index becomes an :class:`~accumrun.data.splits.ArraySplit`;
-  a TFRecord split keeps its records' order and numbers, with its rows in memory (:class:`Cached`).
+- ``memory``: decoded once, at load, into rows in the split's order (:class:`Cached`). A split read by index
+  offers them as arrays (:attr:`Cached.in_memory`), which the feeder holds as one tensor
+  (:mod:`accumrun.data.resident`); a TFRecord split keeps its records' order and numbers.
 - ``disk``: one ``x.npy``, rows in the order of the samples' sorted keys, read a chunk at a time by positioned
   reads, so memory stays flat as the data grows. Its folder under ``data.cache_dir`` is named by a hash of what
   decides the samples (the files' sizes and modification times in nanoseconds, the decode settings, the keys, the
   layout's version and TensorFlow's): a changed split gets another folder, never a stale one. Weights are not cached.
 
-A folder is built beside its name and renamed into place (:func:`accumrun.rundir.atomic.build_once`): a killed
-build is never read, and two processes that build it at once both end with the complete one. The samples are the
-source's, byte for byte, so a cached run trains exactly as one without. A text corpus caches its own token file
-(:mod:`accumrun.data.corpus`).
+Every folder under ``data.cache_dir`` is made one way (:func:`disk_folder`), this cache's and a text corpus's token
+file (:mod:`accumrun.data.corpus`, whose windows are cut from its ids as they are read): named by a hash that
+stamps the files read (:func:`stamp_files`), built beside its name and renamed into place
+(:func:`accumrun.rundir.atomic.build_once`), so a killed build is never read and two processes that build it at
+once both end with the complete one. The samples are the source's, byte for byte, so a cached run trains exactly as
+one without.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -50,7 +53,7 @@ class Cached(ReadsBlocks):
 
     source: Source
     keys_cached: np.ndarray
-    """The cached samples' keys, sorted: row ``r`` holds ``keys_cached[r]``."""
+    """The cached samples' keys: row ``r`` holds ``keys_cached[r]`` (sorted on disk, the split's order in memory)."""
     file: str | None = None
     start: int = 0
     pixels: np.ndarray | None = None
@@ -80,6 +83,24 @@ class Cached(ReadsBlocks):
     def streamed(self) -> bool:
         return self.pixels is None
 
+    @property
+    def in_memory(self) -> ArraySplit | None:
+        """The rows as arrays in the split's order, where they are in memory and the split is read by index."""
+        return self._arrays if self.pixels is not None and self.source.indexed else None
+
+    @property
+    def lengths(self) -> np.ndarray | None:
+        held = self.in_memory
+        return self.source.lengths if held is None else held.lengths
+
+    @cached_property
+    def _arrays(self) -> ArraySplit:
+        assert self.pixels is not None
+        rows = self._lookups[1]
+        # The split the rows were decoded from, as it is until a later subset: its rows themselves, not a copy.
+        whole = len(rows) == len(self.pixels) and np.array_equal(rows, np.arange(len(rows)))
+        return ArraySplit(self.pixels if whole else self.pixels[rows], self.labels, self.w)
+
     def subset(self, index: np.ndarray) -> Cached:
         return replace(self, source=self.source.subset(index))
 
@@ -98,7 +119,8 @@ class Cached(ReadsBlocks):
         index = self.source.indices
         positions = np.zeros(int(index.max()) + 1 if len(index) else 0, np.int64)
         positions[index] = np.arange(len(index))
-        return positions, np.searchsorted(self.keys_cached, np.asarray(self.source.keys))
+        by_key = np.argsort(self.keys_cached, kind="stable")
+        return positions, by_key[np.searchsorted(self.keys_cached, np.asarray(self.source.keys), sorter=by_key)]
 
     def gather(self, order: np.ndarray) -> tuple[tf.Tensor, Any]:
         import tensorflow as tf
@@ -165,18 +187,59 @@ def cached(split: Source, mode: CacheMode, cache_dir: str) -> Source:
         samples = np.empty((split.size, *split.sample_shape), split.dtype)
         for start, x in _decoded(split):
             samples[start : start + len(x)] = x
-        if split.indexed:
-            return ArraySplit(samples, split.labels, split.w)
         return Cached(split, keys_cached=np.asarray(split.keys), pixels=samples)
     keys = np.sort(np.asarray(split.keys))
-    file = Path(cache_dir).expanduser() / cache_key(split, keys) / SAMPLES
+    what = "the image cache"
+    folder = disk_folder(
+        cache_dir,
+        cache_key(split, keys),
+        lambda found: _is_complete(found, split),
+        lambda into: _write(split, into),
+        what,
+    )
+    file = folder / SAMPLES
     try:
-        build_once(file.parent, lambda found: _is_complete(found, split), lambda partial: _write(split, partial))
         start = int(np.load(file, mmap_mode="r").offset)  # the map reads the header alone
     except OSError as error:
-        reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
-        raise DataError("data.cache_dir", f"cannot write the image cache there ({reason})", cache_dir) from None
+        raise unwritable(error, what, cache_dir) from None
     return Cached(split, keys_cached=keys, file=str(file), start=start)
+
+
+def disk_folder(
+    cache_dir: str, name: str, complete: Callable[[Path], bool], write: Callable[[Path], None], what: str
+) -> Path:
+    """The folder ``name`` under ``cache_dir`` (``~`` expanded): found ``complete``, or made by ``write`` (given a
+    new folder's path) beside its name and renamed into place.
+
+    Raises:
+        DataError: ``cache_dir`` cannot be written (``what`` names the cache).
+    """
+    folder = Path(cache_dir).expanduser() / name
+    try:
+        build_once(folder, complete, write)
+    except OSError as error:
+        raise unwritable(error, what, cache_dir) from None
+    return folder
+
+
+def unwritable(error: OSError, what: str, cache_dir: str) -> DataError:
+    """The error for ``what`` (a cache) that cannot be written under ``cache_dir``, or read back."""
+    reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
+    return DataError("data.cache_dir", f"cannot write {what} there ({reason})", cache_dir)
+
+
+def stamp_files(digest: Any, files: Iterable[str | Path], key: str, purpose: str = "") -> None:
+    """Add each file's absolute path, size and modification time (ns) to ``digest``: a changed file, another key.
+
+    Raises:
+        DataError: a file cannot be read (under ``key``; ``purpose`` says why it was read).
+    """
+    for file in files:
+        try:
+            stat = os.stat(file)
+        except OSError as error:
+            raise DataError(key, f"cannot read {file}{purpose}: {error.strerror}") from None
+        digest.update(f"{os.path.abspath(file)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
 
 
 def cache_key(split: Source, keys: np.ndarray) -> str:
@@ -190,12 +253,7 @@ def cache_key(split: Source, keys: np.ndarray) -> str:
     settings, files = split.cache_identity()
     settings = {**settings, "layout": LAYOUT_VERSION, "tensorflow": tf.__version__}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for file in files:
-        try:
-            stat = os.stat(file)
-        except OSError as error:
-            raise DataError("data", f"cannot read {file} to cache it: {error.strerror}") from None
-        digest.update(f"{os.path.abspath(file)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    stamp_files(digest, files, "data", " to cache it")
     digest.update("\0".join(str(key) for key in keys).encode())
     shape = "x".join(str(d) for d in split.sample_shape)
     return f"{split.size}x{shape}-{digest.hexdigest()[:32]}"

@@ -3,7 +3,8 @@ every text's int32 ids, in sorted order, and where each text ends, so windows ne
 
 A text is tokenized in pieces that end at a line break, so only a piece is ever in memory; a tokenizer that may
 merge across lines (a preset's BPE ``"\n\n"``) gets each text whole. The folder is named by a hash of what decides
-the ids (:func:`corpus_key`), so ids are never stale, and is renamed into place once complete (:func:`build_once`).
+the ids (:func:`corpus_key`), so ids are never stale, and is renamed into place once complete: the one way a
+folder under ``data.cache_dir`` is made (:func:`accumrun.data.cache.disk_folder`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from accumrun.data.cache import disk_folder, stamp_files
 from accumrun.data.source import ArraySplit, ReadsBlocks, TokenIds, order_in_blocks, read_spans, taken
 from accumrun.data.tokenizers import Tokenizer, TokenizerConfig
 from accumrun.errors import DataError
-from accumrun.rundir.atomic import build_once
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -46,9 +47,10 @@ class TokenFile:
 
 @dataclass(frozen=True, eq=False)
 class CorpusWindows(ReadsBlocks, TokenIds):
-    """Windows over a file of token ids: ``length`` tokens from ``begins`` (absolute offsets), targets one token on,
-    cut at ``ends`` (the text's end) and padded with 0. Each block of windows is read with one ``pread`` a window
-    (:func:`~accumrun.data.source.read_spans`), so memory follows the windows' count, not the file's size."""
+    """Windows over a file of token ids (or the ids ``held`` in memory): ``length`` tokens from ``begins`` (absolute
+    offsets), targets one token on, cut at ``ends`` (the text's end) and padded with 0. Each block of windows is
+    cut as it is read: from the file with one ``pread`` a window (:func:`~accumrun.data.source.read_spans`), so
+    memory follows the windows' count, not the file's size; or from the held ids."""
 
     file: str
     begins: np.ndarray
@@ -59,6 +61,8 @@ class CorpusWindows(ReadsBlocks, TokenIds):
     """The file's ids' dtype: little-endian int32 for a corpus's token file, uint16 or uint32 for ``tokens``."""
     shift: int = 0
     """Added to every id read: 1 for a file whose ids start at 0 (``tokens``), where accumrun's 0 is padding."""
+    held: np.ndarray | None = None
+    """The ids themselves, where they are in memory (``cache: none``), rather than in ``file``."""
 
     fault = "cannot be read from the corpus's token file"
 
@@ -84,7 +88,13 @@ class CorpusWindows(ReadsBlocks, TokenIds):
     @property
     def labels(self) -> np.ndarray:
         """None held (raises ValueError): the targets are the token ids, read with the samples."""
-        raise ValueError("a corpus's windows on disk read their targets with their samples")
+        raise ValueError("a corpus's windows read their targets with their samples")
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the ids are read from the file as they are needed; ids ``held`` are in memory, as the windows
+        cut from them would be (a full batch of them is held as arrays are)."""
+        return self.held is None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -120,10 +130,16 @@ class CorpusWindows(ReadsBlocks, TokenIds):
         than its windows (changed since it was written)."""
         begins = self.begins[index]
         counts = np.minimum(self.ends[index] - begins, self.length + 1)
+        if self.held is not None:
+            return self._cut([self.held[b : b + c] for b, c in zip(begins.tolist(), counts.tolist(), strict=True)])
         width = np.dtype(self.stored).itemsize
         spans = read_spans(self.file, width * begins, width * counts)
         # int32 before the shift: uint16's top id plus one does not fit in uint16.
         return self._cut([np.frombuffer(data, self.stored).astype(np.int32) + self.shift for data in spans])
+
+    def holding(self, ids: np.ndarray) -> CorpusWindows:
+        """The windows cut from ``ids`` (the file's, in memory) as they are read."""
+        return replace(self, held=ids)
 
     def as_arrays(self, ids: np.ndarray) -> ArraySplit:
         """The windows over ``ids`` (the file's, already in memory) as arrays."""
@@ -159,12 +175,13 @@ def window_starts(count: int, length: int, stride: int, first: int = 0) -> np.nd
 def token_file(files: list[Path], key: str, tokenizer: Tokenizer, config: TokenizerConfig, cache_dir: str) -> TokenFile:
     """The token file of ``files``: found under ``cache_dir`` by its key, or tokenized and renamed into place;
     DataError where a file is empty or not UTF-8, or ``data.cache_dir`` cannot be written."""
-    folder = Path(cache_dir).expanduser() / f"corpus-{corpus_key(files, key, config)}"
-    try:
-        build_once(folder, lambda found: _complete(found) is not None, lambda into: _write(files, key, tokenizer, into))
-    except OSError as error:
-        reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else str(error)
-        raise DataError("data.cache_dir", f"cannot write the corpus's token file there ({reason})", cache_dir) from None
+    folder = disk_folder(
+        cache_dir,
+        f"corpus-{corpus_key(files, key, config)}",
+        lambda found: _complete(found) is not None,
+        lambda into: _write(files, key, tokenizer, into),
+        "the corpus's token file",
+    )
     found = _complete(folder)
     if found is None:  # complete a moment ago: removed since, by hand or by another process
         raise DataError("data.cache_dir", f"the corpus's token file {folder} went missing as it was opened", cache_dir)
@@ -182,12 +199,7 @@ def corpus_key(files: list[Path], key: str, config: TokenizerConfig) -> str:
             identity["keras_hub"] = None
     settings = {"layout": LAYOUT_VERSION, "piece_bytes": PIECE_BYTES, "tokenizer": identity}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for file in sorted(files):
-        try:
-            stat = os.stat(file)
-        except OSError as error:
-            raise DataError(key, f"cannot read {file}: {error.strerror}") from None
-        digest.update(f"{os.path.abspath(file)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    stamp_files(digest, sorted(files), key)
     return digest.hexdigest()[:32]
 
 

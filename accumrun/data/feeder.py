@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from accumrun.data.augment import Augmentation
 from accumrun.data.grouping import LengthGroups
-from accumrun.data.resident import ResidentArrays
+from accumrun.data.resident import ResidentArrays, resident
 from accumrun.data.source import AUTOTUNE, BLOCK, Source
 from accumrun.errors import DataError
 
@@ -65,12 +65,16 @@ class Feeder:
                     "length grouping needs the samples' lengths before the epoch (token ids, a corpus's windows)"
                 )
             self._groups = LengthGroups(split.lengths, tuple(int(size) for size in group_by_length))
-        self.resident: ResidentArrays | None = None
+        self.resident: ResidentArrays | None = resident(
+            split,
+            self._starts,
+            augmented=augmentation is not None,
+            seed=seed,
+            shuffle=shuffle,
+            on_device=on_device,
+            groups=self._groups,
+        )
         """The arrays on the device, when the split is held there; else None (it is read as it is needed)."""
-        if split.in_memory is not None and not augmentation:
-            self.resident = ResidentArrays(
-                split.in_memory, self._starts, seed=seed, shuffle=shuffle, on_device=on_device, groups=self._groups
-            )
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
         """The chunks of ``epoch`` (0-based) as ``(x, y)``, less the first ``skip`` (to resume an epoch).
@@ -97,9 +101,7 @@ class Feeder:
     def _gathered(self, epoch: int, skip: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
         """The chunks, each read in one gather while the step trains on the one before (a thread of its own: the
         reads release the GIL), so reading overlaps the step as a prefetched pipeline's would."""
-        order = self.source.order(epoch, self._seed, self._shuffle)
-        if self._groups is not None:
-            order = self._groups(order)
+        order = self.source.visits(epoch, self._seed, self._shuffle, self._groups)
         rows = [
             order[self._starts[chunk] : self._starts[chunk + 1]].astype(np.int64) for chunk in range(skip, self.count)
         ]

@@ -1,8 +1,9 @@
 """Arrays held for the whole run: a batch is a gather of rows where the data already lives.
 
-A split of arrays in memory, without augmentation, is made a tensor once: on the device for training and validation
-(crossing once per run, not once per batch), in host memory for the one-off passes. An epoch's batches are gathers
-in the epoch's order, as every other reader's.
+A split of arrays in memory, without augmentation, is made a tensor once (:func:`resident`, the one place that
+decides it): on the device for training and validation (crossing once per run, not once per batch), in host memory
+for the one-off passes. An epoch's batches are gathers in the split's visiting order
+(:meth:`~accumrun.data.source.Source.visits`), as every other reader's.
 """
 
 from __future__ import annotations
@@ -14,20 +15,43 @@ import tensorflow as tf
 
 from accumrun.core.targets import Targets, as_targets, each
 from accumrun.data.grouping import LengthGroups
-from accumrun.data.source import epoch_order
-from accumrun.data.splits import ArraySplit
+from accumrun.data.source import Source
 
 DEVICE_LIMIT = 2**30
 """The most bytes of arrays a GPU holds for the run; larger arrays stay in host memory (activations come first)."""
 
 
+def resides(split: Source, augmented: bool) -> bool:
+    """Whether ``split`` is held as one tensor for its feeder's life: its arrays are in memory and no sample is
+    augmented (augmentation draws per sample, in a pipeline)."""
+    return split.in_memory is not None and not augmented
+
+
+def resident(
+    split: Source,
+    starts: np.ndarray,
+    *,
+    augmented: bool,
+    seed: int,
+    shuffle: bool,
+    on_device: bool,
+    groups: LengthGroups | None = None,
+) -> ResidentArrays | None:
+    """``split`` held as tensors (:class:`ResidentArrays`) where it :func:`resides`, else None (it is read as it is
+    needed)."""
+    if not resides(split, augmented):
+        return None
+    return ResidentArrays(split, starts, seed=seed, shuffle=shuffle, on_device=on_device, groups=groups)
+
+
 class ResidentArrays:
-    """A split's arrays as tensors, on the device when ``on_device`` (and they fit), served in chunks that start at
-    ``starts`` (``len(chunks) + 1`` boundaries) in each epoch's order, grouped by length with ``groups``."""
+    """A split's arrays (:attr:`~accumrun.data.source.Source.in_memory`) as tensors, on the device when
+    ``on_device`` (and they fit), served in chunks that start at ``starts`` (``len(chunks) + 1`` boundaries) in the
+    split's order for each epoch, grouped by length with ``groups``."""
 
     def __init__(
         self,
-        split: ArraySplit,
+        split: Source,
         starts: np.ndarray,
         *,
         seed: int,
@@ -35,13 +59,16 @@ class ResidentArrays:
         on_device: bool,
         groups: LengthGroups | None = None,
     ) -> None:
-        self.size = split.size
-        nbytes = split.x.nbytes + split.y.nbytes + (split.w.nbytes if split.w is not None else 0)
+        arrays = split.in_memory
+        if arrays is None:
+            raise ValueError("only a split whose arrays are in memory is held as tensors")
+        self._split = split
+        nbytes = arrays.x.nbytes + arrays.y.nbytes + (arrays.w.nbytes if arrays.w is not None else 0)
         on_gpu = on_device and tf.config.list_logical_devices("GPU") and nbytes <= DEVICE_LIMIT
         self.device = "/GPU:0" if on_gpu else "/CPU:0"
         with tf.device(self.device):
-            self.x = tf.identity(tf.constant(split.x))
-            self.y: Targets = each(tf.identity, as_targets(split.y, split.w))
+            self.x = tf.identity(tf.constant(arrays.x))
+            self.y: Targets = each(tf.identity, as_targets(arrays.y, arrays.w))
         self._starts = starts
         self._seed, self._shuffle = seed, shuffle
         self._groups = groups
@@ -50,9 +77,7 @@ class ResidentArrays:
     def order(self, epoch: int) -> np.ndarray:
         """The epoch's order of the samples (the last epoch's is kept: consecutive calls ask for it again)."""
         if self._order is None or self._order[0] != epoch:
-            order = epoch_order(self.size, self._seed, epoch, self._shuffle)
-            if self._groups is not None:
-                order = self._groups(order)
+            order = self._split.visits(epoch, self._seed, self._shuffle, self._groups)
             self._order = (epoch, order.astype(np.int32))
         return self._order[1]
 

@@ -113,7 +113,8 @@ class Source:
         return dataclasses.replace(self, y=check(self.labels))  # type: ignore[type-var]
 
     def order(self, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
-        """The indices of the epoch's samples, in the order they are visited: a function of these alone."""
+        """The indices of the epoch's samples, in the kind's order for the epoch: a function of these alone (readers
+        visit them as :meth:`visits` says)."""
         return epoch_order(self.size, seed, epoch, shuffle)
 
     def stream(
@@ -133,11 +134,14 @@ class Source:
         """Samples ``order`` as one chunk ``(x, y)``, in that order, on the host (where :attr:`gathers`)."""
         raise NotImplementedError
 
-    def _ordered(self, epoch: int, seed: int, shuffle: bool, skip: int, groups: LengthGroups | None) -> np.ndarray:
+    def visits(self, epoch: int, seed: int, shuffle: bool, groups: LengthGroups | None = None) -> np.ndarray:
+        """The indices of the epoch's samples in the order every reader visits them: :meth:`order`, each batch
+        sorted by length where ``groups`` says (bucketed padding). The one place the order is made."""
         order = self.order(epoch, seed, shuffle)
-        if groups is not None:
-            order = groups(order)
-        return order[skip:].astype(np.int64, copy=False)
+        return order if groups is None else groups(order)
+
+    def _ordered(self, epoch: int, seed: int, shuffle: bool, skip: int, groups: LengthGroups | None) -> np.ndarray:
+        return self.visits(epoch, seed, shuffle, groups)[skip:].astype(np.int64, copy=False)
 
     def read(self, order: np.ndarray) -> tf.data.Dataset:
         """Samples ``order`` as ``(index, x, y)``, in that order, decoded in parallel."""

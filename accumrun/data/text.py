@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from accumrun.data.corpus import CorpusWindows, read_text, token_file
 from accumrun.data.files import TextFiles
@@ -62,20 +62,11 @@ class TextCorpusConfig(TextSourceConfig):
     needs = {"path": "a .txt file, a folder of .txt files, or a glob of them"}
     stride: int | None = Field(None, ge=1)
     """Tokens between the starts of two windows; unset, ``sequence_length`` (windows that do not overlap)."""
-    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.NONE
-    """``none`` holds the windows in memory; ``disk`` reads them from a reusable token file under ``cache_dir``."""
+    cache: Annotated[CacheMode, words(CacheMode)] = CacheMode.MEMORY
+    """``memory`` holds the windows in memory; ``none`` holds the token ids and cuts each window from them as it is
+    read (the same windows); ``disk`` reads them from a reusable token file under ``cache_dir``."""
     cache_dir: str = Field("~/.cache/accumrun/", min_length=1)
     """Where ``cache: disk`` writes (``~`` is expanded): a folder per corpus, named by its files and tokenizer."""
-
-    @field_validator("cache")
-    @classmethod
-    def _none_or_disk(cls, value: CacheMode) -> CacheMode:
-        if value is CacheMode.MEMORY:
-            raise ValueError(
-                "text_corpus holds its windows in memory (none) or reads them from a token file under "
-                "data.cache_dir (disk)"
-            )
-        return value
 
 
 def load_text_folder(config: TextFolderConfig, seed: int) -> Splits:
@@ -113,7 +104,8 @@ def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
         else:
             ids = [tokenizer.ids(read_text(file, key)) for file in files]
             ends = np.cumsum([len(text) for text in ids])
-            split = CorpusWindows.over("", ends, length, stride).as_arrays(np.concatenate(ids))
+            cut, joined = CorpusWindows.over("", ends, length, stride), np.concatenate(ids)
+            split = cut.as_arrays(joined) if config.cache is CacheMode.MEMORY else cut.holding(joined)
             count = int(ends[-1])
         if not split.size:
             raise DataError(key, "holds no text of two tokens or more, the least a next-token target needs", path)

@@ -23,6 +23,7 @@ from accumrun.core.step import StepSpec, TrainStep, make_train_step
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import Dataset, load_dataset, with_class_weights
 from accumrun.data.feeder import Feeder
+from accumrun.data.resident import resides
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Measure, Precision, Task
@@ -125,7 +126,7 @@ class TrainingSetup:
     def several_updates_per_call(self) -> bool:
         """Whether one compiled call may run several updates: the training arrays are held as one tensor (arrays
         without augmentation, see :mod:`accumrun.data.resident`) and batches come whole."""
-        return self.dataset.train.in_memory is not None and self.augmentation is None and self.feed is Feed.BATCH
+        return resides(self.dataset.train, self.augmentation is not None) and self.feed is Feed.BATCH
 
     def step_spec(self, subdivisions: int) -> StepSpec:
         """The step's options for ``subdivisions``: the noise scale is measured only where a batch has two
