@@ -76,7 +76,7 @@ def test_auto_trains_a_one_unit_model_on_0_1_labels_as_keras_fit_does(tmp_path: 
     assert json.loads((tmp_path / "subdivided" / "labels.json").read_text()) == ["0", "1"]
 
     two_units = build_training(load_config({**config, "model": {"name": "mlp", "hidden": []}}))
-    assert (two_units.dataset.task.value, two_units.model.output_shape) == ("classification", (None, 2))
+    assert (two_units.fed.dataset.task.value, two_units.trained.model.output_shape) == ("classification", (None, 2))
 
 
 def csv_config(tmp_path: Path) -> dict[str, Any]:

@@ -104,17 +104,17 @@ def test_every_known_random_layer_draws_per_sample_attention_dropout_included(tm
         "output": {"tensorboard": False},
     }
     setup = build_training(load_config(config))
-    kinds = [type(layer).__name__ for layer in setup.draws.per_sample_layers]
+    kinds = [type(layer).__name__ for layer in setup.stepped.draws.per_sample_layers]
     # The third is MultiHeadAttention's own Dropout, on its attention scores.
     assert kinds == ["SpatialDropout2D", "GaussianNoise", "Dropout", "GaussianDropout", "AlphaDropout", "Dropout"]
-    assert not setup.draws.other_layers
+    assert not setup.stepped.draws.other_layers
     (line,) = [line for line in describe_setup(setup) if "random layers" in line]
     assert line.startswith("random layers draw per sample (spatial_dropout2d")
     assert line.endswith(" and 2 more): subdivisions do not change them")
     plain = train(config, tmp_path / "plain", quiet=True)
     subdivided = train({**config, "training": {**config["training"], "subdivisions": 4}}, tmp_path / "s4", quiet=True)
     assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
-    assert max_difference(plain.model.get_weights(), setup.model.get_weights()) > 1e-2  # it trained
+    assert max_difference(plain.model.get_weights(), setup.trained.model.get_weights()) > 1e-2  # it trained
 
 
 def test_a_layer_with_randomness_of_its_own_is_named_at_startup() -> None:
@@ -172,6 +172,6 @@ def test_dropout_inside_a_saved_model_nested_in_another_draws_per_sample(tmp_pat
     plain = train(config, tmp_path / "plain", quiet=True)
     subdivided = train({**config, "training": {**config["training"], "subdivisions": 3}}, tmp_path / "s3", quiet=True)
     assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
-    assert [type(layer).__name__ for layer in build_training(load_config(config)).draws.per_sample_layers] == [
+    assert [type(layer).__name__ for layer in build_training(load_config(config)).stepped.draws.per_sample_layers] == [
         "Dropout"
     ]

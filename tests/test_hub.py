@@ -45,12 +45,14 @@ def test_a_gpt2_preset_folder_starts_from_its_saved_weights_and_with_dropout_tra
     saved = keras_hub.models.GPT2Backbone(vocabulary_size=257, max_sequence_length=16, **GPT2, dropout=0.1)
     saved.save_to_preset(str(tmp_path / "preset"))
     model = {"name": "keras_hub.models.GPT2Backbone", "preset": str(tmp_path / "preset")}
-    initial = build_training(load_config(hub_config(tmp_path, model))).model
+    initial = build_training(load_config(hub_config(tmp_path, model))).trained.model
     backbone = next(layer for layer in initial.layers if isinstance(layer, keras_hub.models.Backbone))
     assert max_difference(backbone.get_weights(), saved.get_weights()) == 0.0
     assert backbone.get_config()["dropout"] == 0.1
     # The same backbone from constructor keys takes them (its dropout) and draws its own weights from the seed.
-    keyed = build_training(load_config(hub_config(tmp_path, {**model, "preset": None, **GPT2, "dropout": 0.1}))).model
+    keyed = build_training(
+        load_config(hub_config(tmp_path, {**model, "preset": None, **GPT2, "dropout": 0.1}))
+    ).trained.model
     drawn = next(layer for layer in keyed.layers if isinstance(layer, keras_hub.models.Backbone))
     assert drawn.get_config()["dropout"] == 0.1
     assert max_difference(drawn.get_weights(), saved.get_weights()) > 1e-2

@@ -54,7 +54,7 @@ def hand_trained(config: dict[str, Any], sub_batch_means: int | None = None) -> 
     real-token count, and SGD steps once per batch. With ``sub_batch_means=S``, the common recipe instead: the mean
     of the S sub-batches' own token means (the control)."""
     setup = build_training(load_config(config))
-    model, train_split = setup.model, setup.dataset.train
+    model, train_split = setup.trained.model, setup.fed.dataset.train
     batch_size = config["training"]["batch_size"]
     order = epoch_order(train_split.size, config["seed"], 0, True)
     for start in range(0, len(order), batch_size):
@@ -183,13 +183,13 @@ def test_bucketed_batches_hold_the_same_samples_ordered_by_length(tmp_path: Path
     config = lm_config(tmp_path, subdivisions=3)
     config["data"]["bucket"] = 8
     setup = build_training(load_config(config))
-    real = np.count_nonzero(setup.dataset.train.x, axis=1)
-    feeder = setup.train_feeder([size for chunks in setup.chunk_sizes(3) for size in chunks])
+    real = np.count_nonzero(setup.fed.dataset.train.x, axis=1)
+    feeder = setup.fed.train_feeder([size for chunks in setup.fed.chunk_sizes(3) for size in chunks])
     assert feeder.resident is not None
-    batches = [real[feeder.resident.chunk_rows(1, batch)] for batch in range(len(setup.epoch_batch_sizes))]
+    batches = [real[feeder.resident.chunk_rows(1, batch)] for batch in range(len(setup.fed.epoch_batch_sizes))]
     assert all(np.all(np.diff(batch) >= 0) for batch in batches)
     assert sum(len(set(batch)) > 1 for batch in batches) >= 2  # batches that mix lengths
-    x, _ = setup.first_batch()
+    x, _ = setup.fed.first_batch()
     assert np.all(np.diff(np.count_nonzero(x.numpy(), axis=1)) >= 0)
 
 

@@ -130,7 +130,7 @@ def test_the_logged_estimates_equal_the_formulas_and_measuring_moves_nothing(tmp
     assert not any(key.startswith("gradient_") for key in unmeasured.metrics[0])
     with np.load(tmp_path / "linear.npz") as arrays:
         x, y = arrays["x"].astype(np.float64), arrays["y"].astype(np.float64)
-    weights = [w.numpy().astype(np.float64) for w in build_training(load_config(path)).model.trainable_weights]
+    weights = [w.numpy().astype(np.float64) for w in build_training(load_config(path)).trained.model.trainable_weights]
     averages = np.zeros(2)
     for row in measured.metrics:
         gradients = squared_error_gradients(weights, x, y)
@@ -155,7 +155,7 @@ def test_over_an_epoch_the_estimates_average_to_the_population_values(tmp_path: 
     (row,) = train(load_config(path), tmp_path / "run", quiet=True).metrics
     with np.load(tmp_path / "linear.npz") as arrays:
         x, y = arrays["x"].astype(np.float64), arrays["y"].astype(np.float64)
-    weights = [w.numpy() for w in build_training(load_config(path)).model.trainable_weights]
+    weights = [w.numpy() for w in build_training(load_config(path)).trained.model.trainable_weights]
     gradients = squared_error_gradients(weights, x, y)
     mean = gradients.mean(axis=0)
     trace = float(np.sum((gradients - mean) ** 2) / (len(gradients) - 1))

@@ -129,7 +129,7 @@ def test_the_subdivided_step_equals_the_plain_step_for_every_other_loss(
 
 def load_model_weights(path: Path) -> list[np.ndarray]:
     """The initial weights of the config's model, from its seed."""
-    return build_training(load_config(path)).model.get_weights()
+    return build_training(load_config(path)).trained.model.get_weights()
 
 
 @pytest.mark.slow
@@ -159,7 +159,7 @@ def test_from_logits_set_by_the_user_overrides_the_detection(tmp_path: Path) -> 
     # Keras itself warns that the softmax's output is taken for logits: the user asked for it.
     with pytest.warns(UserWarning, match="received `from_logits=True`"):
         setup = build_training(load_config(path, ["loss.from_logits=true"]))
-    assert setup.objective.activation == "softmax"
+    assert setup.trained.objective.activation == "softmax"
     assert setup.config.loss.from_logits is True
 
 
@@ -175,7 +175,7 @@ def test_loss_and_metrics_default_to_the_task(tmp_path: Path, task: str, loss: s
     setup = build_training(load_config(task_config(tmp_path, task)))
     assert (setup.config.data.task, setup.config.loss.name, setup.config.metrics) == (task, loss, metrics)
     assert setup.config.loss.from_logits is True
-    assert f"loss {loss}, from_logits=True; metrics {metrics[0]}" in setup.objective.describe()
+    assert f"loss {loss}, from_logits=True; metrics {metrics[0]}" in setup.trained.objective.describe()
 
 
 def test_regression_without_a_loss_says_which_to_set(tmp_path: Path) -> None:
@@ -283,16 +283,16 @@ def application(tmp_path_factory: pytest.TempPathFactory) -> TrainingSetup:
 @pytest.mark.slow
 def test_an_application_gets_a_logits_head_sized_to_the_task(application: TrainingSetup) -> None:
     setup = application
-    assert setup.model.input_shape == (None, 32, 32, 3) and setup.model.output_shape == (None, 3)
-    assert setup.objective.activation is None and setup.config.loss.from_logits is True
+    assert setup.trained.model.input_shape == (None, 32, 32, 3) and setup.trained.model.output_shape == (None, 3)
+    assert setup.trained.objective.activation is None and setup.config.loss.from_logits is True
 
 
 @pytest.mark.slow
 def test_an_application_with_its_own_top_is_trained_on_probabilities(tmp_path: Path) -> None:
     setup = build_training(load_config(application_config(tmp_path, include_top=True)))
-    assert setup.model.output_shape == (None, 3)
-    assert setup.objective.activation == "softmax" and setup.config.loss.from_logits is False
-    assert "model outputs probabilities (softmax): loss uses from_logits=False" in setup.objective.describe()
+    assert setup.trained.model.output_shape == (None, 3)
+    assert setup.trained.objective.activation == "softmax" and setup.config.loss.from_logits is False
+    assert "model outputs probabilities (softmax): loss uses from_logits=False" in setup.trained.objective.describe()
 
 
 @pytest.mark.slow
@@ -305,7 +305,7 @@ def test_freeze_base_trains_the_head_alone(tmp_path: Path, monkeypatch: pytest.M
 
     def recorded(*args: Any, **kwargs: Any) -> TrainingSetup:
         setup = build(*args, **kwargs)
-        initial.update((v.path, v.numpy()) for v in setup.model.variables)
+        initial.update((v.path, v.numpy()) for v in setup.trained.model.variables)
         return setup
 
     monkeypatch.setattr(runner, "build_training", recorded)
@@ -357,9 +357,9 @@ def test_a_pretrained_application_gets_its_own_preprocess_input(tmp_path: Path, 
     setup = build_training(load_config(application_config(tmp_path, weights=str(tmp_path / "base.weights.h5"))))
     assert setup.config.data.rescale == "auto"
     x = np.random.default_rng(0).uniform(0, 255, size=(2, 32, 32, 3)).astype(np.float32)
-    inner = setup.model.layers[-1]
+    inner = setup.trained.model.layers[-1]
     expected = inner(x / 127.5 - 1, training=False).numpy()
-    np.testing.assert_allclose(setup.model(x, training=False).numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(setup.trained.model(x, training=False).numpy(), expected, atol=1e-5)
     # Without pretrained weights, rescale: auto leaves float samples as they are.
     assert application.config.data.rescale == 1.0
 
@@ -372,7 +372,7 @@ def test_the_mlp_l2_key_adds_l2_times_the_squared_kernels_to_the_objective(tmp_p
     path = task_config(tmp_path, "regression", model=model, loss={"name": "mean_squared_error"}, training=training)
     regularized = train(load_config(path), tmp_path / "l2", quiet=True)
     plain = train(load_config(path, ["model.l2=0"]), tmp_path / "plain", quiet=True)
-    kernel, bias = (w.numpy() for w in build_training(load_config(path)).model.trainable_weights)
+    kernel, bias = (w.numpy() for w in build_training(load_config(path)).trained.model.trainable_weights)
     added = regularized.metrics[0]["loss"] - plain.metrics[0]["loss"]
     assert added == pytest.approx(0.1 * float(np.sum(kernel.astype(np.float64) ** 2)), rel=1e-4)
     (kernel_l2, bias_l2), (kernel_plain, bias_plain) = (

@@ -489,5 +489,5 @@ def test_a_saved_accumrun_model_keeps_its_own_input_layers(uint8_run: tuple[Path
     path = str(result.run_dir / "model.keras")
     again = build_training(load_config(config | {"model": {"name": "saved", "path": path}}))
     # Not wrapped in a second rescale: the raw bytes reach the saved model's own input layers once.
-    assert again.model.inputs[0].dtype == "uint8"
-    np.testing.assert_allclose(again.model(images).numpy(), saved(images).numpy(), atol=1e-6)
+    assert again.trained.model.inputs[0].dtype == "uint8"
+    np.testing.assert_allclose(again.trained.model(images).numpy(), saved(images).numpy(), atol=1e-6)

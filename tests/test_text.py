@@ -102,7 +102,7 @@ def text_runs(tmp_path_factory: pytest.TempPathFactory) -> TextRuns:
     in_memory = text_config(folder)
     in_memory["data"] |= {"name": "jsonl", "path": str(lines), "label": "label", "cache": "memory",
                           "tokenizer": config["data"]["tokenizer"]}  # fmt: skip
-    initial = build_training(load_config(in_memory)).model.get_weights()
+    initial = build_training(load_config(in_memory)).trained.model.get_weights()
     streamed = train(config, folder / "run", quiet=True)
     held = train(in_memory, folder / "held", quiet=True)
     return TextRuns(config, initial, streamed, held)

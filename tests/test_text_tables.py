@@ -141,7 +141,7 @@ def test_text_classification_from_csv_streamed_and_subdivided_equals_in_memory_a
     records = [{"text": text, "label": ["negative", "positive"].index(label)} for text, label in rows]
     lines = {"name": "jsonl", "path": str(write_jsonl(tmp_path / "reviews.jsonl", records)), "label": "label"}
     held = {**table, "cache": "memory"}
-    initial = build_training(load_config(table_config(held))).model.get_weights()
+    initial = build_training(load_config(table_config(held))).trained.model.get_weights()
     plain = train(table_config(held), tmp_path / "plain", quiet=True)
     # Streamed (the default), 7 = 3 + 2 + 2: each row's text read back from the file as the order reaches it.
     subdivided = train(table_config(table, subdivisions=3), tmp_path / "subdivided", quiet=True)

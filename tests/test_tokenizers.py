@@ -320,7 +320,7 @@ def test_a_run_saves_its_vocabulary_and_every_later_reader_uses_it(
     expected = tokenizer_for(
         WordPieceTokenizerConfig(name="word_piece", vocabulary=str(run / "tokenizer" / "vocabulary.txt"))
     )
-    (x, _), *_ = Feeder(resumed.dataset.train, [resumed.dataset.train_size], seed=1, shuffle=False).epoch(0)
+    (x, _), *_ = Feeder(resumed.fed.dataset.train, [resumed.fed.dataset.train_size], seed=1, shuffle=False).epoch(0)
     np.testing.assert_array_equal(x.numpy(), expected.encode(training_texts(load_config(more).data, 1), 16))
     line = f"tokenizer word_piece: {len(learned)} ids learned from the training texts (at most 100), kept in the run's "
     assert line + "tokenizer/vocabulary.txt" in describe_setup(resumed)

@@ -120,7 +120,7 @@ def test_a_weighted_run_equals_keras_fit_in_weights_losses_and_metrics(
         x, y, w, x_val, y_val, w_val = (
             data[k] for k in ("x_train", "y_train", "w_train", "x_test", "y_test", "w_test")
         )
-    model = build_training(load_config(write_config(tmp_path / "c.yaml", **config))).model  # the run's start
+    model = build_training(load_config(write_config(tmp_path / "c.yaml", **config))).trained.model  # the run's start
     model.compile(
         keras.optimizers.SGD(0.1, momentum=0.5),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -200,7 +200,7 @@ def test_weighted_subdivided_training_equals_plain_for_every_source_and_feed(
         unweighted = train(with_data(config, weight=None), tmp_path / "unweighted", quiet=True)
         assert max_difference(final_weights(unweighted), final_weights(plain)) > 1e-3
     if source == "image_folder-class_weight":  # the cached images' batches carry their classes' weights
-        _, targets = build_training(load_config(write_config(tmp_path / "c.yaml", **config))).first_batch()
+        _, targets = build_training(load_config(write_config(tmp_path / "c.yaml", **config))).fed.first_batch()
         names = [["bars", "columns", "disc"][i] for i in targets.targets.numpy()]
         expected = [config["training"]["class_weight"].get(name, 1.0) for name in names]
         np.testing.assert_array_equal(targets.weights.numpy(), expected)

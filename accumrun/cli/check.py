@@ -31,11 +31,11 @@ def check(config_path: str, memory: bool, **flags: Any) -> None:
         from accumrun.reports.memory import memory_report
 
         report = memory_report(
-            setup.model,
-            setup.optimizer,
-            setup.batch_size,
+            setup.trained.model,
+            setup.trained.optimizer,
+            setup.fed.batch_size,
             config.training.fixed_subdivisions,
-            sample_bytes=setup.dataset.dtype.itemsize,
-            feed=setup.feed,
+            sample_bytes=setup.fed.dataset.dtype.itemsize,
+            feed=setup.fed.feed,
         )
         click.echo("\n".join(report))

@@ -48,10 +48,10 @@ def build_trainer(
 ) -> Trainer:
     """The Trainer of ``settled``, logging after ``rows``; ``save_best`` saves the model as the best so far."""
     setup, subdivisions = settled.setup, settled.subdivisions
-    config = setup.config
-    plan = setup.chunk_sizes(subdivisions)
+    config, trained, fed, stepped = setup.config, setup.trained, setup.fed, setup.stepped
+    plan = fed.chunk_sizes(subdivisions)
     # The largest sub-batch one device runs: the batch is dealt out to the replicas before it is cut.
-    sub_batch_size = max(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))
+    sub_batch_size = max(replica_sub_batch_sizes(fed.batch_size, stepped.replicas, subdivisions))
     recompute = _population_statistics(setup, sub_batch_size)
     training, output = config.training, config.output
     cadence = _cadence(setup, len(plan), every_epoch_end=controls.every_epoch or recompute is not None)
@@ -60,20 +60,20 @@ def build_trainer(
     if isinstance(batches, LbfgsBatches):
         # First: the row it fills and the stop it makes are what the later hooks log and act on.
         hooks.append(LbfgsLog(batches))
-    if setup.dataset.val_size:
+    if fed.dataset.val_size:
         # In batches no larger than a training sub-batch, so validation never needs more memory than training.
-        scorer = Scorer(setup.model, setup.objective.objective, setup.val_metrics)
-        val_feeder = setup.val_feeder(sub_batch_size)
+        scorer = Scorer(trained.model, trained.objective.objective, trained.val_metrics)
+        val_feeder = fed.val_feeder(sub_batch_size)
         hooks.append(Validation(lambda: {f"val_{name}": value for name, value in scorer(val_feeder).items()}, cadence))
     hooks += _measurements(settled, sub_batch_size, cadence, echo)
-    metric_names = setup.objective.metric_names
+    metric_names = trained.objective.metric_names
     # Before the non-finite policy, which may stop the run: the good updates of its call are logged first.
     hooks.append(TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates, metric_names))
-    hooks.append(NonFinitePolicy(training.on_nonfinite, loss_scaled=setup.loss_scaled, store=run.store, echo=echo))
+    hooks.append(NonFinitePolicy(training.on_nonfinite, loss_scaled=trained.loss_scaled, store=run.store, echo=echo))
     if show_progress:
         hooks.append(ProgressBars(len(plan), cadence.epochs))
     epoch_log = EpochLog(run.folder, epochs=cadence.epochs, metric_names=metric_names, echo=echo)
-    controlling = Controlling(controls, setup.optimizer, save_best)
+    controlling = Controlling(controls, trained.optimizer, save_best)
     hooks += [
         controlling,
         epoch_log,
@@ -88,12 +88,12 @@ def build_trainer(
     ]
     return Trainer(
         batches=batches,
-        sizes=RowSizes(setup.batch_size, subdivisions, setup.replicas, sub_batch_size),
-        optimizer=setup.optimizer,
+        sizes=RowSizes(fed.batch_size, subdivisions, stepped.replicas, sub_batch_size),
+        optimizer=trained.optimizer,
         metric_names=metric_names,
         cadence=cadence,
         hooks=Hooks(hooks),
-        agree=agreement(setup.strategy),
+        agree=agreement(stepped.strategy),
         rows=rows,
     )
 
@@ -101,17 +101,17 @@ def build_trainer(
 def _measurements(settled: Settled, sub_batch_size: int, cadence: Cadence, echo: Callable[[str], None]) -> list[Hook]:
     """The hooks of ``training.measure``: the noise scale, the sharpness."""
     setup = settled.setup
-    training = setup.config.training
+    training, trained = setup.config.training, setup.trained
     hooks: list[Hook] = []
     if Measure.NOISE_SCALE in training.measure:
-        batch_size = None if setup.objective.objective.token_level else setup.batch_size
-        hooks.append(NoiseScale(echo, batch_size, measured=setup.step_spec(settled.subdivisions).noise_scale))
+        batch_size = None if trained.objective.objective.token_level else setup.fed.batch_size
+        hooks.append(NoiseScale(echo, batch_size, measured=setup.stepped.step_spec(settled.subdivisions).noise_scale))
     if Measure.SHARPNESS in training.measure:
         limit = None if training.measure_samples == "all" else training.measure_samples
         # Over chunks of the training sub-batch's size: the memory of one chunk's double backward pass.
-        chunks = functools.partial(setup.inference_chunks, sub_batch_size, limit)
-        products = HessianVectorProducts(setup.model, setup.objective.objective, chunks)
-        hooks.append(Sharpness(products, setup.optimizer, cadence, seed=setup.seed))
+        chunks = functools.partial(setup.fed.inference_chunks, sub_batch_size, limit)
+        products = HessianVectorProducts(trained.model, trained.objective.objective, chunks)
+        hooks.append(Sharpness(products, trained.optimizer, cadence, seed=setup.fed.seed))
     return hooks
 
 
@@ -123,7 +123,7 @@ def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: b
         epochs=training.epochs,
         batches_per_epoch=batches_per_epoch,
         validate_every=training.validate_every,
-        validates=bool(setup.dataset.val_size),
+        validates=bool(setup.fed.dataset.val_size),
         every_epoch_end=every_epoch_end or output.checkpoint_seconds is None,
         checkpoint_seconds=output.checkpoint_seconds,
         checkpoint_every_updates=output.checkpoint_every_updates,
@@ -140,32 +140,36 @@ def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
     if not setup.config.optimizer.kind.iterates:
         return batches
     # The kind that iterates builds the optimizer that drives the iterations.
-    return LbfgsBatches(batches, cast(Lbfgs, setup.optimizer))
+    return LbfgsBatches(batches, cast(Lbfgs, setup.trained.optimizer))
 
 
 def _fed_or_device_batches(settled: Settled, plan: list[list[int]]) -> Batches:
     """The batches through the step, one update each."""
     setup, step = settled.setup, settled.step
-    feeder = setup.train_feeder([size for sizes in plan for size in sizes])
-    if setup.several_updates_per_call and feeder.resident is not None and isinstance(step, WholeBatchStep):
+    fed, optimizer, metrics = setup.fed, setup.trained.optimizer, setup.stepped.train_metrics
+    feeder = fed.train_feeder([size for sizes in plan for size in sizes])
+    if fed.several_updates_per_call and feeder.resident is not None and isinstance(step, WholeBatchStep):
         loop = UpdateLoop(
             step,
             feeder.resident.x,
             feeder.resident.y,
-            optimizer=setup.optimizer,
-            metrics=setup.train_metrics,
+            optimizer=optimizer,
+            metrics=metrics,
             stop_on_nonfinite=setup.config.training.on_nonfinite is OnNonFinite.STOP,
-            measure_width=setup.step_spec(settled.subdivisions).measure_width,
+            measure_width=setup.stepped.step_spec(settled.subdivisions).measure_width,
         )
         return DeviceBatches(plan, feeder.resident, loop)
-    return FedBatches(plan, feeder, step, metrics=setup.train_metrics, optimizer=setup.optimizer)
+    return FedBatches(plan, feeder, step, metrics=metrics, optimizer=optimizer)
 
 
 def _population_statistics(setup: TrainingSetup, sub_batch_size: int) -> Callable[[], None] | None:
     """With ``batch_norm: precise``, what recomputes the moving statistics as population statistics; else None."""
-    if setup.batch_norm.mode is not BatchNormMode.PRECISE or not setup.batch_norm.records:
+    fed, stepped = setup.fed, setup.stepped
+    batch_norm = stepped.batch_norm
+    if batch_norm.mode is not BatchNormMode.PRECISE or not batch_norm.records:
         return None
-    statistics = PopulationStatistics(setup.model, setup.batch_norm, sub_batch_size, setup.strategy)
-    # Whole batches, cut on the device, when they fit; else the sub-batches one at a time.
-    chunk = setup.batch_size if setup.feed is Feed.BATCH else sub_batch_size
-    return lambda: statistics(setup.population_chunks(chunk))
+    statistics = PopulationStatistics(setup.trained.model, batch_norm, sub_batch_size, stepped.strategy)
+    # Whole batches, cut on the device, when they fit; else the sub-batches one at a time; over the training
+    # samples (or precise_bn_samples of them, seeded), augmentation in inference mode.
+    chunk = fed.batch_size if fed.feed is Feed.BATCH else sub_batch_size
+    return lambda: statistics(x for x, _ in fed.inference_chunks(chunk, stepped.precise_bn_samples))

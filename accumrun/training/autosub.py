@@ -111,13 +111,14 @@ class Settled:
 
 def settle_subdivisions(setup: TrainingSetup, echo: Callable[[str], None]) -> Settled:
     """Compile the train step; for ``subdivisions: auto``, choose the subdivisions first, into a new setup."""
-    if setup.subdivisions is not None:
-        return Settled(setup, setup.subdivisions, setup.make_step(setup.subdivisions), None)
-    x, y = setup.first_batch()
+    stepped = setup.stepped
+    if stepped.subdivisions is not None:
+        return Settled(setup, stepped.subdivisions, setup.make_step(stepped.subdivisions), None)
+    x, y = setup.fed.first_batch()
     config = setup.config
     choice = choose_subdivisions(
         setup.make_step,
-        [*setup.model.variables, *setup.optimizer.variables, *setup.train_metrics.variables],
+        [*setup.trained.model.variables, *setup.trained.optimizer.variables, *stepped.train_metrics.variables],
         x,
         y,
         config.training.max_sub_batch,
@@ -126,5 +127,9 @@ def settle_subdivisions(setup: TrainingSetup, echo: Callable[[str], None]) -> Se
     )
     echo(f"subdivisions: auto chose {choice.subdivisions} (tried {', '.join(map(str, choice.tried))})")
     # The settled count is what config.yaml records and what a resumed run keeps.
-    settled = replace(setup, config=config.with_subdivisions(choice.subdivisions), subdivisions=choice.subdivisions)
+    settled = replace(
+        setup,
+        config=config.with_subdivisions(choice.subdivisions),
+        stepped=replace(stepped, subdivisions=choice.subdivisions),
+    )
     return Settled(settled, choice.subdivisions, choice.step, AutoNote(choice.subdivisions, tuple(choice.tried)))

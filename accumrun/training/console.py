@@ -28,10 +28,11 @@ def device_name() -> str:
 
 def describe_setup(setup: TrainingSetup) -> list[str]:
     """The derived numbers of a run, as lines: the data, model, loss and metrics, batch plan and optimizer."""
-    config, dataset, model = setup.config, setup.dataset, setup.model
+    config, dataset, model = setup.config, setup.fed.dataset, setup.trained.model
     shape = "x".join(str(d) for d in dataset.sample_shape)
     parameters = model.count_params()
-    subdivisions = setup.subdivisions or 1
+    stepped = setup.stepped
+    subdivisions = stepped.subdivisions or 1
     frozen = ""
     if getattr(config.model, "freeze_base", False):
         frozen = f" ({sum(int(np.prod(v.shape)) for v in model.trainable_variables):,} trainable: the base is frozen)"
@@ -42,11 +43,13 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         *_vocabulary_lines(setup),
         *_weights_lines(setup),
         f"model {config.model.name}: {parameters:,} parameters{frozen}",
-        *setup.objective.describe(),
+        *setup.trained.objective.describe(),
         _plan(setup),
         # The fewest samples a replica's sub-batch of a full batch holds.
-        *setup.batch_norm.describe(min(replica_sub_batch_sizes(setup.batch_size, setup.replicas, subdivisions))),
-        *(setup.draws.describe_off("L-BFGS") if setup.spec.inference_mode else setup.draws.describe()),
+        *stepped.batch_norm.describe(
+            min(replica_sub_batch_sizes(setup.fed.batch_size, stepped.replicas, subdivisions))
+        ),
+        *(stepped.draws.describe_off("L-BFGS") if stepped.spec.inference_mode else stepped.draws.describe()),
         _optimizer_line(setup),
     ]
 
@@ -68,9 +71,10 @@ def _weights_lines(setup: TrainingSetup) -> list[str]:
     weight, class_weight = getattr(setup.config.data, "weight", None), setup.config.training.class_weight
     if weight is not None:
         return [f"sample weights from data.weight {weight!r} (training and validation loss; metrics unweighted)"]
-    if class_weight is None or setup.dataset.labels is None:
+    dataset = setup.fed.dataset
+    if class_weight is None or dataset.labels is None:
         return []
-    pairs = list(zip(setup.dataset.labels, per_class(class_weight, setup.dataset), strict=True))
+    pairs = list(zip(dataset.labels, per_class(class_weight, dataset), strict=True))
     shown = ", ".join(f"{name} {value:.4g}" for name, value in pairs[:10]) + (", ..." if len(pairs) > 10 else "")
     return [
         f"class weights ({class_weight if isinstance(class_weight, str) else 'given'}; training loss only): {shown}"
@@ -79,22 +83,23 @@ def _weights_lines(setup: TrainingSetup) -> list[str]:
 
 def _input_line(setup: TrainingSetup) -> str:
     """How samples reach the model: dtype, storage, the input layers, the augmentation, and the feed (with why)."""
-    dataset, data = setup.dataset, setup.config.data
+    fed, trained, data = setup.fed, setup.trained, setup.config.data
+    dataset = fed.dataset
     held = "streamed from files" if dataset.streamed else "held in memory"
     parts = [f"input {dataset.dtype.name} {held}"]
     if dataset.skipped:
         parts.append(f"{_count(dataset.skipped, 'file')} skipped (not images)")
-    steps = ([f"x {setup.rescale:.6g}"] if setup.rescale != 1.0 else []) + (["normalize"] if data.normalize else [])
-    if setup.preprocess is not None:
+    steps = ([f"x {trained.rescale:.6g}"] if trained.rescale != 1.0 else []) + (["normalize"] if data.normalize else [])
+    if trained.preprocess is not None:
         steps.append(f"{setup.config.model.name}'s preprocess_input")
     parts.append(f"scaled in the model ({', '.join(steps)})" if steps else "not scaled")
-    if setup.augmentation is not None:
+    if fed.augmentation is not None:
         names = ", ".join(entry.name for entry in data.augment)
-        shape = "x".join(str(d) for d in setup.augmentation.output_shape)
+        shape = "x".join(str(d) for d in fed.augmentation.output_shape)
         parts.append(f"augment {names} -> {shape}")
     parts += _cache_and_padding(data)
-    parts.append(f"feed {setup.feed.value} ({setup.feed_reason})")
-    if setup.several_updates_per_call:
+    parts.append(f"feed {fed.feed.value} ({fed.feed_choice.reason})")
+    if fed.several_updates_per_call:
         per_call = setup.config.training.updates_per_call
         parts.append("about 0.5 s of updates per call" if per_call == "auto" else f"up to {per_call} updates per call")
     return "; ".join(parts)
@@ -112,15 +117,14 @@ def _cache_and_padding(data: DataSection) -> list[str]:
 
 
 def _plan(setup: TrainingSetup) -> str:
-    if setup.subdivisions is None:
-        return (
-            f"batch {setup.batch_size:,}; subdivisions: auto (the fewest that fit in memory, tried on the first batch)"
-        )
-    train_size, drop_remainder = setup.dataset.train_size, setup.config.training.drop_remainder
-    plan = describe_plan(train_size, setup.batch_size, setup.subdivisions, drop_remainder, setup.replicas)
+    fed, subdivisions = setup.fed, setup.stepped.subdivisions
+    if subdivisions is None:
+        return f"batch {fed.batch_size:,}; subdivisions: auto (the fewest that fit in memory, tried on the first batch)"
+    train_size, drop_remainder = fed.dataset.train_size, setup.config.training.drop_remainder
+    plan = describe_plan(train_size, fed.batch_size, subdivisions, drop_remainder, setup.stepped.replicas)
     if setup.config.training.batch_size != "full":
         return plan
-    held_out = setup.dataset.val_size
+    held_out = fed.dataset.val_size
     validation = f"{held_out:,} held out for validation" if held_out else "none held out for validation"
     return f"batch full = all {train_size:,} training samples ({validation}): {plan}"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from accumrun.data.dataset import Dataset
 from accumrun.errors import ConfigError
@@ -35,19 +35,28 @@ def input_bytes(dataset: Dataset, samples: int) -> int:
     return samples * math.prod(dataset.sample_shape) * dataset.dtype.itemsize
 
 
-def choose_feed(feed: Literal["auto"] | Feed, dataset: Dataset, batch_size: int, replicated: bool) -> tuple[Feed, str]:
+class FeedChoice(NamedTuple):
+    """The feed a run uses, and why, in words for the startup summary."""
+
+    feed: Feed
+    reason: str
+
+
+def choose_feed(feed: Literal["auto"] | Feed, dataset: Dataset, batch_size: int, replicated: bool) -> FeedChoice:
     """The feed to use and why, in words for the startup summary; ConfigError for ``sub_batch`` with replicas."""
     batch = input_bytes(dataset, batch_size)
     size = f"input batch {batch / 2**20:,.1f} MiB" if batch >= 2**20 else f"input batch {batch / 2**10:,.1f} KiB"
     if isinstance(feed, Feed):
         if feed is Feed.SUB_BATCH and replicated:
             raise ConfigError("data.feed", "sub_batch streams on one device; use batch with distribute", feed.value)
-        return feed, f"{size}; data.feed: {feed.value}"
+        return FeedChoice(feed, f"{size}; data.feed: {feed.value}")
     if replicated:
-        return Feed.BATCH, f"{size}; replicas take whole batches"
+        return FeedChoice(Feed.BATCH, f"{size}; replicas take whole batches")
     if dataset.streamed and batch_size == dataset.train_size:
-        return Feed.SUB_BATCH, f"{size}; the full batch of streamed files is never held at once"
+        return FeedChoice(Feed.SUB_BATCH, f"{size}; the full batch of streamed files is never held at once")
     available = available_memory()
     if 2 * batch * BUDGET_SHARE > available:
-        return Feed.SUB_BATCH, f"{size} x 2 exceeds 1/{BUDGET_SHARE} of {available / 2**30:,.1f} GiB available"
-    return Feed.BATCH, size
+        return FeedChoice(
+            Feed.SUB_BATCH, f"{size} x 2 exceeds 1/{BUDGET_SHARE} of {available / 2**30:,.1f} GiB available"
+        )
+    return FeedChoice(Feed.BATCH, size)

@@ -44,7 +44,7 @@ def main(config_path: str) -> int:
     if subdivisions is None:
         raise ConfigError("training.subdivisions", "the probe needs a number", config.training.subdivisions)
     setup = build_training(config)
-    x, y = setup.first_batch()
+    x, y = setup.fed.first_batch()
     try:
         setup.make_step(subdivisions).train_batch([(x, y)], int(x.shape[0]))
     except tf.errors.ResourceExhaustedError:

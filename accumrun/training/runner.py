@@ -86,8 +86,8 @@ def _train(
 ) -> RunResult:
     """Train ``settled`` into ``run_dir`` (``run_home``, or a scratch folder), resuming from ``run_home`` if asked."""
     setup = settled.setup
-    config = setup.config
-    batches_per_epoch, _ = epoch_batches(setup.dataset.train_size, setup.batch_size, setup.drop_remainder)
+    config, trained, fed = setup.config, setup.trained, setup.fed
+    batches_per_epoch, _ = epoch_batches(fed.dataset.train_size, fed.batch_size, fed.drop_remainder)
     run = Run.open(
         run_dir,
         home=run_home,
@@ -95,21 +95,22 @@ def _train(
         batches_per_epoch=batches_per_epoch,
         # What a checkpoint holds.
         state={
-            "model": setup.model.variables,
-            "optimizer": setup.optimizer.variables,
-            "metrics": setup.train_metrics.variables,
+            "model": trained.model.variables,
+            "optimizer": trained.optimizer.variables,
+            "metrics": setup.stepped.train_metrics.variables,
         },
     )
-    logged = ["loss", *setup.objective.metric_names]
-    controls = Controls(config, logged + [f"val_{name}" for name in logged] if setup.dataset.val_size else logged)
+    logged = ["loss", *trained.objective.metric_names]
+    controls = Controls(config, logged + [f"val_{name}" for name in logged] if fed.dataset.val_size else logged)
     position, rows = run.resume(config.training.epochs) if resume else run.start(overwrite=overwrite)
     # The controls' state is a function of the rows: replayed, it is what the interrupted run had.
     controls.replay(rows)
-    run.write_files(config, setup.dataset)
-    layers = len(setup.batch_norm.layers)
+    run.write_files(config, fed.dataset)
+    batch_norm = setup.stepped.batch_norm
+    layers = len(batch_norm.layers)
     status = run.status(
         resumed=resume,
-        batch_norm=BatchNormNote(layers, setup.batch_norm.mode) if layers else None,
+        batch_norm=BatchNormNote(layers, batch_norm.mode) if layers else None,
         subdivisions_auto=settled.auto,
     )
     with status, _worker_losses(setup, run):
@@ -130,10 +131,10 @@ def _train(
         note = _save_model(setup, run.folder / "model.keras").describe()
         if note is not None:
             echo(note)
-        headline = controls.headline(validated=setup.dataset.val_size > 0)
+        headline = controls.headline(validated=fed.dataset.val_size > 0)
         seconds = time.monotonic() - started
         echo(run_summary(rows, position.epoch + 1, seconds, headline, run.folder / "model.keras", resumed=resume))
-    return RunResult(run.folder, [row.to_json() for row in rows], setup.model)
+    return RunResult(run.folder, [row.to_json() for row in rows], trained.model)
 
 
 def _save_model(setup: TrainingSetup, path: Path) -> CompileSpec:
@@ -141,9 +142,9 @@ def _save_model(setup: TrainingSetup, path: Path) -> CompileSpec:
     return save_trained_model(
         setup.model_to_save(),
         path,
-        objective=setup.objective.objective,
-        optimizer=setup.optimizer,
-        strategy=setup.strategy,
+        objective=setup.trained.objective.objective,
+        optimizer=setup.trained.optimizer,
+        strategy=setup.stepped.strategy,
     )
 
 
@@ -153,7 +154,7 @@ def _worker_losses(setup: TrainingSetup, run: Run) -> Iterator[None]:
     try:
         yield
     except PEER_ERRORS as error:
-        lost = lost_worker(error, setup.strategy)
+        lost = lost_worker(error, setup.stepped.strategy)
         if lost is None:
             raise
         after = (
@@ -168,8 +169,9 @@ def _worker_losses(setup: TrainingSetup, run: Run) -> Iterator[None]:
 def _announce(setup: TrainingSetup, run_dir: Path, position: Position, echo: Callable[[str], None]) -> None:
     """The startup summary: versions and device, the strategy, the derived sizes, where a resumed run picks up."""
     echo(f"accumrun {__version__} | TensorFlow {tf.__version__} on {device_name()} | run dir {run_dir}")
-    if setup.strategy is not None:
-        echo(f"distribute {describe_strategy(setup.strategy)}")
+    strategy = setup.stepped.strategy
+    if strategy is not None:
+        echo(f"distribute {describe_strategy(strategy)}")
     echo("\n".join(describe_setup(setup)))
     if position.epoch or position.batch:
         echo(f"resuming at epoch {position.epoch + 1}, batch {position.batch + 1}")

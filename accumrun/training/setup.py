@@ -1,6 +1,7 @@
-"""Everything a run trains, built from a config into one frozen :class:`TrainingSetup`: the data, the batch size,
-the model, the optimizer, the loss and metrics, and the step's options, with every ``auto`` but ``subdivisions``
-settled (:func:`accumrun.training.autosub.settle_subdivisions` settles that into a new setup)."""
+"""Everything a run trains, built from a config into one frozen :class:`TrainingSetup` of three frozen parts: what
+is trained (:class:`Trained`: the model, the optimizer, the loss and metrics), what is fed (:class:`Fed`: the data,
+its batches and feed) and how it is stepped (:class:`Stepped`: the step's options), with every ``auto`` but
+``subdivisions`` settled (:func:`accumrun.training.autosub.settle_subdivisions` settles that into a new setup)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
 from accumrun.optim.rules import model_problem
 from accumrun.training.distribute import strategy_scope
-from accumrun.training.feed import choose_feed
+from accumrun.training.feed import FeedChoice, choose_feed
 
 T = TypeVar("T")
 
@@ -61,83 +62,48 @@ def resolve_batch_size(training: TrainingConfig, train_size: int) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainingSetup:
-    """What a run trains, resolved. ``config`` has what it left to accumrun filled in, to be recorded
-    (``config.yaml``) and described; the setup's own methods read the typed fields, resolved from it once."""
+class Trained:
+    """What is trained: the model (its input preprocessing in front), the optimizer, and the loss and metrics."""
 
-    config: Config
-    seed: int
-    shuffle: bool
-    drop_remainder: bool
-    precise_bn_samples: int | None
-    dataset: Dataset
-    batch_size: int
-    subdivisions: int | None
-    """None while ``training.subdivisions`` is ``auto``, until :func:`settle_subdivisions`."""
-    feed_reason: str
-    rescale: float
-    """What the model's input layer multiplies raw samples by."""
-    preprocess: Preprocess | None
-    """A pretrained application's own ``preprocess_input`` (its ``rescale: auto``), or None."""
-    augmentation: Augmentation | None
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     objective: FittedObjective
     val_metrics: MetricSet
-    spec: StepSpec
-    """The train step's options but its subdivisions, which :meth:`make_step` sets."""
-
-    @property
-    def feed(self) -> Feed:
-        """How batches reach the step: whole, or as streamed sub-batches."""
-        return self.spec.feed
-
-    @property
-    def strategy(self) -> tf.distribute.Strategy | None:
-        """The strategy the variables live under, or None for one device."""
-        return self.spec.strategy
-
-    @property
-    def train_metrics(self) -> MetricSet:
-        """The training metrics the step updates."""
-        return _given(self.spec.metrics)
-
-    @property
-    def batch_norm(self) -> BatchNormStatistics:
-        """The BatchNorm mode and statistics the step keeps."""
-        return _given(self.spec.batch_norm)
-
-    @property
-    def draws(self) -> LayerDraws:
-        """How the random layers draw."""
-        return _given(self.spec.draws)
+    rescale: float
+    """What the model's input layer multiplies raw samples by."""
+    preprocess: Preprocess | None
+    """A pretrained application's own ``preprocess_input`` (its ``rescale: auto``), or None."""
 
     @property
     def loss_scaled(self) -> bool:
         """Whether the optimizer scales the loss (``mixed_float16``), and so skips the updates that overflow."""
         return isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
 
+
+@dataclass(frozen=True, kw_only=True)
+class Fed:
+    """What is fed: the samples (augmented), in which order and batches, and how the batches reach the step."""
+
+    dataset: Dataset
+    augmentation: Augmentation | None
+    batch_size: int
+    drop_remainder: bool
+    seed: int
+    shuffle: bool
+    by_length: bool
+    """Whether each training batch is ordered by its samples' lengths (bucketed padding, ``data.bucket``)."""
+    feed_choice: FeedChoice
+
     @property
-    def replicas(self) -> int:
-        """How many replicas share each batch (1 without a strategy)."""
-        return self.strategy.num_replicas_in_sync if self.strategy is not None else 1
+    def feed(self) -> Feed:
+        """How batches reach the step: whole, or as streamed sub-batches."""
+        return self.feed_choice.feed
 
     @property
     def several_updates_per_call(self) -> bool:
         """Whether one compiled call may run several updates: the training arrays are held as one tensor (arrays
         without augmentation, see :mod:`accumrun.data.resident`) and batches come whole."""
         return resides(self.dataset.train, self.augmentation is not None) and self.feed is Feed.BATCH
-
-    def step_spec(self, subdivisions: int) -> StepSpec:
-        """The step's options for ``subdivisions``: the noise scale is measured only where a batch has two
-        sub-batches or more (several subdivisions, or replicas)."""
-        noise_scale = self.spec.noise_scale and (subdivisions > 1 or self.replicas > 1)
-        return dataclasses.replace(self.spec, subdivisions=subdivisions, noise_scale=noise_scale)
-
-    def make_step(self, subdivisions: int) -> TrainStep:
-        """Compile the train step for ``subdivisions`` (see :func:`accumrun.core.step.make_train_step`)."""
-        with strategy_scope(self.strategy):
-            return make_train_step(self.model, self.objective.objective, self.optimizer, self.step_spec(subdivisions))
 
     @property
     def epoch_batch_sizes(self) -> list[int]:
@@ -159,7 +125,7 @@ class TrainingSetup:
             shuffle=self.shuffle,
             augmentation=self.augmentation,
             on_device=True,
-            group_by_length=self.epoch_batch_sizes if self.spec.bucket is not None else None,
+            group_by_length=self.epoch_batch_sizes if self.by_length else None,
         )
 
     def val_feeder(self, batch_size: int) -> Feeder:
@@ -175,11 +141,6 @@ class TrainingSetup:
             training=False,
             on_device=True,
         )
-
-    def population_chunks(self, chunk_size: int) -> Iterator[tf.Tensor]:
-        """The training samples (or ``precise_bn_samples`` of them, seeded) that ``batch_norm: precise`` computes
-        population statistics over, in chunks of ``chunk_size``, augmentation in inference mode."""
-        return (x for x, _ in self.inference_chunks(chunk_size, self.precise_bn_samples))
 
     def inference_chunks(self, chunk_size: int, limit: int | None) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
         """The training samples (or ``limit`` of them, a seeded subset), targets and weights too, in their order in
@@ -198,13 +159,77 @@ class TrainingSetup:
         )
         return iter(feeder.epoch(0))
 
-    def model_to_save(self) -> keras.Model:
-        """The model as ``model.keras`` holds it: on raw samples of the stored size (centre-cropped if augmented)."""
-        return at_stored_size(self.model, self.dataset.sample_shape, self.dataset.dtype)
-
     def first_batch(self) -> tuple[tf.Tensor, tf.Tensor]:
         """The first batch of the first epoch, as the run will see it."""
         return _first(self.train_feeder([self.batch_size]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stepped:
+    """How it is stepped: the step's options and its subdivisions, and what ``batch_norm: precise`` recomputes over."""
+
+    spec: StepSpec
+    """The train step's options but its subdivisions, which :meth:`step_spec` sets."""
+    subdivisions: int | None
+    """None while ``training.subdivisions`` is ``auto``, until :func:`settle_subdivisions`."""
+    precise_bn_samples: int | None
+    """How many training samples (seeded) population statistics are computed over; None: all of them."""
+
+    @property
+    def strategy(self) -> tf.distribute.Strategy | None:
+        """The strategy the variables live under, or None for one device."""
+        return self.spec.strategy
+
+    @property
+    def replicas(self) -> int:
+        """How many replicas share each batch (1 without a strategy)."""
+        return self.strategy.num_replicas_in_sync if self.strategy is not None else 1
+
+    @property
+    def train_metrics(self) -> MetricSet:
+        """The training metrics the step updates."""
+        return _given(self.spec.metrics)
+
+    @property
+    def batch_norm(self) -> BatchNormStatistics:
+        """The BatchNorm mode and statistics the step keeps."""
+        return _given(self.spec.batch_norm)
+
+    @property
+    def draws(self) -> LayerDraws:
+        """How the random layers draw."""
+        return _given(self.spec.draws)
+
+    def step_spec(self, subdivisions: int) -> StepSpec:
+        """The step's options for ``subdivisions``: the noise scale is measured only where a batch has two
+        sub-batches or more (several subdivisions, or replicas)."""
+        noise_scale = self.spec.noise_scale and (subdivisions > 1 or self.replicas > 1)
+        return dataclasses.replace(self.spec, subdivisions=subdivisions, noise_scale=noise_scale)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSetup:
+    """What a run trains, resolved into its parts: what is trained, what is fed, and how it is stepped. ``config``
+    has what it left to accumrun filled in, to be recorded (``config.yaml``) and described; the parts read their
+    typed fields, resolved from it once."""
+
+    config: Config
+    trained: Trained
+    fed: Fed
+    stepped: Stepped
+
+    def make_step(self, subdivisions: int) -> TrainStep:
+        """Compile the train step for ``subdivisions`` (see :func:`accumrun.core.step.make_train_step`)."""
+        trained, stepped = self.trained, self.stepped
+        with strategy_scope(stepped.strategy):
+            return make_train_step(
+                trained.model, trained.objective.objective, trained.optimizer, stepped.step_spec(subdivisions)
+            )
+
+    def model_to_save(self) -> keras.Model:
+        """The model as ``model.keras`` holds it: on raw samples of the stored size (centre-cropped if augmented)."""
+        dataset = self.fed.dataset
+        return at_stored_size(self.trained.model, dataset.sample_shape, dataset.dtype)
 
 
 def build_training(
@@ -225,7 +250,7 @@ def build_training(
     training = config.training
     batch_size = resolve_batch_size(training, dataset.train_size)
     _check_measurements(training, dataset.train_size, distributed=strategy is not None)
-    feed, feed_reason = _feed(config, dataset, batch_size, strategy is not None)
+    feed_choice = _feed(config, dataset, batch_size, strategy is not None)
     augment = config.data.augment
     augmentation = Augmentation(augment, dataset.sample_shape, dataset.dtype) if augment else None
     rescale, preprocess = _rescaling(config, dataset)
@@ -240,31 +265,40 @@ def build_training(
         probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
         objective = fit_objective(config, dataset, model, _first(probe))
         optimizer = _optimizer(config, model)
-        spec = _step_spec(config, model, objective.objective, optimizer, feed, strategy)
+        spec = _step_spec(config, model, objective.objective, optimizer, feed_choice.feed, strategy)
         val_metrics = objective.objective.new_metrics()
     # config.yaml records what the config left to accumrun; rescale stays auto where an application's own
     # preprocess_input scales.
     resolved_data = config.data.model_copy(
-        update={"task": dataset.task, "rescale": "auto" if preprocess is not None else rescale, "feed": feed}
+        update={
+            "task": dataset.task,
+            "rescale": "auto" if preprocess is not None else rescale,
+            "feed": feed_choice.feed,
+        }
     )
     return TrainingSetup(
         config=config.model_copy(update={"data": resolved_data, "loss": objective.loss, "metrics": objective.metrics}),
-        seed=config.seed,
-        shuffle=config.data.shuffle,
-        drop_remainder=training.drop_remainder,
-        precise_bn_samples=training.precise_bn_samples,
-        dataset=dataset,
-        batch_size=batch_size,
-        subdivisions=training.fixed_subdivisions,
-        feed_reason=feed_reason,
-        rescale=rescale,
-        preprocess=preprocess,
-        augmentation=augmentation,
-        model=model,
-        optimizer=optimizer,
-        objective=objective,
-        val_metrics=val_metrics,
-        spec=spec,
+        trained=Trained(
+            model=model,
+            optimizer=optimizer,
+            objective=objective,
+            val_metrics=val_metrics,
+            rescale=rescale,
+            preprocess=preprocess,
+        ),
+        fed=Fed(
+            dataset=dataset,
+            augmentation=augmentation,
+            batch_size=batch_size,
+            drop_remainder=training.drop_remainder,
+            seed=config.seed,
+            shuffle=config.data.shuffle,
+            by_length=config.data.token_bucket is not None,
+            feed_choice=feed_choice,
+        ),
+        stepped=Stepped(
+            spec=spec, subdivisions=training.fixed_subdivisions, precise_bn_samples=training.precise_bn_samples
+        ),
     )
 
 
@@ -309,20 +343,20 @@ def _check_measurements(training: TrainingConfig, train_size: int, *, distribute
         )
 
 
-def _feed(config: Config, dataset: Dataset, batch_size: int, distributed: bool) -> tuple[Feed, str]:
+def _feed(config: Config, dataset: Dataset, batch_size: int, distributed: bool) -> FeedChoice:
     """``data.feed`` settled, and why (see :func:`choose_feed`).
 
     Raises:
         ConfigError: ``subdivisions: auto`` on a run that streams sub-batches (auto tries whole batches).
     """
-    feed, reason = choose_feed(config.data.feed, dataset, batch_size, distributed)
-    if feed is Feed.SUB_BATCH and config.training.fixed_subdivisions is None:
+    choice = choose_feed(config.data.feed, dataset, batch_size, distributed)
+    if choice.feed is Feed.SUB_BATCH and config.training.fixed_subdivisions is None:
         raise ConfigError(
             "training.subdivisions",
-            f"auto tries whole batches, and this run streams sub-batches ({reason}); set a number",
+            f"auto tries whole batches, and this run streams sub-batches ({choice.reason}); set a number",
             "auto",
         )
-    return feed, reason
+    return choice
 
 
 def _optimizer(config: Config, model: keras.Model) -> keras.optimizers.Optimizer:
