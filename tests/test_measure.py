@@ -21,6 +21,7 @@ from accumrun import train
 from accumrun.config.loading import load_config
 from accumrun.core.hessian import HessianVectorProducts, top_eigenvalue
 from accumrun.core.losses import Objective, sparse_categorical_crossentropy
+from accumrun.core.noise import GradientNoise
 from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.kinds import Feed
@@ -51,7 +52,9 @@ def test_one_batch_estimates_equal_the_formulas_on_uneven_sub_batches(kind: str)
     if kind == "loss_scaled":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=2.0**10)
     feed = Feed.SUB_BATCH if kind == "streamed" else Feed.BATCH
-    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 3, feed=feed, noise_scale=True)
+    step = make_train_step(
+        model, sparse_categorical_crossentropy, optimizer, 3, feed=feed, observers=(GradientNoise(),)
+    )
     sizes = sub_batch_sizes(10, 3)
     assert sorted(sizes) == [3, 3, 4]
     chunks = [(tf.constant(x[rows]), tf.constant(y[rows])) for rows in contiguous(sizes)]
@@ -78,7 +81,7 @@ def test_token_level_estimates_are_the_same_streamed_as_whole() -> None:
         model = keras.Sequential(
             [keras.Input((6,), dtype="int32"), keras.layers.Embedding(8, 4), keras.layers.Dense(8)]
         )
-        step = make_train_step(model, objective, keras.optimizers.SGD(0.1), 3, feed=feed, noise_scale=True)
+        step = make_train_step(model, objective, keras.optimizers.SGD(0.1), 3, feed=feed, observers=(GradientNoise(),))
         rows = contiguous(sub_batch_sizes(10, 3)) if feed is Feed.SUB_BATCH else [np.arange(10)]
         chunks = [(tf.constant(x[r]), tf.constant(y[r])) for r in rows]
         estimates[feed] = step.train_batch(chunks, 10).measures.numpy()
@@ -257,7 +260,10 @@ def test_the_sharpness_is_the_same_for_any_sub_batches_and_measuring_moves_nothi
 @pytest.mark.parametrize(
     ("training", "message"),
     [
-        ({"measure": ["noise"]}, "training.measure[0]: input should be 'noise_scale' or 'sharpness' (got 'noise')"),
+        (
+            {"measure": ["noise"]},
+            "training.measure[0]: input should be 'noise_scale', 'sharpness' or 'hessian_trace' (got 'noise')",
+        ),
         ({"measure": ["noise_scale", "noise_scale"]}, "training.measure: names a measurement twice"),
         (
             {"measure": ["sharpness"], "measure_every": 0},
@@ -269,7 +275,8 @@ def test_the_sharpness_is_the_same_for_any_sub_batches_and_measuring_moves_nothi
         ),
         (
             {"measure": ["noise_scale"], "measure_every": 5},
-            "training.measure_every: applies to the sharpness; add sharpness to training.measure (got 5)",
+            "training.measure_every: applies to sharpness and hessian_trace; add one of them to training.measure "
+            "(got 5)",
         ),
     ],
 )

@@ -6,12 +6,12 @@ import functools
 from collections.abc import Callable
 
 from accumrun.core.batch_norm import PopulationStatistics
-from accumrun.core.hessian import HessianVectorProducts
 from accumrun.core.lbfgs import Lbfgs
+from accumrun.core.observers import Observers
 from accumrun.core.split import replica_sub_batch_sizes
 from accumrun.core.step import WholeBatchStep
 from accumrun.core.updates import UpdateLoop
-from accumrun.kinds import BatchNormMode, Feed, Measure, OnNonFinite
+from accumrun.kinds import BatchNormMode, Feed, OnNonFinite
 from accumrun.objective import Scorer
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.autosub import Settled
@@ -26,11 +26,11 @@ from accumrun.training.hooks import Hook, Hooks
 from accumrun.training.lbfgs import LbfgsBatches, LbfgsLog
 from accumrun.training.log import EpochLog, RowSizes
 from accumrun.training.loop import Trainer
-from accumrun.training.noise_scale import NoiseScale
+from accumrun.training.measurement import Measuring
+from accumrun.training.measurements import measured_periodically, measurement_hooks
 from accumrun.training.nonfinite import NonFinitePolicy
 from accumrun.training.run import Run
 from accumrun.training.setup import TrainingSetup
-from accumrun.training.sharpness import Sharpness
 from accumrun.training.signals import Signals, resume_command
 from accumrun.training.tensorboard import TensorBoardLog
 
@@ -64,10 +64,10 @@ def build_trainer(
         scorer = Scorer(setup.model, setup.objective.objective, setup.val_metrics)
         val_feeder = setup.val_feeder(sub_batch_size)
         hooks.append(Validation(lambda: {f"val_{name}": value for name, value in scorer(val_feeder).items()}, cadence))
-    hooks += _measurements(settled, sub_batch_size, cadence, echo)
+    hooks += measurement_hooks(training.measure, _measuring(settled, sub_batch_size, cadence, echo))
     metric_names = setup.objective.metric_names
     # Before the non-finite policy, which may stop the run: the good updates of its call are logged first.
-    hooks.append(TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates, metric_names))
+    hooks.append(TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates))
     hooks.append(NonFinitePolicy(training.on_nonfinite, loss_scaled=setup.loss_scaled, store=run.store, echo=echo))
     if show_progress:
         hooks.append(ProgressBars(len(plan), cadence.epochs))
@@ -97,21 +97,23 @@ def build_trainer(
     )
 
 
-def _measurements(settled: Settled, sub_batch_size: int, cadence: Cadence, echo: Callable[[str], None]) -> list[Hook]:
-    """The hooks of ``training.measure``: the noise scale, the sharpness."""
+def _measuring(settled: Settled, sub_batch_size: int, cadence: Cadence, echo: Callable[[str], None]) -> Measuring:
+    """What the hooks of ``training.measure`` are built from."""
     setup = settled.setup
-    training = setup.config.training
-    hooks: list[Hook] = []
-    if Measure.NOISE_SCALE in training.measure:
-        batch_size = None if setup.objective.objective.token_level else setup.batch_size
-        hooks.append(NoiseScale(echo, batch_size, measured=setup.step_spec(settled.subdivisions).noise_scale))
-    if Measure.SHARPNESS in training.measure:
-        limit = None if training.measure_samples == "all" else training.measure_samples
-        # Over chunks of the training sub-batch's size: the memory of one chunk's double backward pass.
-        chunks = functools.partial(setup.inference_chunks, sub_batch_size, limit)
-        products = HessianVectorProducts(setup.model, setup.objective.objective, chunks)
-        hooks.append(Sharpness(products, setup.optimizer, cadence, seed=setup.seed))
-    return hooks
+    objective = setup.objective.objective
+    samples = setup.config.training.measure_samples
+    return Measuring(
+        training=setup.config.training,
+        seed=setup.seed,
+        batch_size=None if objective.token_level else setup.batch_size,
+        optimizer=setup.optimizer,
+        observers=Observers(setup.step_spec(settled.subdivisions).observers),
+        cadence=cadence,
+        echo=echo,
+        model=setup.model,
+        objective=objective,
+        chunks=functools.partial(setup.inference_chunks, sub_batch_size, None if samples == "all" else samples),
+    )
 
 
 def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: bool) -> Cadence:
@@ -127,7 +129,7 @@ def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: b
         checkpoint_seconds=output.checkpoint_seconds,
         checkpoint_every_updates=output.checkpoint_every_updates,
         updates_per_call=None if training.updates_per_call == "auto" else training.updates_per_call,
-        measure_every=training.measure_every if Measure.SHARPNESS in training.measure else None,
+        measure_every=training.measure_every if measured_periodically(training.measure) else None,
     )
 
 
@@ -151,7 +153,6 @@ def _fed_or_device_batches(settled: Settled, plan: list[list[int]]) -> Batches:
             optimizer=setup.optimizer,
             metrics=setup.train_metrics,
             stop_on_nonfinite=setup.config.training.on_nonfinite is OnNonFinite.STOP,
-            measure_width=setup.step_spec(settled.subdivisions).measure_width,
         )
         return DeviceBatches(plan, feeder.resident, loop)
     return FedBatches(plan, feeder, step, metrics=setup.train_metrics, optimizer=setup.optimizer)

@@ -4,15 +4,15 @@ has such a limit (the cadence ends a call there, so the weights are the epoch's)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import keras
 
 from accumrun.core.hessian import HessianVectorProducts, top_eigenvalue
 from accumrun.training.cadence import Cadence
 from accumrun.training.checkpoints import Position
 from accumrun.training.hooks import Hook
-
-FIGURES = ("sharpness", "sharpness_limit")
-"""The columns the hook adds to a measured epoch's row."""
+from accumrun.training.measurement import Measurement, Measuring
 
 
 class Sharpness(Hook):
@@ -45,3 +45,18 @@ def stability_limit(optimizer: keras.optimizers.Optimizer) -> float | None:
         return None
     rate, momentum = float(keras.ops.convert_to_numpy(inner.learning_rate)), float(inner.momentum)
     return (2 + 2 * momentum) / ((1 + 2 * momentum) * rate if inner.nesterov else rate)
+
+
+def _hook(measuring: Measuring) -> Sharpness:
+    return Sharpness(measuring.products, measuring.optimizer, measuring.cadence, seed=measuring.seed)
+
+
+def _line(figures: Mapping[str, float]) -> str | None:
+    if "sharpness" not in figures:
+        return None
+    limit = figures.get("sharpness_limit")
+    return f"sharpness {figures['sharpness']:.4g}" + (f" (limit {limit:.4g})" if limit else "")
+
+
+MEASUREMENT = Measurement(hook=_hook, periodic=True, line=_line)
+"""The sharpness (``sharpness``, ``sharpness_limit``)."""
