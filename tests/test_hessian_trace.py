@@ -16,18 +16,7 @@ from accumrun.core.hessian import HessianVectorProducts, hutchinson_trace
 from accumrun.core.losses import Objective, sparse_categorical_crossentropy
 from accumrun.training.setup import build_training
 from tests.helpers import write_config
-
-
-def dense_trace(model: keras.Model, objective: Objective, x: np.ndarray, y: np.ndarray) -> float:
-    """The trace of the Hessian of ``objective``'s mean loss over ``(x, y)``, from the dense Hessian (float64)."""
-    variables = model.trainable_variables
-    with tf.GradientTape() as outer:
-        with tf.GradientTape() as inner:
-            loss = tf.reduce_mean(objective.per_sample_loss(tf.constant(y), model(tf.constant(x), training=False)))
-        gradient = tf.concat([tf.reshape(g, [-1]) for g in inner.gradient(loss, variables)], 0)
-    size = int(gradient.shape[0])
-    hessian = np.concatenate([j.numpy().reshape(size, -1) for j in outer.jacobian(gradient, variables)], axis=1)
-    return float(np.trace(hessian.astype(np.float64)))
+from tests.test_measure import dense_hessian
 
 
 def test_the_estimate_is_within_four_standard_errors_of_the_dense_trace() -> None:
@@ -44,7 +33,7 @@ def test_the_estimate_is_within_four_standard_errors_of_the_dense_trace() -> Non
 
     products = HessianVectorProducts(model, objective, chunks)
     trace, error = hutchinson_trace(products, products.dimension, vectors=50, seed=[0, 3])
-    expected = dense_trace(model, objective, x, y)
+    expected = np.trace(dense_hessian(model, objective, x, y))
     assert 0 < error < 0.5 * abs(expected)
     assert abs(trace - expected) < 4 * error
 
@@ -90,6 +79,6 @@ def test_a_run_logs_the_same_trace_for_any_sub_batches_and_after_a_resume(tmp_pa
     # The last measurement is at the final weights: against their dense Hessian.
     setup = build_training(load_config(path))
     setup.model.set_weights(reference.model.get_weights())
-    expected = dense_trace(setup.model, setup.objective.objective, x, y)
+    expected = np.trace(dense_hessian(setup.model, setup.objective.objective, x, y))
     trace, error = traces(reference.metrics)[-1]
     assert abs(trace - expected) < 4 * error

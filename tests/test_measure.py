@@ -178,6 +178,19 @@ def test_without_sub_batches_the_noise_is_not_measured_and_the_run_says_why(
     assert not any(key.startswith("gradient_") for key in row)
 
 
+def dense_hessian(model: keras.Model, objective: Objective, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The Hessian (float64) of ``objective``'s mean loss over ``(x, y)`` in ``model``'s trainable weights, in
+    inference mode, from the Jacobian of the gradient."""
+    variables = model.trainable_variables
+    with tf.GradientTape() as outer:
+        with tf.GradientTape() as inner:
+            loss = tf.reduce_mean(objective.per_sample_loss(tf.constant(y), model(tf.constant(x), training=False)))
+        gradient = tf.concat([tf.reshape(g, [-1]) for g in inner.gradient(loss, variables)], 0)
+    size = int(gradient.shape[0])
+    jacobians = outer.jacobian(gradient, variables)
+    return np.concatenate([j.numpy().reshape(size, -1) for j in jacobians], axis=1).astype(np.float64)
+
+
 def test_the_sharpness_is_the_top_eigenvalue_of_the_dense_hessian() -> None:
     rng = np.random.default_rng(5)
     x = rng.normal(size=(40, 6)).astype(np.float32)
@@ -186,13 +199,9 @@ def test_the_sharpness_is_the_top_eigenvalue_of_the_dense_hessian() -> None:
     # 6*30 + 30 + 30*3 + 3 = 303 weights.
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(30, activation="tanh"), keras.layers.Dense(3)])
     objective = Objective(sparse_categorical_crossentropy)
-    variables = model.trainable_variables
-    with tf.GradientTape() as outer:
-        with tf.GradientTape() as inner:
-            loss = tf.reduce_mean(objective.per_sample_loss(tf.constant(y), model(tf.constant(x), training=False)))
-        gradient = tf.concat([tf.reshape(g, [-1]) for g in inner.gradient(loss, variables)], 0)
-    hessian = np.concatenate([j.numpy().reshape(303, -1) for j in outer.jacobian(gradient, variables)], axis=1)
-    expected = np.linalg.eigvalsh((hessian + hessian.T).astype(np.float64) / 2)[-1]
+    hessian = dense_hessian(model, objective, x, y)
+    assert hessian.shape == (303, 303)
+    expected = np.linalg.eigvalsh((hessian + hessian.T) / 2)[-1]
 
     # In uneven chunks of 7 samples (the last of 5), as sub-batches.
     def chunks() -> list[tuple[tf.Tensor, tf.Tensor]]:

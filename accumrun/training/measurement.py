@@ -6,6 +6,7 @@ refuses of the config is declared in :mod:`accumrun.config.measures`."""
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from accumrun.core.hessian import Chunks, HessianVectorProducts
 from accumrun.core.losses import Objective
 from accumrun.core.observers import Observer, Observers
 from accumrun.training.cadence import Cadence
+from accumrun.training.checkpoints import Position
 from accumrun.training.hooks import Hook
 
 
@@ -57,3 +59,20 @@ class Measurement:
     """It is measured between updates after every ``measure_every``-th epoch, whose end then ends a call."""
     line: Callable[[Mapping[str, float]], str | None] | None = None
     """Its part of the epoch's console line, from the row's figures (None where the row has none of its own)."""
+
+
+class Periodic(Hook, ABC):
+    """A measurement made on the host between updates, in the row of every ``measure_every``-th epoch (the cadence
+    ends a call there, so the weights are the epoch's)."""
+
+    def __init__(self, measuring: Measuring) -> None:
+        self._measuring = measuring
+
+    def epoch_figures(self, position: Position, ends_call: bool) -> dict[str, float]:
+        if not (ends_call and self._measuring.cadence.measures_after(position.epoch)):
+            return {}
+        return self.measure(position)
+
+    @abstractmethod
+    def measure(self, position: Position) -> dict[str, float]:
+        """The figures of the epoch that ``position`` has just finished."""

@@ -8,31 +8,20 @@ from collections.abc import Mapping
 
 import keras
 
-from accumrun.core.hessian import HessianVectorProducts, top_eigenvalue
-from accumrun.training.cadence import Cadence
+from accumrun.core.hessian import top_eigenvalue
 from accumrun.training.checkpoints import Position
-from accumrun.training.hooks import Hook
-from accumrun.training.measurement import Measurement, Measuring
+from accumrun.training.measurement import Measurement, Periodic
 
 
-class Sharpness(Hook):
+class Sharpness(Periodic):
     """Adds ``sharpness`` and, for gradient descent, ``sharpness_limit`` (:func:`stability_limit`) to the rows of the
-    epochs ``cadence`` measures after; the Lanczos start is drawn from ``seed`` and the epoch, so a resumed run
+    epochs the cadence measures after; the Lanczos start is drawn from the seed and the epoch, so a resumed run
     measures what the uninterrupted one did."""
 
-    def __init__(
-        self, products: HessianVectorProducts, optimizer: keras.optimizers.Optimizer, cadence: Cadence, seed: int
-    ) -> None:
-        self._products = products
-        self._optimizer = optimizer
-        self._cadence = cadence
-        self._seed = seed
-
-    def epoch_figures(self, position: Position, ends_call: bool) -> dict[str, float]:
-        if not (ends_call and self._cadence.measures_after(position.epoch)):
-            return {}
-        sharpness = top_eigenvalue(self._products, self._products.dimension, seed=self._seed + position.epoch)
-        limit = stability_limit(self._optimizer)
+    def measure(self, position: Position) -> dict[str, float]:
+        products, optimizer = self._measuring.products, self._measuring.optimizer
+        sharpness = top_eigenvalue(products, products.dimension, seed=self._measuring.seed + position.epoch)
+        limit = stability_limit(optimizer)
         return {"sharpness": sharpness} if limit is None else {"sharpness": sharpness, "sharpness_limit": limit}
 
 
@@ -47,10 +36,6 @@ def stability_limit(optimizer: keras.optimizers.Optimizer) -> float | None:
     return (2 + 2 * momentum) / ((1 + 2 * momentum) * rate if inner.nesterov else rate)
 
 
-def _hook(measuring: Measuring) -> Sharpness:
-    return Sharpness(measuring.products, measuring.optimizer, measuring.cadence, seed=measuring.seed)
-
-
 def _line(figures: Mapping[str, float]) -> str | None:
     if "sharpness" not in figures:
         return None
@@ -58,5 +43,5 @@ def _line(figures: Mapping[str, float]) -> str | None:
     return f"sharpness {figures['sharpness']:.4g}" + (f" (limit {limit:.4g})" if limit else "")
 
 
-MEASUREMENT = Measurement(hook=_hook, periodic=True, line=_line)
+MEASUREMENT = Measurement(hook=Sharpness, periodic=True, line=_line)
 """The sharpness (``sharpness``, ``sharpness_limit``)."""
