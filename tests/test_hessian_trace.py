@@ -3,6 +3,7 @@ dense Hessian's, and the same value whatever the sub-batches and across a resume
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import keras
@@ -14,6 +15,7 @@ from accumrun import train
 from accumrun.config.loading import load_config, load_resume_config
 from accumrun.core.hessian import HessianVectorProducts, hutchinson_trace
 from accumrun.core.losses import Objective, sparse_categorical_crossentropy
+from accumrun.errors import ConfigError
 from accumrun.training.setup import build_training
 from tests.helpers import write_config
 from tests.test_measure import dense_hessian
@@ -82,3 +84,23 @@ def test_a_run_logs_the_same_trace_for_any_sub_batches_and_after_a_resume(tmp_pa
     expected = np.trace(dense_hessian(setup.model, setup.objective.objective, x, y))
     trace, error = traces(reference.metrics)[-1]
     assert abs(trace - expected) < 4 * error
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["training.measure=[noise_scale]", "training.trace_vectors=20"],
+            "training.trace_vectors: applies to hessian_trace; add it to training.measure (got 20)",
+        ),
+        (
+            ["training.measure=[hessian_trace]", "distribute.strategy=mirrored"],
+            "training.measure: hessian_trace is measured on one device, not with distribute.strategy: mirrored "
+            "(got 'hessian_trace')",
+        ),
+        (["training.measure=[hessian_trace]", "training.trace_vectors=1"], "training.trace_vectors: input should be"),
+    ],
+)
+def test_what_the_trace_declares_is_refused_from_its_declarations(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config({"data": {"name": "digits"}}, overrides)
