@@ -151,7 +151,7 @@ class Accumulation:
         if self._metrics is not None:
             self._metrics.update(y_sub, predictions)
         self._batch_norm.record(tf.shape(x_sub)[0])
-        observed = self.observers.sub_batch(sub_gradients, self.units(y_sub))
+        observed = self.observers.sub_batch(sub_gradients, lambda: self.units(y_sub))
         gradients = [
             g if d is None else g + tf.cast(tf.convert_to_tensor(d), tf.float32)
             for g, d in zip(gradients, sub_gradients, strict=True)

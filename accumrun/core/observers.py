@@ -86,13 +86,15 @@ class Observers:
 
     def zeros(self) -> tf.Tensor:
         """The state at a batch's start."""
-        return tf.zeros([self.state_width], tf.float32)
+        return tf.constant(0.0, tf.float32, shape=[self.state_width])
 
-    def sub_batch(self, gradients: list[tf.Tensor | None], units: tf.Tensor) -> tf.Tensor:
-        """Every observer's addition to the state for one sub-batch."""
+    def sub_batch(self, gradients: list[tf.Tensor | None], units: Callable[[], tf.Tensor]) -> tf.Tensor:
+        """Every observer's addition to the state for one sub-batch of ``units()`` units (counted only where an
+        observer runs: this is the loop's hot path)."""
         if not self._observers:
             return self.zeros()
-        return tf.concat([o.sub_batch(gradients, units) for o in self._observers], 0)
+        count = units()
+        return _joined([o.sub_batch(gradients, count) for o in self._observers])
 
     def batch(self, state: tf.Tensor, gradients: list[tf.Tensor], context: tf.distribute.ReplicaContext | None) -> Any:
         """On each replica, every observer's :meth:`Observer.batch`, from the state summed over the replicas and the
@@ -108,6 +110,8 @@ class Observers:
                 )
             return summed[0]
 
+        if len(self._observers) == 1:
+            return (self._observers[0].batch(state, gradient),)
         values = []
         start = 0
         for observer in self._observers:
@@ -119,4 +123,9 @@ class Observers:
         """The batch's measures, from what :meth:`batch` returned (an empty vector without observers)."""
         if not self._observers:
             return tf.zeros([0], tf.float64)
-        return tf.concat([o.result(value, scale) for o, value in zip(self._observers, batch, strict=True)], 0)
+        return _joined([o.result(value, scale) for o, value in zip(self._observers, batch, strict=True)])
+
+
+def _joined(parts: list[tf.Tensor]) -> tf.Tensor:
+    """``parts`` as one vector; one part as it is, without a copy."""
+    return parts[0] if len(parts) == 1 else tf.concat(parts, 0)

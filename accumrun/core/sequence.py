@@ -152,7 +152,7 @@ class BatchSequence:
             totals = tf.concat([totals, observed], 0)
         if context is not None:
             totals = context.all_reduce(tf.distribute.ReduceOp.SUM, totals)
-        taken = self._observers.batch(totals[2:], gradients, context)
+        taken = self._observers.batch(totals[2:], gradients, context) if self._observers else ()
         moments = self._batch_norm.batch_moments(context)
         return Accumulated(metrics_before, gradients, totals[:2], taken, moments)
 
