@@ -62,12 +62,15 @@ class RandomDraws(Kind):
 
 
 class Measure(Kind):
-    """What a run measures of its batches beside training (``training.measure``)."""
+    """What a run measures of its batches beside training (``training.measure``); what each uses and refuses is
+    declared in :mod:`accumrun.config.measures`, how it measures in :mod:`accumrun.training.measurements`."""
 
     NOISE_SCALE = "noise_scale"
     """The gradient noise scale: how large a batch still helps (:mod:`accumrun.core.noise`)."""
     SHARPNESS = "sharpness"
     """The top eigenvalue of the training loss's Hessian: what step is stable (:mod:`accumrun.core.hessian`)."""
+    HESSIAN_TRACE = "hessian_trace"
+    """The trace of the training loss's Hessian, by Hutchinson's estimate (:mod:`accumrun.core.hessian`)."""
 
 
 class Feed(Kind):

@@ -18,8 +18,8 @@ import keras
 import tensorflow as tf
 
 from accumrun.config.schema import Config, LossConfig, MetricEntry
+from accumrun.core.evaluation import make_eval_step
 from accumrun.core.losses import LossFn, Metric, MetricSet, Objective, Perplexity
-from accumrun.core.step import make_eval_step
 from accumrun.data.dataset import Dataset
 from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError

@@ -16,7 +16,7 @@ import time
 import keras
 import numpy as np
 
-import accumrun.core.step
+import accumrun.core.accumulation
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.split import batch_sizes
 from accumrun.core.step import make_train_step
@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--xla", action="store_true", help="compile the step with XLA")
     parser.add_argument("--epochs", type=int, default=4)
     args = parser.parse_args()
-    accumrun.core.step.PARALLEL_SUB_BATCHES = args.parallel  # read when the step is traced
+    accumrun.core.accumulation.PARALLEL_SUB_BATCHES = args.parallel  # read when the step is traced
     rng = np.random.default_rng(0)
     x = rng.random((args.samples, 28, 28, 1), dtype=np.float32)
     y = rng.integers(0, 10, args.samples).astype(np.int32)

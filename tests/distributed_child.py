@@ -28,6 +28,7 @@ from accumrun.cli import main as command_line
 from accumrun.config.schema import Config, DistributeConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import sparse_categorical_crossentropy
+from accumrun.core.noise import GradientNoise
 from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.data.examples import write_corpus
@@ -238,7 +239,9 @@ def noise_on_replicas() -> dict[str, list[float]]:
         model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3)])
         optimizer = keras.optimizers.SGD(0.1)
     kernel, bias = (v.numpy().astype(np.float64) for v in model.trainable_variables)
-    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 3, strategy=STRATEGY, noise_scale=True)
+    step = make_train_step(
+        model, sparse_categorical_crossentropy, optimizer, 3, strategy=STRATEGY, observers=(GradientNoise(),)
+    )
     measures = step(tf.constant(x), tf.constant(y)).measures.numpy()
     sub_batches = [rows for start in (0, 5) for rows in contiguous(sub_batch_sizes(5, 3), start)]
     expected = reference_estimates(softmax_gradients(kernel, bias, x, y), sub_batches)

@@ -18,8 +18,8 @@ import tensorflow as tf
 import accumrun
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
+from accumrun.core.accumulation import trim_padding
 from accumrun.core.split import batch_sizes, part_bounds, sub_batch_sizes
-from accumrun.core.step import trim_padding
 from accumrun.data.dataset import epoch_order, load_dataset
 from accumrun.data.examples import write_corpus, write_text_folder
 from accumrun.data.feeder import Feeder

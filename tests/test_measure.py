@@ -21,6 +21,7 @@ from accumrun import train
 from accumrun.config.loading import load_config
 from accumrun.core.hessian import HessianVectorProducts, top_eigenvalue
 from accumrun.core.losses import Objective, sparse_categorical_crossentropy
+from accumrun.core.noise import GradientNoise
 from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
 from accumrun.kinds import Feed
@@ -51,7 +52,9 @@ def test_one_batch_estimates_equal_the_formulas_on_uneven_sub_batches(kind: str)
     if kind == "loss_scaled":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=2.0**10)
     feed = Feed.SUB_BATCH if kind == "streamed" else Feed.BATCH
-    step = make_train_step(model, sparse_categorical_crossentropy, optimizer, 3, feed=feed, noise_scale=True)
+    step = make_train_step(
+        model, sparse_categorical_crossentropy, optimizer, 3, feed=feed, observers=(GradientNoise(),)
+    )
     sizes = sub_batch_sizes(10, 3)
     assert sorted(sizes) == [3, 3, 4]
     chunks = [(tf.constant(x[rows]), tf.constant(y[rows])) for rows in contiguous(sizes)]
@@ -78,7 +81,7 @@ def test_token_level_estimates_are_the_same_streamed_as_whole() -> None:
         model = keras.Sequential(
             [keras.Input((6,), dtype="int32"), keras.layers.Embedding(8, 4), keras.layers.Dense(8)]
         )
-        step = make_train_step(model, objective, keras.optimizers.SGD(0.1), 3, feed=feed, noise_scale=True)
+        step = make_train_step(model, objective, keras.optimizers.SGD(0.1), 3, feed=feed, observers=(GradientNoise(),))
         rows = contiguous(sub_batch_sizes(10, 3)) if feed is Feed.SUB_BATCH else [np.arange(10)]
         chunks = [(tf.constant(x[r]), tf.constant(y[r])) for r in rows]
         estimates[feed] = step.train_batch(chunks, 10).measures.numpy()
@@ -175,6 +178,19 @@ def test_without_sub_batches_the_noise_is_not_measured_and_the_run_says_why(
     assert not any(key.startswith("gradient_") for key in row)
 
 
+def dense_hessian(model: keras.Model, objective: Objective, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The Hessian (float64) of ``objective``'s mean loss over ``(x, y)`` in ``model``'s trainable weights, in
+    inference mode, from the Jacobian of the gradient."""
+    variables = model.trainable_variables
+    with tf.GradientTape() as outer:
+        with tf.GradientTape() as inner:
+            loss = tf.reduce_mean(objective.per_sample_loss(tf.constant(y), model(tf.constant(x), training=False)))
+        gradient = tf.concat([tf.reshape(g, [-1]) for g in inner.gradient(loss, variables)], 0)
+    size = int(gradient.shape[0])
+    jacobians = outer.jacobian(gradient, variables)
+    return np.concatenate([j.numpy().reshape(size, -1) for j in jacobians], axis=1).astype(np.float64)
+
+
 def test_the_sharpness_is_the_top_eigenvalue_of_the_dense_hessian() -> None:
     rng = np.random.default_rng(5)
     x = rng.normal(size=(40, 6)).astype(np.float32)
@@ -183,13 +199,9 @@ def test_the_sharpness_is_the_top_eigenvalue_of_the_dense_hessian() -> None:
     # 6*30 + 30 + 30*3 + 3 = 303 weights.
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(30, activation="tanh"), keras.layers.Dense(3)])
     objective = Objective(sparse_categorical_crossentropy)
-    variables = model.trainable_variables
-    with tf.GradientTape() as outer:
-        with tf.GradientTape() as inner:
-            loss = tf.reduce_mean(objective.per_sample_loss(tf.constant(y), model(tf.constant(x), training=False)))
-        gradient = tf.concat([tf.reshape(g, [-1]) for g in inner.gradient(loss, variables)], 0)
-    hessian = np.concatenate([j.numpy().reshape(303, -1) for j in outer.jacobian(gradient, variables)], axis=1)
-    expected = np.linalg.eigvalsh((hessian + hessian.T).astype(np.float64) / 2)[-1]
+    hessian = dense_hessian(model, objective, x, y)
+    assert hessian.shape == (303, 303)
+    expected = np.linalg.eigvalsh((hessian + hessian.T) / 2)[-1]
 
     # In uneven chunks of 7 samples (the last of 5), as sub-batches.
     def chunks() -> list[tuple[tf.Tensor, tf.Tensor]]:
@@ -257,7 +269,10 @@ def test_the_sharpness_is_the_same_for_any_sub_batches_and_measuring_moves_nothi
 @pytest.mark.parametrize(
     ("training", "message"),
     [
-        ({"measure": ["noise"]}, "training.measure[0]: input should be 'noise_scale' or 'sharpness' (got 'noise')"),
+        (
+            {"measure": ["noise"]},
+            "training.measure[0]: input should be 'noise_scale', 'sharpness' or 'hessian_trace' (got 'noise')",
+        ),
         ({"measure": ["noise_scale", "noise_scale"]}, "training.measure: names a measurement twice"),
         (
             {"measure": ["sharpness"], "measure_every": 0},
@@ -269,7 +284,8 @@ def test_the_sharpness_is_the_same_for_any_sub_batches_and_measuring_moves_nothi
         ),
         (
             {"measure": ["noise_scale"], "measure_every": 5},
-            "training.measure_every: applies to the sharpness; add sharpness to training.measure (got 5)",
+            "training.measure_every: applies to sharpness and hessian_trace; add one of them to training.measure "
+            "(got 5)",
         ),
     ],
 )

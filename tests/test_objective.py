@@ -106,11 +106,11 @@ def stepped(path: Path, subdivisions: int) -> tuple[list[np.ndarray], list[float
     run's order (no run folder, no validation): its weights, each batch's loss sum, and the optimizer's updates."""
     setup = build_training(load_config(path, [f"training.subdivisions={subdivisions}"]))
     step = setup.make_step(subdivisions)
-    feeder = setup.train_feeder([size for sizes in setup.chunk_sizes(subdivisions) for size in sizes])
+    feeder = setup.fed.train_feeder([size for sizes in setup.fed.chunk_sizes(subdivisions) for size in sizes])
     losses = [
         float(step(x, y).loss_sum) for epoch in range(setup.config.training.epochs) for x, y in feeder.epoch(epoch)
     ]
-    return setup.model.get_weights(), losses, int(setup.optimizer.iterations.numpy())
+    return setup.trained.model.get_weights(), losses, int(setup.trained.optimizer.iterations.numpy())
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, field_va
 
 from accumrun.config.distribute import DistributeConfig
 from accumrun.config.loss import LossConfig, MetricEntry
-from accumrun.config.loss import MetricConfig as MetricConfig  # objective.py reads it here
+from accumrun.config.measures import measurement_rules
 from accumrun.config.output import OutputConfig
 from accumrun.config.precision import precision_problems
 from accumrun.data.arrays import DigitsConfig
@@ -128,11 +128,13 @@ class TrainingConfig(Section):
     """Validate after every N-th epoch, and after the last."""
     measure: list[Annotated[Measure, words(Measure)]] = Field(default_factory=list)
     """What to measure beside training: ``noise_scale`` (what batch size still helps), ``sharpness`` (what step is
-    stable)."""
+    stable), ``hessian_trace`` (the Hessian's trace); what each reads and refuses is :mod:`accumrun.config.measures`."""
     measure_every: int = Field(1, ge=1)
-    """``sharpness``: measured after every N-th epoch."""
+    """``sharpness``, ``hessian_trace``: measured after every N-th epoch."""
     measure_samples: Annotated[int | Literal["all"], int_or("all", "every training sample")] = "all"
-    """``sharpness``: the training samples its Hessian is over (a seeded subset), or all."""
+    """``sharpness``, ``hessian_trace``: the training samples the Hessian is over (a seeded subset), or all."""
+    trace_vectors: int = Field(100, ge=2)
+    """``hessian_trace``: how many random vectors its estimate averages over."""
     class_weight: dict[str, float] | Literal["balanced"] | None = None
     """Class labels only: each class's weight by its name in ``labels.json`` (unnamed classes 1.0), or ``balanced``
     (n_samples / (n_classes * count)). Training only, as Keras' ``class_weight``."""
@@ -234,15 +236,8 @@ def _broken_rules(config: Config) -> Iterator[Problem]:
     )
     yield from distribute.broken_rules(feed=data.feed)
     strategy = str(distribute.strategy)
-    for key in ("measure_every", "measure_samples"):
-        # Against the default, not the keys given: a run's config.yaml writes every key back.
-        if (
-            getattr(training, key) != TrainingConfig.model_fields[key].default
-            and Measure.SHARPNESS not in training.measure
-        ):
-            message = "applies to the sharpness; add sharpness to training.measure"
-            yield f"training.{key}", message, getattr(training, key)
-    if Measure.SHARPNESS in training.measure and distribute.strategy not in ("auto", Strategy.NONE):
-        message = f"sharpness is measured on one device, not with distribute.strategy: {strategy}"
-        yield "training.measure", message, "sharpness"
+    # Against the defaults, not the keys given: a run's config.yaml writes every key back.
+    changed = {key: value for key, value in training if value != TrainingConfig.model_fields[key].default}
+    replicated = distribute.strategy not in ("auto", Strategy.NONE)
+    yield from measurement_rules(training.measure, changed, strategy if replicated else None)
     yield from precision_problems(training.precision, distribute.strategy)

@@ -1,5 +1,5 @@
-"""The sharpness: the largest eigenvalue of the Hessian of the training objective, by Lanczos on Hessian-vector
-products accumulated over sub-batches.
+"""The Hessian of the training objective, seen through Hessian-vector products accumulated over sub-batches: its
+largest eigenvalue (the sharpness) by Lanczos, and its trace by Hutchinson's estimate.
 
 The objective is the one training minimizes (each sample's loss times its weight, plus the regularization, over the
 samples' units) with the model in inference mode, so that it is deterministic: no dropout or noise, BatchNorm on
@@ -12,7 +12,7 @@ draws.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import keras
 import numpy as np
@@ -111,6 +111,20 @@ def top_eigenvalue(
             betas.append(beta)
             basis[k + 1] = w / beta
     return top
+
+
+def hutchinson_trace(
+    product: Callable[[np.ndarray], np.ndarray], dimension: int, vectors: int, seed: int | Sequence[int]
+) -> tuple[float, float]:
+    """The trace of the symmetric operator ``product`` on vectors of ``dimension``, by Hutchinson's estimate: the
+    mean of ``v^T H v`` over ``vectors`` (at least 2) Rademacher vectors ``v`` (each entry -1 or +1) drawn from
+    ``seed``, and the standard error of that mean. Each vector costs one product."""
+    rng = np.random.default_rng(seed)
+    quadratics = np.empty(vectors)
+    for k in range(vectors):
+        v = rng.integers(0, 2, size=dimension) * 2.0 - 1.0
+        quadratics[k] = v @ product(v)
+    return float(quadratics.mean()), float(quadratics.std(ddof=1) / np.sqrt(vectors))
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:

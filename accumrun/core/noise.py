@@ -10,14 +10,40 @@ the units are drawn independently (samples; a language model's tokens, drawn a w
 which for equal sub-batches are McCandlish et al.'s two-batch-size estimators (their appendix A). The step adds
 ``|d_j|^2 / b_j`` for each sub-batch's accumulated share ``d_j = g_j b_j / D`` (``D`` being what it divided the
 sub-batch's loss sum by), so that ``sum_j b_j |g_j|^2 = D^2 sum_j |d_j|^2 / b_j``; :func:`estimates` finishes.
+:class:`GradientNoise` is the step's observer of it (:mod:`accumrun.core.observers`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import tensorflow as tf
+
+from accumrun.core.observers import BatchScale, Observer
 
 MEASURES = 3
 """The width of a batch's estimates: ``[|G|^2, tr(S), valid]`` (valid is 1.0 with two sub-batches or more)."""
+
+
+class GradientNoise(Observer):
+    """The batch's ``[|G|^2, tr(S), valid]`` (:func:`estimates`): each sub-batch adds its :func:`sub_batch_part`,
+    and the batch takes the squared norm of its gradient summed over the replicas, before the update. It needs two
+    parts: with one sub-batch on one device there is no second batch size to compare with."""
+
+    name = "noise_scale"
+    state_width = 2
+    width = MEASURES
+    least_parts = 2
+
+    def sub_batch(self, gradients: list[tf.Tensor | None], units: tf.Tensor) -> tf.Tensor:
+        return sub_batch_part(gradients, units)
+
+    def batch(self, state: tf.Tensor, gradient: Callable[[], list[tf.Tensor]]) -> tuple[tf.Tensor, tf.Tensor]:
+        return state, squared_norm(gradient())
+
+    def result(self, batch: tuple[tf.Tensor, tf.Tensor], scale: BatchScale) -> tf.Tensor:
+        parts, batch_sq_norm = batch
+        return estimates(parts, batch_sq_norm, *scale)
 
 
 def sub_batch_part(gradients: list[tf.Tensor | None], units: tf.Tensor) -> tf.Tensor:

@@ -43,15 +43,14 @@ class Updates(NamedTuple):
     metrics: np.ndarray
     """After an update that ends an epoch, the training metrics' values over that epoch; zeros elsewhere."""
     measures: np.ndarray
-    """Each update's batch measures (:attr:`accumrun.core.step.BatchResult.measures`), one row each."""
+    """Each update's batch measures (:attr:`accumrun.core.spec.BatchResult.measures`), one row each."""
 
 
 class UpdateLoop:
     """Runs ``step`` on batches gathered from ``x`` and ``y`` (tensors on the device; ``y`` may carry per-sample
     weights, gathered with it), several per call.
 
-    ``metrics`` are the training metrics the step updates; ``measure_width`` is the width of the step's batch
-    measures. ``stop_on_nonfinite`` ends a call at the first update
+    ``metrics`` are the training metrics the step updates. ``stop_on_nonfinite`` ends a call at the first update
     that was not applied because its loss or gradient was NaN or Inf (a loss-scale overflow with a finite loss is
     routine, and does not end it), so that nothing trains past a divergence the caller will stop at.
     """
@@ -65,14 +64,12 @@ class UpdateLoop:
         optimizer: keras.optimizers.Optimizer,
         metrics: MetricSet,
         stop_on_nonfinite: bool,
-        measure_width: int = 0,
     ) -> None:
         self._step = step
         self._x, self._y = x, y
         self._optimizer = optimizer
         self._metrics = metrics
         self._stop_on_nonfinite = stop_on_nonfinite
-        self._measure_width = measure_width
         self._loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         # One compiled call per batch size: the batch's size is static inside, as it is for a call of its own.
         self._calls: dict[int, tf.types.experimental.GenericFunction] = {}
@@ -114,7 +111,7 @@ class UpdateLoop:
             tf.TensorArray(tf.float32, size=0, dynamic_size=True),
             tf.TensorArray(tf.int64, size=0, dynamic_size=True),
             tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[metric_count]),
-            tf.TensorArray(tf.float64, size=0, dynamic_size=True, element_shape=[self._measure_width]),
+            tf.TensorArray(tf.float64, size=0, dynamic_size=True, element_shape=[self._step.observers.width]),
         )
 
         def reset() -> tf.Tensor:

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from typing import cast
 
 from accumrun.core.batch_norm import PopulationStatistics
-from accumrun.core.hessian import HessianVectorProducts
 from accumrun.core.lbfgs import Lbfgs
+from accumrun.core.observers import Observers
 from accumrun.core.split import replica_sub_batch_sizes
 from accumrun.core.step import WholeBatchStep
 from accumrun.core.updates import UpdateLoop
-from accumrun.kinds import BatchNormMode, Feed, Measure, OnNonFinite
+from accumrun.kinds import BatchNormMode, Feed, OnNonFinite
 from accumrun.objective import Scorer
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.autosub import Settled
@@ -27,11 +27,11 @@ from accumrun.training.hooks import Hook, Hooks
 from accumrun.training.lbfgs import LbfgsBatches, LbfgsLog
 from accumrun.training.log import EpochLog, RowSizes
 from accumrun.training.loop import Trainer
-from accumrun.training.noise_scale import NoiseScale
+from accumrun.training.measurement import Measuring
+from accumrun.training.measurements import measured_periodically, measurement_hooks
 from accumrun.training.nonfinite import NonFinitePolicy
 from accumrun.training.run import Run
 from accumrun.training.setup import TrainingSetup
-from accumrun.training.sharpness import Sharpness
 from accumrun.training.signals import Signals, resume_command
 from accumrun.training.tensorboard import TensorBoardLog
 
@@ -65,10 +65,10 @@ def build_trainer(
         scorer = Scorer(trained.model, trained.objective.objective, trained.val_metrics)
         val_feeder = fed.val_feeder(sub_batch_size)
         hooks.append(Validation(lambda: {f"val_{name}": value for name, value in scorer(val_feeder).items()}, cadence))
-    hooks += _measurements(settled, sub_batch_size, cadence, echo)
+    hooks += measurement_hooks(training.measure, _measuring(settled, sub_batch_size, cadence, echo))
     metric_names = trained.objective.metric_names
     # Before the non-finite policy, which may stop the run: the good updates of its call are logged first.
-    hooks.append(TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates, metric_names))
+    hooks.append(TensorBoardLog(run.folder, output.tensorboard, output.log_every_updates))
     hooks.append(NonFinitePolicy(training.on_nonfinite, loss_scaled=trained.loss_scaled, store=run.store, echo=echo))
     if show_progress:
         hooks.append(ProgressBars(len(plan), cadence.epochs))
@@ -98,21 +98,24 @@ def build_trainer(
     )
 
 
-def _measurements(settled: Settled, sub_batch_size: int, cadence: Cadence, echo: Callable[[str], None]) -> list[Hook]:
-    """The hooks of ``training.measure``: the noise scale, the sharpness."""
+def _measuring(settled: Settled, sub_batch_size: int, cadence: Cadence, echo: Callable[[str], None]) -> Measuring:
+    """What the hooks of ``training.measure`` are built from."""
     setup = settled.setup
-    training, trained = setup.config.training, setup.trained
-    hooks: list[Hook] = []
-    if Measure.NOISE_SCALE in training.measure:
-        batch_size = None if trained.objective.objective.token_level else setup.fed.batch_size
-        hooks.append(NoiseScale(echo, batch_size, measured=setup.stepped.step_spec(settled.subdivisions).noise_scale))
-    if Measure.SHARPNESS in training.measure:
-        limit = None if training.measure_samples == "all" else training.measure_samples
-        # Over chunks of the training sub-batch's size: the memory of one chunk's double backward pass.
-        chunks = functools.partial(setup.fed.inference_chunks, sub_batch_size, limit)
-        products = HessianVectorProducts(trained.model, trained.objective.objective, chunks)
-        hooks.append(Sharpness(products, trained.optimizer, cadence, seed=setup.fed.seed))
-    return hooks
+    trained, fed = setup.trained, setup.fed
+    objective = trained.objective.objective
+    samples = setup.config.training.measure_samples
+    return Measuring(
+        training=setup.config.training,
+        seed=fed.seed,
+        batch_size=None if objective.token_level else fed.batch_size,
+        optimizer=trained.optimizer,
+        observers=Observers(setup.stepped.step_spec(settled.subdivisions).observers),
+        cadence=cadence,
+        echo=echo,
+        model=trained.model,
+        objective=objective,
+        chunks=functools.partial(fed.inference_chunks, sub_batch_size, None if samples == "all" else samples),
+    )
 
 
 def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: bool) -> Cadence:
@@ -128,7 +131,7 @@ def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: b
         checkpoint_seconds=output.checkpoint_seconds,
         checkpoint_every_updates=output.checkpoint_every_updates,
         updates_per_call=None if training.updates_per_call == "auto" else training.updates_per_call,
-        measure_every=training.measure_every if Measure.SHARPNESS in training.measure else None,
+        measure_every=training.measure_every if measured_periodically(training.measure) else None,
     )
 
 
@@ -156,7 +159,6 @@ def _fed_or_device_batches(settled: Settled, plan: list[list[int]]) -> Batches:
             optimizer=optimizer,
             metrics=metrics,
             stop_on_nonfinite=setup.config.training.on_nonfinite is OnNonFinite.STOP,
-            measure_width=setup.stepped.step_spec(settled.subdivisions).measure_width,
         )
         return DeviceBatches(plan, feeder.resident, loop)
     return FedBatches(plan, feeder, step, metrics=metrics, optimizer=optimizer)

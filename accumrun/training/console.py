@@ -17,6 +17,7 @@ from accumrun.data.vocabulary import learned_line
 from accumrun.kinds import CacheMode
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.hooks import BatchEnd, Hook
+from accumrun.training.measurements import measurement_lines
 from accumrun.training.setup import TrainingSetup
 
 
@@ -181,11 +182,7 @@ def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:
     if "val_loss" in row.figures:
         names += [f"val_{name}" for name in names]
     parts = [f"epoch {row.epoch}/{epochs}", *(f"{name} {_figure(name, row.figure(name))}" for name in names)]
-    if "gradient_noise_scale" in row.figures:
-        parts.append(f"noise scale {row.figures['gradient_noise_scale']:,.0f}")
-    if "sharpness" in row.figures:
-        limit = row.figures.get("sharpness_limit")
-        parts.append(f"sharpness {row.figures['sharpness']:.4g}" + (f" (limit {limit:.4g})" if limit else ""))
+    parts += measurement_lines(row.figures)
     if "evaluations" in row.figures:
         figures = row.figures
         parts.append(

@@ -1,5 +1,6 @@
-"""The noise-scale hook: the step's per-batch estimates of ``|G|^2`` and ``tr(S)`` (:mod:`accumrun.core.noise`)
-summed over each epoch into its row, and averaged exponentially across epochs.
+"""The noise scale: an observer inside the step estimates each batch's ``|G|^2`` and ``tr(S)``
+(:mod:`accumrun.core.noise`); this hook sums them over each epoch into its row, and averages them exponentially
+across epochs.
 
 The running sums live in the :class:`~accumrun.training.checkpoints.Position`, so a checkpoint carries them and a
 resumed epoch logs what the uninterrupted one would.
@@ -7,16 +8,15 @@ resumed epoch logs what the uninterrupted one would.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from accumrun.core.noise import GradientNoise
 from accumrun.training.checkpoints import Position
 from accumrun.training.hooks import BatchEnd, Hook
+from accumrun.training.measurement import Measurement, Measuring
 
 DECAY = 0.9
 """How much of the exponential averages each update keeps."""
-
-FIGURES = ("gradient_sq_norm", "gradient_trace_cov", "gradient_noise_scale", "gradient_noise_scale_ema")
-"""The columns the hook adds to an epoch's row."""
 
 SQ_NORM, TRACE, UPDATES, UNITS = "noise.sq_norm", "noise.trace", "noise.updates", "noise.units"
 SQ_NORM_EMA, TRACE_EMA = "noise.sq_norm_ema", "noise.trace_ema"
@@ -27,19 +27,19 @@ class NoiseScale(Hook):
     ``gradient_noise_scale`` (their ratio, left out unless the ``|G|^2`` mean is positive) and
     ``gradient_noise_scale_ema`` (the ratio of their exponential averages, carried across epochs); at the end,
     ``echo`` states the last logged noise scale beside the batch: ``batch_size`` samples, or for a token-level
-    objective (None) the mean real tokens of the batches measured. A run whose batches are each one sub-batch on
-    one device (``measured`` false) has no smaller batch to compare with: it says so at its start, and measures
-    nothing."""
+    objective (None) the mean real tokens of the batches measured. ``columns`` are the observer's in the step's
+    measures; a run whose batches are each one sub-batch on one device has no smaller batch to compare with, and no
+    such observer (None): it says so at its start, and measures nothing."""
 
-    def __init__(self, echo: Callable[[str], None], batch_size: int | None, *, measured: bool = True) -> None:
+    def __init__(self, echo: Callable[[str], None], batch_size: int | None, columns: slice | None) -> None:
         self._echo = echo
         self._batch_size = batch_size
-        self._measured = measured
+        self._columns = columns
         self._last: tuple[int, float, float] | None = None
         """The last epoch that logged a noise scale (1-based), the scale, and its units per batch."""
 
     def on_run_start(self, position: Position) -> None:
-        if not self._measured:
+        if self._columns is None:
             self._echo(
                 "noise_scale is not measured: each batch is one sub-batch on one device (subdivisions 1), so there "
                 "is no smaller batch to compare it with"
@@ -47,8 +47,8 @@ class NoiseScale(Hook):
 
     def on_batch_end(self, batches: BatchEnd) -> None:
         updates, sums, carried = batches.updates, batches.position.measure_sums, batches.position.carried_measures
-        for k in range(batches.count if self._measured else 0):
-            sq_norm, trace, valid = (float(value) for value in updates.measures[k])
+        for k in range(batches.count if self._columns is not None else 0):
+            sq_norm, trace, valid = (float(value) for value in updates.measures[k][self._columns])
             if not updates.applied[k] or not valid:
                 continue
             for key, value in ((SQ_NORM, sq_norm), (TRACE, trace), (UPDATES, 1.0), (UNITS, float(updates.units[k]))):
@@ -87,3 +87,18 @@ def noise_scale_line(epoch: int, noise_scale: float, tokens: float, batch_size: 
         f"gradient noise scale ~{noise_scale:,.0f} {unit} at epoch {epoch}; batch {approximate}{batch:,.0f} is "
         f"{where} it"
     )
+
+
+def _hook(measuring: Measuring) -> NoiseScale:
+    return NoiseScale(measuring.echo, measuring.batch_size, measuring.observers.columns(GradientNoise.name))
+
+
+def _line(figures: Mapping[str, float]) -> str | None:
+    if "gradient_noise_scale" not in figures:
+        return None
+    return f"noise scale {figures['gradient_noise_scale']:,.0f}"
+
+
+MEASUREMENT = Measurement(hook=_hook, observer=GradientNoise, line=_line)
+"""The gradient noise scale (``gradient_sq_norm``, ``gradient_trace_cov``, ``gradient_noise_scale``,
+``gradient_noise_scale_ema``)."""

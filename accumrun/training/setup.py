@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from accumrun.config.measures import one_device_refusals
 from accumrun.config.schema import Config, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics, batch_norm_layers
 from accumrun.core.losses import MetricSet, Objective
@@ -27,7 +28,7 @@ from accumrun.data.feeder import Feeder
 from accumrun.data.resident import resides
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
-from accumrun.kinds import Feed, Measure, Precision, Task
+from accumrun.kinds import Feed, Precision, Task
 from accumrun.models.builders import build_model
 from accumrun.models.preprocessing import (
     Preprocess,
@@ -40,6 +41,7 @@ from accumrun.optim import build_optimizer
 from accumrun.optim.rules import model_problem
 from accumrun.training.distribute import strategy_scope
 from accumrun.training.feed import FeedChoice, choose_feed
+from accumrun.training.measurements import measurement_observers
 
 T = TypeVar("T")
 
@@ -201,10 +203,11 @@ class Stepped:
         return _given(self.spec.draws)
 
     def step_spec(self, subdivisions: int) -> StepSpec:
-        """The step's options for ``subdivisions``: the noise scale is measured only where a batch has two
-        sub-batches or more (several subdivisions, or replicas)."""
-        noise_scale = self.spec.noise_scale and (subdivisions > 1 or self.replicas > 1)
-        return dataclasses.replace(self.spec, subdivisions=subdivisions, noise_scale=noise_scale)
+        """The step's options for ``subdivisions``: an observer runs only where a batch has the parts it needs
+        (the noise scale two: several subdivisions, or replicas)."""
+        parts = subdivisions * self.replicas
+        observers = tuple(observer for observer in self.spec.observers if parts >= observer.least_parts)
+        return dataclasses.replace(self.spec, subdivisions=subdivisions, observers=observers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -325,16 +328,17 @@ def _step_spec(
         bucket=config.data.token_bucket,
         jit_compile=training.jit_compile,
         strategy=strategy,
-        noise_scale=Measure.NOISE_SCALE in training.measure,
+        observers=measurement_observers(training.measure),
         inference_mode=kind.same_objective,
     )
 
 
 def _check_measurements(training: TrainingConfig, train_size: int, *, distributed: bool) -> None:
-    """Refuse the sharpness across replicas (``distribute.strategy: auto`` settles only now; the config's check
-    refuses the others), and ``measure_samples`` beyond the training set."""
-    if Measure.SHARPNESS in training.measure and distributed:
-        raise ConfigError("training.measure", "sharpness is measured on one device, not across replicas", "sharpness")
+    """Refuse a measurement made on one device across replicas (``distribute.strategy: auto`` settles only now; the
+    config's check refuses the others), and ``measure_samples`` beyond the training set."""
+    refused = next(one_device_refusals(training.measure, "not across replicas"), None) if distributed else None
+    if refused is not None:
+        raise ConfigError(*refused)
     if training.measure_samples != "all" and training.measure_samples > train_size:
         raise ConfigError(
             "training.measure_samples",

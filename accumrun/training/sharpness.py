@@ -4,35 +4,24 @@ has such a limit (the cadence ends a call there, so the weights are the epoch's)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import keras
 
-from accumrun.core.hessian import HessianVectorProducts, top_eigenvalue
-from accumrun.training.cadence import Cadence
+from accumrun.core.hessian import top_eigenvalue
 from accumrun.training.checkpoints import Position
-from accumrun.training.hooks import Hook
-
-FIGURES = ("sharpness", "sharpness_limit")
-"""The columns the hook adds to a measured epoch's row."""
+from accumrun.training.measurement import Measurement, Periodic
 
 
-class Sharpness(Hook):
+class Sharpness(Periodic):
     """Adds ``sharpness`` and, for gradient descent, ``sharpness_limit`` (:func:`stability_limit`) to the rows of the
-    epochs ``cadence`` measures after; the Lanczos start is drawn from ``seed`` and the epoch, so a resumed run
+    epochs the cadence measures after; the Lanczos start is drawn from the seed and the epoch, so a resumed run
     measures what the uninterrupted one did."""
 
-    def __init__(
-        self, products: HessianVectorProducts, optimizer: keras.optimizers.Optimizer, cadence: Cadence, seed: int
-    ) -> None:
-        self._products = products
-        self._optimizer = optimizer
-        self._cadence = cadence
-        self._seed = seed
-
-    def epoch_figures(self, position: Position, ends_call: bool) -> dict[str, float]:
-        if not (ends_call and self._cadence.measures_after(position.epoch)):
-            return {}
-        sharpness = top_eigenvalue(self._products, self._products.dimension, seed=self._seed + position.epoch)
-        limit = stability_limit(self._optimizer)
+    def measure(self, position: Position) -> dict[str, float]:
+        products, optimizer = self._measuring.products, self._measuring.optimizer
+        sharpness = top_eigenvalue(products, products.dimension, seed=self._measuring.seed + position.epoch)
+        limit = stability_limit(optimizer)
         return {"sharpness": sharpness} if limit is None else {"sharpness": sharpness, "sharpness_limit": limit}
 
 
@@ -45,3 +34,14 @@ def stability_limit(optimizer: keras.optimizers.Optimizer) -> float | None:
         return None
     rate, momentum = float(keras.ops.convert_to_numpy(inner.learning_rate)), float(inner.momentum)
     return (2 + 2 * momentum) / ((1 + 2 * momentum) * rate if inner.nesterov else rate)
+
+
+def _line(figures: Mapping[str, float]) -> str | None:
+    if "sharpness" not in figures:
+        return None
+    limit = figures.get("sharpness_limit")
+    return f"sharpness {figures['sharpness']:.4g}" + (f" (limit {limit:.4g})" if limit else "")
+
+
+MEASUREMENT = Measurement(hook=Sharpness, periodic=True, line=_line)
+"""The sharpness (``sharpness``, ``sharpness_limit``)."""

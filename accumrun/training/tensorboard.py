@@ -7,22 +7,19 @@ from pathlib import Path
 import tensorflow as tf
 
 from accumrun.training.hooks import BatchEnd, EpochEnd, Hook
-from accumrun.training.lbfgs import FIGURES as LBFGS_FIGURES
-from accumrun.training.noise_scale import FIGURES as NOISE_FIGURES
-from accumrun.training.sharpness import FIGURES as SHARPNESS_FIGURES
 
-# Per-epoch values besides the loss and the metrics that are worth a curve; the rest of a row is bookkeeping.
-_OTHER_SCALARS = ("samples_per_second", "learning_rate", *NOISE_FIGURES, *SHARPNESS_FIGURES, *LBFGS_FIGURES)
+# Per-epoch values besides the loss and the row's figures that are worth a curve; the rest of a row is bookkeeping.
+_OTHER_SCALARS = ("samples_per_second", "learning_rate")
 
 
 class TensorBoardLog(Hook):
-    """Writes scalars under ``run_dir/tensorboard``; does nothing when disabled."""
+    """Writes scalars under ``run_dir/tensorboard``; does nothing when disabled. An epoch's curves are its loss,
+    every figure of its row (the metrics and their ``val_`` twins, and whatever each feature's hook added), its speed
+    and its learning rate."""
 
-    def __init__(self, run_dir: Path, enabled: bool, every_updates: int | None, metric_names: list[str]) -> None:
+    def __init__(self, run_dir: Path, enabled: bool, every_updates: int | None) -> None:
         self._writer = tf.summary.create_file_writer(str(run_dir / "tensorboard")) if enabled else None
         self._every_updates = every_updates
-        names = ["loss", *metric_names]
-        self._scalars = [*names, *(f"val_{name}" for name in names), *_OTHER_SCALARS]
 
     def on_batch_end(self, batches: BatchEnd) -> None:
         """Log the mean loss of each applied update whose optimizer step ``every_updates`` divides."""
@@ -42,7 +39,7 @@ class TensorBoardLog(Hook):
             return
         logged = end.row.to_json()
         with self._writer.as_default(step=end.row.epoch):
-            for key in self._scalars:
+            for key in ("loss", *end.row.figures, *_OTHER_SCALARS):
                 if key in logged:
                     tf.summary.scalar(f"epoch/{key}", logged[key])
         self._writer.flush()
