@@ -7,9 +7,9 @@ imports only ``kinds``, so that ``config``, ``optim`` and ``data`` can sit above
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, TypeAlias
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Tag, field_validator
 
 from accumrun.kinds import Direction, Kind
 
@@ -47,6 +47,12 @@ def by_name(names: dict[str, Any], default: str | None = None) -> Discriminator:
         return name if isinstance(name, str) and name in names else "unknown"
 
     return Discriminator(kind)
+
+
+def tagged_union(members: dict[str, type[BaseModel]], choose: Discriminator) -> Any:
+    """The union of ``members``, each under its tag (which pydantic adds to an error's location), chosen by
+    ``choose``. Built at run time from a registry, so a type checker sees ``Any``: each union names its base."""
+    return Annotated[Union[tuple(Annotated[section, Tag(tag)] for tag, section in members.items())], choose]  # noqa: UP007
 
 
 def listed(words: list[str]) -> str:

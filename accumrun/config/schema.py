@@ -12,10 +12,10 @@ as their words. Loading and messages are in :mod:`accumrun.config.loading`. Noth
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import yaml
-from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, field_validator
+from pydantic import BaseModel, Discriminator, Field, TypeAdapter, field_validator
 
 from accumrun.config.distribute import DistributeConfig
 from accumrun.config.loss import LossConfig, MetricEntry
@@ -34,7 +34,7 @@ from accumrun.optim.keras_optimizer import OptimizerConfig
 from accumrun.optim.optimizers import OPTIMIZERS, optimizer_tag
 from accumrun.optim.rules import optimizer_problems
 from accumrun.optim.section import OptimizerSection
-from accumrun.sections import Flag, Problem, Section, Unknown, Watched, by_name, int_or, listed, words
+from accumrun.sections import Flag, Problem, Section, Unknown, Watched, by_name, int_or, listed, tagged_union, words
 
 
 class _UnknownDataConfig(DataSection, Unknown):
@@ -48,10 +48,7 @@ if TYPE_CHECKING:
     # mypy cannot follow a union built at run time; every member is a DataSection.
     DataConfig: TypeAlias = DataSection
 else:
-    DataConfig = Annotated[
-        Union[tuple(Annotated[section, Tag(name)] for name, section in _DATA_UNION.items())],  # noqa: UP007
-        by_name(DATA_SECTIONS, default="digits"),
-    ]
+    DataConfig = tagged_union(_DATA_UNION, by_name(DATA_SECTIONS, default="digits"))
     """The ``data`` section: one section per source, chosen by ``name`` (``digits`` when it is unset)."""
 
 _DATA_ADAPTER: TypeAdapter[DataConfig] = TypeAdapter(DataConfig)
@@ -81,10 +78,7 @@ if TYPE_CHECKING:
     # mypy cannot follow a union built at run time; every member it admits is a ModelSection.
     ModelConfig: TypeAlias = ModelSection
 else:
-    ModelConfig = Annotated[
-        Union[tuple(Annotated[section, Tag(tag)] for tag, section in _MODEL_UNION.items())],  # noqa: UP007
-        Discriminator(model_tag),
-    ]
+    ModelConfig = tagged_union(_MODEL_UNION, Discriminator(model_tag))
     """The ``model`` section: one section per kind, chosen by ``name`` (``darknet_cnn`` when it is unset)."""
 
 
@@ -181,10 +175,9 @@ if TYPE_CHECKING:
     # mypy cannot follow a union built at run time; every member offers what OptimizerSection names.
     AnyOptimizerConfig: TypeAlias = OptimizerSection
 else:
-    AnyOptimizerConfig = Annotated[
-        Union[tuple(Annotated[kind.section, Tag(tag)] for tag, kind in OPTIMIZERS.items())],  # noqa: UP007
-        Discriminator(optimizer_tag),
-    ]
+    AnyOptimizerConfig = tagged_union(
+        {tag: kind.section for tag, kind in OPTIMIZERS.items()}, Discriminator(optimizer_tag)
+    )
     """The ``optimizer`` section: one section per kind of optimizer (:mod:`accumrun.optim`), chosen by ``name``."""
 UNION_SECTIONS["optimizer"] = {tag: kind.section for tag, kind in OPTIMIZERS.items()}
 UNION_TAGS["optimizer"] = set(UNION_SECTIONS["optimizer"])

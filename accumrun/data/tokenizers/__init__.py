@@ -9,9 +9,7 @@ stay free of it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, Union
-
-from pydantic import Tag
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from accumrun.data.section import DataSection
 from accumrun.data.tokenizers.base import Learning, Tokenizer, TokenizerKind, TokenizerSection
@@ -24,7 +22,7 @@ from accumrun.data.tokenizers.sentence_piece import (
     build_sentence_piece,
 )
 from accumrun.data.tokenizers.word_piece import WORD_PIECE_LEARNING, WordPieceTokenizerConfig, build_word_piece
-from accumrun.sections import Unknown, by_name, listed
+from accumrun.sections import Unknown, by_name, listed, tagged_union
 
 TOKENIZERS: dict[str, TokenizerKind[Any]] = {
     "byte": TokenizerKind(ByteTokenizerConfig, build_byte),
@@ -51,10 +49,7 @@ if TYPE_CHECKING:
     # mypy cannot follow a union built at run time; every member is a TokenizerSection.
     TokenizerConfig: TypeAlias = TokenizerSection
 else:
-    TokenizerConfig = Annotated[
-        Union[tuple(Annotated[section, Tag(name)] for name, section in TOKENIZER_UNION.items())],  # noqa: UP007
-        by_name(TOKENIZERS),
-    ]
+    TokenizerConfig = tagged_union(TOKENIZER_UNION, by_name(TOKENIZERS))
     """``data.tokenizer``: one section per tokenizer, chosen by ``name``."""
 
 
