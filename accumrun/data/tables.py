@@ -7,10 +7,7 @@ A CSV's numeric columns but the labels, ``data.id`` and ``data.weight`` are its 
 
 from __future__ import annotations
 
-import codecs
 import csv
-import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,6 +15,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from accumrun.data.json_lines import json_objects, read_records, record_text
 from accumrun.data.rows import TextColumn, TextRows, csv_records
 from accumrun.data.section import (
     DEFAULT_SEQUENCE_LENGTH,
@@ -127,8 +125,8 @@ class JsonlConfig(TextSourceConfig):
     def texts_of(self, path: Path) -> tuple[list[str], list[str] | None]:
         """The texts of a JSON Lines file laid out as this run's (its ``text`` key; the label not needed) and each
         object's ``id`` where the run has one and every object that key: what ``predict`` reads from such a file."""
-        objects = list(_objects(path, str(path)))
-        texts = [_text(record, self.text, where) for where, record, _ in objects]
+        objects = list(json_objects(path, str(path)))
+        texts = [record_text(record, self.text, where) for where, record, _ in objects]
         if self.id is None or any(self.id not in record for _, record, _ in objects):
             return texts, None
         return texts, [str(record[self.id]) for _, record, _ in objects]
@@ -160,7 +158,7 @@ def load_jsonl(config: JsonlConfig, seed: int) -> Splits:
     text = TextColumn(config.text, tokenizer, config.sequence_length, stream=config.cache is CacheMode.NONE)
 
     def read(path: Path, key: str) -> Table:
-        texts, labels, spans = read_records(path, key, config, keep_texts=not text.stream)
+        texts, labels, spans = read_records(path, key, config.text, config.label, keep_texts=not text.stream)
         return Table.labelled(path, [], text.samples(path, spans, texts, config.text), {config.label: labels})
 
     train = read(Path(config.path), "data.path")
@@ -384,87 +382,3 @@ def _numbers(cells: list[str]) -> np.ndarray | None:
     except ValueError:
         return None
     return values.astype(np.int64) if np.all(values == np.round(values)) else values
-
-
-def read_records(
-    path: Path, key: str, config: JsonlConfig, keep_texts: bool = True
-) -> tuple[list[str], list[str], np.ndarray]:
-    """Each object's text (with ``keep_texts``; else checked and let go), its label (as a CSV cell would hold it)
-    and its line's byte span, in order; a DataError names a file that is missing, empty or not JSON Lines, or the
-    line that lacks a key or has a bad value."""
-    texts: list[str] = []
-    labels: list[str] = []
-    spans: list[tuple[int, int]] = []
-    for where, record, span in _objects(path, key):
-        text = _text(record, config.text, where)
-        if keep_texts:
-            texts.append(text)
-        labels.append(_label(record, config.label, where))
-        spans.append(span)
-    return texts, labels, np.array(spans, np.int64).reshape(-1, 2)
-
-
-def _objects(path: Path, key: str) -> Iterator[tuple[str, dict[str, Any], tuple[int, int]]]:
-    """Each JSON object of the file at ``path``, with where it is (``PATH, line N``) and its line's byte span; a
-    DataError names a file that is missing, empty or not JSON Lines, or the line that is not an object."""
-    if not path.is_file():
-        raise DataError(key, "JSON Lines file not found", str(path))
-    found = False
-    try:
-        with path.open("rb") as file:
-            end = 0
-            for number, raw in enumerate(file, start=1):
-                start, end = end, end + len(raw)
-                if number == 1 and raw.startswith(codecs.BOM_UTF8):  # a byte-order mark is in no span
-                    raw, start = raw[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
-                line = raw.decode("utf-8")
-                if not line.strip():
-                    continue
-                where = f"{path}, line {number}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise DataError(key, f"{where}: not JSON ({error.msg}, column {error.colno})") from None
-                if not isinstance(record, dict):
-                    raise DataError(key, f"{where}: a JSON {type(record).__name__}, not an object")
-                found = True
-                yield where, record, (start, end)
-    except OSError as error:
-        raise DataError(key, f"cannot read {path} as UTF-8 text: {error}") from None
-    except UnicodeDecodeError as error:
-        raise DataError(key, f"cannot read {path} as UTF-8 text: line {number}: {error}") from None
-    if not found:
-        raise DataError(key, f"{path} is empty; it needs one JSON object per line")
-
-
-def _text(record: dict[str, Any], name: str, where: str) -> str:
-    """The object's text under key ``name``: a string that is not empty."""
-    text = _value(record, name, "data.text", where)
-    if not isinstance(text, str):
-        raise DataError("data.text", f"{where}: {name!r} is not a string", _shown(text))
-    if not text:
-        raise DataError("data.text", f"{where}: {name!r} is empty")
-    return text
-
-
-def _label(record: dict[str, Any], name: str, where: str) -> str:
-    """The object's label under key ``name``, as a CSV cell would hold it (for :meth:`Table.labelled` to read
-    alike)."""
-    label = _value(record, name, "data.label", where)
-    if isinstance(label, bool):  # a bool is an int to Python; as a label it is class 0 or 1
-        label = int(label)
-    if not isinstance(label, str | int | float):
-        raise DataError("data.label", f"{where}: {name!r} must be a class name or a number", _shown(label))
-    return str(label)
-
-
-def _value(record: dict[str, Any], name: str, key: str, where: str) -> Any:
-    if name not in record:
-        raise DataError(key, f"{where}: no key {name!r}; it has {sorted(record)}")
-    return record[name]
-
-
-def _shown(value: Any) -> Any:
-    """A bad value for the message: itself, or the start of its JSON when that is long (a large object)."""
-    text = json.dumps(value, ensure_ascii=False)
-    return value if len(text) <= 40 else text[:37] + "..."

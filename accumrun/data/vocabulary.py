@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from accumrun.data.corpus import read_text
+from accumrun.data.json_lines import read_records
 from accumrun.data.section import DataSection
 from accumrun.data.splits import hold_out
-from accumrun.data.tables import read_records, read_texts
+from accumrun.data.tables import read_texts
 from accumrun.data.text import corpus_files, folder_files
 from accumrun.data.tokenizers import learning_of
 from accumrun.data.tokenizers.base import Learning, TokenizerSection
@@ -92,7 +93,7 @@ _TEXTS: dict[str, Callable[[Any], list[str]]] = {
     "text_folder": lambda data: [
         read_text(Path(path), "data.path") for path in folder_files(Path(data.path), "data.path")[0]
     ],
-    "jsonl": lambda data: read_records(Path(data.path), "data.path", data)[0],
+    "jsonl": lambda data: read_records(Path(data.path), "data.path", data.text, data.label)[0],
     "csv": lambda data: read_texts(Path(data.path), "data.path", data.text),
 }
 """The texts of ``data.path`` in sample order, for each source that a learned tokenizer reads."""
