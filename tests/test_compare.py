@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import matplotlib.image
 import pytest
 
+from accumrun.reports import compare
 from tests.helpers import invoke, tiny_config
+
+
+def variants_in_this_process(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Run each variant's ``accumrun train`` command in this process instead of a fresh interpreter (one
+    TensorFlow start, not one per variant): the comparison sees its exit code and stderr as from a process. That
+    the variants really run as processes is the ``compared`` fixture's. Returns the commands run."""
+    commands: list[list[str]] = []
+
+    def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        assert command[:3] == [sys.executable, "-m", "accumrun"] and kwargs == {"stderr": subprocess.PIPE, "text": True}
+        commands.append(command)
+        result = invoke(*command[3:])
+        return subprocess.CompletedProcess(command, result.returncode, None, result.stderr)
+
+    # The comparison's own name for the module, so that nothing else in this process loses subprocess.run.
+    monkeypatch.setattr(compare, "subprocess", SimpleNamespace(run=run, PIPE=subprocess.PIPE))
+    return commands
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +102,19 @@ def test_plot_command_names_a_directory_that_is_not_a_run(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_another_key_varies_and_a_failing_variant_is_reported_while_the_others_finish(tmp_path: Path) -> None:
+def test_another_key_varies_and_a_failing_variant_is_reported_while_the_others_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # An optimizer that Keras does not have is refused by that variant alone. 22 samples: two whole batches, as
     # above; no TensorBoard, which the test above checks.
     config = tiny_config(tmp_path, data={"samples": 22}, output={"tensorboard": False})
     vary = "optimizer.name=sgd,no_such_optimizer"
+    commands = variants_in_this_process(monkeypatch)
     result = invoke("compare", str(config), "--vary", vary, "--run-dir", str(tmp_path / "out"))
+    assert [command[-3:] for command in commands] == [
+        ["optimizer.name=sgd", "--run-dir", str(tmp_path / "out" / "optimizer.name-sgd")],
+        ["optimizer.name=no_such_optimizer", "--run-dir", str(tmp_path / "out" / "optimizer.name-no_such_optimizer")],
+    ]
     assert result.returncode == 1
     assert "1 of 2 variants failed" in result.stderr
     report = json.loads((tmp_path / "out" / "compare.json").read_text())

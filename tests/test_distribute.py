@@ -112,7 +112,7 @@ def test_per_batch_statistics_are_those_of_the_global_batch_on_every_replica(mir
 def test_dropout_on_two_replicas_with_subdivisions_equals_one_device_without(mirrored: dict[str, Any]) -> None:
     # Each sample draws its mask by its row in the global batch, whichever replica and sub-batch holds it.
     assert mirrored["dropout"]["per_sample"] < 2e-5
-    # The control: drawn per sub-batch (and per replica), the masks and so the runs differ.
+    # The control: drawn per sub-batch (and per replica), the masks and so the run differ from the same one device's.
     assert mirrored["dropout"]["per_sub_batch"] > 1e-2
 
 

@@ -115,9 +115,9 @@ def test_the_loss_divides_by_the_batch_real_tokens_as_a_hand_written_step_does(p
     assert not (run_dir / "labels.json").exists()
 
 
-VARIANTS = ((3, "batch", None), (4, "sub_batch", None), (3, "batch", 8), (3, "sub_batch", 8))
-"""Batches of 10 in 3 (3, 3, 4 windows) and in 4 streamed one sub-batch per call; then each batch grouped by length
-and each sub-batch padded only to its longest window rounded up to 8 tokens (of 24), whole and streamed."""
+VARIANTS = ((3, "batch", None), (3, "batch", 8), (4, "sub_batch", 8))
+"""Batches of 10 in 3 (3, 3, 4 windows); then each batch grouped by length and each sub-batch padded only to its
+longest window rounded up to 8 tokens (of 24), whole, and in 4 streamed one sub-batch per call."""
 
 
 @pytest.fixture(scope="module")

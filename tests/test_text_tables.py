@@ -8,7 +8,7 @@ import csv
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -25,6 +25,7 @@ from accumrun.data.splits import ArraySplit
 from accumrun.data.tokenizers.byte import ByteTokenizer
 from accumrun.data.tokenizers.character import CharacterTokenizer
 from accumrun.errors import DataError
+from accumrun.training.runner import RunResult
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, max_difference, write_config
 
@@ -133,28 +134,49 @@ def test_streamed_table_text_is_the_samples_of_the_table_in_memory(tmp_path: Pat
         list(Feeder(streamed.train, [5], seed=5, shuffle=True).epoch(0))
 
 
+class Table(NamedTuple):
+    """The reviews as a CSV (``data``, streamed), and the plain run on it held in memory, its rows named by their
+    ``stars`` column (``plain``): the run that predict and evaluate read, and the subdivided run's reference."""
+
+    folder: Path
+    rows: list[tuple[str, str]]
+    data: dict[str, Any]
+    initial: list[np.ndarray]
+    plain: RunResult
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> Table:
+    folder = tmp_path_factory.mktemp("table")
+    rows = reviews(folder)
+    data = {"name": "csv", "path": str(write_csv(folder / "reviews.csv", rows)), "label": "sentiment",
+            "text": "review"}  # fmt: skip
+    # The id column names the rows for predict; it is no feature, so the samples are those of the table without it.
+    held = table_config({**data, "id": "stars", "cache": "memory"})
+    initial = build_training(load_config(held)).trained.model.get_weights()
+    return Table(folder, rows, data, initial, train(held, folder / "plain", quiet=True))
+
+
 @pytest.mark.slow
-def test_text_classification_from_csv_streamed_and_subdivided_equals_in_memory_and_plain(tmp_path: Path) -> None:
-    rows = reviews(tmp_path)
-    table = {"name": "csv", "path": str(write_csv(tmp_path / "reviews.csv", rows)), "label": "sentiment",
-             "text": "review"}  # fmt: skip
+def test_text_classification_from_csv_streamed_and_subdivided_equals_in_memory_and_plain(
+    tmp_path: Path, table: Table
+) -> None:
+    rows, plain, initial = table.rows, table.plain, table.initial
     records = [{"text": text, "label": ["negative", "positive"].index(label)} for text, label in rows]
     lines = {"name": "jsonl", "path": str(write_jsonl(tmp_path / "reviews.jsonl", records)), "label": "label"}
-    held = {**table, "cache": "memory"}
-    initial = build_training(load_config(table_config(held))).trained.model.get_weights()
-    plain = train(table_config(held), tmp_path / "plain", quiet=True)
     # Streamed (the default), 7 = 3 + 2 + 2: each row's text read back from the file as the order reaches it.
-    subdivided = train(table_config(table, subdivisions=3), tmp_path / "subdivided", quiet=True)
-    assert load_dataset(load_config(table_config(table)).data, seed=2).streamed
+    subdivided = train(table_config(table.data, subdivisions=3), tmp_path / "subdivided", quiet=True)
+    assert load_dataset(load_config(table_config(table.data)).data, seed=2).streamed
     assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
     assert max_difference(plain.model.get_weights(), initial) > 1e-2  # it trained
     assert [row["loss"] for row in subdivided.metrics] == pytest.approx([row["loss"] for row in plain.metrics], 1e-5)
-    assert json.loads((tmp_path / "plain" / "labels.json").read_text()) == ["negative", "positive"]
-    assert not (tmp_path / "plain" / "features.json").exists()
+    assert json.loads((plain.run_dir / "labels.json").read_text()) == ["negative", "positive"]
+    assert not (plain.run_dir / "features.json").exists()
     # The same texts and classes, in the same order, from JSON Lines: the same samples, so the same training.
     # (The data as a run loads it, without building a model for it: byte tokens learn no vocabulary.)
     from_table, from_lines = (
-        load_dataset(load_config(table_config({**data, "cache": "memory"})).data, seed=2) for data in (table, lines)
+        load_dataset(load_config(table_config({**data, "cache": "memory"})).data, seed=2)
+        for data in (table.data, lines)
     )
     for mine, theirs in ((from_lines.train, from_table.train), (from_lines.val, from_table.val)):
         np.testing.assert_array_equal(mine.x, theirs.x)
@@ -162,17 +184,14 @@ def test_text_classification_from_csv_streamed_and_subdivided_equals_in_memory_a
     assert from_lines.labels == ["0", "1"]
 
 
-def test_predict_and_evaluate_read_files_laid_out_as_the_runs_own_table(tmp_path: Path) -> None:
-    rows = reviews(tmp_path)
-    table = {"name": "csv", "path": str(write_csv(tmp_path / "reviews.csv", rows)), "label": "sentiment",
-             "text": "review", "id": "stars", "cache": "memory"}  # fmt: skip
+def test_predict_and_evaluate_read_files_laid_out_as_the_runs_own_table(tmp_path: Path, table: Table) -> None:
     # Only the columns the run reads: the text, and the id that names each row (the label is not needed to predict).
     texts = ["a warm, generous film", "dull and far too long", "ça alors, quelle fin !"]
     with (tmp_path / "few.csv").open("w", newline="", encoding="utf-8") as file:
         csv.writer(file).writerows([["review", "stars"], *((text, f"r{i}") for i, text in enumerate(texts))])
     for i, text in enumerate(texts):
         (tmp_path / f"r{i}.txt").write_text(text, encoding="utf-8")
-    run = train({**table_config(table), "training": {"epochs": 1, "batch_size": 7}}, tmp_path / "run", quiet=True)
+    run = table.plain  # held in memory, its rows named by the id column
 
     from_table = predict(run.run_dir, [tmp_path / "few.csv"]).records()
     from_files = predict(run.run_dir, [tmp_path / f"r{i}.txt" for i in range(3)]).records()
@@ -245,13 +264,11 @@ def bad_table(tmp: Path, fault: str) -> Path:
 
 
 @pytest.mark.slow
-def test_bucketed_text_classification_from_csv_equals_plain(tmp_path: Path) -> None:
-    table = {"name": "csv", "path": str(write_csv(tmp_path / "reviews.csv", reviews(tmp_path))), "label": "sentiment",
-             "text": "review"}  # fmt: skip
+def test_bucketed_text_classification_from_csv_equals_plain(tmp_path: Path, table: Table) -> None:
     # Without dropout (whose masks are drawn by a sample's row, which grouping by length moves), each batch
     # grouped by length and its 3 sub-batches cut to multiples of 8 tokens give the plain update.
     runs = []
-    for data, subdivisions in ((table, 1), ({**table, "bucket": 8, "cache": "memory"}, 3)):
+    for data, subdivisions in ((table.data, 1), ({**table.data, "bucket": 8, "cache": "memory"}, 3)):
         config = table_config(data, epochs=1, subdivisions=subdivisions)
         config["model"]["dropout"] = 0.0
         runs.append(train(config, tmp_path / str(subdivisions), quiet=True))
