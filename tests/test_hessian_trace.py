@@ -40,6 +40,7 @@ def test_the_estimate_is_within_four_standard_errors_of_the_dense_trace() -> Non
     assert abs(trace - expected) < 4 * error
 
 
+@pytest.mark.slow
 def test_a_run_logs_the_same_trace_for_any_sub_batches_and_after_a_resume(tmp_path: Path) -> None:
     # 30 samples, all for training, one full-batch update per epoch by gradient descent; measured after epochs 2
     # and 4.
