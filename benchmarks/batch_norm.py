@@ -27,8 +27,8 @@ import tensorflow as tf
 
 from accumrun.core.batch_norm import BatchNormStatistics, PopulationStatistics
 from accumrun.core.losses import sparse_categorical_crossentropy
-from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import make_train_step
+from accumrun.core.sub_batches import batch_sizes, sub_batch_sizes
 from accumrun.kinds import BatchNormMode
 from accumrun.models.darknet_cnn import darknet_cnn
 

@@ -128,7 +128,7 @@ def _child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(REPO))
     from accumrun import train
     from accumrun.config.schema import data_config
-    from accumrun.core.split import batch_sizes
+    from accumrun.core.sub_batches import batch_sizes
     from accumrun.data.dataset import load_dataset
     from accumrun.data.feeder import Feeder
 

@@ -27,8 +27,8 @@ from run import machine, publish_report  # benchmarks/run.py, beside this script
 
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.seeds import LayerDraws
-from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import make_train_step
+from accumrun.core.sub_batches import batch_sizes, sub_batch_sizes
 from accumrun.kinds import RandomDraws
 from accumrun.models.mlp import mlp
 

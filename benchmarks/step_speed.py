@@ -18,10 +18,10 @@ import numpy as np
 
 import accumrun.core.accumulation
 from accumrun.core.losses import sparse_categorical_crossentropy
-from accumrun.core.split import batch_sizes
 from accumrun.core.step import make_train_step
+from accumrun.core.sub_batches import batch_sizes
 from accumrun.data.feeder import Feeder
-from accumrun.data.splits import ArraySplit
+from accumrun.data.source import ArraySource
 from accumrun.models.darknet_cnn import darknet_cnn
 from accumrun.models.mlp import mlp
 
@@ -52,7 +52,7 @@ def main() -> None:
     step = make_train_step(
         model, sparse_categorical_crossentropy, keras.optimizers.Adam(1e-3), args.subdivisions, jit_compile=args.xla
     )
-    feeder = Feeder(ArraySplit(x, y), batch_sizes(args.samples, args.batch), seed=0, shuffle=True)
+    feeder = Feeder(ArraySource(x, y), batch_sizes(args.samples, args.batch), seed=0, shuffle=True)
     seconds = []
     for epoch in range(args.epochs):
         started = time.perf_counter()

@@ -125,8 +125,8 @@ def _child(args: argparse.Namespace) -> None:
 
     from accumrun.config.schema import data_config
     from accumrun.core.losses import Objective, sparse_categorical_crossentropy
-    from accumrun.core.split import batch_sizes, sub_batch_sizes
     from accumrun.core.step import make_train_step
+    from accumrun.core.sub_batches import batch_sizes, sub_batch_sizes
     from accumrun.data.dataset import load_dataset
     from accumrun.data.feeder import Feeder
     from accumrun.models.transformer import transformer

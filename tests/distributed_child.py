@@ -29,8 +29,8 @@ from accumrun.config.schema import Config, DistributeConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.noise import GradientNoise
-from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
+from accumrun.core.sub_batches import sub_batch_sizes
 from accumrun.data.examples import write_corpus
 from accumrun.kinds import BatchNormMode, RandomDraws
 from accumrun.models.mlp import mlp

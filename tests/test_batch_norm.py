@@ -20,8 +20,8 @@ from accumrun import kinds, load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.core.batch_norm import BatchNormStatistics, PopulationStatistics
 from accumrun.core.losses import sparse_categorical_crossentropy
-from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
+from accumrun.core.sub_batches import sub_batch_sizes
 from accumrun.kinds import BatchNormMode, Feed
 from accumrun.reports.compare import Variant, format_table
 from accumrun.rundir.metrics import EpochRow

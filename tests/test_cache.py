@@ -24,7 +24,7 @@ from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import encode, shape_images, write_image_folder
 from accumrun.data.feeder import Feeder
 from accumrun.data.section import AugmentConfig, DataSection
-from accumrun.data.splits import ArraySplit, Split
+from accumrun.data.source import ArraySource, Source
 from accumrun.errors import ConfigError, DataError
 from tests.helpers import invoke
 
@@ -57,7 +57,7 @@ def run_config(folder: Path, **data: Any) -> dict[str, Any]:
 
 
 def epochs(
-    split: Split, numbers: tuple[int, ...] = (0, 1), augment: bool = True, shuffle: bool = True
+    split: Source, numbers: tuple[int, ...] = (0, 1), augment: bool = True, shuffle: bool = True
 ) -> list[np.ndarray]:
     """Every chunk of batch 5 the feeder serves in the epochs ``numbers`` of the split: samples, then labels."""
     augmentation = (
@@ -135,7 +135,7 @@ def test_memory_and_disk_serve_the_decoded_images_in_the_same_order_and_draws(fo
     # One wrapper for both: in memory, a split read by index offers its rows as arrays (held as one tensor).
     assert isinstance(memory.train, Cached) and not memory.streamed and memory.train.pixels is not None
     held = memory.train.in_memory
-    assert isinstance(held, ArraySplit) and held.x is memory.train.pixels  # the rows themselves, no copy
+    assert isinstance(held, ArraySource) and held.x is memory.train.pixels  # the rows themselves, no copy
     assert isinstance(disk.train, Cached) and disk.streamed and disk.train.file is not None
     for split in ("train", "val"):
         expected = epochs(getattr(plain, split))

@@ -18,7 +18,7 @@ from accumrun.data.dataset import epoch_order, load_dataset
 from accumrun.data.examples import write_corpus
 from accumrun.data.feeder import Feeder
 from accumrun.data.grouping import LengthGroups
-from accumrun.data.splits import ArraySplit, Split
+from accumrun.data.source import ArraySource, Source
 from accumrun.data.tokenizers import tokenizer_for
 from accumrun.data.tokenizers.byte import ByteTokenizerConfig
 from accumrun.data.tokenizers.character import CharacterTokenizerConfig
@@ -50,9 +50,9 @@ def corpus(tmp_path: Path, stride: int | None = None, **data: Any) -> dict[str, 
     return {**section, "stride": stride, "cache_dir": str(tmp_path / "cache"), **data}
 
 
-def samples(split: Split) -> tuple[np.ndarray, np.ndarray]:
+def samples(split: Source) -> tuple[np.ndarray, np.ndarray]:
     """Every sample and target of a split, in index order, as its reader gives them."""
-    if isinstance(split, ArraySplit):
+    if isinstance(split, ArraySource):
         return split.x, split.y
     streamed = list(split.stream(0, 0, shuffle=False).as_numpy_iterator())
     assert [int(index) for index, _, _ in streamed] == list(range(split.size))
@@ -88,7 +88,7 @@ def test_cache_none_cuts_the_windows_from_the_ids_as_they_are_read_and_memory_is
     memory = load_dataset(data_config(**corpus(tmp_path, 7, cache="memory")), seed=3)
     none = load_dataset(data_config(**corpus(tmp_path, 7, cache="none")), seed=3)
     assert data_config(**corpus(tmp_path)).cache == "memory"
-    assert isinstance(unset.train, ArraySplit) and isinstance(memory.train, ArraySplit)
+    assert isinstance(unset.train, ArraySource) and isinstance(memory.train, ArraySource)
     assert isinstance(none.train, CorpusWindows) and none.train.held is not None and none.train.in_memory is None
     # The ids are held: the feed decides as for windows held (not streamed), the same numbers either way.
     assert not none.streamed and not memory.streamed
@@ -111,7 +111,7 @@ def test_cache_none_cuts_the_windows_from_the_ids_as_they_are_read_and_memory_is
 def test_windows_read_from_the_token_file_are_the_windows_held_in_memory(tmp_path: Path, stride: int | None) -> None:
     held = load_dataset(data_config(**corpus(tmp_path, stride)), seed=3)
     disk = load_dataset(data_config(**corpus(tmp_path, stride, cache="disk")), seed=3)
-    assert isinstance(held.train, ArraySplit) and isinstance(disk.train, CorpusWindows)
+    assert isinstance(held.train, ArraySource) and isinstance(disk.train, CorpusWindows)
     assert disk.streamed and not held.streamed
     assert (disk.target_shape, disk.classes, disk.val_size) == (held.target_shape, held.classes, held.val_size)
     assert held.val is not None and disk.val is not None
@@ -145,7 +145,7 @@ def test_a_learned_vocabulary_reads_and_keys_the_token_file(tmp_path: Path) -> N
     disk = load_dataset(
         settle_vocabulary(data_config(**corpus(tmp_path, tokenizer=tokenizer, cache="disk")), 0, None), 0
     )
-    assert isinstance(held.train, ArraySplit) and isinstance(disk.train, CorpusWindows)
+    assert isinstance(held.train, ArraySource) and isinstance(disk.train, CorpusWindows)
     x, y = samples(disk.train)
     np.testing.assert_array_equal(x, held.train.x)
     np.testing.assert_array_equal(y, held.train.y)

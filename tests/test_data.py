@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from accumrun.config.schema import data_config
-from accumrun.data import arrays, dataset, sources
-from accumrun.data.sources import DATA_SECTIONS
+from accumrun.data import arrays, dataset, registry
+from accumrun.data.registry import DATA_SECTIONS
 from accumrun.data.tables import CsvConfig
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import Task
@@ -241,7 +241,7 @@ def test_idx_missing_file_names_it_the_download_command_and_the_source(tmp_path:
     message = info.value.message
     assert message.startswith("data.path: ")
     assert f"{tmp_path / 't10k-labels-idx1-ubyte.gz'} not found" in message
-    assert sources.SOURCES[name].download.url in message
+    assert registry.SOURCES[name].download.url in message
     assert f"accumrun download {name} --to {tmp_path}" in message
 
 
@@ -546,7 +546,7 @@ def test_small_integers_keep_their_dtype_and_auto_scales_unsigned_ones_to_one(
 
 
 def test_every_source_the_config_accepts_has_a_loader_in_the_same_order() -> None:
-    assert list(sources.SOURCES) == list(DATA_SECTIONS)
+    assert list(registry.SOURCES) == list(DATA_SECTIONS)
 
 
 def test_evaluating_other_data_reads_that_path_alone() -> None:

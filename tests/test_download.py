@@ -21,7 +21,7 @@ import pytest
 from accumrun.data import download
 from accumrun.data.arrays import IDX_FILES, read_idx
 from accumrun.data.download import download_dataset
-from accumrun.data.sources import SOURCES
+from accumrun.data.registry import SOURCES
 from accumrun.errors import ConfigError, DataError
 
 FILENAMES = list(IDX_FILES.values())

@@ -19,11 +19,11 @@ import accumrun
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
 from accumrun.core.accumulation import trim_padding
-from accumrun.core.split import batch_sizes, part_bounds, sub_batch_sizes
+from accumrun.core.sub_batches import batch_sizes, part_bounds, sub_batch_sizes
 from accumrun.data.dataset import epoch_order, load_dataset
 from accumrun.data.examples import write_corpus, write_text_folder
 from accumrun.data.feeder import Feeder
-from accumrun.data.splits import ArraySplit
+from accumrun.data.source import ArraySource
 from accumrun.errors import Interrupted
 from accumrun.training.runner import RunResult
 from accumrun.training.setup import build_training
@@ -163,7 +163,7 @@ def test_bucketed_batches_hold_the_same_samples_ordered_by_length(tmp_path: Path
     # 23 samples, labelled by their index, whose real lengths (1 to 6 tokens of 6) repeat: batches of 10, 10, 3.
     lengths = np.array([6, 1, 3, 6, 2, 2, 5, 1, 4, 3, 6, 2, 1, 5, 3, 4, 6, 2, 2, 1, 3, 5, 4])
     tokens = np.where(np.arange(6) < lengths[:, None], 7, 0).astype(np.int32)
-    split = ArraySplit(tokens, np.arange(23, dtype=np.int32))
+    split = ArraySource(tokens, np.arange(23, dtype=np.int32))
     sizes = batch_sizes(23, 10)
     streamed = [size for batch in sizes for size in sub_batch_sizes(batch, 3)]
     plain = Feeder(split, sizes, seed=3, shuffle=True)

@@ -22,8 +22,8 @@ from accumrun.config.loading import load_config
 from accumrun.core.hessian import HessianVectorProducts, top_eigenvalue
 from accumrun.core.losses import Objective, sparse_categorical_crossentropy
 from accumrun.core.noise import GradientNoise
-from accumrun.core.split import sub_batch_sizes
 from accumrun.core.step import make_train_step
+from accumrun.core.sub_batches import sub_batch_sizes
 from accumrun.kinds import Feed
 from accumrun.training.setup import build_training
 from accumrun.training.sharpness import stability_limit

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accumrun.core.split import (
+from accumrun.core.sub_batches import (
     describe_batch,
     describe_plan,
     effective_subdivisions,

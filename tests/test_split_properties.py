@@ -1,4 +1,4 @@
-"""Properties of the sub-batch rule in accumrun.core.split, for every batch size and subdivision count hypothesis
+"""Properties of the sub-batch rule in accumrun.core.sub_batches, for every batch size and subdivision count hypothesis
 draws.
 
 The gradient properties use per-sample gradients of a linear model with squared loss, in float64 numpy, and cut
@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from accumrun.core.split import effective_subdivisions, part_bounds, starts_by_size, sub_batch_sizes
+from accumrun.core.sub_batches import effective_subdivisions, part_bounds, starts_by_size, sub_batch_sizes
 
 PROPERTY = settings(max_examples=200, deadline=None)
 

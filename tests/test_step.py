@@ -11,10 +11,10 @@ import pytest
 import tensorflow as tf
 
 from accumrun.core.losses import sparse_categorical_crossentropy
-from accumrun.core.split import sub_batch_loops, sub_batch_sizes
 from accumrun.core.step import make_gradient_fn, make_train_step
+from accumrun.core.sub_batches import sub_batch_loops, sub_batch_sizes
 from accumrun.data.feeder import Feeder
-from accumrun.data.splits import ArraySplit
+from accumrun.data.source import ArraySource
 from accumrun.kinds import Feed
 from tests.helpers import dense_model, make_data, max_difference
 
@@ -165,7 +165,7 @@ def test_one_compiled_call_per_batch_and_no_python_per_sub_batch() -> None:
 
     step = make_train_step(model, counting_loss, optimizer, 4)
     x, y = make_data(23)
-    feeder = Feeder(ArraySplit(x, y), [10, 10, 3], seed=0, shuffle=True)
+    feeder = Feeder(ArraySource(x, y), [10, 10, 3], seed=0, shuffle=True)
     calls = 0
     traces = []
     for epoch in range(3):

@@ -25,7 +25,7 @@ from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import encode, shape_images, write_csv, write_image_folder, write_tfrecords
 from accumrun.data.feeder import Feeder
 from accumrun.data.section import AugmentConfig, DataSection
-from accumrun.data.splits import ArraySplit
+from accumrun.data.source import ArraySource
 from accumrun.errors import ConfigError, DataError, Interrupted
 from accumrun.training.runner import RunResult
 from accumrun.training.setup import build_training
@@ -186,7 +186,7 @@ def test_augmentation_is_drawn_per_sample_and_epoch_not_per_chunk() -> None:
         np.dtype(np.uint8),
     )
     assert augmentation.output_shape == (9, 9, 3)
-    split = ArraySplit(images, labels)
+    split = ArraySource(images, labels)
 
     def epoch(chunks: list[int], number: int) -> np.ndarray:
         feeder = Feeder(split, chunks, seed=3, shuffle=True, augmentation=augmentation)

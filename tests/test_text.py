@@ -22,7 +22,7 @@ from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
 from accumrun.data.files import TextFiles
-from accumrun.data.splits import ArraySplit
+from accumrun.data.source import ArraySource
 from accumrun.data.tokenizers.byte import ByteTokenizer
 from accumrun.data.tokenizers.character import CharacterTokenizer
 from accumrun.errors import DataError, Interrupted
@@ -65,7 +65,7 @@ def test_a_text_folder_streams_the_ids_its_tokenizer_gives_on_the_host(tmp_path:
         # cache: memory tokenizes them at load, with the same reader: arrays of the same ids, held in memory.
         held = load_dataset(config.model_copy(update={"cache": CacheMode.MEMORY}), seed=0)
         arrays = held.train.in_memory
-        assert isinstance(arrays, ArraySplit) and not held.streamed
+        assert isinstance(arrays, ArraySource) and not held.streamed
         np.testing.assert_array_equal(arrays.x, x.numpy())
         np.testing.assert_array_equal(arrays.y, y.numpy())
 

@@ -21,7 +21,7 @@ from accumrun.data.examples import write_text_folder
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputKind, read_inputs
 from accumrun.data.rows import TextRows
-from accumrun.data.splits import ArraySplit
+from accumrun.data.source import ArraySource
 from accumrun.data.tokenizers.byte import ByteTokenizer
 from accumrun.data.tokenizers.character import CharacterTokenizer
 from accumrun.errors import DataError
@@ -107,7 +107,7 @@ def test_streamed_table_text_is_the_samples_of_the_table_in_memory(tmp_path: Pat
             load_dataset(data_config(**section, sequence_length=24, validation_split=0.25, cache=cache), seed=5)
             for cache in ("none", "memory")
         )
-        assert isinstance(streamed.train, TextRows) and streamed.streamed and isinstance(held.train, ArraySplit)
+        assert isinstance(streamed.train, TextRows) and streamed.streamed and isinstance(held.train, ArraySource)
         assert (streamed.val_size, streamed.labels) == (held.val_size, held.labels) == (4, ["negative", "positive"])
         for mine, theirs in ((streamed.train, held.train), (streamed.val, held.val)):
             assert mine is not None and theirs is not None

@@ -12,7 +12,7 @@ import pytest
 from accumrun import train
 from accumrun.config.schema import data_config
 from accumrun.data.dataset import load_dataset
-from accumrun.data.splits import Split
+from accumrun.data.source import Source
 from accumrun.errors import ConfigError, DataError
 from tests.helpers import invoke, max_difference, write_config
 
@@ -31,7 +31,7 @@ def byte_files(tmp_path: Path) -> tuple[Path, Path]:
     return text, write_ids(tmp_path / "train.bin", np.frombuffer(text.read_bytes(), np.uint8))
 
 
-def stream(split: Split) -> tuple[np.ndarray, np.ndarray]:
+def stream(split: Source) -> tuple[np.ndarray, np.ndarray]:
     """Every sample and target of a split in index order, as its stream gives them."""
     read = list(split.stream(0, 0, shuffle=False).as_numpy_iterator())
     return np.stack([x for _, x, _ in read]), np.stack([y for _, _, y in read])

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from accumrun.cli.group import Command
-from accumrun.data.sources import DOWNLOADABLE
+from accumrun.data.registry import DOWNLOADABLE
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -2,7 +2,7 @@
 rules; the rules that span keys are declared by the section or feature that owns them, and collected here in turn.
 
 ``data``, ``model`` and ``optimizer`` are unions chosen by ``name``, so a key the chosen section does not read is
-refused; their sections live beside their loaders and builds, registered in :data:`accumrun.data.sources.SOURCES`,
+refused; their sections live beside their loaders and builds, registered in :data:`accumrun.data.registry.SOURCES`,
 :data:`accumrun.models.registry.MODELS` and :data:`accumrun.optim.optimizers.OPTIMIZERS`. The other sections have
 modules of their own in this package. Closed sets parse into the enums of :mod:`accumrun.kinds` and are written back
 as their words. Loading and messages are in :mod:`accumrun.config.loading`. Nothing here imports TensorFlow, so
@@ -23,8 +23,8 @@ from accumrun.config.measures import measurement_rules
 from accumrun.config.output import OutputConfig
 from accumrun.config.precision import precision_problems
 from accumrun.data.arrays import DigitsConfig
+from accumrun.data.registry import DATA_SECTIONS
 from accumrun.data.section import DataSection
-from accumrun.data.sources import DATA_SECTIONS
 from accumrun.data.tokenizers import TOKENIZER_UNION
 from accumrun.errors import describe
 from accumrun.kinds import BatchNormMode, Measure, OnNonFinite, Precision, RandomDraws, Strategy
@@ -159,7 +159,7 @@ class TrainingConfig(Section):
         return weights
 
     def broken_rules(self) -> Iterator[Problem]:
-        """More sub-batches than samples in a batch: a sub-batch would be empty (:mod:`accumrun.core.split`)."""
+        """More sub-batches than samples in a batch: a sub-batch would be empty (:mod:`accumrun.core.sub_batches`)."""
         subdivisions = self.fixed_subdivisions
         if isinstance(self.batch_size, int) and subdivisions is not None and subdivisions > self.batch_size:
             message = f"cannot exceed training.batch_size ({self.batch_size}); each sub-batch needs a sample"

@@ -1,9 +1,9 @@
 """Accumulation: a batch's gradient as the sum of its sub-batches', each one forward and backward pass.
 
-The rule: a batch of ``n`` samples is cut into ``s = min(subdivisions, n)`` sub-batches (see
-:mod:`accumrun.core.split`). Each sub-batch runs forward and backward on the *sum* of its per-sample losses divided
-by ``n``, the whole batch's sample count. Summing those gradients over the sub-batches therefore gives exactly
-the gradient of the batch's mean loss, however unevenly the batch splits: it is the sample-weighted mean of the
+The rule: a batch of ``n`` samples is cut into ``s = min(subdivisions, n)`` sub-batches
+(see :mod:`accumrun.core.sub_batches`). Each sub-batch runs forward and backward on the *sum* of its per-sample
+losses divided by ``n``, the whole batch's sample count. Summing those gradients over the sub-batches therefore gives
+exactly the gradient of the batch's mean loss, however unevenly the batch splits: it is the sample-weighted mean of the
 sub-batch mean gradients. Recipes that average the ``s`` sub-batch means (divide by ``s``) are wrong whenever
 the sub-batches differ in size.
 
@@ -44,7 +44,7 @@ from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import LossFn, Objective, regularization
 from accumrun.core.observers import Observers
 from accumrun.core.spec import StepSpec, step_spec
-from accumrun.core.split import SubBatchLoop, sub_batch_loops
+from accumrun.core.sub_batches import SubBatchLoop, sub_batch_loops
 from accumrun.core.targets import Targets, each
 from accumrun.core.tokens import PADDING_ID
 from accumrun.kinds import BatchNormMode
@@ -183,7 +183,7 @@ def make_gradient_fn(
 
     ``spec`` is a :class:`StepSpec` or a subdivision count, ``fields`` any of its fields replaced (see
     :func:`step_spec`); the strategy and the feed are the step's, not used here. The batch is cut by
-    :func:`accumrun.core.split.sub_batch_loops`: one loop per sub-batch size when the batch's
+    :func:`accumrun.core.sub_batches.sub_batch_loops`: one loop per sub-batch size when the batch's
     size is known at tracing (full batches, and every batch of a step compiled whole by XLA), else one loop that
     cuts by index; the sum is the same, in another order. With ``spec.jit_compile``, each sub-batch of that one loop
     (forward pass, backward pass and accumulation) is one XLA cluster. ``scale_loss`` (a loss-scale

@@ -31,7 +31,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from accumrun.core.split import piece_loop, replica_rows
+from accumrun.core.sub_batches import piece_loop, replica_rows
 from accumrun.kinds import BatchNormMode
 
 _RECORDING_MODES = (BatchNormMode.PER_BATCH, BatchNormMode.PRECISE)

@@ -3,7 +3,7 @@ the reductions across replicas, and the decision to apply the update or skip it.
 
 Across replicas (``tf.distribute``), every worker holds the same global batch of ``n`` samples (the data order
 depends on the seed and the epoch alone). Replica ``r`` of ``R`` takes the contiguous slice
-``[r*n//R, (r+1)*n//R)`` (see :mod:`accumrun.core.split`) and accumulates its sub-batches as on one device,
+``[r*n//R, (r+1)*n//R)`` (see :mod:`accumrun.core.sub_batches`) and accumulates its sub-batches as on one device,
 except that each sub-batch's loss sum is divided by ``n``, the *global* sample count. Summed over the replicas,
 those local gradients are exactly the gradient of the batch's mean loss: the single-device update, for uneven
 slices, the short last batch and empty slices too.

@@ -35,8 +35,8 @@ from accumrun.core.losses import LossFn, Objective
 from accumrun.core.observers import Observers
 from accumrun.core.sequence import BatchMeasures, BatchSequence, OneDevice, Placement, Replicas, apply_or_skip
 from accumrun.core.spec import BatchResult, Chunk, StepSpec, TrainStep, step_spec
-from accumrun.core.split import part_bounds, replica_rows
 from accumrun.core.streamed import StreamedStep
+from accumrun.core.sub_batches import part_bounds, replica_rows
 from accumrun.core.targets import Targets
 from accumrun.kinds import BatchNormMode, Feed
 

@@ -14,7 +14,8 @@ import numpy as np
 from pydantic import Field
 
 from accumrun.data.section import DataSection, SampleWeights
-from accumrun.data.splits import ArraySplit, Splits, checked_weights
+from accumrun.data.source import ArraySource
+from accumrun.data.splits import Splits, checked_weights
 from accumrun.errors import DataError
 from accumrun.kinds import Task
 
@@ -75,7 +76,7 @@ def load_digits(config: DigitsConfig, seed: int) -> Splits:
     if not DIGITS_FILE.is_file():
         raise DataError("data.name", f"the bundled file {DIGITS_FILE} is missing; run datasets/make_digits.py")
     with np.load(DIGITS_FILE) as arrays:
-        return Splits(ArraySplit(arrays["x"], arrays["y"]), scale=1 / 16)
+        return Splits(ArraySource(arrays["x"], arrays["y"]), scale=1 / 16)
 
 
 def load_npz(config: NpzConfig, seed: int) -> Splits:
@@ -106,15 +107,15 @@ def load_npz(config: NpzConfig, seed: int) -> Splits:
     raise DataError("data.path", f"needs arrays 'x' and 'y' (or 'x_train' and 'y_train'); it has {sorted(keys)}")
 
 
-def _npz_split(arrays: np.lib.npyio.NpzFile, config: NpzConfig, suffix: str) -> ArraySplit:
+def _npz_split(arrays: np.lib.npyio.NpzFile, config: NpzConfig, suffix: str) -> ArraySource:
     """The arrays ``x<suffix>`` and ``y<suffix>``, and the weights ``<data.weight><suffix>`` when it is set."""
     x, y = arrays[f"x{suffix}"], arrays[f"y{suffix}"]
     if config.weight is None:
-        return ArraySplit(x, y)
+        return ArraySource(x, y)
     name = f"{config.weight}{suffix}"
     if name not in arrays.files:
         raise DataError("data.weight", f"{config.path} has no array {name!r}; it has {sorted(arrays.files)}")
-    return ArraySplit(x, y, checked_weights(arrays[name], f"{config.path}, array {name!r}", len(y)))
+    return ArraySource(x, y, checked_weights(arrays[name], f"{config.path}, array {name!r}", len(y)))
 
 
 def load_idx_folder(config: IdxConfig, seed: int) -> Splits:
@@ -132,7 +133,7 @@ def load_idx_folder(config: IdxConfig, seed: int) -> Splits:
                 f"(or get them from {DOWNLOADS[config.name].url})",
             )
         arrays[key] = read_idx(file)
-    return Splits(ArraySplit(arrays["x_train"], arrays["y_train"]), ArraySplit(arrays["x_test"], arrays["y_test"]))
+    return Splits(ArraySource(arrays["x_train"], arrays["y_train"]), ArraySource(arrays["x_test"], arrays["y_test"]))
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -167,14 +168,14 @@ def load_synthetic(config: SyntheticConfig, seed: int) -> Splits:
         prototypes = rng.normal(size=(classes, *shape)).astype(np.float32)
         labels = rng.integers(classes, size=config.samples)
         noise = rng.normal(scale=2.0, size=(config.samples, *shape)).astype(np.float32)
-        return Splits(ArraySplit(prototypes[labels] + noise, labels))
+        return Splits(ArraySource(prototypes[labels] + noise, labels))
     x = rng.normal(size=(config.samples, *shape)).astype(np.float32)
     flat = x.reshape(config.samples, -1)
     if config.task is Task.MULTI_LABEL:
         weights = rng.normal(size=(flat.shape[1], config.classes)) / np.sqrt(flat.shape[1])
-        return Splits(ArraySplit(x, (flat @ weights > 0).astype(np.int64)))
+        return Splits(ArraySource(x, (flat @ weights > 0).astype(np.int64)))
     weights = rng.normal(size=flat.shape[1]) / np.sqrt(flat.shape[1])
-    return Splits(ArraySplit(x, (np.tanh(flat @ weights) * 2.0).astype(np.float32)))
+    return Splits(ArraySource(x, (np.tanh(flat @ weights) * 2.0).astype(np.float32)))
 
 
 # Where the IDX files are published, for ``accumrun download``; the checksums are torchvision's MNIST/FashionMNIST

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from accumrun.data.source import AUTOTUNE, ReadsBlocks, Source, order_in_blocks, taken
-from accumrun.data.splits import ArraySplit
+from accumrun.data.source import AUTOTUNE, ArraySource, ReadsBlocks, Source, order_in_blocks, taken
 from accumrun.errors import DataError
 from accumrun.kinds import CacheMode
 from accumrun.rundir.atomic import build_once
@@ -84,7 +83,7 @@ class Cached(ReadsBlocks):
         return self.pixels is None
 
     @property
-    def in_memory(self) -> ArraySplit | None:
+    def in_memory(self) -> ArraySource | None:
         """The rows as arrays in the split's order, where they are in memory and the split is read by index."""
         return self._arrays if self.pixels is not None and self.source.indexed else None
 
@@ -94,12 +93,12 @@ class Cached(ReadsBlocks):
         return self.source.lengths if held is None else held.lengths
 
     @cached_property
-    def _arrays(self) -> ArraySplit:
+    def _arrays(self) -> ArraySource:
         assert self.pixels is not None
         rows = self._lookups[1]
         # The split the rows were decoded from, as it is until a later subset: its rows themselves, not a copy.
         whole = len(rows) == len(self.pixels) and np.array_equal(rows, np.arange(len(rows)))
-        return ArraySplit(self.pixels if whole else self.pixels[rows], self.labels, self.w)
+        return ArraySource(self.pixels if whole else self.pixels[rows], self.labels, self.w)
 
     def subset(self, index: np.ndarray) -> Cached:
         return replace(self, source=self.source.subset(index))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from accumrun.data.cache import disk_folder, stamp_files
-from accumrun.data.source import ArraySplit, ReadsBlocks, TokenIds, order_in_blocks, read_spans, taken
+from accumrun.data.source import ArraySource, ReadsBlocks, TokenIds, order_in_blocks, read_spans, taken
 from accumrun.data.tokenizers import Tokenizer, TokenizerConfig
 from accumrun.errors import DataError
 
@@ -141,10 +141,10 @@ class CorpusWindows(ReadsBlocks, TokenIds):
         """The windows cut from ``ids`` (the file's, in memory) as they are read."""
         return replace(self, held=ids)
 
-    def as_arrays(self, ids: np.ndarray) -> ArraySplit:
+    def as_arrays(self, ids: np.ndarray) -> ArraySource:
         """The windows over ``ids`` (the file's, already in memory) as arrays."""
         counts = np.minimum(self.ends - self.begins, self.length + 1)
-        return ArraySplit(*self._cut([ids[b : b + c] for b, c in zip(self.begins, counts, strict=True)]))
+        return ArraySource(*self._cut([ids[b : b + c] for b, c in zip(self.begins, counts, strict=True)]))
 
     def _cut(self, windows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Samples and targets of windows of up to ``length + 1`` ids, padded with 0: a short window's last id is

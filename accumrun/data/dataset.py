@@ -12,10 +12,11 @@ from typing import Literal
 
 import numpy as np
 
+from accumrun.data.registry import SOURCES
 from accumrun.data.section import DataSection
+from accumrun.data.source import ArraySource, Source
 from accumrun.data.source import epoch_order as epoch_order  # tests read the order from here
-from accumrun.data.sources import SOURCES
-from accumrun.data.splits import ArraySplit, Split, Splits, hold_out
+from accumrun.data.splits import Splits, hold_out
 from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import CacheMode, Task
 
@@ -33,8 +34,8 @@ class Dataset:
     ``skipped``, ``features`` and ``vocabulary_size`` are the source's (:class:`~accumrun.data.splits.Splits`)."""
 
     name: str
-    train: Split
-    val: Split | None
+    train: Source
+    val: Source | None
     task: Task
     classes: int | None
     """Classes (classification), labels (multi_label) or token ids (causal_lm); None for regression."""
@@ -124,7 +125,7 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
         raise DataError("data", f"binary needs two classes; the source has {len(splits.class_names)}", task.value)
     tokens = splits.vocabulary_size is not None
     train = _checked("train", splits.train, task, tokens)
-    val: Split | None = None
+    val: Source | None = None
     held_out = "validation" if config.validation_file else "test"
     # The loaders give data.validation_path as the test split.
     if (config.validation_file and splits.test is not None) or config.validation_split == "test":
@@ -201,7 +202,7 @@ def with_class_weights(dataset: Dataset, setting: dict[str, float] | Literal["ba
     return dataclasses.replace(dataset, train=dataset.train.with_weights(weights[dataset.train.labels]))
 
 
-def _classes(splits: Splits, task: Task, train: Split, val: Split | None) -> int | None:
+def _classes(splits: Splits, task: Task, train: Source, val: Source | None) -> int | None:
     """How many outputs the targets name (classes, labels or token ids); None for regression."""
     if splits.class_names is not None:
         return len(splits.class_names)
@@ -246,7 +247,7 @@ def infer_task(y: np.ndarray) -> Task:
     return Task.REGRESSION
 
 
-def _checked(name: str, split: Split, task: Task, tokens: bool) -> Split:
+def _checked(name: str, split: Source, task: Task, tokens: bool) -> Source:
     """One split with its targets checked for the task; arrays (but token ids) also get compact samples."""
     held = split.in_memory
     if held is None:  # a corpus's windows keep their targets, their own token ids, in the token file
@@ -272,7 +273,7 @@ def _checked(name: str, split: Split, task: Task, tokens: bool) -> Split:
             raise DataError(f"data.x_{name}", "samples contain NaN or Inf")
         if x.ndim == 3:
             x = x[..., np.newaxis]
-    return ArraySplit(x, y, held.w)
+    return ArraySource(x, y, held.w)
 
 
 def _checked_targets(task: Task, split: str, y: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Fetch the MNIST and Fashion-MNIST IDX files (:data:`accumrun.data.sources.SOURCES`), verified by MD5.
+"""Fetch the MNIST and Fashion-MNIST IDX files (:data:`accumrun.data.registry.SOURCES`), verified by MD5.
 
 Each file is streamed into a temporary file beside it and moved into place only once its checksum matches
 (:func:`accumrun.rundir.atomic.write_atomically`), so an interrupted or corrupt download is never taken for data.
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from accumrun.data.arrays import IDX_FILES
-from accumrun.data.sources import DOWNLOADABLE, SOURCES
+from accumrun.data.registry import DOWNLOADABLE, SOURCES
 from accumrun.errors import ConfigError, DataError
 from accumrun.rundir.atomic import write_atomically
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from accumrun.data.files import IMAGE_EXTENSIONS, ImageFiles, TextFiles
 from accumrun.data.section import TextTable
-from accumrun.data.splits import ArraySplit, Split
+from accumrun.data.source import ArraySource, Source
 from accumrun.data.tables import read_column, read_features
 from accumrun.data.text import read_text
 from accumrun.data.tokenizers import Tokenizer
@@ -56,7 +56,7 @@ class InputGroup:
     """Samples read from one or more inputs, with one name per sample: the path as given, or the row index."""
 
     names: list[str]
-    split: Split
+    split: Source
 
 
 def read_inputs(paths: Sequence[str], kind: InputKind, *, lines: bool = False) -> list[InputGroup]:
@@ -134,7 +134,7 @@ def _text_group(paths: list[str], tokenizer: Tokenizer, sample_shape: tuple[int,
             raise DataError(path, "holds no line of text")
         names += kept
         texts += kept.values()
-    return InputGroup(names, ArraySplit(tokenizer.encode(texts, length), np.zeros(len(texts), np.int32)))
+    return InputGroup(names, ArraySource(tokenizer.encode(texts, length), np.zeros(len(texts), np.int32)))
 
 
 def _encoded(texts: list[str], kind: InputKind) -> np.ndarray:
@@ -148,7 +148,7 @@ def _rows(given: str, x: np.ndarray, prefix: bool, ids: list[str] | None = None)
     """The rows of ``x``, named by ``ids`` (a CSV's ``data.id`` column) or by their index."""
     row_names = ids if ids is not None else [str(i) for i in range(len(x))]
     names = [f"{given}:{name}" if prefix else name for name in row_names]
-    return InputGroup(names, ArraySplit(x, np.zeros(len(x), np.int32)))
+    return InputGroup(names, ArraySource(x, np.zeros(len(x), np.int32)))
 
 
 def _npz(path: Path, kind: InputKind) -> np.ndarray:

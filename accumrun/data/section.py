@@ -1,5 +1,5 @@
 """The ``data`` keys that every source reads (:class:`DataSection`), and the pieces that several sources' sections
-share. Each source's own section lives beside its loader, registered in :mod:`accumrun.data.sources`.
+share. Each source's own section lives beside its loader, registered in :mod:`accumrun.data.registry`.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class Source:
         return None
 
     @property
-    def in_memory(self) -> ArraySplit | None:
+    def in_memory(self) -> ArraySource | None:
         """The split as arrays in host memory (:mod:`accumrun.data.resident` may hold it as one tensor), or None."""
         return None
 
@@ -181,7 +181,7 @@ class Source:
 
 
 @dataclass(frozen=True, eq=False)
-class ArraySplit(Source):
+class ArraySource(Source):
     """Samples and targets held in memory, in the samples' stored dtype, and optionally a weight per sample;
     gathered in the epoch's order from one host copy, made once, when read through ``tf.data``."""
 
@@ -205,11 +205,11 @@ class ArraySplit(Source):
         return np.count_nonzero(self.x.reshape(len(self.x), -1) != PADDING_ID, axis=1)
 
     @property
-    def in_memory(self) -> ArraySplit:
+    def in_memory(self) -> ArraySource:
         return self
 
-    def subset(self, index: np.ndarray) -> ArraySplit:
-        return ArraySplit(self.x[index], self.y[index], taken(self.w, index))
+    def subset(self, index: np.ndarray) -> ArraySource:
+        return ArraySource(self.x[index], self.y[index], taken(self.w, index))
 
     @cached_property
     def _tensors(self) -> tuple[tf.Tensor, Any]:

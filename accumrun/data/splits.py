@@ -1,5 +1,5 @@
 """What a loader gives (:class:`Splits`), and the rules that cut and weight a split: the validation hold-out and
-``data.weight``. Each kind of split is a :class:`~accumrun.data.source.Source`; arrays in memory, an ArraySplit.
+``data.weight``. Each kind of split is a :class:`~accumrun.data.source.Source`; arrays in memory, an ArraySource.
 """
 
 from __future__ import annotations
@@ -8,13 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumrun.data.source import ArraySplit as ArraySplit
 from accumrun.data.source import Source
 from accumrun.errors import DataError
 from accumrun.kinds import Task
-
-Split = Source
-"""One split of a dataset, as a source gives it (or ``data.cache`` keeps it)."""
 
 
 def hold_out(size: int, fraction: float, seed: int, shuffle: bool, files: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -55,8 +51,8 @@ def checked_weights(w: np.ndarray, where: str, samples: int) -> np.ndarray:
 class Splits:
     """What a loader returns: the training split and, when the source has one, a test or validation split."""
 
-    train: Split
-    test: Split | None = None
+    train: Source
+    test: Source | None = None
     class_names: list[str] | None = None
     """The classes' names in label order, where the source names them (an image folder's subfolders)."""
     skipped: int = 0

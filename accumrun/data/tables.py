@@ -25,7 +25,8 @@ from accumrun.data.section import (
     none_or_memory,
     refuse_image_keys,
 )
-from accumrun.data.splits import ArraySplit, Splits, checked_weights
+from accumrun.data.source import ArraySource
+from accumrun.data.splits import Splits, checked_weights
 from accumrun.data.text import TextSourceConfig
 from accumrun.data.tokenizers import TokenizerConfig, text_input, tokenizer_for
 from accumrun.data.tokenizers.byte import ByteTokenizerConfig
@@ -219,10 +220,10 @@ class Table:
         return cls(features, x, y)
 
     @property
-    def split(self) -> ArraySplit | TextRows:
+    def split(self) -> ArraySource | TextRows:
         if not isinstance(self.x, np.ndarray):
             return replace(self.x, y=self.y, w=self.w)
-        return ArraySplit(self.x, self.y, self.w)
+        return ArraySource(self.x, self.y, self.w)
 
 
 def _numbered(cells: list[str], names: list[str]) -> np.ndarray:

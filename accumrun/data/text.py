@@ -18,7 +18,8 @@ from pydantic import Field, model_validator
 from accumrun.data.corpus import CorpusWindows, read_text, token_file
 from accumrun.data.files import TextFiles
 from accumrun.data.section import DEFAULT_SEQUENCE_LENGTH, FileSourceConfig, none_or_memory, refuse_image_keys
-from accumrun.data.splits import ArraySplit, Splits
+from accumrun.data.source import ArraySource
+from accumrun.data.splits import Splits
 from accumrun.data.tokenizers import TokenizerConfig, tokenizer_for
 from accumrun.data.tokenizers.byte import ByteTokenizerConfig
 from accumrun.errors import DataError
@@ -93,10 +94,10 @@ def load_text_corpus(config: TextCorpusConfig, seed: int) -> Splits:
     tokenizer = tokenizer_for(config.tokenizer)
     length, stride = config.sequence_length, config.stride or config.sequence_length
 
-    def windows(path: str, key: str) -> tuple[ArraySplit | CorpusWindows, int]:
+    def windows(path: str, key: str) -> tuple[ArraySource | CorpusWindows, int]:
         """The windows of ``path``'s files, and how many tokens those hold."""
         files = corpus_files(path, key)
-        split: ArraySplit | CorpusWindows
+        split: ArraySource | CorpusWindows
         if config.cache is CacheMode.DISK:
             tokens = token_file(files, key, tokenizer, config.tokenizer, config.cache_dir)
             split = CorpusWindows.over(str(tokens.path), tokens.ends, length, stride)

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from accumrun.config.schema import Config
-from accumrun.core.split import batch_sizes
+from accumrun.core.sub_batches import batch_sizes
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
-from accumrun.data.splits import Split as SplitSamples
+from accumrun.data.source import Source
 from accumrun.errors import ConfigError
 from accumrun.kinds import ModelFile, Split
 from accumrun.objective import Scorer, fit_objective
@@ -54,7 +54,7 @@ def describe(result: dict[str, Any]) -> str:
     return f"eval {result['split']} ({result['model']}): {' | '.join(figures)} | {result['samples']:,} samples"
 
 
-def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None) -> tuple[SplitSamples, str]:
+def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None) -> tuple[Source, str]:
     """The samples to score and the name the result goes under (``data`` for another source)."""
     data = config.data
     if data_path is not None:

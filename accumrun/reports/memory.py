@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from accumrun.core.split import sub_batch_sizes
+from accumrun.core.sub_batches import sub_batch_sizes
 from accumrun.kinds import Feed
 
 # Ops whose outputs alias or describe other tensors rather than allocate activations.

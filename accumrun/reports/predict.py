@@ -21,7 +21,7 @@ import numpy as np
 import progressbar
 import tensorflow as tf
 
-from accumrun.core.split import batch_sizes
+from accumrun.core.sub_batches import batch_sizes
 from accumrun.data.feeder import Feeder
 from accumrun.data.inputs import InputGroup, InputKind, read_inputs
 from accumrun.errors import ConfigError

@@ -10,7 +10,7 @@ import progressbar
 import tensorflow as tf
 
 from accumrun.config.schema import Watched
-from accumrun.core.split import describe_plan, replica_sub_batch_sizes
+from accumrun.core.sub_batches import describe_plan, replica_sub_batch_sizes
 from accumrun.data.dataset import per_class
 from accumrun.data.section import DataSection
 from accumrun.data.vocabulary import learned_line

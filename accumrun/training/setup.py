@@ -20,8 +20,8 @@ from accumrun.config.schema import Config, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics, batch_norm_layers
 from accumrun.core.losses import MetricSet, Objective
 from accumrun.core.seeds import LayerDraws
-from accumrun.core.split import batch_sizes, sub_batch_sizes
 from accumrun.core.step import StepSpec, TrainStep, make_train_step
+from accumrun.core.sub_batches import batch_sizes, sub_batch_sizes
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import Dataset, load_dataset, with_class_weights
 from accumrun.data.feeder import Feeder
@@ -40,7 +40,7 @@ from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
 from accumrun.optim.rules import model_problem
 from accumrun.training.distribute import strategy_scope
-from accumrun.training.feed import FeedChoice, choose_feed
+from accumrun.training.feed_choice import FeedChoice, choose_feed
 from accumrun.training.measurements import measurement_observers
 
 T = TypeVar("T")

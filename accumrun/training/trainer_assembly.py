@@ -9,8 +9,8 @@ from typing import cast
 from accumrun.core.batch_norm import PopulationStatistics
 from accumrun.core.lbfgs import Lbfgs
 from accumrun.core.observers import Observers
-from accumrun.core.split import replica_sub_batch_sizes
 from accumrun.core.step import WholeBatchStep
+from accumrun.core.sub_batches import replica_sub_batch_sizes
 from accumrun.core.updates import UpdateLoop
 from accumrun.kinds import BatchNormMode, Feed, OnNonFinite
 from accumrun.objective import Scorer
@@ -18,7 +18,7 @@ from accumrun.rundir.metrics import EpochRow
 from accumrun.training.autosub import Settled
 from accumrun.training.batches import Batches, DeviceBatches, FedBatches
 from accumrun.training.cadence import Cadence
-from accumrun.training.checkpointing import Checkpointing
+from accumrun.training.checkpoint_hook import Checkpointing
 from accumrun.training.console import ProgressBars
 from accumrun.training.controls import Controlling, Controls
 from accumrun.training.distribute import agreement
@@ -30,7 +30,7 @@ from accumrun.training.loop import Trainer
 from accumrun.training.measurement import Measuring
 from accumrun.training.measurements import measured_periodically, measurement_hooks
 from accumrun.training.nonfinite import NonFinitePolicy
-from accumrun.training.run import Run
+from accumrun.training.run_folder import Run
 from accumrun.training.setup import TrainingSetup
 from accumrun.training.signals import Signals, resume_command
 from accumrun.training.tensorboard import TensorBoardLog
