@@ -24,6 +24,11 @@ class AccumrunError(click.ClickException):
 
     def __init__(self, path: str, what: str, value: Any = _NO_VALUE) -> None:
         super().__init__(describe(path, what, value))
+        self.path, self.what, self.value = path, what, value
+
+    def relabelled(self, path: str) -> AccumrunError:
+        """The same error, blamed on ``path`` (the option that gave the value, where the config's key did not)."""
+        return type(self)(path, self.what, self.value)
 
 
 class ArgumentError(AccumrunError):

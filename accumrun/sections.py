@@ -7,17 +7,36 @@ imports only ``kinds``, so that ``config``, ``optim`` and ``data`` can sit above
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, TypeAlias, Union
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Tag, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Tag, field_validator, model_validator
 
 from accumrun.kinds import Direction, Kind
 
 
 class Section(BaseModel):
-    """A config section: strict types (YAML already typed the values) and no unknown keys."""
+    """A config section: strict types (YAML already typed the values) and no unknown keys. One word or number where
+    a list is expected is a list of one (``--set training.measure=noise_scale``)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_as_list(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        lists = [key for key, field in cls.model_fields.items() if _takes_list(field.annotation)]
+        scalars = {key: [value[key]] for key in lists if isinstance(value.get(key), str | int | float)}
+        return {**value, **scalars} if scalars else value
+
+
+def _takes_list(annotation: Any) -> bool:
+    """Whether a field takes a list (alone, or else None)."""
+    if get_origin(annotation) in (Union, UnionType):
+        members = [member for member in get_args(annotation) if member is not type(None)]
+        return len(members) == 1 and _takes_list(members[0])
+    return get_origin(annotation) is list
 
 
 Problem: TypeAlias = tuple[str, str, Any]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accumrun import train
+from accumrun import generate, train
 from accumrun.config.schema import data_config
 from accumrun.data.dataset import load_dataset
 from accumrun.data.source import Source
@@ -88,6 +88,10 @@ def test_training_on_a_token_file_subdivided_equals_the_text_corpus_of_its_bytes
     assert [row["loss"] for row in subdivided.metrics] == pytest.approx(
         [row["loss"] for row in plain.metrics], abs=1e-5
     )
+    # Without data.tokenizer the ids cannot be read or written as text: the error blames the tokenizer, not the run.
+    with pytest.raises(ConfigError, match=r"^data\.tokenizer: generate reads the prompt .* has none") as refused:
+        generate(tmp_path / "ids", "hello")
+    assert str(tmp_path) not in refused.value.format_message()
 
 
 @pytest.mark.parametrize(

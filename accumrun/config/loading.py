@@ -192,7 +192,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _apply_override(raw: dict[str, Any], override: str) -> None:
-    """Set ``a.b.c=value`` in the raw mapping; the value is parsed as a YAML scalar or list."""
+    """Set ``a.b.c=value`` in the raw mapping; the value is parsed as YAML (a scalar, a list or a mapping)."""
     key, sep, text = override.partition("=")
     parts = key.strip().split(".")
     if not sep or not all(parts):
@@ -207,7 +207,18 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(".".join(parts[: depth + 1]), f"is not a section, so --set {key} cannot apply", child)
         node = child
-    node[parts[-1]] = value
+    node[parts[-1]] = _merged(node.get(parts[-1]), value)
+
+
+def _merged(current: Any, value: Any) -> Any:
+    """``value`` set over ``current``: a mapping merges into the section it names, key by key, as its deeper keys
+    would (``--set data={sequence_length: 64}`` keeps the rest of ``data``), unless it names another kind (another
+    ``name``), whose keys are its own; any other value replaces."""
+    if not (isinstance(current, dict) and isinstance(value, dict)):
+        return value
+    if "name" in value and value["name"] != current.get("name", value["name"]):
+        return value
+    return {**current, **{key: _merged(current.get(key), item) for key, item in value.items()}}
 
 
 def _describe_pydantic_error(error: ErrorDetails) -> str:
@@ -221,7 +232,8 @@ def _describe_pydantic_error(error: ErrorDetails) -> str:
         if issubclass(section, DataSection) and readers_of(key):
             # Another source's key: say which sources read it rather than calling it unknown.
             return describe(path, f"only applies to data.name: {' or '.join(readers_of(key))}", error["input"])
-        known = list(section.model_fields)
+        # A field excluded from the dump takes nothing (L-BFGS' clipnorm): it is not offered as a known key.
+        known = [name for name, field in section.model_fields.items() if not field.exclude]
         close = difflib.get_close_matches(key, known, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else f"; known keys: {', '.join(known)}"
         return describe(path, f"unknown key{hint}")

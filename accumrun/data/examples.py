@@ -196,7 +196,10 @@ def _make_tokens(target: Path, count: int, size: int, seed: int) -> list[str]:
     train, val = write_tokens(target, count, seed)
     return [
         f"wrote the bytes of {count:,} texts as uint16 token ids to {train} and {val}",
-        f"train on them with data: {{name: tokens, path: {train}, validation_path: {val}, vocabulary_size: 256}}",
+        # The byte tokenizer decodes these ids (shifted by one past padding), so `generate` can print text; it
+        # cannot be added on resume, so the printed config carries it.
+        f"train on them with data: {{name: tokens, path: {train}, validation_path: {val}, vocabulary_size: 256, "
+        "tokenizer: {name: byte}}",
     ]
 
 

@@ -72,7 +72,8 @@ def build_keras_optimizer(config: OptimizerConfig) -> keras.optimizers.Optimizer
     import keras
 
     classes = classes_in(keras.optimizers, keras.optimizers.Optimizer, exclude=_NOT_BY_NAME)
-    optimizer_class = find(classes, config.name, "optimizer.name", "optimizer")
+    # lbfgs is among the names an unknown one is offered (the union sends its spellings to its own kind).
+    optimizer_class = find({**classes, "lbfgs": "lbfgs"}, config.name, "optimizer.name", "optimizer")
     keywords = config.keywords
     for key, reason in _REFUSED_KEYWORDS.items():
         if key in keywords:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from accumrun.kinds import LineSearch, Precision
+from accumrun.lookup import normalized
 from accumrun.optim.kind import OptimizerKind
 from accumrun.sections import Section, words
 
@@ -50,6 +51,12 @@ class LbfgsConfig(Section):
     global_clipnorm: None = Field(None, exclude=True)
     clipvalue: None = Field(None, exclude=True)
     weight_decay: None = Field(None, exclude=True)
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _canonical_name(cls, value: Any) -> Any:
+        # The union chose this section for any spelling of the name (LBFGS, l_bfgs); it is stored as lbfgs.
+        return "lbfgs" if isinstance(value, str) and normalized(value) == "lbfgs" else value
 
     @field_validator("learning_rate", mode="before")
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from accumrun.lookup import normalized
 from accumrun.optim.keras_optimizer import KERAS_OPTIMIZER
 from accumrun.optim.kind import OptimizerKind
 from accumrun.optim.lbfgs import LBFGS
@@ -23,7 +24,9 @@ OPTIMIZERS: dict[str, OptimizerKind[Any]] = {kind.name: kind for kind in (KERAS_
 def optimizer_tag(value: Any) -> str:
     """The kind an ``optimizer`` mapping (or section) is: the kind registered under its name, else Keras'."""
     name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
-    return name if isinstance(name, str) and name in OPTIMIZERS else KERAS_OPTIMIZER.name
+    # Names are matched as Keras' are, without regard to case or underscores: LBFGS is lbfgs as ADAM is adam.
+    tag = normalized(name) if isinstance(name, str) else None
+    return tag if tag in OPTIMIZERS else KERAS_OPTIMIZER.name
 
 
 def build_optimizer(config: OptimizerSection) -> keras.optimizers.Optimizer:

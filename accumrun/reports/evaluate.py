@@ -18,7 +18,7 @@ from accumrun.core.sub_batches import batch_sizes
 from accumrun.data.dataset import Dataset, load_dataset
 from accumrun.data.feeder import Feeder
 from accumrun.data.source import Source
-from accumrun.errors import ConfigError
+from accumrun.errors import AccumrunError, ConfigError
 from accumrun.kinds import ModelFile, Split
 from accumrun.objective import Scorer, fit_objective
 from accumrun.reports.finished import FinishedRun
@@ -58,7 +58,11 @@ def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None
     """The samples to score and the name the result goes under (``data`` for another source)."""
     data = config.data
     if data_path is not None:
-        return load_dataset(data.reading(data_path), config.seed).train, "data"
+        try:
+            return load_dataset(data.reading(data_path), config.seed).train, "data"
+        except AccumrunError as error:
+            # The file came from --data, not from the config's data.path: blame the option the user typed.
+            raise (error.relabelled("--data") if error.path == "data.path" else error) from None
     if split is Split.TRAIN:
         return dataset.train, split.value
     if split is Split.VAL:

@@ -83,7 +83,6 @@ def generate_text(
             "data.tokenizer",
             f"generate reads the prompt and writes text with the run's tokenizer; this run's data.name: "
             f"{run.config.data.name} has none (set data.tokenizer to the one that made its ids)",
-            str(run_dir),
         )
     # The training windows' length, from the config: a model of bucketed padding takes any length.
     tokenizer, length = text
