@@ -257,6 +257,8 @@ def test_the_sharpness_is_the_same_for_any_sub_batches_and_measuring_moves_nothi
     assert not any(key.startswith(("sharpness", "gradient_")) for key in runs["unmeasured"].metrics[0])
     # Measured after epochs 2 and 4 alone: the calls of several updates end there.
     assert ["sharpness" in row for row in runs["S=4"].metrics] == [False, True, False, True]
+    # Their rows keep the measuring's time apart from training's (the noise scale is measured inside the step).
+    assert [row.get("measure_seconds", 0.0) > 0 for row in runs["S=4"].metrics] == [False, True, False, True]
     reference = [row["sharpness"] for row in runs["S=4"].metrics if "sharpness" in row]
     assert reference[0] > 0
     for name in ("S=1", "S=4 streamed"):

@@ -19,6 +19,8 @@ from accumrun.errors import ConfigError, DataError
 from accumrun.kinds import Measure, Split
 from accumrun.optim.optimizers import build_optimizer
 from accumrun.reports.evaluate import _split as scored_split
+from accumrun.rundir.metrics import EpochRow
+from accumrun.training.console import epoch_line
 
 FULL_BATCH = {"data": {"name": "digits"}, "training": {"batch_size": "full", "subdivisions": 1}}
 README = Path(__file__).parent.parent / "README.md"
@@ -89,3 +91,13 @@ def test_every_example_target_the_readme_makes_is_ignored_by_git() -> None:
     ignored = subprocess.run(["git", "check-ignore", *targets], cwd=root, capture_output=True, text=True)
     assert sorted(ignored.stdout.split()) == targets
     assert np.load(root / "datasets/digits.npz")["x"].shape[0] > 0  # the bundled data is not among them
+
+
+def test_a_measured_epoch_row_keeps_training_time_and_measuring_time_apart() -> None:
+    row = EpochRow(epoch=2, loss=0.5, seconds=3.7, measure_seconds=3.6, samples_per_second=18_000.0)
+    assert epoch_line(row, 5, []) == "epoch 2/5 | loss 0.5000 | 0.1 s | 18,000 samples/s | measured in 3.6 s"
+    assert EpochRow.from_json(row.to_json()) == row
+    unmeasured = EpochRow(epoch=1, loss=0.5, seconds=0.1, samples_per_second=18_000.0)
+    assert "measure_seconds" not in unmeasured.to_json() and epoch_line(unmeasured, 5, []).endswith(
+        "| 0.1 s | 18,000 samples/s"
+    )

@@ -31,7 +31,11 @@ class EpochRow:
     figures: dict[str, float] = field(default_factory=dict)
     """Each metric under its logged name, then ``val_loss`` and ``val_<metric>`` when there is validation data."""
     seconds: float = math.nan
+    """The epoch's wall time: training, validation and any measuring."""
+    measure_seconds: float | None = None
+    """The part of :attr:`seconds` spent measuring between updates (on the epochs a periodic measurement ran)."""
     samples_per_second: float = math.nan
+    """Training's alone."""
     batch_size: int = 0
     subdivisions: int = 0
     replicas: int = 1
@@ -67,12 +71,14 @@ class EpochRow:
             "loss_scale_skips": self.loss_scale_skips,
             "peak_device_mib": self.peak_device_mib,
             "stopped": self.stopped,
+            "measure_seconds": self.measure_seconds,
         }
         document = {
             "epoch": self.epoch,
             "loss": self.loss,
             **self.figures,
             "seconds": self.seconds,
+            "measure_seconds": self.measure_seconds,
             "samples_per_second": self.samples_per_second,
             "batch_size": self.batch_size,
             "subdivisions": self.subdivisions,

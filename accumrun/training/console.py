@@ -189,7 +189,11 @@ def epoch_line(row: EpochRow, epochs: int, metric_names: list[str]) -> str:
             f"{_count(int(figures['evaluations']), 'evaluation')}, step {figures['step_length']:.3g}, "
             f"gradient norm {figures['gradient_norm']:.3g}"
         )
-    parts += [f"{row.seconds:.1f} s", f"{row.samples_per_second:,.0f} samples/s"]
+    measured = row.measure_seconds or 0.0
+    parts += [f"{row.seconds - measured:.1f} s", f"{row.samples_per_second:,.0f} samples/s"]
+    if measured:
+        # The samples/s is training's alone, so the seconds beside it leave the measuring out.
+        parts.append(f"measured in {measured:.1f} s")
     if row.skipped_batches:
         parts.append(f"{row.skipped_batches} batches skipped (non-finite)")
     if row.loss_scale_skips:

@@ -9,6 +9,7 @@ Hooks run in the order given; a later one sees what an earlier one did (as Keras
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,10 @@ class Hook:
     def on_batch_end(self, batches: BatchEnd) -> None:
         """The updates of a call (or of its part within one epoch) were counted."""
 
+    measures: bool = False
+    """Its ``epoch_figures`` measure between updates: their time is the row's measuring time, kept apart from
+    training's."""
+
     def epoch_figures(self, position: Position, ends_call: bool) -> dict[str, float]:
         """Columns to add to the row of the epoch that ``position`` has just finished."""
         return {}
@@ -111,6 +116,8 @@ class Hooks(Hook):
 
     def __init__(self, hooks: Sequence[Hook]) -> None:
         self._hooks = list(hooks)
+        self.measuring_seconds = 0.0
+        """The time the measuring hooks took in the last :meth:`epoch_figures`."""
 
     def on_run_start(self, position: Position) -> None:
         for hook in self._hooks:
@@ -125,9 +132,15 @@ class Hooks(Hook):
             hook.on_batch_end(batches)
 
     def epoch_figures(self, position: Position, ends_call: bool) -> dict[str, float]:
+        """Every hook's columns; the time the measuring hooks took is :attr:`measuring_seconds`."""
         figures: dict[str, float] = {}
+        self.measuring_seconds = 0.0
         for hook in self._hooks:
-            figures.update(hook.epoch_figures(position, ends_call))
+            started = time.perf_counter()
+            added = hook.epoch_figures(position, ends_call)
+            if hook.measures and added:  # it measured this epoch
+                self.measuring_seconds += time.perf_counter() - started
+            figures.update(added)
         return figures
 
     def on_epoch_end(self, end: EpochEnd) -> None:

@@ -18,7 +18,7 @@ from accumrun.training.batches import Batches
 from accumrun.training.cadence import Cadence
 from accumrun.training.checkpoints import Position
 from accumrun.training.distribute import Agreed, Agreement
-from accumrun.training.hooks import BatchEnd, CallEnd, EpochEnd, Hook, updates_slice
+from accumrun.training.hooks import BatchEnd, CallEnd, EpochEnd, Hooks, updates_slice
 from accumrun.training.log import RowSizes, epoch_row
 
 
@@ -40,7 +40,7 @@ class Trainer:
     optimizer: keras.optimizers.Optimizer
     metric_names: list[str]
     cadence: Cadence
-    hooks: Hook
+    hooks: Hooks
     """Every concern besides the loop (several as one: :class:`~accumrun.training.hooks.Hooks`)."""
     agree: Agreement
     rows: list[EpochRow] = field(default_factory=list)
@@ -134,6 +134,7 @@ class Trainer:
             position,
             figures,
             position.train_seconds + time.perf_counter() - started,
+            measure_seconds=self.hooks.measuring_seconds,
             sizes=self.sizes,
             optimizer_steps=int(updates.optimizer_steps[k]),
             loss_scaled=self._loss_scaled,

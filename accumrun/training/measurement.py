@@ -65,6 +65,8 @@ class Periodic(Hook, ABC):
     """A measurement made on the host between updates, in the row of every ``measure_every``-th epoch (the cadence
     ends a call there, so the weights are the epoch's)."""
 
+    measures = True
+
     def __init__(self, measuring: Measuring) -> None:
         self._measuring = measuring
 
