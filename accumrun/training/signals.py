@@ -5,11 +5,12 @@ every call; a second Ctrl-C raises ``KeyboardInterrupt`` at once.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -26,6 +27,7 @@ class StopRequests:
 
     def __init__(self) -> None:
         self.signal_number: int | None = None
+        self._child_stops = False
         # The handlers to put back on exit, as signal.signal returns them.
         self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
 
@@ -43,8 +45,20 @@ class StopRequests:
             signal.signal(number, handler)
         self._previous.clear()
 
+    @contextlib.contextmanager
+    def child_stops(self) -> Iterator[None]:
+        """While a child process runs that Ctrl-C reaches too (it is in the terminal's process group): a second
+        Ctrl-C stops the child at once, and is not a KeyboardInterrupt here, which would abandon it mid-write."""
+        self._child_stops = True
+        try:
+            yield
+        finally:
+            self._child_stops = False
+
     def _handle(self, number: int, frame: FrameType | None) -> None:
         if self.signal_number is not None and number == signal.SIGINT:
+            if self._child_stops:
+                return
             raise KeyboardInterrupt
         self.signal_number = number
         name = signal.Signals(number).name
@@ -55,10 +69,11 @@ class StopRequests:
         )
 
 
-def resume_command(run_dir: Path) -> str:
-    """The command that resumes the run in ``run_dir``, runnable as printed: this interpreter, by its full path,
-    runs ``-m accumrun``, so it works outside an activated virtual environment too."""
-    return shlex.join([sys.executable, "-m", "accumrun", "train", "--resume", str(run_dir)])
+def resume_command(run_dir: Path, command: str = "train") -> str:
+    """The command that resumes the run (or with ``command="compare"`` the comparison) in ``run_dir``, runnable as
+    printed: this interpreter, by its full path, runs ``-m accumrun``, so it works outside an activated virtual
+    environment too."""
+    return shlex.join([sys.executable, "-m", "accumrun", command, "--resume", str(run_dir)])
 
 
 class Signals(Hook):
