@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import pytest
 
-from accumrun.reports.compare import compared_curves, unplotted_variants
+from accumrun.reports.compare import Variant, compared_curves, unplotted_variants
 from accumrun.training.signals import resume_command
 from tests.helpers import invoke, signal_after_batch, tiny_config
 from tests.test_compare import variants_in_this_process
@@ -150,3 +150,32 @@ def test_ctrl_c_at_a_terminal_stops_a_real_comparison_with_a_checkpoint(tmp_path
     assert lines[3:] == ["  off (subdivisions 1): not started", f"resume with: {resume_command(out, 'compare')}"]
     assert _statuses(out) == ["stopped", "not started"]
     assert json.loads((out / "subdivisions-2" / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_a_variant_left_running_by_a_killed_comparison_runs_again_from_where_its_folder_stands(tmp_path: Path) -> None:
+    # The comparison's own process was killed (SIGKILL, a lost machine): compare.json still says "running".
+    listed = [
+        {"key": "training.subdivisions", "value": value, "run_dir": f"elsewhere/subdivisions-{value}", "status": status}
+        for value, status in ((4, "running"), (2, "running"), (1, "running"), (3, "failed (exit 1)"))
+    ]
+    (tmp_path / "compare.json").write_text(json.dumps({"config": "tiny.yaml", "variants": listed}))
+    (tmp_path / "subdivisions-4" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "subdivisions-4" / "checkpoints" / "ckpt-epoch00001-batch0000001.npz").write_bytes(b"")
+    (tmp_path / "subdivisions-2").mkdir()  # stopped before its first checkpoint
+    (tmp_path / "subdivisions-1").mkdir()
+    (tmp_path / "subdivisions-1" / "run.json").write_text('{"status": "completed", "started": ""}')
+    resumed, fresh, completed, failed = (Variant.from_json(entry, tmp_path) for entry in listed)
+    assert resumed.command(Path("tiny.yaml"), [])[3:] == [
+        "train",
+        "--resume",
+        str(tmp_path / "subdivisions-4"),
+        "--quiet",
+    ]
+    assert fresh.exit_code is None and fresh.command(Path("tiny.yaml"), ["training.epochs=2"])[3:] == [
+        *("train", "tiny.yaml", "--quiet", "--set", "training.epochs=2", "--subdivisions", "2"),
+        *("--run-dir", str(tmp_path / "subdivisions-2"), "--overwrite"),
+    ]
+    assert (completed.status, failed.status) == ("completed", "failed (exit 1)")
+    # Its config is named as the comparison was given it: from another folder it is not found.
+    result = invoke("compare", "--resume", str(tmp_path))
+    assert result.returncode == 1 and "the comparison's config tiny.yaml is not found from here" in result.stderr

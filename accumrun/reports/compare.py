@@ -33,8 +33,8 @@ from accumrun.reports.plot import plot_curves
 from accumrun.rundir.atomic import write_text_atomically
 from accumrun.rundir.layout import has_checkpoint
 from accumrun.rundir.metrics import EpochRow, load_metrics, read_rows
-from accumrun.rundir.status import BatchNormNote, RunRecord
-from accumrun.training.signals import StopRequests, resume_command
+from accumrun.rundir.status import BatchNormNote, RunRecord, read_status
+from accumrun.stops import StopRequests, resume_command
 
 SUBDIVISIONS = "training.subdivisions"
 """The key a comparison varies unless told another."""
@@ -143,16 +143,17 @@ class Variant:
     def from_json(cls, entry: dict[str, Any], folder: Path) -> Variant:
         """The variant that ``compare.json`` in ``folder`` lists as ``entry``; its run folder is the comparison
         folder's child (``compare.json``'s path may be relative to another folder). A variant left ``running``
-        (the comparison's process was killed) is to run again, from its checkpoint if it has one; a file from
-        before statuses were recorded lists finished variants only."""
+        (the comparison's process was killed) is to run again, from its checkpoint if it has one, unless its run
+        completed; a file from before statuses were recorded lists finished variants only."""
         status = entry.get("status", RunState.COMPLETED.value)
         failed = re.fullmatch(r"failed \(exit (-?\d+)\)", status)
         exit_code = entry.get("exit_code", 0 if status == RunState.COMPLETED.value else None)
         if exit_code is None and failed:
             exit_code = int(failed.group(1))
+        run_dir = folder / Path(entry["run_dir"]).name
         if status == RunState.RUNNING.value:
-            exit_code = None
-        variant = cls(entry["value"], folder / Path(entry["run_dir"]).name, entry["key"], exit_code, entry.get("error"))
+            exit_code = 0 if read_status(run_dir) is RunState.COMPLETED else None
+        variant = cls(entry["value"], run_dir, entry["key"], exit_code, entry.get("error"))
         variant.stop = entry.get("stopped")
         return variant
 
@@ -211,6 +212,10 @@ def resume_comparison(out_dir: Path, *, echo: Callable[[str], None]) -> Comparis
     report = _Report.read(out_dir)
     if all(v.exit_code is not None and not v.stopped for v in report.variants):
         raise ConfigError("resume", "every variant of this comparison has run; start a new comparison", str(out_dir))
+    if not report.config_path.is_file():
+        # Its path is as the comparison was given it: relative to the folder it ran in.
+        what = "is not found from here; resume in the folder the comparison ran in"
+        raise ConfigError("resume", f"the comparison's config {report.config_path} {what}", str(out_dir))
     for variant in report.variants:
         if variant.completed:
             _read_results(variant)
