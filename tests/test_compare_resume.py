@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,12 +15,12 @@ import numpy as np
 import pytest
 
 from accumrun.reports.compare import Variant, compared_curves, unplotted_variants
-from accumrun.training.signals import resume_command
+from accumrun.stops import resume_command
 from tests.helpers import invoke, signal_after_batch, tiny_config
 from tests.test_compare import variants_in_this_process
+from tests.test_interrupt import start_paused
 from tests.test_resume import training_rows
 
-REPO = Path(__file__).resolve().parent.parent
 VALUES = ["subdivisions-2", "subdivisions-5", "subdivisions-1"]
 
 
@@ -116,20 +114,8 @@ def test_ctrl_c_at_a_terminal_stops_a_real_comparison_with_a_checkpoint(tmp_path
         output={"tensorboard": False},
     )
     out = tmp_path / "out"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "accumrun", "compare", str(config), "--subdivisions", "2,1", "--run-dir", str(out)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(REPO),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "ACCUMRUN_TEST_PAUSE_AT_FORWARD": "0.1",
-        },
-    )
+    command = ["-m", "accumrun", "compare", str(config), "--subdivisions", "2,1", "--run-dir", str(out)]
+    process = start_paused(command, tmp_path, start_new_session=True)
     try:
         rows = out / "subdivisions-2" / "metrics.jsonl"
         deadline = time.monotonic() + 240

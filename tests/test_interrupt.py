@@ -10,13 +10,33 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+import click
 import pytest
 
 from tests.helpers import invoke, tiny_config
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def start_paused(arguments: list[str], cwd: Path, **popen: Any) -> subprocess.Popen[str]:
+    """``python ARGUMENTS`` in ``cwd``, its output piped, importing this checkout (and its tests.hook_models, whose
+    forward passes pause 0.1 s each there, so that a run is still training when a test signals it)."""
+    return subprocess.Popen(
+        [sys.executable, *arguments],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "ACCUMRUN_TEST_PAUSE_AT_FORWARD": "0.1",
+        },
+        **popen,
+    )
 
 
 def _read_until(stream: IO[str], marker: str) -> list[str]:
@@ -46,19 +66,7 @@ MOMENTS = {
 def test_ctrl_c_at_any_moment_of_trains_start_exits_130(tmp_path: Path, moment: str) -> None:
     # Each forward pass pauses 0.1 s, so that the run is still training when the last moment's signal comes.
     config = tiny_config(tmp_path, model={"name": "tests.hook_models:mlp", "hidden": [8]}, training={"epochs": 20})
-    process = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-m", "accumrun", "train", str(config), "--run-dir", "run"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(REPO),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "ACCUMRUN_TEST_PAUSE_AT_FORWARD": "0.1",
-        },
-    )
+    process = start_paused(["-X", "importtime", "-m", "accumrun", "train", str(config), "--run-dir", "run"], tmp_path)
     try:
         stream, marker = MOMENTS[moment]
         seen = _read_until(process.stdout if stream == "stdout" else process.stderr, marker)  # type: ignore[arg-type]
@@ -82,7 +90,7 @@ def test_ctrl_c_at_any_moment_of_trains_start_exits_130(tmp_path: Path, moment: 
 
 
 def test_ctrl_c_in_a_command_is_exit_130_not_aborted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # The group's edge, in this process: a KeyboardInterrupt from a command's body, or while its arguments are
+    # The group's edge, in this process: a KeyboardInterrupt from a command's body, or while the arguments are
     # parsed (a run folder's check reads its files), is "stopped by Ctrl-C" and 130.
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
@@ -91,6 +99,9 @@ def test_ctrl_c_in_a_command_is_exit_130_not_aborted(monkeypatch: pytest.MonkeyP
     result = invoke("train", str(tiny_config(tmp_path)), "--run-dir", str(tmp_path / "run"))
     assert (result.returncode, result.stderr) == (130, "\nstopped by Ctrl-C\n")
     monkeypatch.setattr("accumrun.rundir.layout.require_run_folder", interrupted)
+    result = invoke("evaluate", str(tmp_path))
+    assert (result.returncode, result.stderr) == (130, "\nstopped by Ctrl-C\n")
+    monkeypatch.setattr(click.Group, "parse_args", interrupted)  # the group's own, before a command is chosen
     result = invoke("evaluate", str(tmp_path))
     assert (result.returncode, result.stderr) == (130, "\nstopped by Ctrl-C\n")
 
