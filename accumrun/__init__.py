@@ -33,7 +33,17 @@ if TYPE_CHECKING:
 from accumrun._version import __version__
 from accumrun.kinds import Kind, ModelFile, Split
 
-__all__ = ["__version__", "compare", "evaluate", "export", "generate", "load_config", "predict", "train"]
+__all__ = [
+    "__version__",
+    "compare",
+    "evaluate",
+    "export",
+    "generate",
+    "load_config",
+    "predict",
+    "resume_compare",
+    "train",
+]
 
 K = TypeVar("K", bound=Kind)
 
@@ -218,6 +228,8 @@ def compare(
         ConfigError: the config is invalid, or ``run_dir`` holds files.
         ArgumentError: ``subdivisions`` left to the config when it trains with 1, or both ``subdivisions`` and
             ``vary``.
+        Interrupted: SIGINT or SIGTERM stopped it; ``run_dir/compare.json`` says where each variant stands, and
+            :func:`resume_compare` goes on.
     """
     from accumrun.errors import ArgumentError
     from accumrun.reports.compare import compare_runs
@@ -241,6 +253,21 @@ def compare(
             )
         subdivisions = [loaded.training.subdivisions, 1]
     return compare_runs(path, list(subdivisions), target, list(overrides), echo=echo)
+
+
+def resume_compare(run_dir: str | Path, *, quiet: bool = False) -> Comparison:
+    """Go on with the comparison in ``run_dir`` that SIGINT or SIGTERM stopped: resume its stopped variant from its
+    checkpoint, train those not started, and return what an uninterrupted :func:`compare` returns (the same rows
+    and weights).
+
+    Raises:
+        ConfigError: ``run_dir`` holds no comparison, or every variant of it has run.
+        Interrupted: stopped again.
+    """
+    from accumrun.reports.compare import resume_comparison
+
+    echo = (lambda _: None) if quiet else functools.partial(print, flush=True)
+    return resume_comparison(Path(run_dir), echo=echo)
 
 
 def _member(kind: type[K], argument: str, value: K | str) -> K:

@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"rundir"},
     {"core", "lookup"},
     {"sections"},
-    {"errors", "kinds", "_version"},
+    {"errors", "kinds", "_version", "stops"},
 ]
 
 

@@ -43,6 +43,7 @@ ROWS = [
     ("compare {config} --set x", 2, "is not KEY=VALUE"),
     ("compare {config} --run-dir {file}", 2, "Invalid value for '--run-dir'"),
     ("compare {config} --run-dir {occupied}", 1, "run_dir: exists and is not empty"),
+    ("compare --resume {empty}", 2, "not a comparison's folder (no compare.json)"),
     ("launch --workers 0 {config}", 2, "Invalid value for '--workers'"),
     # launch takes train's options and checks them as train does, before it starts a worker.
     ("launch --workers 2 {config} --epochs 0", 2, "Invalid value for '--epochs'"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -30,8 +31,20 @@ def _varied_key(ctx: click.Context, param: click.Parameter, value: str | None) -
     return key.strip(), list(dict.fromkeys(values))
 
 
+class _ComparisonFolder(click.ParamType):
+    """A comparison's folder, which holds its ``compare.json``; anything else is a usage error."""
+
+    name = "dir"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        folder = Path(value)
+        if not (folder / "compare.json").is_file():
+            self.fail(f"{folder}: not a comparison's folder (no compare.json)", param, ctx)
+        return folder
+
+
 @click.command(cls=Command)
-@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.argument("config_path", metavar="CONFIG", required=False, type=click.Path(dir_okay=False))
 @click.option(
     "--subdivisions",
     callback=_subdivision_list,
@@ -46,23 +59,41 @@ def _varied_key(ctx: click.Context, param: click.Parameter, value: str | None) -
 )
 @apply_options(SHARED_OVERRIDE_OPTIONS)
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the variants and the report.")
+@click.option(
+    "--resume",
+    "resume_dir",
+    metavar="DIR",
+    type=_ComparisonFolder(),
+    help="Go on with the comparison in DIR that Ctrl-C stopped: resume its stopped variant, run those not started.",
+)
 def compare(
-    config_path: str,
+    config_path: str | None,
     subdivisions: list[int | str] | None,
     vary: tuple[str, list[str]] | None,
     run_dir: str | None,
+    resume_dir: Path | None,
     **flags: Any,
 ) -> None:
     """Train CONFIG with subdivisions on and off (or with each value of the --vary key), from the same weights and
     data order, and compare.
 
     Each variant is a run folder of its own under the compare folder, with its TensorBoard scalars, so
-    `tensorboard --logdir COMPARE_DIR` overlays them.
+    `tensorboard --logdir COMPARE_DIR` overlays them. Ctrl-C stops the variant under way with a checkpoint and
+    prints the command that goes on (--resume DIR).
     """
     if vary is not None and subdivisions is not None:
         raise click.UsageError("--vary and --subdivisions each choose what to compare; give one")
-    start_tensorflow()
-    comparison = accumrun.compare(config_path, subdivisions, run_dir, overrides=overrides(**flags), vary=vary)
+    requested = overrides(**flags)
+    if resume_dir is not None:
+        if config_path or subdivisions or vary or run_dir or requested:
+            raise click.UsageError("--resume goes on with the comparison as it was started; give it alone")
+        start_tensorflow()
+        comparison = accumrun.resume_compare(resume_dir)
+    elif config_path is None:
+        raise click.UsageError("missing CONFIG (or --resume DIR to go on with a stopped comparison)")
+    else:
+        start_tensorflow()
+        comparison = accumrun.compare(config_path, subdivisions, run_dir, overrides=requested, vary=vary)
     click.echo(f"\n{comparison.table()}")
     png = f" and {comparison.png_path}" if comparison.png_path else ""
     click.echo(f"\nwrote {comparison.json_path}{png}")

@@ -32,13 +32,10 @@ def generate(run_dir: Path, prompt: str, **options: Any) -> None:
 
     Any --max-tokens runs: Ctrl-C stops it, keeping what was printed (exit 130).
     """
+    # Ctrl-C is the group's: "stopped by Ctrl-C" and exit 130, the text so far kept as the output.
+    start_tensorflow()
     try:
-        start_tensorflow()
         accumrun.generate(run_dir, prompt, on_text=_show_piece, **options)
-    except KeyboardInterrupt:
-        # Not click's "Aborted!" and exit 1: the text so far is the output, kept as training keeps its checkpoint.
-        click.echo("\nstopped by Ctrl-C", err=True)
-        sys.exit(130)
     except _ReaderGone:
         return
     click.echo()

@@ -1,5 +1,6 @@
 """The group every command joins, and the process around it: a bad argument is a usage error, an unexpected
-exception one line, a closed stdout ends nothing; TensorFlow starts quietly, and its teardown is skipped at exit.
+exception one line, a closed stdout ends nothing, Ctrl-C exit 130 at any moment; TensorFlow starts quietly, and its
+teardown is skipped at exit.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import atexit
 import contextlib
 import os
 import re
+import signal
 import sys
 import threading
 import traceback
@@ -67,19 +69,38 @@ class _ClosedStdoutIgnored:
         return getattr(self._stream, name)
 
 
+STOPPED_BY_CTRL_C = 130
+"""The exit code of a command that Ctrl-C stopped, whenever it came (128 + SIGINT, as a shell reports it)."""
+
+
 class _Group(click.Group):
-    """Turns an unexpected exception into a one-line error instead of a traceback; a closed stdout ends nothing."""
+    """Turns an unexpected exception into a one-line error instead of a traceback, and Ctrl-C into exit 130 (not
+    click's ``Aborted!`` and exit 1, which means bad input here); a closed stdout ends nothing."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:  # parsing the arguments: a callback may read files (a run folder's run.json)
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise _stopped_by_ctrl_c() from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             with contextlib.redirect_stdout(_ClosedStdoutIgnored(sys.stdout)):
                 return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt, SystemExit):
+        except KeyboardInterrupt:
+            # A command that has more to say of its stop (train: how to resume) says it and exits 130 itself.
+            raise _stopped_by_ctrl_c() from None
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except Exception as error:
             if os.environ.get("ACCUMRUN_TRACEBACK"):
                 traceback.print_exc()
             raise click.ClickException(_explain_unexpected(error)) from None
+
+
+def _stopped_by_ctrl_c() -> click.exceptions.Exit:
+    click.echo("\nstopped by Ctrl-C", err=True)
+    return click.exceptions.Exit(STOPPED_BY_CTRL_C)
 
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
@@ -136,15 +157,20 @@ def run() -> None:
     """The ``accumrun`` command: :func:`main`, then, once TensorFlow is loaded, an exit that skips the interpreter's
     teardown. Tearing TensorFlow down takes 2 to 3 s after everything is written (measured on a 2-core CPU, for any
     Keras script): a user would wait it out after every run. The exit handlers still run first (they flush the logs
-    and end a multi-worker run's service), other threads are waited for, and the output is flushed."""
+    and end a multi-worker run's service), other threads are waited for, and the output is flushed. Ctrl-C while
+    the process ends ends it at once, with 130."""
     try:
         main(prog_name="accumrun")
     except SystemExit as done:
-        if "tensorflow" not in sys.modules:
-            raise
         code = done.code
+    except KeyboardInterrupt:  # after the command, before click's own handling ends (tearing its context down)
+        code = STOPPED_BY_CTRL_C
     else:
         code = 0
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with SIGINT ignored
+        signal.signal(signal.SIGINT, _exit_at_once)
+    if not _tensorflow_loaded():
+        sys.exit(code)
     if not isinstance(code, int):  # sys.exit("message") or sys.exit(None), as the interpreter reads them
         if code is not None:
             print(code, file=sys.stderr)
@@ -157,3 +183,14 @@ def run() -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe: nothing more can be written
             stream.flush()
     os._exit(code)
+
+
+def _tensorflow_loaded() -> bool:
+    """Whether any of TensorFlow is loaded: all of it, or what an import that Ctrl-C cut short left (its native
+    libraries included, which the interpreter's teardown may hang or crash on)."""
+    return any(name == "tensorflow" or name.startswith("tensorflow.") for name in sys.modules)
+
+
+def _exit_at_once(number: int, frame: Any) -> None:
+    """SIGINT's handler once the command has ended: nothing is left to stop at a boundary, so exit 130 now."""
+    os._exit(STOPPED_BY_CTRL_C)

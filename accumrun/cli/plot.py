@@ -29,17 +29,20 @@ class _PlottedFolder(click.ParamType):
 @click.option("--out", type=click.Path(dir_okay=False), default="plot.png", show_default=True, help="PNG to write.")
 def plot(run_dirs: tuple[Path, ...], out: str) -> None:
     """Plot the training and validation loss of one or more run directories together; a comparison's folder
-    (accumrun compare) draws each of its variants."""
-    from accumrun.reports.compare import compared_curves
+    (accumrun compare) draws each of its variants, an unfinished one named with its status, and names those with
+    nothing to draw above the panels."""
+    from accumrun.reports.compare import compared_curves, unplotted_variants
     from accumrun.reports.plot import plot_curves
     from accumrun.rundir.metrics import load_metrics
 
-    curves = {}
+    curves, unplotted = {}, []
     for folder in run_dirs:
         name = folder.name or str(folder)
         if (folder / "compare.json").is_file():
             prefix = f"{name}: " if len(run_dirs) > 1 else ""
             curves.update({prefix + variant: rows for variant, rows in compared_curves(folder).items()})
+            unplotted += [prefix + variant for variant in unplotted_variants(folder)]
         else:
             curves[name] = load_metrics(folder)
-    click.echo(f"wrote {plot_curves(curves, Path(out))}")
+    title = f"no rows to draw: {', '.join(unplotted)}" if unplotted else ""
+    click.echo(f"wrote {plot_curves(curves, Path(out), title=title)}")

@@ -1,64 +1,19 @@
 """Graceful stops: SIGINT or SIGTERM asks the run to stop at the next batch boundary. A compiled call cannot be cut
-in half, and a checkpoint taken mid-accumulation would be wrong, so the signal only raises a flag, checked after
-every call; a second Ctrl-C raises ``KeyboardInterrupt`` at once.
+in half, and a checkpoint taken mid-accumulation would be wrong, so the signal only raises a flag
+(:class:`~accumrun.stops.StopRequests`), checked after every call; a second Ctrl-C raises ``KeyboardInterrupt`` at
+once.
 """
 
 from __future__ import annotations
 
-import shlex
 import signal
-import sys
-import threading
-from collections.abc import Callable
-from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any
 
 from accumrun.errors import Interrupted
+from accumrun.stops import StopRequests, resume_command
 from accumrun.training.checkpoints import Position
 from accumrun.training.hooks import CallEnd, Hook
 
-
-class StopRequests:
-    """A context manager that turns SIGINT and SIGTERM into :attr:`signal_number` while it is active."""
-
-    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.signal_number: int | None = None
-        # The handlers to put back on exit, as signal.signal returns them.
-        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
-
-    def __enter__(self) -> StopRequests:
-        # Python runs signal handlers in the main thread only; elsewhere (a test's thread) the defaults stay.
-        if threading.current_thread() is threading.main_thread():
-            for number in self._SIGNALS:
-                self._previous[number] = signal.signal(number, self._handle)
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
-        self._previous.clear()
-
-    def _handle(self, number: int, frame: FrameType | None) -> None:
-        if self.signal_number is not None and number == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signal_number = number
-        name = signal.Signals(number).name
-        print(
-            f"\n{name}: stopping after the updates under way (Ctrl-C again to stop at once)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-def resume_command(run_dir: Path) -> str:
-    """The command that resumes the run in ``run_dir``, runnable as printed: this interpreter, by its full path,
-    runs ``-m accumrun``, so it works outside an activated virtual environment too."""
-    return shlex.join([sys.executable, "-m", "accumrun", "train", "--resume", str(run_dir)])
+__all__ = ["Signals", "StopRequests", "resume_command"]
 
 
 class Signals(Hook):
