@@ -3,9 +3,10 @@
 The runs are ``benchmarks/streaming.py``'s speed section (darknet_cnn, filters [16, 32], strides [2, 2], on its
 folder of 64x64 PNGs, batch 64 in 4 sub-batches), each a process of its own, in turns: disk, memory, memory,
 disk, ... . The disk cache is built before the first run, so every disk run starts warm, as a second run over the
-folder does. Besides ``disk`` and ``memory``, ``memory-1`` trains the images in memory at
-``training.updates_per_call: 1``: the one update per compiled call that a source read as it is needed (the disk
-cache) trains with, where arrays held as one tensor run several updates per call.
+folder does. Both run several updates per compiled call (``training.updates_per_call: auto``): memory from the
+arrays held as one tensor, disk from each call's batches, read for it while the call before trains. ``memory-1``
+and ``disk-1`` train at ``training.updates_per_call: 1``, one update per call, as the disk cache did before it
+ran several: what the calls of several updates are worth on either side.
 
 Each run reports two figures per epoch after the first: samples/s by the wall clock (the target's), and samples
 per CPU second of the whole process (its user and system time, read as each epoch's row reaches
@@ -13,7 +14,7 @@ per CPU second of the whole process (its user and system time, read as each epoc
 seconds follow the work a sample costs: the two together tell a slower reader from a busier machine. The report
 gives every run's figures, each arm's median, and the ratios of disk to memory. Run from anywhere:
 
-    python benchmarks/cache_alternate.py [--runs 3] [--epochs 4] [--images 2000] [--arms disk,memory,memory-1]
+    python benchmarks/cache_alternate.py [--runs 3] [--epochs 4] [--images 2000] [--arms disk,memory,memory-1,disk-1]
         [--data-dir DIR] [--out PATH]
 """
 
@@ -39,6 +40,7 @@ ARMS = {
     "disk": {"data.cache": "disk"},
     "memory": {"data.cache": "memory"},
     "memory-1": {"data.cache": "memory", "training.updates_per_call": 1},
+    "disk-1": {"data.cache": "disk", "training.updates_per_call": 1},
 }
 """Each arm's keys over the speed section's config of the image folder."""
 TARGET = 0.9
