@@ -23,6 +23,7 @@ from accumrun.data.cache import Cached
 from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import encode, shape_images, write_image_folder
 from accumrun.data.feeder import Feeder
+from accumrun.data.read_ahead import ReadAhead
 from accumrun.data.section import AugmentConfig, DataSection
 from accumrun.data.source import ArraySource, Source
 from accumrun.errors import ConfigError, DataError
@@ -124,6 +125,33 @@ def test_a_cached_run_trains_exactly_as_one_that_decodes_the_files(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("updates_per_call", [4, "auto"])
+def test_the_disk_cache_runs_several_updates_per_call_as_memory_does(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, updates_per_call: int | str
+) -> None:
+    """Without augmentation, the disk cache's batches are read for each call (one gather per batch, the next call's
+    read ahead) and trained several per call, as the arrays held in memory are: the same numbers, bit for bit.
+    Batches of 8, 8 and 2: a call's batches have one size, and the calls cross the ends of epochs."""
+    reads: list[int] = []
+    read = Feeder.read
+    monkeypatch.setattr(
+        Feeder, "read", lambda self, chunks, then: reads.append(len(chunks)) or read(self, chunks, then)
+    )
+    training = {"epochs": 3, "batch_size": 8, "subdivisions": 3, "updates_per_call": updates_per_call}
+    runs = {
+        cache: trained(
+            run_config(folder, cache=cache, cache_dir=str(tmp_path / "cache"), augment=[]) | {"training": training},
+            tmp_path / cache,
+        )
+        for cache in ("memory", "disk")
+    }
+    assert_same(runs["disk"][0], runs["memory"][0])
+    assert runs["disk"][1] == runs["memory"][1]
+    # The validation split reads a batch at a time; training read the calls' batches.
+    assert max(reads) == 2
+
+
+@pytest.mark.slow
 def test_memory_and_disk_serve_the_decoded_images_in_the_same_order_and_draws(folder: Path, tmp_path: Path) -> None:
     def loaded(cache: str) -> Any:
         config = data_config(
@@ -213,6 +241,18 @@ def test_a_cache_cut_short_after_startup_fails_the_epoch_in_one_line(tmp_path: P
     message = rf"^data: reading the data failed: {re.escape(split.file)} holds \d+ bytes, a read reaches byte \d+$"
     with pytest.raises(DataError, match=message):
         list(feeder.epoch(0))
+
+
+def test_reading_ahead_reads_each_chunk_once_and_drops_what_is_not_asked_for() -> None:
+    read: list[int] = []
+    ahead: ReadAhead[int, int] = ReadAhead(lambda key: read.append(key) or key * 10)
+    assert ahead.take([0, 1], then=[2, 3, 4]) == [0, 10]
+    assert ahead.take([2], then=[3, 4, 5]) == [20]  # a shorter call than foreseen: the rest stays read ahead
+    assert ahead.take([3, 4, 5, 6], then=[8]) == [30, 40, 50, 60]  # a longer one reads the rest now
+    assert ahead.take([7], then=[]) == [70]  # 8, foreseen in vain, is dropped
+    assert ahead.take([8], then=[]) == [80]
+    # Each read once, in the order asked, but 8: asked for again after it was dropped, if the reader had not begun it.
+    assert read[:7] == list(range(7)) and sorted(set(read)) == list(range(9)) and len(read) - read.count(8) == 8
 
 
 # --- errors and config ------------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""Several updates in one compiled call, over data already on the device.
+"""Several updates in one compiled call, over data already on the device, or over the call's own batches.
 
 Each update is one batch through the whole-batch step (see :mod:`accumrun.core.step`): the rows of the batch are
-gathered from the data on the device, and the step makes the batch's one update, exactly as a call of its own
-would. A ``tf.while_loop`` runs the updates one after another, so the host is needed once per call, not once per
-update: what a cheap update (full-batch gradient descent on a small model) otherwise spends on dispatch, on
-iterators and on Python.
+gathered from the data on the device (held for the run), or from the call's batches, read for it (a source read as
+it is needed: the disk cache), and the step makes the batch's one update, exactly as a call of its own would. A
+``tf.while_loop`` runs the updates one after another, so the host is needed once per call, not once per update:
+what a cheap update (full-batch gradient descent on a small model) otherwise spends on dispatch, on iterators and
+on Python.
 
 A call may cross the end of an epoch. The training metrics count an epoch's samples, so they are reset where an
 epoch starts, and their values are read where one ends, inside the call; what else an epoch's end needs
@@ -48,7 +49,7 @@ class Updates(NamedTuple):
 
 class UpdateLoop:
     """Runs ``step`` on batches gathered from ``x`` and ``y`` (tensors on the device; ``y`` may carry per-sample
-    weights, gathered with it), several per call.
+    weights, gathered with it), several per call; with ``x`` None, from the data each call is given.
 
     ``metrics`` are the training metrics the step updates. ``stop_on_nonfinite`` ends a call at the first update
     that was not applied because its loss or gradient was NaN or Inf (a loss-scale overflow with a finite loss is
@@ -58,8 +59,8 @@ class UpdateLoop:
     def __init__(
         self,
         step: WholeBatchStep,
-        x: tf.Tensor,
-        y: Targets,
+        x: tf.Tensor | None,
+        y: Targets | None,
         *,
         optimizer: keras.optimizers.Optimizer,
         metrics: MetricSet,
@@ -74,12 +75,22 @@ class UpdateLoop:
         # One compiled call per batch size: the batch's size is static inside, as it is for a call of its own.
         self._calls: dict[int, tf.types.experimental.GenericFunction] = {}
 
-    def __call__(self, rows: np.ndarray, starts_epoch: np.ndarray, ends_epoch: np.ndarray) -> Updates:
+    def __call__(
+        self,
+        rows: np.ndarray,
+        starts_epoch: np.ndarray,
+        ends_epoch: np.ndarray,
+        data: tuple[tf.Tensor, Targets] | None = None,
+    ) -> Updates:
         """Run one update per row of ``rows`` (``[updates, batch_size]`` row indices into the data, in the order
         the batch takes them). ``starts_epoch`` and ``ends_epoch`` flag the updates that begin or end an epoch:
-        the metrics are reset before the first and read after the second."""
+        the metrics are reset before the first and read after the second. ``data`` is the call's ``(x, y)`` where
+        the loop holds none."""
+        given = () if data is None else data
         batch_size = int(rows.shape[1])
         if batch_size not in self._calls:
+            # The data's spec, with any count of rows: one trace serves calls of any length.
+            specs = tf.nest.map_structure(lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), tuple(given))
             self._calls[batch_size] = tf.function(
                 self._run,
                 # Written with tf.while_loop and tf.cond: nothing for autograph to convert, which saves tracing time.
@@ -88,10 +99,11 @@ class UpdateLoop:
                     tf.TensorSpec([None, batch_size], tf.int32),
                     tf.TensorSpec([None], tf.bool),
                     tf.TensorSpec([None], tf.bool),
+                    *specs,
                 ],
             )
         outputs = self._calls[batch_size](
-            tf.constant(rows, tf.int32), tf.constant(starts_epoch, tf.bool), tf.constant(ends_epoch, tf.bool)
+            tf.constant(rows, tf.int32), tf.constant(starts_epoch, tf.bool), tf.constant(ends_epoch, tf.bool), *given
         )
         return Updates(*(output.numpy() for output in outputs))
 
@@ -100,7 +112,10 @@ class UpdateLoop:
         """How many times the calls were traced so far (a traced call's time is not the work's)."""
         return sum(call.experimental_get_tracing_count() for call in self._calls.values())
 
-    def _run(self, rows: tf.Tensor, starts_epoch: tf.Tensor, ends_epoch: tf.Tensor) -> tuple[tf.Tensor, ...]:
+    def _run(
+        self, rows: tf.Tensor, starts_epoch: tf.Tensor, ends_epoch: tf.Tensor, *data: Any
+    ) -> tuple[tf.Tensor, ...]:
+        x, y = data if data else (self._x, self._y)
         count = tf.shape(rows)[0]
         metric_count = len(self._metrics.names)
         # Sized as they fill: a call that stops early returns only the updates it ran.
@@ -122,8 +137,8 @@ class UpdateLoop:
             reset_done = tf.cond(starts_epoch[k], reset, lambda: tf.constant(False))
             with tf.control_dependencies([reset_done]):
                 batch = tf.identity(rows[k])
-            targets = each(lambda t: tf.gather(t, batch), self._y)
-            loss_sum, units, applied, measures = self._step(tf.gather(self._x, batch), targets)
+            targets = each(lambda t: tf.gather(t, batch), y)
+            loss_sum, units, applied, measures = self._step(tf.gather(x, batch), targets)
             with tf.control_dependencies([loss_sum, applied]):
                 metrics = tf.cond(
                     ends_epoch[k], self._metrics.result_tensor, lambda: tf.zeros([metric_count], tf.float32)

@@ -3,23 +3,24 @@
 The chunks have the caller's sizes, the same every epoch, filled in the epoch's order (the source's), in the stored
 dtype, augmented per sample when training asks for it; each reaches the device whole when the step takes it.
 Without augmentation, arrays in memory are held as one tensor (:mod:`accumrun.data.resident`), and a source that
-reads any samples in one call (the disk cache) reads each chunk so: a ``tf.data`` pipeline built every epoch would
-cost more than reading a small epoch does.
+reads any samples in one call (the disk cache) reads each chunk so, ahead of the step (:meth:`Feeder.read`): a
+``tf.data`` pipeline built every epoch would cost more than reading a small epoch does.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from itertools import count
 
 import numpy as np
 import tensorflow as tf
 
+from accumrun.core.targets import Targets
 from accumrun.data.augment import Augmentation
 from accumrun.data.grouping import LengthGroups
-from accumrun.data.resident import ResidentArrays, resident
+from accumrun.data.read_ahead import ReadAhead
+from accumrun.data.resident import ResidentArrays, resident, resides
 from accumrun.data.source import AUTOTUNE, BLOCK, Source
 from accumrun.errors import DataError
 
@@ -28,6 +29,12 @@ _PIPELINE_PREFIX = re.compile(
     r"iterator: \S+: )?(\w+Error: )?"
 )
 """What ``tf.data`` puts before the error of a function it ran: TensorFlow's bookkeeping, not the user's problem."""
+
+
+def gathers(split: Source, augmented: bool) -> bool:
+    """Whether a feeder reads each chunk of ``split`` in one gather (:meth:`Feeder.read`): the source
+    :attr:`~accumrun.data.source.Source.gathers`, it is not held as one tensor, and no sample is augmented."""
+    return split.gathers and not augmented and not resides(split, augmented)
 
 
 class Feeder:
@@ -75,6 +82,10 @@ class Feeder:
             groups=self._groups,
         )
         """The arrays on the device, when the split is held there; else None (it is read as it is needed)."""
+        self.gathers = gathers(split, augmentation is not None)
+        """Whether each chunk is read in one gather (:meth:`read`)."""
+        self._ahead: ReadAhead[tuple[int, int], tuple[tf.Tensor, Targets]] = ReadAhead(lambda at: self._gather(*at))
+        self._order: tuple[int, np.ndarray] | None = None
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
         """The chunks of ``epoch`` (0-based) as ``(x, y)``, less the first ``skip`` (to resume an epoch).
@@ -87,8 +98,7 @@ class Feeder:
         if self.resident is not None:
             yield from self.resident.chunks(epoch, skip)
             return
-        gathered = self.source.gathers and self._augmentation is None
-        chunks = self._gathered(epoch, skip) if gathered else iter(self._pipeline(epoch, skip))
+        chunks = self._gathered(epoch, skip) if self.gathers else iter(self._pipeline(epoch, skip))
         for done in count(skip):
             try:
                 x, y = next(chunks)
@@ -98,19 +108,32 @@ class Feeder:
                 raise self._read_error(epoch, done, error) from None
             yield x, y
 
-    def _gathered(self, epoch: int, skip: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
-        """The chunks, each read in one gather while the step trains on the one before (a thread of its own: the
-        reads release the GIL), so reading overlaps the step as a prefetched pipeline's would."""
-        order = self.source.visits(epoch, self._seed, self._shuffle, self._groups)
-        rows = [
-            order[self._starts[chunk] : self._starts[chunk + 1]].astype(np.int64) for chunk in range(skip, self.count)
-        ]
-        with ThreadPoolExecutor(1, thread_name_prefix="accumrun-read") as reader:
-            ahead = reader.submit(self.source.gather, rows[0])
-            for following in rows[1:]:
-                chunk, ahead = ahead.result(), reader.submit(self.source.gather, following)
-                yield chunk
-            yield ahead.result()
+    def read(self, chunks: list[tuple[int, int]], then: list[tuple[int, int]]) -> tuple[tf.Tensor, Targets]:
+        """The chunks ``chunks`` (``(epoch, chunk)`` each, 0-based) as one ``(x, y)``, one after another, where the
+        feeder :attr:`gathers`; the chunks of ``then``, which the caller expects to ask for next, are read while it
+        trains on these.
+
+        Raises:
+            DataError: the data cannot be read.
+        """
+        parts = self._ahead.take(chunks, then)
+        if len(parts) == 1:
+            return parts[0]
+        return tf.nest.map_structure(lambda *part: tf.concat(part, 0), *parts)
+
+    def _gathered(self, epoch: int, skip: int) -> Iterator[tuple[tf.Tensor, Targets]]:
+        """The chunks, each read while the step trains on the one before."""
+        for chunk in range(skip, self.count):
+            yield self.read([(epoch, chunk)], [(epoch, chunk + 1)] if chunk + 1 < self.count else [])
+
+    def _gather(self, epoch: int, chunk: int) -> tuple[tf.Tensor, Targets]:
+        """Chunk ``chunk`` of ``epoch``, read in one gather."""
+        if self._order is None or self._order[0] != epoch:  # asked for again and again, but once per epoch
+            self._order = (epoch, self.source.visits(epoch, self._seed, self._shuffle, self._groups).astype(np.int64))
+        try:
+            return self.source.gather(self._order[1][self._starts[chunk] : self._starts[chunk + 1]])
+        except (tf.errors.OpError, OSError) as error:  # the file went missing, or was cut
+            raise self._read_error(epoch, chunk, error) from None
 
     def _pipeline(self, epoch: int, skip: int) -> tf.data.Dataset:
         source, seed, augmentation = self.source, self._seed, self._augmentation

@@ -1,7 +1,7 @@
 """An epoch's batches through the step, one call at a time, as :class:`~accumrun.core.updates.Updates` either way:
-:class:`DeviceBatches` runs several whole batches per compiled call from arrays held on the device (across the
-ends of epochs when every batch has the same size); :class:`FedBatches` runs one update per call, as the feeder
-serves batches or sub-batches."""
+:class:`DeviceBatches` runs several whole batches per compiled call, from arrays held on the device or from each
+call's batches read for it (across the ends of epochs when every batch has the same size); :class:`FedBatches`
+runs one update per call, as the feeder serves batches or sub-batches."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from accumrun.core.losses import MetricSet
 from accumrun.core.step import Chunk, TrainStep
 from accumrun.core.updates import UpdateLoop, Updates
 from accumrun.data.feeder import Feeder
-from accumrun.data.resident import ResidentArrays
+
+STAGED_BYTES = 2**27
+"""The most bytes of samples one call's batches, read for it, take (one call's and the next one's are held)."""
 
 
 class Batches(ABC):
@@ -42,28 +44,51 @@ class Batches(ABC):
 
 
 class DeviceBatches(Batches):
-    """Whole batches gathered on the device from ``data``, several updates per compiled call (``loop``)."""
+    """Whole batches, several updates per compiled call (``loop``): gathered on the device from the arrays the
+    feeder holds there, or, where it :attr:`~accumrun.data.feeder.Feeder.gathers` instead, from the call's batches,
+    read in one gather each, the next call's while this one trains."""
 
-    def __init__(self, plan: list[list[int]], data: ResidentArrays, loop: UpdateLoop) -> None:
+    def __init__(self, plan: list[list[int]], feeder: Feeder, loop: UpdateLoop) -> None:
         super().__init__(plan)
-        self._data = data
+        self._feeder = feeder
         self._loop = loop
         # A call runs batches of one size: all of an epoch's, or its full ones, then its short last one.
         self._uniform = len(set(self.sizes)) == 1
+        # Batches read for a call are held twice at most (the call's, and the next call's read ahead).
+        source = feeder.source
+        self._held = max(
+            1, STAGED_BYTES // (max(self.sizes) * int(np.prod(source.sample_shape)) * source.dtype.itemsize)
+        )
+        self._most_read = 1
 
     def most_per_call(self, batch: int) -> int:
+        most = np.iinfo(np.int32).max if self._feeder.resident is not None else self._held
         if self._uniform:
-            return np.iinfo(np.int32).max
+            return most
         same = itertools.takewhile(lambda size: size == self.sizes[batch], self.sizes[batch:])
-        return sum(1 for _ in same)
+        return min(most, sum(1 for _ in same))
 
     def run(self, epoch: int, batch: int, count: int) -> Updates:
+        positions = self._positions(epoch, batch, count)
         last = len(self.sizes) - 1
-        positions = [divmod(batch + k, len(self.sizes)) for k in range(count)]
-        rows = np.stack([self._data.chunk_rows(epoch + e, b) for e, b in positions])
         starts = np.array([b == 0 for _, b in positions])
         ends = np.array([b == last for _, b in positions])
-        return self._loop(rows, starts, ends)
+        resident = self._feeder.resident
+        if resident is not None:
+            return self._loop(np.stack([resident.chunk_rows(e, b) for e, b in positions]), starts, ends)
+        # The next call is read ahead as if as long as the longest so far: a shorter one takes what it needs.
+        self._most_read = max(self._most_read, count)
+        following = divmod(batch + count, len(self.sizes))
+        then = self._positions(
+            epoch + following[0], following[1], min(self._most_read, self.most_per_call(following[1]))
+        )
+        data = self._feeder.read(positions, then)
+        rows = np.arange(count * self.sizes[batch], dtype=np.int32).reshape(count, self.sizes[batch])
+        return self._loop(rows, starts, ends, data)
+
+    def _positions(self, epoch: int, batch: int, count: int) -> list[tuple[int, int]]:
+        """The ``(epoch, batch)`` of ``count`` batches from batch ``batch`` of ``epoch`` on."""
+        return [(epoch + e, b) for e, b in (divmod(batch + k, len(self.sizes)) for k in range(count))]
 
     @property
     def traces(self) -> int:

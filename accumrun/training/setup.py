@@ -24,7 +24,7 @@ from accumrun.core.step import StepSpec, TrainStep, make_train_step
 from accumrun.core.sub_batches import batch_sizes, sub_batch_sizes
 from accumrun.data.augment import Augmentation
 from accumrun.data.dataset import Dataset, load_dataset, with_class_weights
-from accumrun.data.feeder import Feeder
+from accumrun.data.feeder import Feeder, gathers
 from accumrun.data.resident import resides
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
@@ -104,8 +104,10 @@ class Fed:
     @property
     def several_updates_per_call(self) -> bool:
         """Whether one compiled call may run several updates: the training arrays are held as one tensor (arrays
-        without augmentation, see :mod:`accumrun.data.resident`) and batches come whole."""
-        return resides(self.dataset.train, self.augmentation is not None) and self.feed is Feed.BATCH
+        without augmentation, see :mod:`accumrun.data.resident`) or read in one gather per batch (the disk cache,
+        :func:`~accumrun.data.feeder.gathers`), and batches come whole."""
+        train, augmented = self.dataset.train, self.augmentation is not None
+        return (resides(train, augmented) or gathers(train, augmented)) and self.feed is Feed.BATCH
 
     @property
     def epoch_batch_sizes(self) -> list[int]:

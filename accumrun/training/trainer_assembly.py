@@ -136,8 +136,9 @@ def _cadence(setup: TrainingSetup, batches_per_epoch: int, *, every_epoch_end: b
 
 
 def _batches(settled: Settled, plan: list[list[int]]) -> Batches:
-    """The batches through the step: several per call where the data is on the device and batches whole, else one;
-    with L-BFGS, each of those updates is one evaluation of its iterations."""
+    """The batches through the step: several per call where batches come whole from arrays held on the device or
+    read in one gather each (the disk cache), else one; with L-BFGS, each of those updates is one evaluation of its
+    iterations."""
     batches = _fed_or_device_batches(settled, plan)
     setup = settled.setup
     if not setup.config.optimizer.kind.iterates:
@@ -151,16 +152,17 @@ def _fed_or_device_batches(settled: Settled, plan: list[list[int]]) -> Batches:
     setup, step = settled.setup, settled.step
     fed, optimizer, metrics = setup.fed, setup.trained.optimizer, setup.stepped.train_metrics
     feeder = fed.train_feeder([size for sizes in plan for size in sizes])
-    if fed.several_updates_per_call and feeder.resident is not None and isinstance(step, WholeBatchStep):
+    if fed.several_updates_per_call and isinstance(step, WholeBatchStep):
+        held = feeder.resident
         loop = UpdateLoop(
             step,
-            feeder.resident.x,
-            feeder.resident.y,
+            None if held is None else held.x,
+            None if held is None else held.y,
             optimizer=optimizer,
             metrics=metrics,
             stop_on_nonfinite=setup.config.training.on_nonfinite is OnNonFinite.STOP,
         )
-        return DeviceBatches(plan, feeder.resident, loop)
+        return DeviceBatches(plan, feeder, loop)
     return FedBatches(plan, feeder, step, metrics=metrics, optimizer=optimizer)
 
 
