@@ -84,16 +84,27 @@ def hub_gpt2() -> keras.Model:
     return keras_hub_model(section, (LENGTH,), VOCABULARY, VOCABULARY, per_position=True, any_length=False)
 
 
+def mobilenet() -> keras.Model:
+    """``keras.applications.MobileNetV2`` (width 0.35, random weights) at 32x32 with a new head: 10 residual
+    blocks, BatchNorm in each."""
+    base = keras.applications.MobileNetV2(
+        input_shape=(32, 32, 3), alpha=0.35, weights=None, include_top=False, pooling="avg"
+    )
+    inputs = keras.Input((32, 32, 3))
+    return keras.Model(inputs, keras.layers.Dense(CLASSES)(base(inputs)))
+
+
 KINDS: dict[str, tuple[Callable[[], keras.Model], Callable[[keras.Model], list[Any]] | None, bool]] = {
     "mlp": (mlp, None, False),
     "residual": (residual, residual_blocks, False),
     "transformer": (built_in_transformer, transformer_blocks, True),
     "keras_hub": (hub_gpt2, hub_blocks, True),
+    "application": (mobilenet, residual_blocks, False),
 }
 """Each kind of model: how it is made, how its blocks are found (None: it has none), whether it reads token ids."""
 
 
-def batches(tokens: bool) -> list[tuple[tf.Tensor, tf.Tensor]]:
+def batches(tokens: bool, shape: tuple[int, ...] = (FEATURES,)) -> list[tuple[tf.Tensor, tf.Tensor]]:
     rng = np.random.default_rng(1)
     if tokens:
         return [
@@ -102,7 +113,7 @@ def batches(tokens: bool) -> list[tuple[tf.Tensor, tf.Tensor]]:
             for _ in range(UPDATES)
         ]  # fmt: skip
     return [
-        (tf.constant(rng.normal(2.0, 1.5, (8, FEATURES)), tf.float32), tf.constant(rng.integers(CLASSES, size=8)))
+        (tf.constant(rng.normal(2.0, 1.5, (8, *shape)), tf.float32), tf.constant(rng.integers(CLASSES, size=8)))
         for _ in range(UPDATES)
     ]
 
@@ -122,7 +133,7 @@ def trained(kind: str, remat: Remat, batch_norm: BatchNormMode = BatchNormMode.P
         batch_norm=BatchNormStatistics(model, batch_norm),
         draws=LayerDraws(model, optimizer.iterations),
     )
-    for x, y in batches(tokens):
+    for x, y in batches(tokens, tuple(model.input_shape[1:])):
         step(x, y)
     return [np.array(w) for w in model.weights]
 
@@ -171,6 +182,7 @@ CASES = [
     pytest.param("transformer", Remat.ACTIVATIONS, BatchNormMode.PER_BATCH, marks=slow),
     pytest.param("keras_hub", Remat.BLOCKS, BatchNormMode.PER_BATCH, marks=slow),
     pytest.param("keras_hub", Remat.LAYERS, BatchNormMode.PER_BATCH, marks=slow),
+    pytest.param("application", Remat.BLOCKS, BatchNormMode.PER_BATCH, marks=slow),
 ]
 """Each kind of model in the modes that apply to it (Keras' own ``activations`` once); the residual blocks (a
 BatchNorm inside) in every BatchNorm mode, whose moving statistics must move once however often their layer runs,
@@ -201,6 +213,13 @@ def test_blocks_are_found_per_kind() -> None:
     assert len(transformer_blocks(built_in_transformer())) == 2
     assert len(residual_blocks(residual())) == 2
     assert residual_blocks(mlp()) == [] and transformer_blocks(mlp()) == []
+
+
+@slow
+def test_a_keras_application_has_its_residual_blocks() -> None:
+    blocks = residual_blocks(mobilenet())
+    # MobileNetV2's 10 inverted residual blocks, each from its input to its sum: expand, depthwise, project.
+    assert len(blocks) == 10 and all(len(block.nodes) == 9 for block in blocks)
 
 
 @pytest.mark.slow
