@@ -99,12 +99,11 @@ KINDS: dict[str, tuple[Callable[[], keras.Model], Callable[[keras.Model], list[A
     "residual": (residual, residual_blocks, False),
     "transformer": (built_in_transformer, transformer_blocks, True),
     "keras_hub": (hub_gpt2, hub_blocks, True),
-    "application": (mobilenet, residual_blocks, False),
 }
 """Each kind of model: how it is made, how its blocks are found (None: it has none), whether it reads token ids."""
 
 
-def batches(tokens: bool, shape: tuple[int, ...] = (FEATURES,)) -> list[tuple[tf.Tensor, tf.Tensor]]:
+def batches(tokens: bool) -> list[tuple[tf.Tensor, tf.Tensor]]:
     rng = np.random.default_rng(1)
     if tokens:
         return [
@@ -113,7 +112,7 @@ def batches(tokens: bool, shape: tuple[int, ...] = (FEATURES,)) -> list[tuple[tf
             for _ in range(UPDATES)
         ]  # fmt: skip
     return [
-        (tf.constant(rng.normal(2.0, 1.5, (8, *shape)), tf.float32), tf.constant(rng.integers(CLASSES, size=8)))
+        (tf.constant(rng.normal(2.0, 1.5, (8, FEATURES)), tf.float32), tf.constant(rng.integers(CLASSES, size=8)))
         for _ in range(UPDATES)
     ]
 
@@ -133,7 +132,7 @@ def trained(kind: str, remat: Remat, batch_norm: BatchNormMode = BatchNormMode.P
         batch_norm=BatchNormStatistics(model, batch_norm),
         draws=LayerDraws(model, optimizer.iterations),
     )
-    for x, y in batches(tokens, tuple(model.input_shape[1:])):
+    for x, y in batches(tokens):
         step(x, y)
     return [np.array(w) for w in model.weights]
 
@@ -182,11 +181,11 @@ CASES = [
     pytest.param("transformer", Remat.ACTIVATIONS, BatchNormMode.PER_BATCH, marks=slow),
     pytest.param("keras_hub", Remat.BLOCKS, BatchNormMode.PER_BATCH, marks=slow),
     pytest.param("keras_hub", Remat.LAYERS, BatchNormMode.PER_BATCH, marks=slow),
-    pytest.param("application", Remat.BLOCKS, BatchNormMode.PER_BATCH, marks=slow),
 ]
 """Each kind of model in the modes that apply to it (Keras' own ``activations`` once); the residual blocks (a
 BatchNorm inside) in every BatchNorm mode, whose moving statistics must move once however often their layer runs,
-and a recomputed BatchNorm layer itself in the modes that wrap its call differently (``layers``)."""
+and a recomputed BatchNorm layer itself in the modes that wrap its call differently (``layers``). A Keras
+application's residual blocks are these: MobileNetV2's are found below (training it took 5 minutes here)."""
 
 
 @pytest.mark.parametrize(("kind", "remat", "batch_norm"), [*CASES])
