@@ -328,7 +328,7 @@ def _step_spec(
         bucket=config.data.token_bucket,
         jit_compile=training.jit_compile,
         strategy=strategy,
-        observers=measurement_observers(training.measure),
+        observers=measurement_observers(training, optimizer.iterations),
         inference_mode=kind.same_objective,
     )
 
