@@ -6,6 +6,7 @@ over the replicas, as Keras sums it for any optimizer) and moves no weight. So o
 the full batch, is one evaluation of the objective and its gradient at the current weights, through the same
 sub-batch accumulation, feeds, replicas and weights as any training. :meth:`Lbfgs.iterate` drives the evaluations:
 it sets the weights to each trial point of the line search (:mod:`accumrun.core.line_search`) and calls back.
+Under ``training.precision: float64`` its vectors, like the weights and the sums, are float64 (Keras' floatx).
 
 Its state is the optimizer's variables, checkpointed like Adam's slots: the curvature pairs (the newest ``history``
 of them, oldest first), the gradient and objective at the current weights, and the counts. ``iterations`` counts
@@ -38,8 +39,11 @@ from accumrun.core.line_search import MOST_EVALUATIONS, Point, strong_wolfe
 
 FLOAT32_EPSILON = 2.0**-23
 """The spacing of float32 numbers at 1: the objective, a float32 sum, resolves changes of this much of itself."""
+FLOAT64_EPSILON = 2.0**-52
+"""The same for float64 (``training.precision: float64``), whose sums resolve this much."""
 CURVATURE_FLOOR = 1e-10
-"""A pair whose ``y . s`` is at most this carries no usable curvature, and is not stored (as torch skips it)."""
+"""A pair whose ``y . s`` is at most this carries no usable curvature, and is not stored (as torch skips it); float32
+only (see :func:`_curvature_floor`)."""
 
 
 class Evaluation(Protocol):
@@ -239,7 +243,7 @@ class Lbfgs(keras.optimizers.Optimizer):
             return self._gradient_stop(largest)
         # A float32 objective rounds to the same value long before its minimum: a change below its resolution
         # says nothing, so the test counts only where tolerance_change is above that resolution.
-        if abs(change) < self.tolerance_change and self.tolerance_change > abs(objective) * FLOAT32_EPSILON:
+        if abs(change) < self.tolerance_change and self.tolerance_change > abs(objective) * self._epsilon():
             return (
                 f"L-BFGS converged: the objective changed by {abs(change):.3g}, less than tolerance_change "
                 f"({self.tolerance_change:g})"
@@ -252,6 +256,10 @@ class Lbfgs(keras.optimizers.Optimizer):
         if self._remaining() == 0:
             return self._budget_spent()
         return None
+
+    def _epsilon(self) -> float:
+        """The objective's resolution relative to itself: float64's where the weights (so the sums) are float64."""
+        return FLOAT64_EPSILON if self._gradient.dtype == "float64" else FLOAT32_EPSILON
 
     def _gradient_stop(self, largest: float) -> str:
         return (
@@ -358,7 +366,7 @@ class _Vectors:
             lbfgs._pairs.assign_add(1)
             return tf.constant(True)
 
-        tf.cond(_dot(y, s) > CURVATURE_FLOOR, store, lambda: tf.constant(False))
+        tf.cond(_dot(y, s) > _curvature_floor(y, s), store, lambda: tf.constant(False))
         lbfgs._gradient.assign(gradient)
         lbfgs._objective.assign(objective)
         lbfgs.iterations.assign_add(1)
@@ -379,8 +387,17 @@ class _Vectors:
 
 
 def _flat(variables: list[Any]) -> tf.Tensor:
-    """The values of ``variables`` as one float32 vector."""
+    """The values of ``variables`` as one vector, in their dtype."""
     return tf.concat([tf.reshape(tf.convert_to_tensor(v), [-1]) for v in variables], 0)
+
+
+def _curvature_floor(y: tf.Tensor, s: tf.Tensor) -> tf.Tensor:
+    """The ``y . s`` a pair must exceed: :data:`CURVATURE_FLOOR` in float32; in float64 only rounding's share of
+    ``|y| |s|``, as a fixed floor would drop every pair near the minimum that float64 resolves, and leave L-BFGS
+    to steepest descent there."""
+    if y.dtype != tf.float64:
+        return tf.constant(CURVATURE_FLOOR, tf.float64)
+    return FLOAT64_EPSILON * tf.norm(y) * tf.norm(s)
 
 
 def _safe_divide(a: tf.Tensor, b: tf.Tensor, otherwise: float = 0.0) -> tf.Tensor:
