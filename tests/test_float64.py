@@ -69,13 +69,15 @@ def logistic_lbfgs64(subdivisions: int, feed: Feed) -> tuple[keras.Model, Lbfgs,
     return model, optimizer, evaluate_full_batch
 
 
-def test_floatx_is_float64_inside_the_scope_and_as_it_was_outside() -> None:
+def test_floatx_and_the_policy_are_float64_inside_the_scope_and_as_they_were_outside() -> None:
+    keras.mixed_precision.set_dtype_policy("float32")  # as a test before may leave it: set, not derived from floatx
     before = keras.config.floatx()
     with floats(Precision.FLOAT64):
         assert keras.config.floatx() == "float64"
+        assert keras.mixed_precision.dtype_policy().name == "float64"
     with floats(Precision.MIXED_BFLOAT16):
         assert keras.config.floatx() == before
-    assert keras.config.floatx() == before
+    assert keras.config.floatx() == before and keras.mixed_precision.dtype_policy().name == "float32"
 
 
 @pytest.mark.slow

@@ -20,16 +20,19 @@ from accumrun.kinds import Precision
 
 @contextlib.contextmanager
 def floats(precision: Precision) -> Iterator[None]:
-    """Keras' floatx float64 inside, under ``float64``; as it was outside. Nothing changes for the others."""
+    """Keras' floatx and dtype policy float64 inside, under ``float64``; as they were outside. Nothing changes for
+    the others."""
     if precision is not Precision.FLOAT64:
         yield
         return
-    before = keras.config.floatx()
+    floatx, policy = keras.config.floatx(), keras.mixed_precision.dtype_policy()
     keras.config.set_floatx("float64")
+    keras.mixed_precision.set_dtype_policy("float64")
     try:
         yield
     finally:
-        keras.config.set_floatx(before)
+        keras.config.set_floatx(floatx)
+        keras.mixed_precision.set_dtype_policy(policy)
 
 
 def float64_problem(model: keras.Model) -> tuple[str, str, str] | None:
