@@ -15,8 +15,9 @@ from sklearn.linear_model import LogisticRegression
 
 from accumrun import train
 from accumrun.config.loading import load_config
-from accumrun.core.lbfgs import FLOAT32_EPSILON, FLOAT64_EPSILON, Lbfgs
+from accumrun.core.lbfgs import Lbfgs
 from accumrun.core.losses import Objective
+from accumrun.core.resolution import FLOAT32_EPSILON, FLOAT64_EPSILON
 from accumrun.core.step import make_train_step
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Precision

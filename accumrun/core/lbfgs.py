@@ -17,8 +17,9 @@ more while it runs (the weights it started from, the direction, the two-loop's r
 line search's points).
 
 Stopping follows ``torch.optim.LBFGS``: the gradient's largest entry at most ``tolerance_grad``; the objective
-changing by less than ``tolerance_change`` (counted only where that is above the float32 objective's resolution,
-``|f| * 1.2e-7``: below it a change of 0 says only that float32 could not see one), or the step's largest entry at
+changing by less than ``tolerance_change`` (counted only where that is above the objective's resolution,
+``|f| * 1.2e-7`` in float32, :mod:`accumrun.core.resolution`: below it a change of 0 says only that float32 could not
+see one), or the step's largest entry at
 most ``tolerance_change``; and ``max_evaluations`` over the whole run. The first trial step is
 ``learning_rate * min(1, 1 / |g|_1)`` on the first iteration, where no curvature is known, and ``learning_rate``
 after.
@@ -36,14 +37,7 @@ import keras
 import tensorflow as tf
 
 from accumrun.core.line_search import MOST_EVALUATIONS, Point, strong_wolfe
-
-FLOAT32_EPSILON = 2.0**-23
-"""The spacing of float32 numbers at 1: the objective, a float32 sum, resolves changes of this much of itself."""
-FLOAT64_EPSILON = 2.0**-52
-"""The same for float64 (``training.precision: float64``), whose sums resolve this much."""
-CURVATURE_FLOOR = 1e-10
-"""A pair whose ``y . s`` is at most this carries no usable curvature, and is not stored (as torch skips it); float32
-only (see :func:`_curvature_floor`)."""
+from accumrun.core.resolution import curvature_floor, epsilon
 
 
 class Evaluation(Protocol):
@@ -243,7 +237,9 @@ class Lbfgs(keras.optimizers.Optimizer):
             return self._gradient_stop(largest)
         # A float32 objective rounds to the same value long before its minimum: a change below its resolution
         # says nothing, so the test counts only where tolerance_change is above that resolution.
-        if abs(change) < self.tolerance_change and self.tolerance_change > abs(objective) * self._epsilon():
+        if abs(change) < self.tolerance_change and self.tolerance_change > abs(objective) * epsilon(
+            self._gradient.dtype
+        ):
             return (
                 f"L-BFGS converged: the objective changed by {abs(change):.3g}, less than tolerance_change "
                 f"({self.tolerance_change:g})"
@@ -256,10 +252,6 @@ class Lbfgs(keras.optimizers.Optimizer):
         if self._remaining() == 0:
             return self._budget_spent()
         return None
-
-    def _epsilon(self) -> float:
-        """The objective's resolution relative to itself: float64's where the weights (so the sums) are float64."""
-        return FLOAT64_EPSILON if self._gradient.dtype == "float64" else FLOAT32_EPSILON
 
     def _gradient_stop(self, largest: float) -> str:
         return (
@@ -366,7 +358,7 @@ class _Vectors:
             lbfgs._pairs.assign_add(1)
             return tf.constant(True)
 
-        tf.cond(_dot(y, s) > _curvature_floor(y, s), store, lambda: tf.constant(False))
+        tf.cond(_dot(y, s) > curvature_floor(y, s), store, lambda: tf.constant(False))
         lbfgs._gradient.assign(gradient)
         lbfgs._objective.assign(objective)
         lbfgs.iterations.assign_add(1)
@@ -389,15 +381,6 @@ class _Vectors:
 def _flat(variables: list[Any]) -> tf.Tensor:
     """The values of ``variables`` as one vector, in their dtype."""
     return tf.concat([tf.reshape(tf.convert_to_tensor(v), [-1]) for v in variables], 0)
-
-
-def _curvature_floor(y: tf.Tensor, s: tf.Tensor) -> tf.Tensor:
-    """The ``y . s`` a pair must exceed: :data:`CURVATURE_FLOOR` in float32; in float64 only rounding's share of
-    ``|y| |s|``, as a fixed floor would drop every pair near the minimum that float64 resolves, and leave L-BFGS
-    to steepest descent there."""
-    if y.dtype != tf.float64:
-        return tf.constant(CURVATURE_FLOOR, tf.float64)
-    return FLOAT64_EPSILON * tf.norm(y) * tf.norm(s)
 
 
 def _safe_divide(a: tf.Tensor, b: tf.Tensor, otherwise: float = 0.0) -> tf.Tensor:
