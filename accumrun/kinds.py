@@ -131,6 +131,8 @@ class Precision(Kind):
     FLOAT32 = "float32"
     MIXED_FLOAT16 = "mixed_float16"
     MIXED_BFLOAT16 = "mixed_bfloat16"
+    FLOAT64 = "float64"
+    """Variables, accumulators, losses and metrics in float64: for full-batch science (L-BFGS to 1e-9)."""
 
 
 class LineSearch(Kind):

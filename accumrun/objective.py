@@ -23,7 +23,7 @@ from accumrun.core.losses import LossFn, Metric, MetricSet, Objective, Perplexit
 from accumrun.data.dataset import Dataset
 from accumrun.data.feeder import Feeder
 from accumrun.errors import ConfigError
-from accumrun.kinds import Task
+from accumrun.kinds import Precision, Task
 from accumrun.lookup import checked_keywords, classes_in, find, import_function, normalized
 from accumrun.models.outputs import check_output_shape, output_activation
 
@@ -133,6 +133,8 @@ def fit_objective(
         to_probabilities=probability_function(task, width, from_logits, activation),
         metrics=tuple(metrics),
         token_level=task.token_level,
+        # Mixed-precision outputs are cast up to float32; float64 keeps every sum in float64.
+        dtype=tf.float64 if config.training.precision is Precision.FLOAT64 else tf.float32,
     )
     _check_per_sample(objective, model, sample, name)
     resolved = LossConfig.model_validate({**config.loss.keywords, "name": name, "from_logits": from_logits})

@@ -430,7 +430,7 @@ def test_closed_sets_parse_into_their_enums_and_are_written_as_words(tmp_path: P
         ("training.batch_norm", "'per_batch', 'sub_batch', 'precise' or 'frozen'"),
         ("data.task", "'auto', 'classification', 'binary', 'regression', 'multi_label' or 'causal_lm'"),
         ("data.feed", "'auto', 'batch' or 'sub_batch'"),
-        ("training.precision", "'float32', 'mixed_float16' or 'mixed_bfloat16'"),
+        ("training.precision", "'float32', 'mixed_float16', 'mixed_bfloat16' or 'float64'"),
         ("distribute.cluster", "'auto', 'tf_config' or 'slurm'"),
     ],
 )

@@ -27,6 +27,13 @@ def check(config_path: str, memory: bool, **flags: Any) -> None:
     click.echo(setup.config.to_yaml().rstrip())
     click.echo("---")
     click.echo("\n".join(describe_setup(setup)))
+    if setup.stepped.subdivisions is not None:  # auto settles them, and with them the observers, when it trains
+        from accumrun.core.observers import Observers
+        from accumrun.training.measurements import measurement_notes
+
+        observers = Observers(setup.stepped.step_spec(setup.stepped.subdivisions).observers)
+        for note in measurement_notes(setup.config.training, observers):
+            click.echo(note)
     if memory:
         from accumrun.reports.memory import memory_report
 

@@ -26,7 +26,7 @@ _PERIODIC = ("measure_every", "measure_samples")
 """The keys of a measurement made between updates, on a seeded set of training samples."""
 
 DECLARED: dict[Measure, Declared] = {
-    Measure.NOISE_SCALE: Declared(),
+    Measure.NOISE_SCALE: Declared(keys=("noise_scale_every",)),
     Measure.SHARPNESS: Declared(keys=_PERIODIC, one_device=True),
     Measure.HESSIAN_TRACE: Declared(keys=(*_PERIODIC, "trace_vectors"), one_device=True),
 }

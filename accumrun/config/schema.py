@@ -132,6 +132,8 @@ class TrainingConfig(Section):
     """``sharpness``, ``hessian_trace``: the training samples the Hessian is over (a seeded subset), or all."""
     trace_vectors: int = Field(100, ge=2)
     """``hessian_trace``: how many random vectors its estimate averages over."""
+    noise_scale_every: int = Field(1, ge=1)
+    """``noise_scale``: measured on one update in every N (those whose index, counted from 0, N divides)."""
     class_weight: dict[str, float] | Literal["balanced"] | None = None
     """Class labels only: each class's weight by its name in ``labels.json`` (unnamed classes 1.0), or ``balanced``
     (n_samples / (n_classes * count)). Training only, as Keras' ``class_weight``."""

@@ -72,6 +72,8 @@ class Accumulation:
         self._model = model
         self._bucket = spec.bucket
         self._objective = objective
+        self.dtype = objective.dtype
+        """What the gradients and the loss are summed in: float32 whatever the compute dtype, or float64."""
         self._subdivisions = spec.subdivisions
         self._scale_loss = scale_loss
         self._metrics = spec.metrics
@@ -87,16 +89,16 @@ class Accumulation:
         self._clustered = tf.function(self.add, jit_compile=True, reduce_retracing=True) if spec.jit_compile else None
 
     def units(self, y: Targets) -> tf.Tensor:
-        """The units of the batch ``y`` holds (float32): its samples, or its real tokens."""
+        """The units of the batch ``y`` holds (in :attr:`dtype`): its samples, or its real tokens."""
         return tf.reduce_sum(self._objective.units(y))
 
     def __call__(self, x: tf.Tensor, y: Targets, total: tf.Tensor | None = None, first_row: Any = 0) -> Totals:
         totals: Totals = (
-            [tf.zeros_like(v, dtype=tf.float32) for v in self._variables],
-            tf.constant(0.0, tf.float32),
+            [tf.zeros_like(v, dtype=self.dtype) for v in self._variables],
+            tf.constant(0.0, self.dtype),
             self.observers.zeros(),
         )
-        n_float = tf.cast(self.units(y) if total is None else total, tf.float32)
+        n_float = tf.cast(self.units(y) if total is None else total, self.dtype)
         for loop in sub_batch_loops(x, y, self._subdivisions):
             add = self._clustered if self._clustered is not None and not loop.static else self.add
             totals = self._sum(loop, add, n_float, totals, first_row)
@@ -141,7 +143,7 @@ class Accumulation:
             if self._model.losses:
                 # Regularization belongs to the batch once; each sub-batch carries its units' share of it, and of
                 # the logged loss, which is what is minimized (as Keras fit logs it).
-                sub_loss_sum += regularization(self._model) * self.units(y_sub)
+                sub_loss_sum += regularization(self._model, self.dtype) * self.units(y_sub)
             batch_share = sub_loss_sum / n_float
             if self._scale_loss is not None:
                 batch_share = self._scale_loss(batch_share)
@@ -153,7 +155,7 @@ class Accumulation:
         self._batch_norm.record(tf.shape(x_sub)[0])
         observed = self.observers.sub_batch(sub_gradients, lambda: self.units(y_sub))
         gradients = [
-            g if d is None else g + tf.cast(tf.convert_to_tensor(d), tf.float32)
+            g if d is None else g + tf.cast(tf.convert_to_tensor(d), self.dtype)
             for g, d in zip(gradients, sub_gradients, strict=True)
         ]
         return gradients, sub_loss_sum, observed
@@ -188,7 +190,8 @@ def make_gradient_fn(
     cuts by index; the sum is the same, in another order. With ``spec.jit_compile``, each sub-batch of that one loop
     (forward pass, backward pass and accumulation) is one XLA cluster. ``scale_loss`` (a loss-scale
     optimizer's) multiplies each sub-batch's objective, so float16 gradients do not underflow; the gradients
-    returned are then scaled by it too, and are accumulated in float32 whatever the compute dtype.
+    returned are then scaled by it too, and are accumulated in float32 whatever the compute dtype (in float64 where the
+    objective's dtype is, ``training.precision: float64``).
     ``spec.batch_norm`` sets what the BatchNorm layers do in the forward passes, and records each sub-batch's moments
     for a per-batch update of their moving statistics (see :mod:`accumrun.core.batch_norm`); without it, Keras'
     own behaviour holds (``sub_batch``). ``spec.draws`` has the random layers (dropout) draw per sample, by their row

@@ -69,7 +69,7 @@ class BatchNormStatistics:
         local = {"synchronization": tf.VariableSynchronization.ON_READ, "aggregation": tf.VariableAggregation.SUM}
         recorded = self._recorded
         with scope, tf.init_scope():
-            self._count = [tf.Variable(0.0, trainable=False, **local) for _ in recorded]
+            self._count = [tf.Variable(_zeros(layer, []), trainable=False, **local) for layer in recorded]
             self._mean = [tf.Variable(_zeros(layer), trainable=False, **local) for layer in recorded]
             self._m2 = [tf.Variable(_zeros(layer), trainable=False, **local) for layer in recorded]
             # The moving statistics before the batch, from which its one update starts.
@@ -131,8 +131,8 @@ class BatchNormStatistics:
 
     def record(self, samples: tf.Tensor) -> None:
         """Add the moments that the last forward pass over ``samples`` rows wrote into the moving statistics."""
-        n_b = tf.cast(samples, tf.float32)
         for layer, count, mean, m2 in zip(self._recorded, self._count, self._mean, self._m2, strict=True):
+            n_b = tf.cast(samples, count.dtype)
             sub_batch = (
                 n_b,
                 tf.convert_to_tensor(layer.moving_mean),
@@ -279,8 +279,10 @@ class PopulationStatistics:
         self._statistics.set_population(self._moments())
 
 
-def _zeros(layer: keras.layers.BatchNormalization) -> tf.Tensor:
-    return tf.zeros(layer.moving_mean.shape, tf.float32)
+def _zeros(layer: keras.layers.BatchNormalization, shape: list[int] | None = None) -> tf.Tensor:
+    """Zeros shaped as the layer's moving statistics (or ``shape``), in their dtype: float32 (under mixed precision
+    too), or float64."""
+    return tf.zeros(layer.moving_mean.shape if shape is None else shape, layer.moving_mean.dtype)
 
 
 def _combine(a: Running, b: Running) -> Running:

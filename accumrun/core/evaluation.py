@@ -28,7 +28,7 @@ def make_eval_step(
         units = tf.reduce_sum(objective.units(y))
         if model.losses:
             # As Keras' evaluate reports it: the regularization counts in the loss of every sample.
-            loss_sum += regularization(model) * units
+            loss_sum += regularization(model, objective.dtype) * units
         return loss_sum, units
 
     return eval_step

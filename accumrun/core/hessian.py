@@ -54,9 +54,10 @@ class HessianVectorProducts:
             # The objective's denominator: every real unit of the samples measured.
             self._units = tf.add_n([self._chunk_units(y) for _, y in self._chunks()])
         pieces = np.split(vector, np.cumsum(self._sizes)[:-1])
-        parts = [tf.constant(p.reshape(shape), tf.float32) for p, shape in zip(pieces, self._shapes, strict=True)]
+        dtype = self._objective.dtype
+        parts = [tf.constant(p.reshape(shape), dtype) for p, shape in zip(pieces, self._shapes, strict=True)]
         # Summed where the products are made; read once per pass.
-        total = [tf.zeros(shape, tf.float32) for shape in self._shapes]
+        total = [tf.zeros(shape, dtype) for shape in self._shapes]
         for x, y in self._chunks():
             products = self._chunk_product(x, y, parts, self._units)
             total = [t + p for t, p in zip(total, products, strict=True)]
@@ -69,15 +70,18 @@ class HessianVectorProducts:
                 loss_sum = tf.reduce_sum(self._objective.per_sample_loss(y, predictions))
                 if self._model.losses:
                     # As the step counts it: the regularization once per unit of the samples.
-                    loss_sum += regularization(self._model) * tf.reduce_sum(self._objective.units(y))
+                    loss_sum += regularization(self._model, self._objective.dtype) * tf.reduce_sum(
+                        self._objective.units(y)
+                    )
                 share = loss_sum / units
             gradients = inner.gradient(share, self._variables)
             pairs = [(g, v) for g, v in zip(gradients, vector, strict=True) if g is not None]
-            projection = tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32) * v) for g, v in pairs])
+            projection = tf.add_n([tf.reduce_sum(tf.cast(g, v.dtype) * v) for g, v in pairs])
         products = outer.gradient(projection, self._variables)
         # A variable the loss does not reach has no curvature.
+        dtype = self._objective.dtype
         return [
-            tf.zeros(v.shape, tf.float32) if p is None else tf.cast(p, tf.float32)
+            tf.zeros(v.shape, dtype) if p is None else tf.cast(p, dtype)
             for p, v in zip(products, self._variables, strict=True)
         ]
 

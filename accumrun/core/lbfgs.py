@@ -6,6 +6,7 @@ over the replicas, as Keras sums it for any optimizer) and moves no weight. So o
 the full batch, is one evaluation of the objective and its gradient at the current weights, through the same
 sub-batch accumulation, feeds, replicas and weights as any training. :meth:`Lbfgs.iterate` drives the evaluations:
 it sets the weights to each trial point of the line search (:mod:`accumrun.core.line_search`) and calls back.
+Under ``training.precision: float64`` its vectors, like the weights and the sums, are float64 (Keras' floatx).
 
 Its state is the optimizer's variables, checkpointed like Adam's slots: the curvature pairs (the newest ``history``
 of them, oldest first), the gradient and objective at the current weights, and the counts. ``iterations`` counts
@@ -16,8 +17,9 @@ more while it runs (the weights it started from, the direction, the two-loop's r
 line search's points).
 
 Stopping follows ``torch.optim.LBFGS``: the gradient's largest entry at most ``tolerance_grad``; the objective
-changing by less than ``tolerance_change`` (counted only where that is above the float32 objective's resolution,
-``|f| * 1.2e-7``: below it a change of 0 says only that float32 could not see one), or the step's largest entry at
+changing by less than ``tolerance_change`` (counted only where that is above the objective's resolution,
+``|f| * 1.2e-7`` in float32, :mod:`accumrun.core.resolution`: below it a change of 0 says only that float32 could not
+see one), or the step's largest entry at
 most ``tolerance_change``; and ``max_evaluations`` over the whole run. The first trial step is
 ``learning_rate * min(1, 1 / |g|_1)`` on the first iteration, where no curvature is known, and ``learning_rate``
 after.
@@ -35,11 +37,7 @@ import keras
 import tensorflow as tf
 
 from accumrun.core.line_search import MOST_EVALUATIONS, Point, strong_wolfe
-
-FLOAT32_EPSILON = 2.0**-23
-"""The spacing of float32 numbers at 1: the objective, a float32 sum, resolves changes of this much of itself."""
-CURVATURE_FLOOR = 1e-10
-"""A pair whose ``y . s`` is at most this carries no usable curvature, and is not stored (as torch skips it)."""
+from accumrun.core.resolution import curvature_floor, epsilon
 
 
 class Evaluation(Protocol):
@@ -239,7 +237,9 @@ class Lbfgs(keras.optimizers.Optimizer):
             return self._gradient_stop(largest)
         # A float32 objective rounds to the same value long before its minimum: a change below its resolution
         # says nothing, so the test counts only where tolerance_change is above that resolution.
-        if abs(change) < self.tolerance_change and self.tolerance_change > abs(objective) * FLOAT32_EPSILON:
+        if abs(change) < self.tolerance_change and self.tolerance_change > abs(objective) * epsilon(
+            self._gradient.dtype
+        ):
             return (
                 f"L-BFGS converged: the objective changed by {abs(change):.3g}, less than tolerance_change "
                 f"({self.tolerance_change:g})"
@@ -358,7 +358,7 @@ class _Vectors:
             lbfgs._pairs.assign_add(1)
             return tf.constant(True)
 
-        tf.cond(_dot(y, s) > CURVATURE_FLOOR, store, lambda: tf.constant(False))
+        tf.cond(_dot(y, s) > curvature_floor(y, s), store, lambda: tf.constant(False))
         lbfgs._gradient.assign(gradient)
         lbfgs._objective.assign(objective)
         lbfgs.iterations.assign_add(1)
@@ -379,7 +379,7 @@ class _Vectors:
 
 
 def _flat(variables: list[Any]) -> tf.Tensor:
-    """The values of ``variables`` as one float32 vector."""
+    """The values of ``variables`` as one vector, in their dtype."""
     return tf.concat([tf.reshape(tf.convert_to_tensor(v), [-1]) for v in variables], 0)
 
 

@@ -87,34 +87,37 @@ class Objective:
     to_probabilities: Callable[[tf.Tensor], tf.Tensor] = tf.identity
     metrics: tuple[Metric, ...] = field(default_factory=tuple)
     token_level: bool = False
+    dtype: tf.DType = tf.float32
+    """What the losses, units, sums and metrics are computed in: float32 (mixed-precision outputs cast up), or
+    float64 under ``training.precision: float64``."""
 
     def loss_values(self, targets: Targets, predictions: tf.Tensor) -> tf.Tensor:
-        """What the loss returns for these targets (encoded as it needs them; weights left aside) and float32
-        predictions."""
+        """What the loss returns for these targets (encoded as it needs them; weights left aside) and predictions
+        cast to :attr:`dtype`."""
         targets = unweighted(targets)
         if self.class_labels and not self.sparse_loss:
             targets = encode_class_labels(targets, self.outputs)
-        return tf.cast(self.loss(targets, tf.cast(predictions, tf.float32)), tf.float32)
+        return tf.cast(self.loss(targets, tf.cast(predictions, self.dtype)), self.dtype)
 
     def per_sample_loss(self, targets: Targets, predictions: tf.Tensor) -> tf.Tensor:
-        """The loss of each sample, in float32 (mixed-precision outputs included), times the sample's weight when
+        """The loss of each sample, in :attr:`dtype` (mixed-precision outputs included), times the sample's weight when
         the targets carry weights (see :mod:`accumrun.core.targets`). Token-level: the sum over the sample's real
         tokens; else the mean over any axes past the batch's, as Keras reduces them."""
         values = self.loss_values(targets, predictions)
         if self.token_level:
-            values = tf.reduce_sum(values * token_mask(unweighted(targets)), axis=1)
+            values = tf.reduce_sum(values * tf.cast(token_mask(unweighted(targets)), self.dtype), axis=1)
         elif values.shape.rank is not None and values.shape.rank > 1:
             values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
         weights = weights_of(targets)
-        return values if weights is None else values * weights
+        return values if weights is None else values * tf.cast(weights, self.dtype)
 
     def units(self, targets: Targets) -> tf.Tensor:
-        """What each sample counts for in the batch's mean (float32 ``[n]``): its real tokens (token-level), else
-        1."""
+        """What each sample counts for in the batch's mean (``[n]``, in :attr:`dtype`): its real tokens
+        (token-level), else 1."""
         labels = unweighted(targets)
         if self.token_level:
-            return tf.reduce_sum(token_mask(labels), axis=1)
-        return tf.ones(tf.shape(labels)[:1], tf.float32)
+            return tf.cast(tf.reduce_sum(token_mask(labels), axis=1), self.dtype)
+        return tf.ones(tf.shape(labels)[:1], self.dtype)
 
     def new_metrics(self) -> MetricSet:
         """Fresh metric objects, for one kind of pass (training or validation); create them in the strategy's
@@ -140,7 +143,7 @@ class MetricSet:
             return
         targets = unweighted(targets)
         objective = self._objective
-        probabilities = objective.to_probabilities(tf.cast(predictions, tf.float32))
+        probabilities = objective.to_probabilities(tf.cast(predictions, objective.dtype))
         # Encoded once, and only for a metric that needs it (a language model's one-hot targets would be large).
         encoded = (
             encode_class_labels(targets, objective.outputs)
@@ -163,11 +166,11 @@ class MetricSet:
         return [spec.name for spec, _ in self._metrics]
 
     def result_tensor(self) -> tf.Tensor:
-        """Every metric's value as one float32 vector, in the order of :attr:`names`, for use in a compiled
-        call."""
+        """Every metric's value as one float64 vector (which holds a float32 metric exactly), in the order of
+        :attr:`names`, for use in a compiled call."""
         if not self._metrics:
-            return tf.zeros([0], tf.float32)
-        return tf.stack([tf.cast(metric.result(), tf.float32) for _, metric in self._metrics])
+            return tf.zeros([0], tf.float64)
+        return tf.stack([tf.cast(metric.result(), tf.float64) for _, metric in self._metrics])
 
     def results(self) -> dict[str, float]:
         """Each metric's value over the samples added since the last reset, by its logged name."""
@@ -196,6 +199,6 @@ class Perplexity(keras.metrics.Metric):
         return tf.exp(tf.math.divide_no_nan(self.total, self.count))
 
 
-def regularization(model: keras.Model) -> tf.Tensor:
-    """The sum of ``model``'s regularization losses, as float32."""
-    return tf.cast(tf.add_n(model.losses), tf.float32)
+def regularization(model: keras.Model, dtype: tf.DType = tf.float32) -> tf.Tensor:
+    """The sum of ``model``'s regularization losses, as ``dtype``."""
+    return tf.cast(tf.add_n(model.losses), dtype)

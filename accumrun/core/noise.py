@@ -28,18 +28,42 @@ MEASURES = 3
 class GradientNoise(Observer):
     """The batch's ``[|G|^2, tr(S), valid]`` (:func:`estimates`): each sub-batch adds its :func:`sub_batch_part`,
     and the batch takes the squared norm of its gradient summed over the replicas, before the update. It needs two
-    parts: with one sub-batch on one device there is no second batch size to compare with."""
+    parts: with one sub-batch on one device there is no second batch size to compare with.
+
+    With ``every`` above 1 it measures only the updates whose index (``updates``, the optimizer's step counter,
+    which a checkpoint restores) ``every`` divides; the others add nothing, cost a branch per sub-batch, and give
+    ``valid`` 0."""
 
     name = "noise_scale"
     state_width = 2
     width = MEASURES
     least_parts = 2
 
+    def __init__(self, every: int = 1, updates: tf.Variable | None = None) -> None:
+        if every > 1 and updates is None:
+            raise ValueError("measuring one update in every few needs the update counter")
+        self._every = every
+        self._updates = updates
+
+    def _measured(self) -> tf.Tensor | None:
+        """Whether this update is measured (None: every update is, with no branch at all)."""
+        if self._every == 1 or self._updates is None:
+            return None
+        return tf.equal(tf.math.floormod(tf.cast(self._updates, tf.int64), self._every), 0)
+
     def sub_batch(self, gradients: list[tf.Tensor | None], units: tf.Tensor) -> tf.Tensor:
-        return sub_batch_part(gradients, units)
+        measured = self._measured()
+        if measured is None:
+            return sub_batch_part(gradients, units)
+        return tf.cond(measured, lambda: sub_batch_part(gradients, units), lambda: tf.zeros([2], tf.float32))
 
     def batch(self, state: tf.Tensor, gradient: Callable[[], list[tf.Tensor]]) -> tuple[tf.Tensor, tf.Tensor]:
-        return state, squared_norm(gradient())
+        measured = self._measured()
+        if measured is None:
+            return state, squared_norm(gradient())
+        # The replicas' sum is taken outside the branch: a collective runs on every replica or on none.
+        summed = gradient()
+        return state, tf.cond(measured, lambda: squared_norm(summed), lambda: tf.constant(0.0, tf.float64))
 
     def result(self, batch: tuple[tf.Tensor, tf.Tensor], scale: BatchScale) -> tf.Tensor:
         parts, batch_sq_norm = batch

@@ -147,9 +147,9 @@ class BatchSequence:
         what they need of the batch."""
         context = self._placement.context()
         not_finite = tf.logical_not(_all_finite(loss_sum, gradients))
-        totals = tf.stack([loss_sum, tf.cast(not_finite, tf.float32)])
+        totals = tf.stack([loss_sum, tf.cast(not_finite, loss_sum.dtype)])
         if self._observers:
-            totals = tf.concat([totals, observed], 0)
+            totals = tf.concat([totals, tf.cast(observed, loss_sum.dtype)], 0)
         if context is not None:
             totals = context.all_reduce(tf.distribute.ReduceOp.SUM, totals)
         taken = self._observers.batch(totals[2:], gradients, context) if self._observers else ()

@@ -33,10 +33,11 @@ class StreamedStep(TrainStep):
         self._sequence = sequence
         self._sub_batch_gradients = sub_batch_gradients
         self._measure = measure
+        self._dtype = dtype = sub_batch_gradients.dtype
         with tf.init_scope():
-            self._gradients = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False) for v in variables]
-            self._loss_sum = tf.Variable(0.0, trainable=False)
-            self._units = tf.Variable(0.0, trainable=False)
+            self._gradients = [tf.Variable(tf.zeros(v.shape, dtype), trainable=False) for v in variables]
+            self._loss_sum = tf.Variable(tf.constant(0.0, dtype), trainable=False)
+            self._units = tf.Variable(tf.constant(0.0, dtype), trainable=False)
             self._observed = tf.Variable(sub_batch_gradients.observers.zeros(), trainable=False)
         self._add = tf.function(
             self._add_sub_batch, jit_compile=jit_compile or None, reduce_retracing=True, autograph=False
@@ -51,7 +52,7 @@ class StreamedStep(TrainStep):
         """
         self._sequence.start()
         metrics_before = self._sequence.open()
-        total = tf.constant(samples, tf.float32)
+        total = tf.constant(samples, self._dtype)
         rows = 0
         for x, y in chunks:
             # The sub-batch's first row in the batch, for its random draws.
@@ -82,7 +83,7 @@ class StreamedStep(TrainStep):
         finished = self._sequence.finish(accumulated)
         for accumulator in self._gradients:
             accumulator.assign(tf.zeros_like(accumulator))
-        self._loss_sum.assign(0.0)
-        self._units.assign(0.0)
+        self._loss_sum.assign(tf.zeros_like(self._loss_sum))
+        self._units.assign(tf.zeros_like(self._units))
         self._observed.assign(tf.zeros_like(self._observed))
         return finished.loss_sum, units, finished.applied, self._measure(finished, samples, units, loss_scale)

@@ -120,12 +120,13 @@ class UpdateLoop:
         metric_count = len(self._metrics.names)
         # Sized as they fill: a call that stops early returns only the updates it ran.
         outputs = (
-            tf.TensorArray(tf.float32, size=0, dynamic_size=True),
-            tf.TensorArray(tf.float32, size=0, dynamic_size=True),
+            # float64, which holds a float32 sum exactly and a float64 one (training.precision: float64) whole.
+            tf.TensorArray(tf.float64, size=0, dynamic_size=True),
+            tf.TensorArray(tf.float64, size=0, dynamic_size=True),
             tf.TensorArray(tf.bool, size=0, dynamic_size=True),
             tf.TensorArray(tf.float32, size=0, dynamic_size=True),
             tf.TensorArray(tf.int64, size=0, dynamic_size=True),
-            tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[metric_count]),
+            tf.TensorArray(tf.float64, size=0, dynamic_size=True, element_shape=[metric_count]),
             tf.TensorArray(tf.float64, size=0, dynamic_size=True, element_shape=[self._step.observers.width]),
         )
 
@@ -141,11 +142,19 @@ class UpdateLoop:
             loss_sum, units, applied, measures = self._step(tf.gather(x, batch), targets)
             with tf.control_dependencies([loss_sum, applied]):
                 metrics = tf.cond(
-                    ends_epoch[k], self._metrics.result_tensor, lambda: tf.zeros([metric_count], tf.float32)
+                    ends_epoch[k], self._metrics.result_tensor, lambda: tf.zeros([metric_count], tf.float64)
                 )
                 rate = tf.cast(self._optimizer.learning_rate, tf.float32)
                 steps = tf.cast(self._optimizer.iterations, tf.int64)
-            values = (loss_sum, units, applied, rate, steps, metrics, measures)
+            values = (
+                tf.cast(loss_sum, tf.float64),
+                tf.cast(units, tf.float64),
+                applied,
+                rate,
+                steps,
+                metrics,
+                measures,
+            )
             arrays = tuple(array.write(k, value) for array, value in zip(arrays, values, strict=True))
             stop = (
                 tf.logical_and(tf.logical_not(applied), self._diverged(loss_sum))

@@ -18,7 +18,7 @@ from accumrun.data.source import ArraySource, Source
 from accumrun.data.source import epoch_order as epoch_order  # tests read the order from here
 from accumrun.data.splits import Splits, hold_out
 from accumrun.errors import ConfigError, DataError
-from accumrun.kinds import CacheMode, Task
+from accumrun.kinds import CacheMode, Precision, Task
 
 _CLASS_WEIGHT = "training.class_weight"
 # Far beyond any classifier head this tool builds, and well inside int32, to which labels are cast.
@@ -106,8 +106,15 @@ class Dataset:
         }.get(self.task, f"regression targets of shape {self.target_shape}")
 
 
-def load_dataset(config: DataSection, seed: int) -> Dataset:
+def sample_floats(precision: Precision) -> type[np.floating]:
+    """What real-valued samples and targets are held in under ``training.precision``: float64 under float64,
+    else float32 (a mixed-precision model casts them itself)."""
+    return np.float64 if precision is Precision.FLOAT64 else np.float32
+
+
+def load_dataset(config: DataSection, seed: int, floats: type[np.floating] = np.float32) -> Dataset:
     """Load the configured dataset, settle its task, split off the validation data and apply ``data.cache``.
+    Real-valued samples and targets are held as ``floats`` (float64 under ``training.precision: float64``).
 
     Raises:
         DataError: a file is missing or malformed, the samples do not fit the task, or the cache cannot be written.
@@ -124,14 +131,14 @@ def load_dataset(config: DataSection, seed: int) -> Dataset:
     if task is Task.BINARY and splits.class_names is not None and len(splits.class_names) != 2:
         raise DataError("data", f"binary needs two classes; the source has {len(splits.class_names)}", task.value)
     tokens = splits.vocabulary_size is not None
-    train = _checked("train", splits.train, task, tokens)
+    train = _checked("train", splits.train, task, tokens, floats)
     val: Source | None = None
     held_out = "validation" if config.validation_file else "test"
     # The loaders give data.validation_path as the test split.
     if (config.validation_file and splits.test is not None) or config.validation_split == "test":
         if splits.test is None:
             raise ConfigError("data.validation_split", f"dataset '{config.name}' has no test split", "test")
-        val = _checked(held_out, splits.test, task, tokens)
+        val = _checked(held_out, splits.test, task, tokens, floats)
     elif config.validation_split > 0:
         # Windows and rows are numbered in their files' order, streamed or held: the same hold-out either way.
         kept, held = hold_out(train.size, config.validation_split, seed, config.shuffle, files=train.labelled_files)
@@ -247,11 +254,11 @@ def infer_task(y: np.ndarray) -> Task:
     return Task.REGRESSION
 
 
-def _checked(name: str, split: Source, task: Task, tokens: bool) -> Source:
+def _checked(name: str, split: Source, task: Task, tokens: bool, floats: type[np.floating]) -> Source:
     """One split with its targets checked for the task; arrays (but token ids) also get compact samples."""
     held = split.in_memory
     if held is None:  # a corpus's windows keep their targets, their own token ids, in the token file
-        return split.with_targets(lambda y: _checked_targets(task, name, np.asarray(y)))
+        return split.with_targets(lambda y: _checked_targets(task, name, np.asarray(y), floats))
     x, y = np.asarray(held.x), np.asarray(held.y)
     if x.ndim < 2:
         raise DataError(f"data.x_{name}", "needs one row per sample (at least 2 dimensions)", x.shape)
@@ -262,22 +269,22 @@ def _checked(name: str, split: Source, task: Task, tokens: bool) -> Source:
         raise DataError(f"data.y_{name}", f"has {len(y)} labels for {len(x)} samples")
     if len(y) == 0:
         raise DataError(f"data.x_{name}", "is empty")
-    y = _checked_targets(task, name, y)
+    y = _checked_targets(task, name, y, floats)
     if not tokens:
         # Integers of one or two bytes keep their dtype (a quarter or half of float32's memory; cast on the device).
         if x.dtype == bool:
             x = x.astype(np.uint8)
         elif x.dtype not in _COMPACT:
-            x = x.astype(np.float32, copy=False)
-        if x.dtype == np.float32 and not np.all(np.isfinite(x)):
+            x = x.astype(floats, copy=False)
+        if x.dtype == floats and not np.all(np.isfinite(x)):
             raise DataError(f"data.x_{name}", "samples contain NaN or Inf")
         if x.ndim == 3:
             x = x[..., np.newaxis]
     return ArraySource(x, y, held.w)
 
 
-def _checked_targets(task: Task, split: str, y: np.ndarray) -> np.ndarray:
-    """``y`` checked for the task, as int32 class indices or token ids, or float32 0/1 rows or values."""
+def _checked_targets(task: Task, split: str, y: np.ndarray, floats: type[np.floating] = np.float32) -> np.ndarray:
+    """``y`` checked for the task, as int32 class indices or token ids, or 0/1 rows or values as ``floats``."""
     key = f"data.y_{split}"
     if task is Task.CAUSAL_LM:
         if y.ndim != 2 or not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
@@ -289,11 +296,11 @@ def _checked_targets(task: Task, split: str, y: np.ndarray) -> np.ndarray:
             raise DataError(key, f"multi-label targets must be one row of 0/1 values per sample{hint}", y.shape)
         if not np.isin(y, (0, 1)).all():
             raise DataError(key, "multi-label targets must be 0 or 1", float(y[~np.isin(y, (0, 1))][0]))
-        return y.astype(np.float32)
+        return y.astype(floats)
     if task is Task.REGRESSION:
         if not _real(y):
             raise DataError(key, "regression targets must be real numbers", str(y.dtype))
-        y = y.astype(np.float32)
+        y = y.astype(floats)
         if not np.all(np.isfinite(y)):
             raise DataError(key, "regression targets contain NaN or Inf")
         # One value per sample is a column of one: the model's output and the loss then have the same shape.

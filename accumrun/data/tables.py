@@ -209,7 +209,7 @@ class Table:
                 return cls(features, x, numeric)
             names = sorted(set(cells))
             return cls(features, x, _numbered(cells, names), names, cells)
-        y = np.empty((len(next(iter(columns.values()))), len(columns)), dtype=np.float32)
+        y = np.empty((len(next(iter(columns.values()))), len(columns)), dtype=np.float64)
         for j, (name, cells) in enumerate(columns.items()):
             numbers = _numbers(cells)
             if numbers is None:
@@ -354,8 +354,9 @@ def _read_rows(
 
 
 def _numeric(path: Path, key: str, columns: dict[str, list[str]], features: list[str], lines: list[int]) -> np.ndarray:
-    """The ``features`` columns as float32 rows; a cell that is not a finite number is an error naming it."""
-    x = np.empty((len(lines), len(features)), dtype=np.float32)
+    """The ``features`` columns as float64 rows (the dataset holds them as the run's precision asks); a cell that is
+    not a finite number is an error naming it."""
+    x = np.empty((len(lines), len(features)), dtype=np.float64)
     for j, name in enumerate(features):
         for i, cell in enumerate(columns[name]):
             try:

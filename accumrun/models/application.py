@@ -15,6 +15,7 @@ from accumrun.data.section import Keywords
 from accumrun.errors import ConfigError
 from accumrun.lookup import checked_keywords, find, normalized
 from accumrun.models.kind import BuildRequest, ModelSection
+from accumrun.models.outputs import logits_dtype
 from accumrun.sections import Flag
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def build(config: ApplicationConfig, request: BuildRequest) -> keras.Model:
         # Frozen layers also run in inference mode (BatchNorm uses its moving statistics), as Keras fine-tuning does.
         base.trainable = False
     # Logits stay float32 under a mixed-precision policy, so the softmax and the loss do too.
-    head = keras.layers.Dense(outputs, dtype="float32", name="head")(base.output)
+    head = keras.layers.Dense(outputs, dtype=logits_dtype(), name="head")(base.output)
     return keras.Model(base.input, head, name=f"{base.name}_head")
 
 

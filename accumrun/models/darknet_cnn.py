@@ -9,6 +9,7 @@ from pydantic import Field
 
 from accumrun.errors import DataError
 from accumrun.models.kind import BuildRequest, ModelSection
+from accumrun.models.outputs import logits_dtype
 from accumrun.sections import Section
 
 if TYPE_CHECKING:
@@ -60,5 +61,5 @@ def darknet_cnn(
         x = keras.layers.LeakyReLU(negative_slope=leaky_alpha)(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     # Logits stay float32 under a mixed-precision policy, so the softmax and the loss do too.
-    logits = keras.layers.Dense(outputs, dtype="float32")(x)
+    logits = keras.layers.Dense(outputs, dtype=logits_dtype())(x)
     return keras.Model(inputs, logits, name="darknet_cnn")

@@ -21,6 +21,7 @@ from accumrun.data.section import Keywords
 from accumrun.errors import ConfigError
 from accumrun.lookup import checked_keywords, find, import_keras_hub, normalized
 from accumrun.models.kind import BuildRequest, ModelSection
+from accumrun.models.outputs import logits_dtype
 
 if TYPE_CHECKING:
     import keras
@@ -116,10 +117,12 @@ def keras_hub_model(
     if isinstance(hidden, dict):
         hidden = hidden["sequence_output"]
     if per_position:
-        return keras.Model(ids, keras.layers.Dense(outputs, dtype="float32", name="head")(hidden), name=config.name)
+        return keras.Model(
+            ids, keras.layers.Dense(outputs, dtype=logits_dtype(), name="head")(hidden), name=config.name
+        )
     weights = keras.ops.cast(real, hidden.dtype)[:, :, None]
     pooled = keras.ops.sum(hidden * weights, axis=1) / keras.ops.maximum(keras.ops.sum(weights, axis=1), 1.0)
-    return keras.Model(ids, keras.layers.Dense(outputs, dtype="float32", name="head")(pooled), name=config.name)
+    return keras.Model(ids, keras.layers.Dense(outputs, dtype=logits_dtype(), name="head")(pooled), name=config.name)
 
 
 def _backbone(backbone_class: Any, config: KerasHubConfig, length: int, vocabulary_size: int) -> Any:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
+import numpy as np
 from pydantic import Field
 
 from accumrun.errors import ConfigError
 from accumrun.models.kind import BuildRequest, ModelSection
+from accumrun.models.outputs import logits_dtype
 from accumrun.sections import Section
 
 if TYPE_CHECKING:
@@ -48,6 +50,10 @@ def mlp(
     inputs = keras.Input(shape=sample_shape)
     x = keras.layers.Flatten()(inputs)
     regularizer = keras.regularizers.L2(l2) if l2 else None
+    if regularizer is not None:
+        # Keras keeps the factor as a Python float, which it casts to a kernel's dtype through float32: a float64
+        # kernel would get a rounded factor. A float64 number is cast from itself (to float32 as before).
+        regularizer.l2 = np.float64(l2)
     for width in hidden:
         try:
             x = keras.layers.Dense(width, activation=activation, kernel_regularizer=regularizer)(x)
@@ -55,5 +61,5 @@ def mlp(
             raise ConfigError("model.activation", f"unknown activation: {error}", activation) from None
         if dropout:
             x = keras.layers.Dropout(dropout)(x)
-    logits = keras.layers.Dense(outputs, dtype="float32", kernel_regularizer=regularizer)(x)
+    logits = keras.layers.Dense(outputs, dtype=logits_dtype(), kernel_regularizer=regularizer)(x)
     return keras.Model(inputs, logits, name="mlp")

@@ -25,6 +25,7 @@ import keras
 import tensorflow as tf
 
 from accumrun.errors import ConfigError
+from accumrun.models.outputs import logits_dtype
 
 Attend = Callable[[int, keras.layers.MultiHeadAttention, Any], Any]
 """How a block runs its attention layer on its normed input: given the block's index, the layer and that input, the
@@ -121,7 +122,7 @@ class Transformer:
             position_embedding,
             blocks,
             final_norm,
-            keras.layers.Dense(outputs, dtype="float32", name="head"),
+            keras.layers.Dense(outputs, dtype=logits_dtype(), name="head"),
         )
 
     @classmethod

@@ -1,6 +1,6 @@
 """``optimizer.name: lbfgs``: full-batch L-BFGS (:mod:`accumrun.core.lbfgs`), its section, its build and what it
-declares: the full batch, the same objective at the same weights, float32, and no schedule; the keys of the Keras
-optimizers that mean nothing to it are refused, each saying why.
+declares: the full batch, the same objective at the same weights, float32 or float64, and no schedule; the keys of
+the Keras optimizers that mean nothing to it are refused, each saying why.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ class LbfgsConfig(Section):
     tolerance_grad: float = Field(1e-7, ge=0)
     """Converged once the gradient's largest entry is at most this."""
     tolerance_change: float = Field(1e-9, ge=0)
-    """Converged once the objective changes by less than this (where that is above the float32 objective's resolution,
-    ``|f| * 1.2e-7``), or the step's largest entry is at most this."""
+    """Converged once the objective changes by less than this (where that is above the objective's resolution,
+    ``|f| * 1.2e-7`` in float32, ``|f| * 2.2e-16`` in float64), or the step's largest entry is at most this."""
     max_evaluations: int | None = Field(None, ge=1)
     """The most full-batch evaluations over the whole run (None: no limit but ``training.epochs``)."""
     # The keys of _NOT_FOR_LBFGS, each a field that takes nothing, so that its refusal names the key and says why
@@ -111,7 +111,7 @@ LBFGS = OptimizerKind(
     full_batch=True,
     same_objective=True,
     iterates=True,
-    precisions=(Precision.FLOAT32,),
+    precisions=(Precision.FLOAT32, Precision.FLOAT64),
     precision_reason="a mixed-precision objective is too coarse for its line search",
 )
 """Full-batch L-BFGS: its line search needs the exact gradient of one fixed objective."""

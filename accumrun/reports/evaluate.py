@@ -15,7 +15,7 @@ import numpy as np
 
 from accumrun.config.schema import Config
 from accumrun.core.sub_batches import batch_sizes
-from accumrun.data.dataset import Dataset, load_dataset
+from accumrun.data.dataset import Dataset, load_dataset, sample_floats
 from accumrun.data.feeder import Feeder
 from accumrun.data.source import Source
 from accumrun.errors import AccumrunError, ConfigError
@@ -33,8 +33,9 @@ def evaluate_run(
     run = FinishedRun(run_dir)
     config = run.config
     model_path = run.model_path(which)
-    dataset = load_dataset(config.data, config.seed)  # the run's data: its task, classes and splits
-    samples, name = _split(config, dataset, split, data_path)
+    floats = sample_floats(config.training.precision)
+    dataset = load_dataset(config.data, config.seed, floats)  # the run's data: its task, classes and splits
+    samples, name = _split(config, dataset, split, data_path, floats)
     model = run.load_model(which)
     first_two = samples.subset(np.arange(min(2, samples.size)))
     first = next(iter(Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False).epoch(0)))
@@ -54,12 +55,14 @@ def describe(result: dict[str, Any]) -> str:
     return f"eval {result['split']} ({result['model']}): {' | '.join(figures)} | {result['samples']:,} samples"
 
 
-def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None) -> tuple[Source, str]:
+def _split(
+    config: Config, dataset: Dataset, split: Split, data_path: str | None, floats: type[np.floating]
+) -> tuple[Source, str]:
     """The samples to score and the name the result goes under (``data`` for another source)."""
     data = config.data
     if data_path is not None:
         try:
-            return load_dataset(data.reading(data_path), config.seed).train, "data"
+            return load_dataset(data.reading(data_path), config.seed, floats).train, "data"
         except AccumrunError as error:
             # The file came from --data, not from the config's data.path: blame the option the user typed.
             raise (error.relabelled("--data") if error.path == "data.path" else error) from None
@@ -72,7 +75,7 @@ def _split(config: Config, dataset: Dataset, split: Split, data_path: str | None
     if data.validation_split == Split.TEST.value and dataset.val is not None:
         return dataset.val, split.value
     try:
-        held = load_dataset(data.model_copy(update={"validation_split": Split.TEST.value}), config.seed).val
+        held = load_dataset(data.model_copy(update={"validation_split": Split.TEST.value}), config.seed, floats).val
     except ConfigError:
         held = None
     if held is None:

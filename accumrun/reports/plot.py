@@ -1,5 +1,6 @@
 """Loss curves of runs: training and validation loss per epoch from their ``metrics.jsonl`` rows, and the
-sharpness beside its 2/learning-rate line where a run measured it."""
+sharpness beside its 2/learning-rate line and the gradient noise scale beside the batch size, where a run measured
+them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 _MARKER_EPOCHS = 30  # beyond this many epochs markers merge into a thick line and only add clutter
+_DASHED = {"sharpness": "sharpness_limit", "gradient_noise_scale": "batch_size"}
+"""A panel's companion, dashed in its curve's colour: the sharpness's stability limit, the noise scale's batch."""
+_Y_LABELS = {"sharpness": "largest Hessian eigenvalue", "gradient_noise_scale": "samples"}
 
 
 def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str = "") -> Path:
@@ -21,7 +25,8 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
 
     ``curves`` maps a legend label to metrics rows (as from :func:`accumrun.rundir.metrics.load_metrics`) with
     ``epoch`` and ``loss``; the validation panel is left out when no row has ``val_loss``, the sharpness panel (with
-    each curve's ``sharpness_limit`` dashed) when none has ``sharpness``. An empty ``curves``, or a curve without
+    each curve's ``sharpness_limit`` dashed) when none has ``sharpness``, the noise-scale panel (with each curve's
+    ``batch_size`` dashed) when none has ``gradient_noise_scale``. An empty ``curves``, or a curve without
     rows, is a DataError.
     """
     # Imported here so that importing accumrun (and `accumrun --help`) does not pay for matplotlib.
@@ -38,10 +43,12 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
         panels.append(("val_loss", "validation loss"))
     if any("sharpness" in row for rows in curves.values() for row in rows):
         panels.append(("sharpness", "sharpness (dashed: its stability limit)"))
+    if any("gradient_noise_scale" in row for rows in curves.values() for row in rows):
+        panels.append(("gradient_noise_scale", "gradient noise scale (dashed: the batch size)"))
     markers = max(len(rows) for rows in curves.values()) <= _MARKER_EPOCHS
 
     # The Figure API draws with Agg on savefig without touching pyplot's global backend or figure registry.
-    width = {1: 7, 2: 11, 3: 15}[len(panels)]
+    width = {1: 7, 2: 11, 3: 15, 4: 19}[len(panels)]
     figure = Figure(figsize=(width, 4.5), layout="constrained")
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, (key, name) in zip(axes, panels, strict=True):
@@ -60,8 +67,9 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
 
 
 def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, name: str, *, markers: bool) -> None:
-    """One panel: ``key`` (``loss``, ``val_loss`` or ``sharpness``) against epoch for every curve that has it; the
-    sharpness with its curve's ``sharpness_limit``, dashed."""
+    """One panel: ``key`` (``loss``, ``val_loss``, ``sharpness`` or ``gradient_noise_scale``) against epoch for every
+    curve that has it; the sharpness with its curve's ``sharpness_limit``, the noise scale with its ``batch_size``,
+    dashed."""
     from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator, NullLocator
 
     class PlainLogFormatter(LogFormatter):
@@ -78,8 +86,8 @@ def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, nam
         values += losses
         # Fixed colour per label, so a curve without val_loss does not shift the colours of the others.
         ax.plot(epochs, losses, label=label, color=f"C{index}", marker="o" if markers else None, markersize=3)
-        if key == "sharpness":
-            limits = [(row["epoch"], row["sharpness_limit"]) for row in rows if "sharpness_limit" in row]
+        if key in _DASHED:
+            limits = [(row["epoch"], row[_DASHED[key]]) for row in rows if _DASHED[key] in row]
             if limits:
                 ax.plot(*zip(*limits, strict=True), color=f"C{index}", linestyle="--", linewidth=1)
                 values += [limit for _, limit in limits]
@@ -95,7 +103,7 @@ def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, nam
             # Label some minor ticks too when the curves span under two decades, or there may be one label only.
             for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
                 set_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
-    ax.set(title=name, xlabel="epoch", ylabel="largest Hessian eigenvalue" if key == "sharpness" else "loss")
+    ax.set(title=name, xlabel="epoch", ylabel=_Y_LABELS.get(key, "loss"))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, which="major", alpha=0.4)
     ax.grid(True, which="minor", alpha=0.15)

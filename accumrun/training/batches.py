@@ -134,12 +134,12 @@ class FedBatches(Batches):
         optimizer = self._optimizer
         metrics = list(self._metrics.results().values()) if ends else [0.0] * len(self._metrics.names)
         return Updates(
-            loss_sums=np.array([float(result.loss_sum)], np.float32),
-            units=np.array([float(result.units)], np.float32),
+            loss_sums=np.array([float(result.loss_sum)], np.float64),
+            units=np.array([float(result.units)], np.float64),
             applied=np.array([bool(result.applied)]),
             # Not float(): a Keras variable over a tf.distribute (mirrored) variable does not convert that way.
             learning_rates=np.array([keras.ops.convert_to_numpy(optimizer.learning_rate)], np.float32),
             optimizer_steps=np.array([int(optimizer.iterations.numpy())], np.int64),
-            metrics=np.array([metrics], np.float32).reshape(1, len(self._metrics.names)),
+            metrics=np.array([metrics], np.float64).reshape(1, len(self._metrics.names)),
             measures=result.measures.numpy()[np.newaxis],
         )

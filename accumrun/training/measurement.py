@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import keras
+import tensorflow as tf
 
 from accumrun.config.schema import TrainingConfig
 from accumrun.core.hessian import Chunks, HessianVectorProducts
@@ -53,8 +54,11 @@ class Measurement:
 
     hook: Callable[[Measuring], Hook]
     """Its hook, which adds its figures to the rows of the epochs it measured (each a curve in TensorBoard)."""
-    observer: Callable[[], Observer] | None = None
-    """What it measures inside the step, of every batch's sub-batches (:mod:`accumrun.core.observers`)."""
+    observer: Callable[[TrainingConfig, tf.Variable], Observer] | None = None
+    """What it measures inside the step, of every batch's sub-batches (:mod:`accumrun.core.observers`), from the
+    ``training`` section and the update counter (the optimizer's step counter)."""
+    note: Callable[[TrainingConfig, bool], str | None] | None = None
+    """What ``check`` says of it, given whether the step runs its observer (None: nothing to say)."""
     periodic: bool = False
     """It is measured between updates after every ``measure_every``-th epoch, whose end then ends a call."""
     line: Callable[[Mapping[str, float]], str | None] | None = None

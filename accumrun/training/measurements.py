@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from accumrun.core.observers import Observer
+import tensorflow as tf
+
+from accumrun.config.schema import TrainingConfig
+from accumrun.core.observers import Observer, Observers
 from accumrun.kinds import Measure
 from accumrun.training import hessian_trace, noise_scale, sharpness
 from accumrun.training.hooks import Hook
@@ -18,9 +21,25 @@ MEASUREMENTS: dict[Measure, Measurement] = {
 }
 
 
-def measurement_observers(measures: Iterable[Measure]) -> tuple[Observer, ...]:
-    """The observers the step runs for ``measures``, in their order."""
-    return tuple(observer() for measure in measures if (observer := MEASUREMENTS[measure].observer) is not None)
+def measurement_observers(training: TrainingConfig, updates: tf.Variable) -> tuple[Observer, ...]:
+    """The observers the step runs for ``training.measure``, in their order; ``updates`` counts the updates."""
+    return tuple(
+        observer(training, updates)
+        for measure in training.measure
+        if (observer := MEASUREMENTS[measure].observer) is not None
+    )
+
+
+def measurement_notes(training: TrainingConfig, observers: Observers) -> list[str]:
+    """What ``check`` says of the measurements of ``training.measure``, given the ``observers`` the step runs."""
+    notes = []
+    for measure in training.measure:
+        declared = MEASUREMENTS[measure]
+        observer = declared.observer
+        runs = observer is None or observers.columns(str(measure)) is not None
+        if declared.note is not None and (note := declared.note(training, runs)) is not None:
+            notes.append(note)
+    return notes
 
 
 def measurement_hooks(measures: Iterable[Measure], measuring: Measuring) -> list[Hook]:

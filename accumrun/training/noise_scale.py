@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import tensorflow as tf
+
+from accumrun.config.schema import TrainingConfig
 from accumrun.core.noise import GradientNoise
 from accumrun.training.checkpoints import Position
 from accumrun.training.hooks import BatchEnd, Hook
@@ -20,6 +23,14 @@ DECAY = 0.9
 
 SQ_NORM, TRACE, UPDATES, UNITS = "noise.sq_norm", "noise.trace", "noise.updates", "noise.units"
 SQ_NORM_EMA, TRACE_EMA = "noise.sq_norm_ema", "noise.trace_ema"
+
+REFERENCE = "McCandlish et al. 2018"
+"""Where the noise scale, and what it means for the batch, come from."""
+
+NOT_MEASURED = (
+    "noise_scale is not measured: each batch is one sub-batch on one device (subdivisions 1), so there is no smaller "
+    "batch to compare it with"
+)
 
 
 class NoiseScale(Hook):
@@ -40,10 +51,7 @@ class NoiseScale(Hook):
 
     def on_run_start(self, position: Position) -> None:
         if self._columns is None:
-            self._echo(
-                "noise_scale is not measured: each batch is one sub-batch on one device (subdivisions 1), so there "
-                "is no smaller batch to compare it with"
-            )
+            self._echo(NOT_MEASURED)
 
     def on_batch_end(self, batches: BatchEnd) -> None:
         updates, sums, carried = batches.updates, batches.position.measure_sums, batches.position.carried_measures
@@ -76,17 +84,42 @@ class NoiseScale(Hook):
 
 
 def noise_scale_line(epoch: int, noise_scale: float, tokens: float, batch_size: int | None) -> str:
-    """``gradient noise scale ~1,800 samples at epoch 20; batch 4,096 is above it``, or in tokens where
-    ``batch_size`` is None (a batch of ``tokens`` real tokens on average)."""
+    """The noise scale beside the batch, and what it means for the batch (McCandlish et al. 2018): up to about the
+    noise scale, a larger batch still needs nearly proportionally fewer updates; beyond it, a larger batch mostly
+    costs compute. In tokens where ``batch_size`` is None (a batch of ``tokens`` real tokens on average)::
+
+        gradient noise scale ~626 samples at epoch 8: batch 256 is below it, so a batch of up to about 600 would
+        still need nearly proportionally fewer updates (McCandlish et al. 2018)
+    """
     if batch_size is not None:
         batch, unit, approximate = float(batch_size), "samples", ""
     else:
         batch, unit, approximate = tokens, "tokens", "~"
-    where = "above" if batch > noise_scale else "below"
+    where = f"gradient noise scale ~{noise_scale:,.0f} {unit} at epoch {epoch}: batch {approximate}{batch:,.0f} is"
+    if batch > noise_scale:
+        return f"{where} above it, so a larger batch would mostly cost compute, saving few updates ({REFERENCE})"
     return (
-        f"gradient noise scale ~{noise_scale:,.0f} {unit} at epoch {epoch}; batch {approximate}{batch:,.0f} is "
-        f"{where} it"
+        f"{where} below it, so a batch of up to about {_rounded(noise_scale):,.0f} would still need nearly "
+        f"proportionally fewer updates ({REFERENCE})"
     )
+
+
+def _rounded(value: float) -> float:
+    """``value`` to one significant digit (626 -> 600): the noise scale is an estimate, and a batch size a choice."""
+    return float(f"{value:.0e}")
+
+
+def noise_scale_note(training: TrainingConfig, measured: bool) -> str | None:
+    """What ``check`` says of the noise scale: that it is not measured, and why, or how often it is."""
+    if not measured:
+        return NOT_MEASURED
+    if training.noise_scale_every > 1:
+        return f"noise_scale is measured on one update in every {training.noise_scale_every}"
+    return None
+
+
+def _observer(training: TrainingConfig, updates: tf.Variable) -> GradientNoise:
+    return GradientNoise(training.noise_scale_every, updates)
 
 
 def _hook(measuring: Measuring) -> NoiseScale:
@@ -94,11 +127,13 @@ def _hook(measuring: Measuring) -> NoiseScale:
 
 
 def _line(figures: Mapping[str, float]) -> str | None:
-    if "gradient_noise_scale" not in figures:
-        return None
-    return f"noise scale {figures['gradient_noise_scale']:,.0f}"
+    if "gradient_noise_scale" in figures:
+        return f"noise scale {figures['gradient_noise_scale']:,.0f}"
+    if "gradient_sq_norm" in figures:
+        return "noise scale n/a (the |G|^2 estimate is not positive: the gradient is lost in its noise this epoch)"
+    return None
 
 
-MEASUREMENT = Measurement(hook=_hook, observer=GradientNoise, line=_line)
+MEASUREMENT = Measurement(hook=_hook, observer=_observer, line=_line, note=noise_scale_note)
 """The gradient noise scale (``gradient_sq_norm``, ``gradient_trace_cov``, ``gradient_noise_scale``,
 ``gradient_noise_scale_ema``)."""

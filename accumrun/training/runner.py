@@ -27,6 +27,7 @@ from accumrun.training.checkpoints import Position
 from accumrun.training.console import describe_setup, device_name, run_summary
 from accumrun.training.controls import Controls
 from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chief, lost_worker
+from accumrun.training.floats import floats
 from accumrun.training.run_folder import Run
 from accumrun.training.setup import TrainingSetup, build_training
 from accumrun.training.trainer_assembly import build_trainer
@@ -62,16 +63,25 @@ def train_run(
         WorkerLost: a worker of a multi-worker run stopped answering; the last checkpoint is intact.
     """
     echo: Callable[[str], None] = (lambda line: None) if quiet else functools.partial(print, flush=True)
-    settled = settle_subdivisions(build_training(config, strategy, resumed=run_dir if resume else None), echo)
-    if is_chief(strategy):
-        return _train(
-            settled, run_dir, echo=echo, show_progress=not quiet, run_home=run_dir, resume=resume, overwrite=overwrite
-        )
-    scratch = Path(tempfile.mkdtemp(prefix="accumrun-worker-"))
-    try:
-        return _train(settled, scratch / "run", echo=echo, show_progress=not quiet, run_home=run_dir, resume=resume)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    # float64 for the whole run: Keras turns a Python number into a tensor of its floatx as it traces (an L2
+    # regularizer's factor would be rounded to float32).
+    with floats(config.training.precision):
+        settled = settle_subdivisions(build_training(config, strategy, resumed=run_dir if resume else None), echo)
+        if is_chief(strategy):
+            return _train(
+                settled,
+                run_dir,
+                echo=echo,
+                show_progress=not quiet,
+                run_home=run_dir,
+                resume=resume,
+                overwrite=overwrite,
+            )
+        scratch = Path(tempfile.mkdtemp(prefix="accumrun-worker-"))
+        try:
+            return _train(settled, scratch / "run", echo=echo, show_progress=not quiet, run_home=run_dir, resume=resume)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _train(

@@ -24,7 +24,7 @@ from accumrun.core.seeds import LayerDraws
 from accumrun.core.step import StepSpec, TrainStep, make_train_step
 from accumrun.core.sub_batches import batch_sizes, sub_batch_sizes
 from accumrun.data.augment import Augmentation
-from accumrun.data.dataset import Dataset, load_dataset, with_class_weights
+from accumrun.data.dataset import Dataset, load_dataset, sample_floats, with_class_weights
 from accumrun.data.feeder import Feeder, gathers
 from accumrun.data.resident import resides
 from accumrun.data.vocabulary import settle_vocabulary
@@ -43,6 +43,7 @@ from accumrun.optim import build_optimizer
 from accumrun.optim.rules import model_problem
 from accumrun.training.distribute import strategy_scope
 from accumrun.training.feed_choice import FeedChoice, choose_feed
+from accumrun.training.floats import check_float64, floats
 from accumrun.training.measurements import measurement_observers
 
 T = TypeVar("T")
@@ -255,8 +256,9 @@ def build_training(
     """
     config = config.model_copy(update={"data": settle_vocabulary(config.data, config.seed, resumed)})
     # Class weights weight the training samples alone (validation, as Keras', is unweighted by class).
-    dataset = with_class_weights(load_dataset(config.data, config.seed), config.training.class_weight)
     training = config.training
+    dataset = load_dataset(config.data, config.seed, sample_floats(training.precision))
+    dataset = with_class_weights(dataset, training.class_weight)
     batch_size = resolve_batch_size(training, dataset.train_size)
     _check_measurements(training, dataset.train_size, distributed=strategy is not None)
     feed_choice = _feed(config, dataset, batch_size, strategy is not None)
@@ -264,8 +266,9 @@ def build_training(
     augmentation = Augmentation(augment, dataset.sample_shape, dataset.dtype) if augment else None
     rescale, preprocess = _rescaling(config, dataset)
     keras.utils.set_random_seed(config.seed)
-    with strategy_scope(strategy):
+    with strategy_scope(strategy), floats(training.precision):
         model = _build_model(config, dataset, augmentation, rescale, preprocess)
+        check_float64(model, training.precision)
         _check_bucket(config, dataset, model)
         if config.data.task == "auto":
             dataset = dataset.settled_by_output(model.output_shape[-1])
@@ -337,7 +340,7 @@ def _step_spec(
         bucket=config.data.token_bucket,
         jit_compile=training.jit_compile,
         strategy=strategy,
-        observers=measurement_observers(training.measure),
+        observers=measurement_observers(training, optimizer.iterations),
         inference_mode=kind.same_objective,
     )
 
