@@ -81,7 +81,7 @@ def test_a_missing_evaluate_data_file_is_blamed_on_the_data_option(tmp_path: Pat
     labels = write_random_labels(tmp_path / "labels.npz", Path("datasets/digits.npz"))
     config = load_config({"data": {"name": "npz", "path": str(labels)}})
     with pytest.raises(DataError, match=r"^--data: "):
-        scored_split(config, None, Split.VAL, str(tmp_path / "missing.npz"))  # type: ignore[arg-type]
+        scored_split(config, None, Split.VAL, str(tmp_path / "missing.npz"), np.float32)  # type: ignore[arg-type]
 
 
 def test_every_example_target_the_readme_makes_is_ignored_by_git() -> None:

@@ -14,8 +14,8 @@ from pydantic import Field
 from accumrun.data.section import Keywords
 from accumrun.errors import ConfigError
 from accumrun.lookup import checked_keywords, find, normalized
+from accumrun.models.dtypes import logits_dtype
 from accumrun.models.kind import BuildRequest, ModelSection
-from accumrun.models.outputs import logits_dtype
 from accumrun.sections import Flag
 
 if TYPE_CHECKING:

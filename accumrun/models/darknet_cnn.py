@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field
 
 from accumrun.errors import DataError
+from accumrun.models.dtypes import logits_dtype
 from accumrun.models.kind import BuildRequest, ModelSection
-from accumrun.models.outputs import logits_dtype
 from accumrun.sections import Section
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from pydantic import Field, model_validator
 from accumrun.data.section import Keywords
 from accumrun.errors import ConfigError
 from accumrun.lookup import checked_keywords, find, import_keras_hub, normalized
+from accumrun.models.dtypes import logits_dtype
 from accumrun.models.kind import BuildRequest, ModelSection
-from accumrun.models.outputs import logits_dtype
 
 if TYPE_CHECKING:
     import keras

@@ -8,8 +8,8 @@ import numpy as np
 from pydantic import Field
 
 from accumrun.errors import ConfigError
+from accumrun.models.dtypes import logits_dtype
 from accumrun.models.kind import BuildRequest, ModelSection
-from accumrun.models.outputs import logits_dtype
 from accumrun.sections import Section
 
 if TYPE_CHECKING:

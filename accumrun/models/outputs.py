@@ -13,12 +13,6 @@ from accumrun.kinds import Task
 PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 
 
-def logits_dtype() -> str:
-    """The dtype of a built-in model's output layer: float32 under float32 or a mixed-precision policy, so the
-    softmax and the loss are float32 too; float64 under the float64 policy (``training.precision: float64``)."""
-    return "float64" if keras.mixed_precision.dtype_policy().name == "float64" else "float32"
-
-
 def output_activation(model: keras.Model) -> str | None:
     """``softmax`` or ``sigmoid`` when the model's output comes out of one (an output layer's ``activation``, an
     ``Activation`` or ``Softmax`` layer, or such a layer at the end of a nested model), else None: logits, or a

@@ -25,7 +25,7 @@ import keras
 import tensorflow as tf
 
 from accumrun.errors import ConfigError
-from accumrun.models.outputs import logits_dtype
+from accumrun.models.dtypes import logits_dtype
 
 Attend = Callable[[int, keras.layers.MultiHeadAttention, Any], Any]
 """How a block runs its attention layer on its normed input: given the block's index, the layer and that input, the
