@@ -20,6 +20,7 @@ from pydantic import BaseModel, Discriminator, Field, TypeAdapter, field_validat
 from accumrun.config.distribute import DistributeConfig
 from accumrun.config.loss import LossConfig, MetricEntry
 from accumrun.config.measures import measurement_rules
+from accumrun.config.memory_budget import MemoryBudget, size_bytes
 from accumrun.config.output import OutputConfig
 from accumrun.config.precision import precision_problems
 from accumrun.data.arrays import DigitsConfig
@@ -129,6 +130,9 @@ class TrainingConfig(Section):
     """``sharpness``, ``hessian_trace``: the training samples the Hessian is over (a seeded subset), or all."""
     trace_vectors: int = Field(100, ge=2)
     """``hessian_trace``: how many random vectors its estimate averages over."""
+    memory_budget: MemoryBudget = None
+    """The most memory the run may peak at (``6GiB``): the device's on a GPU, the process's above TensorFlow's import
+    on a CPU; ``subdivisions: auto`` then probes each candidate in a fresh process (:mod:`accumrun.training.budget`)."""
     class_weight: dict[str, float] | Literal["balanced"] | None = None
     """Class labels only: each class's weight by its name in ``labels.json`` (unnamed classes 1.0), or ``balanced``
     (n_samples / (n_classes * count)). Training only, as Keras' ``class_weight``."""
@@ -164,6 +168,11 @@ class TrainingConfig(Section):
         if isinstance(self.batch_size, int) and subdivisions is not None and subdivisions > self.batch_size:
             message = f"cannot exceed training.batch_size ({self.batch_size}); each sub-batch needs a sample"
             yield "training.subdivisions", message, subdivisions
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """``memory_budget`` in bytes, or None."""
+        return None if self.memory_budget is None else size_bytes(self.memory_budget)
 
     @property
     def fixed_subdivisions(self) -> int | None:
