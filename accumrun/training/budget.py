@@ -80,7 +80,7 @@ def choose_under_budget(
         measured = f"; the least peak measured was {mib(least.peak or 0)}" if least is not None else ""
         raise ConfigError(
             "training.memory_budget",
-            f"{training.memory_budget}: no subdivisions fit, up to sub-batches of one sample{measured}",
+            f"{mib(budget)}: no subdivisions fit, up to sub-batches of one sample{measured}",
         )
     chosen = min(fitting, key=lambda p: p.seconds_per_sample or 0.0)
     return AutoNote(
