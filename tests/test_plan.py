@@ -93,7 +93,7 @@ def test_the_probes_line_predicts_every_candidate_and_the_budget_picks_the_faste
         assert row.peak == pytest.approx(fixed.fixed(sub_batch) + 5 * MiB + MiB * sub_batch, abs=64)
     assert [s for s, row in rows.items() if row.fits] == [4, 8, 16, 32, 64]
     assert rows[1].fits is False and rows[1].seconds_per_sample is None
-    assert plan.recommended == ("training.subdivisions=4", "training.precision=float32")
+    assert plan.recommended == ("training.subdivisions=4",)
 
 
 def test_auto_under_a_budget_stops_at_the_first_fit_and_refuses_when_none_does(tmp_path: Path) -> None:
@@ -167,7 +167,7 @@ def test_plan_prints_a_row_per_candidate_and_writes_the_same_as_json(
         (8, True),
         (10, True),
     ]
-    assert document["recommended"] == ["training.subdivisions=3", "training.precision=float32"]
+    assert document["recommended"] == ["training.subdivisions=3"]
     table = [line.split() for line in result.stdout.splitlines() if line.strip()[:1].isdigit()]
     assert [(int(row[0]), row[6]) for row in table] == [
         (1, "no"),
@@ -177,9 +177,7 @@ def test_plan_prints_a_row_per_candidate_and_writes_the_same_as_json(
         (8, "yes"),
         (10, "yes"),
     ]
-    assert (
-        result.stdout.splitlines()[-1] == "recommended: --set training.subdivisions=3 --set training.precision=float32"
-    )
+    assert result.stdout.splitlines()[-1] == "recommended: --set training.subdivisions=3"
     assert not (tmp_path / "runs").exists()
 
 

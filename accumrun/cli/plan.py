@@ -20,7 +20,7 @@ from accumrun.cli.options import OVERRIDE_OPTIONS, apply_options, overrides
     "precisions",
     multiple=True,
     metavar="NAME",
-    help="A precision to plan for (repeatable); the configured one by default.",
+    help="A precision to plan for (repeatable): a row per candidate under each; the configured one by default.",
 )
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the table to this JSON file.")
 def plan(
@@ -45,7 +45,7 @@ def plan(
         config,
         setup_footprint(setup),
         config.training.budget_bytes,
-        precisions,
+        [("training.precision", precisions)],
         measure_in_fresh_process,
         lambda line: click.echo(line, err=True),
     )

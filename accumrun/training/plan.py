@@ -76,14 +76,15 @@ class Plan:
     """The ``--set`` overrides of the fastest candidate that fits; None when none does."""
 
 
-def variants(config: Config, precisions: Sequence[str]) -> list[Variant]:
-    """The config under each precision (validated as a ``--set`` would be: a refused one is a ConfigError)."""
+def variants(config: Config, axes: Sequence[tuple[str, Sequence[str]]]) -> list[Variant]:
+    """The config under every combination of the axes' values (each a config key and its values; a key with no
+    values keeps the config's), validated as ``--set`` would be: a refused one is a ConfigError."""
     raw = yaml.safe_load(config.to_yaml())
-    made = []
-    for precision in precisions or [config.training.precision.value]:
-        overrides = (f"training.precision={precision}",)
-        made.append(Variant(overrides, load_config(raw, overrides)))
-    return made
+    combinations: list[tuple[str, ...]] = [()]
+    for key, values in axes:
+        if values:
+            combinations = [(*made, f"{key}={value}") for made in combinations for value in values]
+    return [Variant(overrides, load_config(raw, overrides)) for overrides in combinations]
 
 
 def _probe_sizes(candidates: list[int], batch_size: int, config: Config, measure: Measure) -> list[Measured]:
@@ -149,15 +150,16 @@ def make_plan(
     config: Config,
     fixed: Footprint,
     budget: int | None,
-    precisions: Sequence[str],
+    axes: Sequence[tuple[str, Sequence[str]]],
     measure: Measure,
     echo: Callable[[str], None],
 ) -> Plan:
-    """Probe each variant of ``config`` and predict every candidate; ``fixed`` is the configured run's footprint."""
+    """Probe each variant of ``config`` (:func:`variants`) and predict every candidate; ``fixed`` is the configured
+    run's footprint."""
     candidates = candidate_subdivisions(fixed.batch_size, config.training.fixed_subdivisions)
     fitted, rows = [], []
-    for variant in variants(config, precisions):
-        echo(f"probing {' '.join(variant.overrides)} in fresh processes")
+    for variant in variants(config, axes):
+        echo(f"probing {' '.join(variant.overrides) or 'the config'} in fresh processes")
         one = fit(variant, _probe_sizes(candidates, fixed.batch_size, variant.config, measure), fixed)
         fitted.append(one)
         rows.extend(rows_of(one, fixed, candidates, budget))

@@ -32,11 +32,12 @@ def plan_lines(plan: Plan) -> list[str]:
         probed = ", ".join(
             f"{p.subdivisions} ({'out of memory' if p.peak is None else mib(p.peak)})" for p in fitted.probes
         )
+        name = " ".join(fitted.variant.overrides) or "as configured"
         if math.isnan(fitted.activations_per_sample):
-            lines.append(f"  {' '.join(fitted.variant.overrides)}: out of memory at every size probed ({probed})")
+            lines.append(f"  {name}: out of memory at every size probed ({probed})")
             continue
         lines.append(
-            f"  {' '.join(fitted.variant.overrides)}: activations {mib(fitted.activations_per_sample)} per sample, "
+            f"  {name}: activations {mib(fitted.activations_per_sample)} per sample, "
             f"runtime {mib(fitted.runtime)}; probed subdivisions {probed}"
         )
     lines.append(
