@@ -20,7 +20,7 @@ from accumrun.kinds import Feed
 from accumrun.training import autosub, probe
 from accumrun.training.budget import choose_under_budget
 from accumrun.training.peak import PeakMeter
-from accumrun.training.plan import make_plan
+from accumrun.training.plan import make_plan, variants
 from accumrun.training.probe import Measured
 from tests.helpers import invoke, tiny_config
 
@@ -189,3 +189,17 @@ def test_a_probe_in_a_fresh_process_measures_peak_and_time(tmp_path: Path) -> No
     # At least the process's TensorFlow runtime, above the imports: a traced step and its kernels.
     assert measured.peak is not None and measured.peak > MiB
     assert measured.seconds_per_sample is not None and 0 < measured.seconds_per_sample < 1
+
+
+def test_variants_are_every_combination_of_the_axes_and_a_refused_value_is_a_config_error(tmp_path: Path) -> None:
+    config = load_config(tiny_config(tmp_path))
+    made = variants(config, [("training.precision", ["float32", "mixed_bfloat16"]), ("training.epochs", ["1", "3"])])
+    assert [(v.precision, v.config.training.epochs) for v in made] == [
+        ("float32", 1),
+        ("float32", 3),
+        ("mixed_bfloat16", 1),
+        ("mixed_bfloat16", 3),
+    ]
+    assert [v.overrides for v in variants(config, [("training.precision", [])])] == [()]
+    with pytest.raises(ConfigError, match=r"training\.precision"):
+        variants(config, [("training.precision", ["float8"])])
