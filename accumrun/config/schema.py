@@ -229,6 +229,7 @@ def _broken_rules(config: Config) -> Iterator[Problem]:
     yield from training.broken_rules()
     yield from data.broken_rules(class_weight=training.class_weight)
     yield from config.model.broken_rules()
+    yield from config.model.adaptation_rules()
     yield from optimizer_problems(
         config.optimizer,
         augment=[augment.name for augment in data.augment],
