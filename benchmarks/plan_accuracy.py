@@ -31,6 +31,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 VARIANTS: dict[str, tuple[str, ...]] = {
     "float32": ("training.precision=float32",),
     "mixed_bfloat16": ("training.precision=mixed_bfloat16",),
+    "lora_r8": ("model.lora={rank: 8}",),
+    "lora_r8_int8": ("model.lora={rank: 8}", "model.quantize=int8"),
 }
 
 
@@ -90,7 +92,12 @@ def main() -> None:
         config = load_config(config_for(preset), overrides)
         fixed = setup_footprint(build_training(config))
         plan = make_plan(
-            base, fixed, None, [(o.split("=")[0], [o.split("=")[1]]) for o in overrides], measure_in_fresh_process, echo
+            base,
+            fixed,
+            None,
+            [(o.partition("=")[0], [o.partition("=")[2]]) for o in overrides],
+            measure_in_fresh_process,
+            echo,
         )
         for row in plan.rows:
             if row.probed or row.peak is None:

@@ -201,5 +201,7 @@ def test_variants_are_every_combination_of_the_axes_and_a_refused_value_is_a_con
         ("mixed_bfloat16", 3),
     ]
     assert [v.overrides for v in variants(config, [("training.precision", [])])] == [()]
+    (adapted,) = variants(config, [("model.lora", ["{rank: 2}"]), ("model.quantize", ["int8"])])
+    assert (adapted.lora, made[0].lora) == ("rank 2, int8", None)
     with pytest.raises(ConfigError, match=r"training\.precision"):
         variants(config, [("training.precision", ["float8"])])

@@ -37,6 +37,14 @@ class Variant:
         """The variant's ``training.precision``."""
         return self.config.training.precision.value
 
+    @property
+    def lora(self) -> str | None:
+        """The variant's LoRA, as ``rank 8`` (``, int8`` on a quantized base); None without ``model.lora``."""
+        model = self.config.model
+        if model.lora is None:
+            return None
+        return f"rank {model.lora.rank}" + (f", {model.quantize}" if model.quantize else "")
+
 
 @dataclass(frozen=True)
 class Fitted:
