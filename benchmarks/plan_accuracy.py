@@ -1,5 +1,5 @@
 """How close ``accumrun plan``'s predicted peaks come to measured ones: for each variant of a small causal language
-model (precision, and whatever else ``--variants`` names), plan's probes at two sub-batch sizes predict every
+model (precision, LoRA, int8, whatever ``--variants`` names), plan's probes at three sub-batch sizes predict every
 candidate's peak; then each candidate plan did not probe is measured on its own, in a fresh process, the same way
 (:func:`accumrun.training.probe.measure_in_fresh_process`: the first batch three times, the peak memory above
 TensorFlow's import on a CPU, ``get_memory_info``'s peak on a GPU). Target: every prediction within 15% of the
@@ -125,9 +125,10 @@ def main() -> None:
     body += [
         f"Model: a causal transformer ({preset['layers']} layers, width {preset['width']}, {preset['heads']} heads) on "
         f"byte windows of {preset['sequence_length']} tokens, batch {preset['batch_size']}, Adam. For each variant, "
-        "`plan` probes two sub-batch sizes (the largest that fits and about an eighth of it) in fresh processes and "
-        "predicts every other candidate from the line through them; each of those is then measured alone, in a fresh "
-        "process, the same way.",
+        "`plan` probes three sub-batch sizes (the largest that fits, the smallest, and the one nearest their geometric "
+        "mean) in fresh processes and predicts every other candidate from the lines between them; each of those is "
+        "then measured alone, in a fresh process, the same way. Activations per sample: the slope between the two "
+        "largest probes.",
         "",
         f"**Worst error {worst:.1%} over {len(results)} candidates** (target: within 15% over at least six: "
         f"{'met' if worst <= 0.15 and len(results) >= 6 else 'not met'}).",

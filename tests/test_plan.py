@@ -82,8 +82,14 @@ def test_the_probes_line_predicts_every_candidate_and_the_budget_picks_the_faste
     budget = int(fixed.fixed(16) + 5 * MiB + 16 * MiB)  # sub-batches of 16 fit exactly, of 32 do not
     plan = make_plan(config, fixed, budget, (), measure, lambda line: None)
     (fitted,) = plan.fitted
-    # Sub-batches of 64 ran out of memory; 32 was the largest probed, then a sub-batch of 4 (an eighth).
-    assert [(p.subdivisions, p.out_of_memory) for p in fitted.probes] == [(1, True), (2, False), (16, False)]
+    # Sub-batches of 64 ran out of memory; 32 was the largest probed, then 8 (the nearest to the geometric mean of 32
+    # and 1) and 1.
+    assert [(p.subdivisions, p.out_of_memory) for p in fitted.probes] == [
+        (1, True),
+        (2, False),
+        (8, False),
+        (64, False),
+    ]
     # The peaks are exactly linear, so the line is the fake's, to the rounding of the peaks to whole bytes.
     assert fitted.activations_per_sample == pytest.approx(MiB, abs=1 / 28)
     assert fitted.runtime == pytest.approx(5 * MiB, abs=1)
@@ -155,8 +161,8 @@ def test_plan_prints_a_row_per_candidate_and_writes_the_same_as_json(
     assert result.returncode == 0, result.stderr
     document = json.loads((tmp_path / "plan.json").read_text())
     (variant,) = document["variants"]
-    # Two probes, at the fewest subdivisions (sub-batches of 10) and at an eighth of that (sub-batches of 1).
-    assert [p["subdivisions"] for p in variant["probes"]] == [1, 10]
+    # Three probes: the fewest subdivisions (sub-batches of 10), the most (of 1) and between (of 3, near sqrt(10)).
+    assert [p["subdivisions"] for p in variant["probes"]] == [1, 4, 10]
     # The whole batch's input (data.feed: batch) is fixed, so all the growth is activations; the peaks are whole bytes.
     assert variant["activations_per_sample"] == pytest.approx(MiB, abs=1)
     assert [(row["subdivisions"], row["fits"]) for row in document["rows"]] == [

@@ -2,10 +2,12 @@
 
 The fixed bytes come from arithmetic (:mod:`accumrun.core.footprint`, as ``check --memory``'s). Each variant (a
 precision, and whatever else the probes must hold fixed) is probed in fresh processes
-(:func:`accumrun.training.probe.measure_in_fresh_process`) at two sub-batch sizes: the largest that does not run out of
-memory, and one about an eighth of it. The peak is a line in the sub-batch: what the two probes hold above the fixed
-bytes gives the activations per sample (the slope) and the runtime's own bytes (the rest), so every candidate's peak
-is predicted, not only the probed ones'. Time per sample is the probes', and a line in the subdivisions between them.
+(:func:`accumrun.training.probe.measure_in_fresh_process`) at three sub-batch sizes: the largest that does not run out
+of memory, the smallest, and one between (their geometric mean). What they hold above the fixed bytes grows with the
+sub-batch, in a line between each two (the activations per sample, the slope; the runtime's own bytes, what is left
+at none), so every candidate's peak is predicted, not only the probed ones'. Three, not two: a CPU's peak resident
+size was not one line in the sub-batch here (``docs/benchmarks-plan.md``).
+Time per sample is the probes', and a piecewise line in the subdivisions between them.
 """
 
 from __future__ import annotations
@@ -48,10 +50,13 @@ class Variant:
 
 @dataclass(frozen=True)
 class Fitted:
-    """A variant's probes, and the line through their peaks above the fixed bytes."""
+    """A variant's probes, and what their peaks hold above the fixed bytes."""
 
     variant: Variant
     probes: tuple[Measured, ...]
+    above: tuple[tuple[int, float], ...]
+    """(sub-batch, peak less the fixed bytes) of each probe that fitted, by sub-batch: the peak between two of them is
+    read off the line that joins them, and beyond the ends off the end segments."""
     activations_per_sample: float
     runtime: float
     """The bytes the probes hold beyond the fixed ones and the activations: the runtime's own, the traced step."""
@@ -96,46 +101,59 @@ def variants(config: Config, axes: Sequence[tuple[str, Sequence[str]]]) -> list[
 
 
 def _probe_sizes(candidates: list[int], batch_size: int, config: Config, measure: Measure) -> list[Measured]:
-    """Probe from the fewest subdivisions up to the first that does not run out of memory, then one whose sub-batch
-    is about an eighth of that one's."""
+    """Probe from the fewest subdivisions up to the first that does not run out of memory, then the most (the
+    smallest sub-batch) and the one between whose sub-batch is nearest their geometric mean."""
     probes: list[Measured] = []
     for subdivisions in candidates:
         probes.append(measure(config, subdivisions))
         if not probes[-1].out_of_memory:
             break
-    if probes[-1].out_of_memory:
-        return probes
     first = probes[-1].subdivisions
-    target = max(1, math.ceil(batch_size / first) // 8)
-    smaller = [s for s in candidates if s > first and math.ceil(batch_size / s) >= target]
-    if smaller:
-        probes.append(measure(config, smaller[-1]))
+    rest = [s for s in candidates if s > first]
+    if probes[-1].out_of_memory or not rest:
+        return probes
+    middle = math.sqrt(math.ceil(batch_size / first) * math.ceil(batch_size / rest[-1]))
+    between = min(rest[:-1], key=lambda s: abs(math.log(math.ceil(batch_size / s) / middle)), default=None)
+    for subdivisions in ([between] if between is not None else []) + [rest[-1]]:
+        probes.append(measure(config, subdivisions))
     return probes
 
 
+def _between(points: Sequence[tuple[float, float]], x: float) -> float:
+    """The piecewise line through ``points`` (sorted by their first value) at ``x``, its end segments extended."""
+    if len(points) == 1:
+        return points[0][1]
+    index = next((i for i in range(1, len(points) - 1) if x < points[i][0]), len(points) - 1)
+    (x1, y1), (x2, y2) = points[index - 1], points[index]
+    return y1 + (y2 - y1) * (x - x1) / (x2 - x1)
+
+
 def fit(variant: Variant, probes: Sequence[Measured], fixed: Footprint) -> Fitted:
-    """The line through the probes' peaks above the fixed bytes, in the sub-batch (through zero with one probe)."""
-    points = [(math.ceil(fixed.batch_size / p.subdivisions), p.peak) for p in probes if p.peak is not None]
-    above = [(b, peak - fixed.fixed(b)) for b, peak in points]
-    if len(above) >= 2:
-        (b1, a1), (b2, a2) = above[-2], above[-1]
-        slope = (a1 - a2) / (b1 - b2)
-        return Fitted(variant, tuple(probes), slope, a1 - slope * b1)
-    if above:
-        return Fitted(variant, tuple(probes), above[0][1] / above[0][0], 0.0)
-    return Fitted(variant, tuple(probes), math.nan, math.nan)
+    """The probes' peaks above the fixed bytes, by sub-batch: the activations per sample are the slope between the
+    two largest sub-batches, the runtime's bytes what the line through the two smallest leaves at none."""
+    above = sorted(
+        (
+            math.ceil(fixed.batch_size / p.subdivisions),
+            p.peak - fixed.fixed(math.ceil(fixed.batch_size / p.subdivisions)),
+        )
+        for p in probes
+        if p.peak is not None
+    )
+    if not above:
+        return Fitted(variant, tuple(probes), (), math.nan, math.nan)
+    if len(above) == 1:
+        return Fitted(variant, tuple(probes), ((0, 0.0), *above), above[0][1] / above[0][0], 0.0)
+    (b1, a1), (b2, a2) = above[-2:]
+    return Fitted(variant, tuple(probes), tuple(above), (a2 - a1) / (b2 - b1), _between(above, 0))
 
 
 def _seconds(probes: Sequence[Measured], subdivisions: int) -> float | None:
-    """The measured time per sample, or the line in the subdivisions through the probes (at least their least)."""
-    timed = [(p.subdivisions, p.seconds_per_sample) for p in probes if p.seconds_per_sample is not None]
-    for probed, seconds in timed:
-        if probed == subdivisions:
-            return seconds
-    if len(timed) < 2:
-        return timed[0][1] if timed else None
-    (s1, t1), (s2, t2) = timed[-2], timed[-1]
-    return max(min(t1, t2), t1 + (t2 - t1) * (subdivisions - s1) / (s2 - s1))
+    """The measured time per sample, or the piecewise line in the subdivisions through the probes (at least their
+    least)."""
+    timed = sorted((p.subdivisions, p.seconds_per_sample) for p in probes if p.seconds_per_sample is not None)
+    if not timed:
+        return None
+    return max(min(t for _, t in timed), _between(timed, subdivisions))
 
 
 def rows_of(fitted: Fitted, fixed: Footprint, candidates: list[int], budget: int | None) -> list[Row]:
@@ -144,8 +162,7 @@ def rows_of(fitted: Fitted, fixed: Footprint, candidates: list[int], budget: int
     rows = []
     for subdivisions in candidates:
         sub_batch = math.ceil(fixed.batch_size / subdivisions)
-        known = not math.isnan(fitted.activations_per_sample)
-        peak = fixed.fixed(sub_batch) + fitted.runtime + fitted.activations_per_sample * sub_batch if known else None
+        peak = fixed.fixed(sub_batch) + _between(fitted.above, sub_batch) if fitted.above else None
         too_large = any(subdivisions <= s for s in failed)
         fits = None if budget is None else (peak is not None and peak <= budget and not too_large)
         probed = any(p.subdivisions == subdivisions for p in fitted.probes)
