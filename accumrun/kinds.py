@@ -61,6 +61,16 @@ class RandomDraws(Kind):
     PER_SUB_BATCH = "per_sub_batch"
 
 
+class Remat(Kind):
+    """What the backward pass recomputes instead of keeping (``training.remat``): nothing, the activation functions
+    (Keras' mode), each block's insides (only the blocks' boundaries are kept), or every layer with weights."""
+
+    NONE = "none"
+    ACTIVATIONS = "activations"
+    BLOCKS = "blocks"
+    LAYERS = "layers"
+
+
 class Measure(Kind):
     """What a run measures of its batches beside training (``training.measure``); what each uses and refuses is
     declared in :mod:`accumrun.config.measures`, how it measures in :mod:`accumrun.training.measurements`."""

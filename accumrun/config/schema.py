@@ -23,12 +23,13 @@ from accumrun.config.measures import measurement_rules
 from accumrun.config.memory_budget import MemoryBudget, size_bytes
 from accumrun.config.output import OutputConfig
 from accumrun.config.precision import precision_problems
+from accumrun.config.remat import remat_rules
 from accumrun.data.arrays import DigitsConfig
 from accumrun.data.registry import DATA_SECTIONS
 from accumrun.data.section import DataSection
 from accumrun.data.tokenizers import TOKENIZER_UNION
 from accumrun.errors import describe
-from accumrun.kinds import BatchNormMode, Measure, OnNonFinite, Precision, RandomDraws, Strategy
+from accumrun.kinds import BatchNormMode, Measure, OnNonFinite, Precision, RandomDraws, Remat, Strategy
 from accumrun.models.kind import ModelSection
 from accumrun.models.registry import DEFAULT_MODEL, MODEL_SECTIONS, UNKNOWN_MODEL, model_tag
 from accumrun.optim.keras_optimizer import OptimizerConfig
@@ -115,6 +116,8 @@ class TrainingConfig(Section):
     random_draws: Annotated[RandomDraws, words(RandomDraws)] = RandomDraws.PER_SAMPLE
     """How dropout and noise layers draw (:mod:`accumrun.core.seeds`): ``per_sample`` makes subdivided training
     equal plain training; ``per_sub_batch`` is how runs before it drew."""
+    remat: Annotated[Remat | Literal["auto"], words(Remat, auto=True)] = Remat.NONE
+    """What the backward pass recomputes instead of keeping (:mod:`accumrun.config.remat`); never changes a number."""
     precise_bn_samples: int | None = Field(None, ge=1)
     """``batch_norm: precise``: the training samples (a seeded subset) its statistics use; all by default."""
     updates_per_call: Annotated[int | Literal["auto"], int_or("auto", "about half a second of work per call")] = "auto"
@@ -244,3 +247,4 @@ def _broken_rules(config: Config) -> Iterator[Problem]:
     replicated = distribute.strategy not in ("auto", Strategy.NONE)
     yield from measurement_rules(training.measure, changed, strategy if replicated else None)
     yield from precision_problems(training.precision, distribute.strategy)
+    yield from remat_rules(training.remat, config.model)

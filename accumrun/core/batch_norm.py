@@ -99,13 +99,18 @@ class BatchNormStatistics:
         else:
             wrapped = {}
         layers = [layer for layer in self.layers if id(layer) in wrapped]
+        # A layer's own call may already be wrapped (recomputed, training.remat): that wrapper comes back after.
+        before = {id(layer): layer.__dict__.get("call") for layer in layers}
         for layer in layers:
             layer.call = wrapped[id(layer)]
         try:
             yield
         finally:
             for layer in layers:
-                del layer.call
+                if before[id(layer)] is None:
+                    del layer.call
+                else:
+                    layer.call = before[id(layer)]
 
     def moving(self) -> list[tuple[tf.Tensor, tf.Tensor]]:
         """The recorded layers' moving mean and variance now."""

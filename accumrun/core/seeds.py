@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import keras
 import tensorflow as tf
 
 from accumrun.core.draws import PER_SAMPLE_LAYERS, row_bits
+from accumrun.core.recompute import replayable
 from accumrun.kinds import RandomDraws
 
 
@@ -87,9 +88,26 @@ class LayerDraws:
         self._open.rows = tf.cast(first_row, tf.int64) + tf.range(tf.cast(rows, tf.int64))
         self._open.calls = {}
         try:
-            yield
+            with replayable(self._replay_point):
+                yield
         finally:
             self._open.rows = None
+
+    def _replay_point(self) -> Callable[[], contextlib.AbstractContextManager[None]]:
+        """The open forward pass as it stands, for a recomputation (:mod:`accumrun.core.recompute`) to draw again
+        what the calls from here draw: the same rows, and each layer's calls counted from the same place."""
+        rows, calls = self._open.rows, dict(self._open.calls)
+
+        @contextlib.contextmanager
+        def replay() -> Iterator[None]:
+            before = (self._open.rows, self._open.calls)
+            self._open.rows, self._open.calls = rows, dict(calls)
+            try:
+                yield
+            finally:
+                self._open.rows, self._open.calls = before
+
+        return replay
 
     def open_rows(self) -> tf.Tensor | None:
         """The open sub-batch's global rows on this thread, or None outside :meth:`sub_batch`."""

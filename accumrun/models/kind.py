@@ -111,6 +111,9 @@ class ModelKind(Generic[SectionT]):
     attention: bool | None = False
     """Whether it has attention layers (and so blocks to recompute, and query and value projections to adapt);
     None where that depends on the model, and only the built model tells."""
+    blocks: Callable[[keras.Model], list[Any]] | None = None
+    """Its blocks in a built model, for ``training.remat: blocks`` (:mod:`accumrun.models.blocks`); None where it has
+    none, and ``blocks`` is refused."""
     preprocessing: Callable[[SectionT], Callable[[Any], Any] | None] = lambda section: None
     """The input preprocessing the model was trained with, which ``data.rescale: auto`` applies (Keras ops on
     inputs of 0..255); None where it has none."""

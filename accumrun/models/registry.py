@@ -8,11 +8,25 @@ module here imports TensorFlow, so loading a config stays fast.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from accumrun.errors import ConfigError
 from accumrun.models import application, darknet_cnn, factory, hub, mlp, saved, transformer_kind
 from accumrun.models.kind import ModelKind, ModelSection, Naming, exactly, prefixed
+
+
+def _blocks(finder: str) -> Callable[[Any], list[Any]]:
+    """A finder of :mod:`accumrun.models.blocks`, imported when called (it imports Keras)."""
+
+    def find(model: Any) -> list[Any]:
+        from accumrun.models import blocks
+
+        found: list[Any] = getattr(blocks, finder)(model)
+        return found
+
+    return find
+
 
 MODELS: dict[str, ModelKind[Any]] = {
     "darknet_cnn": ModelKind(darknet_cnn.DarknetCnnConfig, exactly("darknet_cnn"), darknet_cnn.build),
@@ -23,12 +37,14 @@ MODELS: dict[str, ModelKind[Any]] = {
         transformer_kind.build,
         token_ids=True,
         attention=True,
+        blocks=_blocks("transformer_blocks"),
     ),
     "application": ModelKind(
         application.ApplicationConfig,
         prefixed(application.APPLICATION_PREFIX, "keras.applications.<Name>"),
         application.build,
         preprocessing=application.preprocessing,
+        blocks=_blocks("residual_blocks"),
     ),
     "keras_hub": ModelKind(
         hub.KerasHubConfig,
@@ -36,14 +52,18 @@ MODELS: dict[str, ModelKind[Any]] = {
         hub.build,
         token_ids=True,
         attention=None,
+        blocks=_blocks("hub_blocks"),
     ),
-    "saved": ModelKind(saved.SavedModelConfig, exactly("saved"), saved.build, attention=None),
+    "saved": ModelKind(
+        saved.SavedModelConfig, exactly("saved"), saved.build, attention=None, blocks=_blocks("any_blocks")
+    ),
     # Any name with a colon: a malformed one is then refused by the section's pattern, not as an unknown model.
     "custom": ModelKind(
         factory.CustomModelConfig,
         Naming("'package.module:function'", lambda name: ":" in name),
         factory.build,
         attention=None,
+        blocks=_blocks("any_blocks"),
     ),
 }
 """Every kind of model by its tag in the config's union, in the order the refusal of an unknown name lists them."""

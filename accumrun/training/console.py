@@ -53,6 +53,7 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
             min(replica_sub_batch_sizes(setup.fed.batch_size, stepped.replicas, subdivisions))
         ),
         *(stepped.draws.describe_off("L-BFGS") if stepped.spec.inference_mode else stepped.draws.describe()),
+        *([setup.trained.remat] if setup.trained.remat else []),
         _optimizer_line(setup),
     ]
 

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from accumrun.config.measures import one_device_refusals
+from accumrun.config.remat import settle_remat
 from accumrun.config.schema import Config, TrainingConfig
 from accumrun.core.batch_norm import BatchNormStatistics, batch_norm_layers
 from accumrun.core.losses import MetricSet, Objective
@@ -36,6 +37,7 @@ from accumrun.models.preprocessing import (
     with_input_preprocessing,
 )
 from accumrun.models.registry import kind_of
+from accumrun.models.remat import apply_remat
 from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
 from accumrun.optim.rules import model_problem
@@ -75,6 +77,8 @@ class Trained:
     """What the model's input layer multiplies raw samples by."""
     preprocess: Preprocess | None
     """A pretrained application's own ``preprocess_input`` (its ``rescale: auto``), or None."""
+    remat: str = ""
+    """The startup line of ``training.remat``: what the backward pass recomputes (empty for none)."""
 
     @property
     def loss_scaled(self) -> bool:
@@ -268,6 +272,8 @@ def build_training(
         probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
         objective = fit_objective(config, dataset, model, _first(probe))
         optimizer = _optimizer(config, model)
+        # Last of what changes the model's layers: it recomputes whichever layers the model trains with.
+        remat = apply_remat(model, settle_remat(training.remat), kind_of(config.model).blocks)
         spec = _step_spec(config, model, objective.objective, optimizer, feed_choice.feed, strategy)
         val_metrics = objective.objective.new_metrics()
     # config.yaml records what the config left to accumrun; rescale stays auto where an application's own
@@ -288,6 +294,7 @@ def build_training(
             val_metrics=val_metrics,
             rescale=rescale,
             preprocess=preprocess,
+            remat=remat,
         ),
         fed=Fed(
             dataset=dataset,
