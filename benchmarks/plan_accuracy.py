@@ -33,6 +33,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "mixed_bfloat16": ("training.precision=mixed_bfloat16",),
     "lora_r8": ("model.lora={rank: 8}",),
     "lora_r8_int8": ("model.lora={rank: 8}", "model.quantize=int8"),
+    "remat_blocks": ("training.remat=blocks",),
 }
 
 

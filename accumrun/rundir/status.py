@@ -37,11 +37,12 @@ class BatchNormNote:
 @dataclass(frozen=True)
 class ProbeNote:
     """One candidate ``memory_budget`` probed: its subdivisions, peak bytes and seconds per sample (None: it ran out
-    of memory)."""
+    of memory), and its ``training.remat``."""
 
     subdivisions: int
     peak: int | None
     seconds_per_sample: float | None
+    remat: str = "none"
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,15 @@ class AutoNote:
     tried: tuple[int, ...]
     memory_budget: int | None = None
     candidates: tuple[ProbeNote, ...] = ()
+    remat: str | None = None
+    """The ``training.remat`` chosen with the subdivisions, under a budget."""
 
     def document(self) -> dict[str, Any]:
         """The note as ``run.json`` holds it (the budget's keys only under a budget)."""
         document: dict[str, Any] = {"chosen": self.chosen, "tried": list(self.tried)}
         if self.memory_budget is not None:
             document["memory_budget"] = self.memory_budget
+            document["remat"] = self.remat
             document["candidates"] = [dataclasses.asdict(probe) for probe in self.candidates]
         return document
 
@@ -70,6 +74,7 @@ class AutoNote:
             tuple(document["tried"]),
             document.get("memory_budget"),
             tuple(ProbeNote(**probe) for probe in document.get("candidates", ())),
+            document.get("remat"),
         )
 
 
