@@ -109,7 +109,7 @@ def test_auto_under_a_budget_stops_at_the_first_fit_and_refuses_when_none_does(t
     note = choose_under_budget(config, budget, 64, measure, lambda line: None)
     assert (note.chosen, note.tried, note.memory_budget) == (4, (1, 2, 4), budget)
     assert [probe.peak is not None and probe.peak <= budget for probe in note.candidates] == [False, False, True]
-    with pytest.raises(ConfigError, match=r"^training\.memory_budget: 1.000 MiB: no subdivisions fit.*least peak"):
+    with pytest.raises(ConfigError, match=r"^training\.memory_budget: 1.000 MiB: no candidate fits.*least peak"):
         choose_under_budget(config.with_subdivisions("auto"), MiB, 64, measure, lambda line: None)
 
 
@@ -138,14 +138,16 @@ def test_auto_under_a_budget_records_every_probe_in_run_json(
         "chosen": 4,
         "tried": [1, 2, 4],
         "memory_budget": 64 * MiB,
+        "remat": "none",
         "candidates": [
-            {"subdivisions": s, "peak": peaks[s], "seconds_per_sample": pytest.approx(1e-3 * s)} for s in (1, 2, 4)
+            {"subdivisions": s, "peak": peaks[s], "seconds_per_sample": pytest.approx(1e-3 * s), "remat": "none"}
+            for s in (1, 2, 4)
         ],
     }
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["training"]["subdivisions"] == 4
     out = capsys.readouterr().out
-    assert "memory_budget: subdivisions 1: peak 90.000 MiB, 1.000 ms per sample, over" in out
-    assert "subdivisions: auto chose 4 under memory_budget 64MiB (tried 1, 2, 4)" in out
+    assert "memory_budget: subdivisions 1, remat none: peak 90.000 MiB, 1.000 ms per sample, over" in out
+    assert "subdivisions: auto chose 4, remat none, under memory_budget 64MiB (tried 1, 2, 4)" in out
 
 
 def test_plan_prints_a_row_per_candidate_and_writes_the_same_as_json(
@@ -175,7 +177,7 @@ def test_plan_prints_a_row_per_candidate_and_writes_the_same_as_json(
     ]
     assert document["recommended"] == ["training.subdivisions=3"]
     table = [line.split() for line in result.stdout.splitlines() if line.strip()[:1].isdigit()]
-    assert [(int(row[0]), row[6]) for row in table] == [
+    assert [(int(row[0]), row[7]) for row in table] == [
         (1, "no"),
         (2, "no"),
         (3, "yes"),
@@ -211,3 +213,40 @@ def test_variants_are_every_combination_of_the_axes_and_a_refused_value_is_a_con
     assert (adapted.lora, made[0].lora) == ("rank 2, int8", None)
     with pytest.raises(ConfigError, match=r"training\.precision"):
         variants(config, [("training.precision", ["float8"])])
+
+
+def test_remat_auto_under_a_budget_chooses_the_fastest_pair_and_probes_remat_only_below_the_fewest_that_fit(
+    tmp_path: Path,
+) -> None:
+    # Bytes per sample and time per sample by mode: recomputing keeps less and costs more at the same subdivisions.
+    per_sample = {"none": 10 * MiB, "activations": 7 * MiB, "layers": 4 * MiB}
+    slower = {"none": 1.0, "activations": 1.1, "layers": 1.2}
+
+    def measure(config, subdivisions: int) -> Measured:
+        mode = config.training.remat.value
+        sub_batch = -(-64 // subdivisions)
+        return Measured(subdivisions, per_sample[mode] * sub_batch, 1e-3 * slower[mode] * (1 + subdivisions / 10))
+
+    training = {"batch_size": 64, "subdivisions": "auto", "remat": "auto"}
+    config = load_config(tiny_config(tmp_path, data={"samples": 80}, training=training))
+    note = choose_under_budget(config, 25 * MiB, 64, measure, lambda line: None)
+    # An MLP has no blocks. none fits from 32 subdivisions (sub-batches of 2); activations, probed below 32 only,
+    # fits nowhere; layers fits at 16 (sub-batches of 4) and is faster there than none at 32.
+    assert [(c.remat, c.subdivisions) for c in note.candidates] == [
+        *(("none", s) for s in (1, 2, 4, 8, 16, 32)),
+        *(("activations", s) for s in (1, 2, 4, 8, 16)),
+        *(("layers", s) for s in (1, 2, 4, 8, 16)),
+    ]
+    assert (note.chosen, note.remat) == (16, "layers")
+
+
+def test_plan_with_remat_auto_has_a_row_per_mode_the_model_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(probe, "measure_in_fresh_process", lambda config, s: Measured(s, 30 * MiB, 1e-3))
+    monkeypatch.chdir(tmp_path)
+    result = invoke("plan", str(tiny_config(tmp_path)), "--set", "training.remat=auto", "--json", "plan.json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((tmp_path / "plan.json").read_text())["rows"]
+    # An MLP has no blocks; each other mode gets the six candidates of a batch of 10 with subdivisions 3.
+    assert [row["remat"] for row in rows] == [mode for mode in ("none", "activations", "layers") for _ in range(6)]

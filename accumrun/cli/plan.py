@@ -22,9 +22,21 @@ from accumrun.cli.options import OVERRIDE_OPTIONS, apply_options, overrides
     metavar="NAME",
     help="A precision to plan for (repeatable): a row per candidate under each; the configured one by default.",
 )
+@click.option(
+    "--remat",
+    "remats",
+    multiple=True,
+    metavar="MODE",
+    help="A training.remat mode to plan for (repeatable); the configured one, or for auto every mode the model takes.",
+)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the table to this JSON file.")
 def plan(
-    config_path: str, memory_budget: str | None, precisions: tuple[str, ...], json_path: str | None, **flags: Any
+    config_path: str,
+    memory_budget: str | None,
+    precisions: tuple[str, ...],
+    remats: tuple[str, ...],
+    json_path: str | None,
+    **flags: Any,
 ) -> None:
     """Plan CONFIG's memory: fixed bytes by arithmetic, activations and speed from probes in fresh processes, a row
     per candidate, and the fastest that fits as --set overrides. Writes nothing to runs/."""
@@ -33,7 +45,7 @@ def plan(
     extra = [f"training.memory_budget={memory_budget}"] if memory_budget is not None else []
     config = load_config(config_path, [*overrides(**flags), *extra])
     start_tensorflow()
-    from accumrun.training.budget import check_budget, setup_footprint
+    from accumrun.training.budget import check_budget, remat_modes, setup_footprint
     from accumrun.training.plan import make_plan
     from accumrun.training.plan_table import plan_document, plan_lines
     from accumrun.training.probe import measure_in_fresh_process
@@ -41,11 +53,16 @@ def plan(
 
     setup = build_training(config)
     check_budget(setup)
+    # remat: auto is none in a run without a budget; a plan shows each mode it could choose.
+    auto_remats = [mode.value for mode in remat_modes(config)] if config.training.remat == "auto" else []
     made = make_plan(
         config,
         setup_footprint(setup),
         config.training.budget_bytes,
-        [("training.precision", precisions)],
+        [
+            ("training.precision", precisions),
+            ("training.remat", remats or auto_remats),
+        ],
         measure_in_fresh_process,
         lambda line: click.echo(line, err=True),
     )

@@ -40,6 +40,12 @@ class Variant:
         return self.config.training.precision.value
 
     @property
+    def remat(self) -> str:
+        """The variant's ``training.remat`` (``auto`` is ``none`` in a probe without a budget)."""
+        remat = self.config.training.remat
+        return remat if isinstance(remat, str) else remat.value
+
+    @property
     def lora(self) -> str | None:
         """The variant's LoRA, as ``rank 8`` (``, int8`` on a quantized base); None without ``model.lora``."""
         model = self.config.model

@@ -43,14 +43,16 @@ def plan_lines(plan: Plan) -> list[str]:
     # LoRA's column only where a variant has it.
     lora = any(fitted.variant.lora for fitted in plan.fitted)
     lines.append(
-        f"  {'subdivisions':>12}  {'sub-batch':>9}  {'precision':>15}{'  lora' if lora else ''}  {'peak':>14}"
+        f"  {'subdivisions':>12}  {'sub-batch':>9}  {'precision':>15}  {'remat':>11}{'  lora' if lora else ''}"
+        f"  {'peak':>14}"
         f"  {'ms/sample':>9}  {'fits':>4}"
     )
     for row in plan.rows:
         peak = "-" if row.peak is None else mib(row.peak)
         adapters = f"  {row.variant.lora or 'none'}" if lora else ""
         lines.append(
-            f"  {row.subdivisions:>12,}  {row.sub_batch:>9,}  {row.variant.precision:>15}{adapters}  {peak:>14}"
+            f"  {row.subdivisions:>12,}  {row.sub_batch:>9,}  {row.variant.precision:>15}  {row.variant.remat:>11}"
+            f"{adapters}  {peak:>14}"
             f"  {_ms(row.seconds_per_sample):>9}  {_fits(row):>4}{' *' if row.probed else ''}"
         )
     lines.append("  (* probed; the other rows are predicted from the probes)")
@@ -85,6 +87,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
                 "subdivisions": row.subdivisions,
                 "sub_batch": row.sub_batch,
                 "precision": row.variant.precision,
+                "remat": row.variant.remat,
                 "lora": row.variant.lora,
                 "peak": row.peak,
                 "seconds_per_sample": row.seconds_per_sample,
