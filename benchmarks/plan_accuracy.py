@@ -5,7 +5,7 @@ candidate's peak; then each candidate plan did not probe is measured on its own,
 TensorFlow's import on a CPU, ``get_memory_info``'s peak on a GPU). Target: every prediction within 15% of the
 measured peak, over at least six candidates.
 
-    python benchmarks/plan_accuracy.py [--preset cpu|gpu] [--variants NAME,...] [--output docs/benchmarks-plan.md]
+    python benchmarks/plan_accuracy.py [--preset cpu|gpu] [--variants NAME,...] [--validate S,...] [--output PATH]
 
 ``--preset gpu`` is a larger model for a GPU (it refuses to run without one). Progress goes to stderr; the report to
 ``--output`` (Markdown), its figures beside it as JSON.
@@ -64,6 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="names from VARIANTS, comma-separated")
+    parser.add_argument("--validate", help="the subdivisions to measure, comma-separated (all that plan did not probe)")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmarks-plan.md")
     args = parser.parse_args()
     info = machine()
@@ -101,7 +102,8 @@ def main() -> None:
             echo,
         )
         for row in plan.rows:
-            if row.probed or row.peak is None:
+            chosen = args.validate is None or str(row.subdivisions) in args.validate.split(",")
+            if row.probed or row.peak is None or not chosen:
                 continue
             echo(f"{name}: measuring subdivisions {row.subdivisions}")
             measured = measure_in_fresh_process(row.variant.config, row.subdivisions)
