@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from accumrun import train
-from accumrun.config.loading import load_config
+from accumrun.config.loading import load_config, load_resume_config
 from accumrun.config.memory_budget import size_bytes
 from accumrun.core.footprint import footprint
 from accumrun.errors import ConfigError
@@ -250,3 +250,14 @@ def test_plan_with_remat_auto_has_a_row_per_mode_the_model_takes(
     rows = json.loads((tmp_path / "plan.json").read_text())["rows"]
     # An MLP has no blocks; each other mode gets the six candidates of a batch of 10 with subdivisions 3.
     assert [row["remat"] for row in rows] == [mode for mode in ("none", "activations", "layers") for _ in range(6)]
+
+
+def test_a_resume_given_remat_and_subdivisions_auto_keeps_what_the_run_chose(tmp_path: Path) -> None:
+    auto = {"subdivisions": "auto", "remat": "auto", "memory_budget": "64MiB"}
+    path = tiny_config(tmp_path, training=auto)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    chosen = load_config(path, ["training.subdivisions=4", "training.remat=layers"])
+    (run_dir / "config.yaml").write_text(chosen.to_yaml())
+    resumed = load_resume_config(run_dir, path)
+    assert (resumed.training.subdivisions, resumed.training.remat.value) == (4, "layers")
