@@ -124,7 +124,7 @@ def test_unknown_key_in_mlp_model_is_checked_against_the_mlp_keys(tmp_path: Path
 def test_darknet_only_key_in_mlp_lists_the_mlp_keys(tmp_path: Path) -> None:
     assert (
         message_of(write(tmp_path, "model:\n  name: mlp\n  filters: [8]\n"))
-        == "model.filters: unknown key; known keys: name, hidden, activation, dropout, l2"
+        == "model.filters: unknown key; known keys: name, lora, quantize, adapters, hidden, activation, dropout, l2"
     )
 
 

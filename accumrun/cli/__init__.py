@@ -15,6 +15,7 @@ from accumrun.cli.generate import generate as _generate
 from accumrun.cli.group import main, run
 from accumrun.cli.launch import launch as _launch
 from accumrun.cli.make_example import make_example as _make_example
+from accumrun.cli.plan import plan as _plan
 from accumrun.cli.plot import plot as _plot
 from accumrun.cli.predict import predict as _predict
 from accumrun.cli.train import train as _train
@@ -22,6 +23,7 @@ from accumrun.cli.train import train as _train
 _COMMANDS = (
     _train,
     _check,
+    _plan,
     _compare,
     _launch,
     _evaluate,

@@ -152,6 +152,8 @@ def _with_settled(config: Config, saved: Config, unset_modes: list[str]) -> Conf
     training = config.training.model_copy(update={key: getattr(saved.training, key) for key in unset_modes})
     if training.fixed_subdivisions is None:
         training = training.model_copy(update={"subdivisions": saved.training.subdivisions})
+    if training.remat == "auto":
+        training = training.model_copy(update={"remat": saved.training.remat})
     data = config.data.model_copy(
         update={
             key: getattr(saved.data, key) for key in ("task", "rescale", "feed") if getattr(config.data, key) == "auto"

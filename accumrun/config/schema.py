@@ -20,6 +20,7 @@ from pydantic import BaseModel, Discriminator, Field, TypeAdapter, field_validat
 from accumrun.config.distribute import DistributeConfig
 from accumrun.config.loss import LossConfig, MetricEntry
 from accumrun.config.measures import measurement_rules
+from accumrun.config.memory_budget import MemoryBudget, size_bytes
 from accumrun.config.output import OutputConfig
 from accumrun.config.precision import precision_problems
 from accumrun.config.remat import remat_rules
@@ -134,6 +135,9 @@ class TrainingConfig(Section):
     """``hessian_trace``: how many random vectors its estimate averages over."""
     noise_scale_every: int = Field(1, ge=1)
     """``noise_scale``: measured on one update in every N (those whose index, counted from 0, N divides)."""
+    memory_budget: MemoryBudget = None
+    """The most memory the run may peak at (``6GiB``): the device's on a GPU, the process's above TensorFlow's import
+    on a CPU; ``subdivisions: auto`` then probes each candidate in a fresh process (:mod:`accumrun.training.budget`)."""
     class_weight: dict[str, float] | Literal["balanced"] | None = None
     """Class labels only: each class's weight by its name in ``labels.json`` (unnamed classes 1.0), or ``balanced``
     (n_samples / (n_classes * count)). Training only, as Keras' ``class_weight``."""
@@ -169,6 +173,11 @@ class TrainingConfig(Section):
         if isinstance(self.batch_size, int) and subdivisions is not None and subdivisions > self.batch_size:
             message = f"cannot exceed training.batch_size ({self.batch_size}); each sub-batch needs a sample"
             yield "training.subdivisions", message, subdivisions
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """``memory_budget`` in bytes, or None."""
+        return None if self.memory_budget is None else size_bytes(self.memory_budget)
 
     @property
     def fixed_subdivisions(self) -> int | None:
@@ -225,6 +234,7 @@ def _broken_rules(config: Config) -> Iterator[Problem]:
     yield from training.broken_rules()
     yield from data.broken_rules(class_weight=training.class_weight)
     yield from config.model.broken_rules()
+    yield from config.model.adaptation_rules()
     yield from optimizer_problems(
         config.optimizer,
         augment=[augment.name for augment in data.augment],

@@ -1,5 +1,5 @@
 """Building the configured model: the kind its section belongs to (:data:`accumrun.models.registry.MODELS`) builds
-it."""
+it, and ``model.lora`` (with ``quantize`` and ``adapters``) adapts it (:mod:`accumrun.models.lora`)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,19 @@ def build_model(
 
     Raises:
         DataError: the samples do not fit the model (for example flat vectors into a CNN).
-        ConfigError: a model cannot be found, built or loaded as configured (see each kind's build).
+        ConfigError: a model cannot be found, built or loaded as configured (see each kind's build), or adapted as
+            ``model.lora`` says (see :func:`~accumrun.models.lora.adapt` and
+            :func:`~accumrun.models.adapters.load_adapters`).
     """
     request = BuildRequest(sample_shape, outputs, vocabulary_size, per_position, any_length)
-    return kind_of(config).build(config, request)
+    kind = kind_of(config)
+    model = kind.build(config, request)
+    if config.lora is None:
+        return model
+    from accumrun.models.adapters import load_adapters
+    from accumrun.models.lora import adapt
+
+    model = adapt(model, config, attention=kind.attention)
+    if config.adapters is not None:
+        load_adapters(model, config.adapters)
+    return model

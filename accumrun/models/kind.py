@@ -8,12 +8,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from accumrun.sections import Section
 
 if TYPE_CHECKING:
     import keras
+
+
+class LoraConfig(Section):
+    """``model.lora``: low-rank adapters (Keras' ``enable_lora``) on the Dense and EinsumDense layers that
+    ``targets`` names; only they train, the rest of the model is frozen (:mod:`accumrun.models.lora`)."""
+
+    rank: int = Field(ge=1)
+    alpha: float | None = Field(None, gt=0)
+    """The adapters' output is scaled by ``alpha / rank``; unset, ``alpha`` is ``rank`` (Keras' default)."""
+    targets: list[str] | None = Field(None, min_length=1)
+    """Layer-name patterns (``fnmatch``, against a layer's name or its path such as ``attention_0/query``); unset,
+    the attention's query and value projections where the model has attention, else every Dense."""
 
 
 class ModelSection(BaseModel):
@@ -25,6 +39,22 @@ class ModelSection(BaseModel):
     with (its default then); a resumed run keeps what it had."""
 
     name: str
+    lora: LoraConfig | None = None
+    quantize: Literal["int8"] | None = None
+    """The frozen base held in int8 (Keras' ``quantize("int8")``), trained through ``lora``."""
+    adapters: str | None = None
+    """An ``adapters.weights.h5`` that a LoRA run saved: the adapters start from it."""
+
+    def adaptation_rules(self) -> Iterator[tuple[str, str, Any]]:
+        """The rules of ``quantize`` and ``adapters``, which train only through ``lora`` (every kind has them)."""
+        if self.lora is None and self.quantize is not None:
+            yield (
+                "model.quantize",
+                "an int8 layer does not train itself: set model.lora to train adapters",
+                self.quantize,
+            )
+        if self.lora is None and self.adapters is not None:
+            yield "model.adapters", "adapters start a LoRA run: set model.lora", self.adapters
 
     def broken_rules(self) -> Iterator[tuple[str, str, Any]]:
         """Each rule across this section's keys that the values break, as the key to blame, what is wrong and the

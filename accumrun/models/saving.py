@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from accumrun.core.losses import Objective
 from accumrun.core.tokens import PADDING_ID
+from accumrun.models.adapters import adapters_path, save_adapters
 from accumrun.rundir.atomic import write_atomically
 
 _ORDER_ONLY = (
@@ -110,6 +111,8 @@ def save_trained_model(
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             model.compile(optimizer=optimizer, loss=spec.loss, metrics=spec.metrics)
     write_atomically(path, model.save)
+    # A LoRA run's adapters alone, beside it: a small file that a config starts from (model.adapters).
+    save_adapters(model, adapters_path(path))
     return spec
 
 

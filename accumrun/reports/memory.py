@@ -1,9 +1,10 @@
 """``accumrun check --memory``: what a run will hold in memory, per sub-batch size, before it runs.
 
 Fixed costs come from the variables (parameters, optimizer state, float32 accumulators) and the input, in its
-stored dtype. Activations grow with the sub-batch: the forward pass of one sub-batch is traced (not run) and every
-batch-sized tensor it produces is counted, since the backward pass keeps them. That is an upper bound of the forward
-activations and leaves out the allocator's overhead and the backward pass's transients, so treat totals as estimates.
+stored dtype (:mod:`accumrun.core.footprint`). Activations grow with the sub-batch: the forward pass of one sub-batch
+is traced (not run) and every batch-sized tensor it produces is counted, since the backward pass keeps them. That is
+an upper bound of the forward activations and leaves out the allocator's overhead and the backward pass's
+transients, so treat totals as estimates; ``accumrun plan`` measures them.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import math
 from dataclasses import dataclass
 
 import keras
-import numpy as np
 import tensorflow as tf
 
+from accumrun.core.footprint import Footprint, candidate_subdivisions, footprint
 from accumrun.core.sub_batches import sub_batch_sizes
 from accumrun.kinds import Feed
 
@@ -23,31 +24,14 @@ _NOT_ALLOCATING = {"Placeholder", "Identity", "ReadVariableOp", "Const", "Shape"
 
 
 @dataclass
-class MemoryEstimate:
-    """Bytes a run holds: fixed ones, and activations per sample of the sub-batch."""
+class MemoryEstimate(Footprint):
+    """Bytes a run holds: the fixed ones, and activations per sample of the sub-batch."""
 
-    parameters: int
-    optimizer_state: int
-    accumulators: int
-    input_per_sample: int
-    """Bytes of one sample as stored."""
-    batch_size: int
-    feed: Feed
-    """``batch`` (the whole batch on the device) or ``sub_batch`` (one streamed sub-batch at a time)."""
     activations_per_sample: float
-
-    def input_bytes(self, sub_batch: int) -> int:
-        """The input on the device: the batch, or with streamed sub-batches, one of them."""
-        return self.input_per_sample * (self.batch_size if self.feed is Feed.BATCH else sub_batch)
 
     def total(self, sub_batch: int) -> float:
         """The estimated peak in bytes with sub-batches of ``sub_batch`` samples."""
-        fixed = self.parameters + self.optimizer_state + self.accumulators + self.input_bytes(sub_batch)
-        return fixed + self.activations_per_sample * sub_batch
-
-
-def _bytes(variables: list) -> int:
-    return sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in variables)
+        return self.fixed(sub_batch) + self.activations_per_sample * sub_batch
 
 
 def forward_activation_bytes(model: keras.Model, sample_shape: tuple[int, ...], sub_batch: int) -> int:
@@ -74,13 +58,9 @@ def estimate_memory(
 ) -> MemoryEstimate:
     """Estimate a run's memory from its (built) model and optimizer and one traced sub-batch; a value of a sample
     takes ``sample_bytes`` as stored (1 for uint8), and ``feed`` says whether the input is a batch or a sub-batch."""
+    fixed = footprint(model, optimizer, sample_shape, batch_size, sample_bytes=sample_bytes, feed=feed)
     return MemoryEstimate(
-        parameters=_bytes(model.variables),
-        optimizer_state=_bytes(optimizer.variables),
-        accumulators=2 * sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables),  # float32
-        input_per_sample=math.prod(sample_shape) * sample_bytes,
-        batch_size=batch_size,
-        feed=feed,
+        **vars(fixed),
         activations_per_sample=forward_activation_bytes(model, sample_shape, traced_sub_batch) / traced_sub_batch,
     )
 
@@ -101,12 +81,6 @@ def memory_report(
     sample_shape = tuple(model.input_shape[1:])
     estimate = estimate_memory(model, optimizer, sample_shape, batch_size, traced, sample_bytes=sample_bytes, feed=feed)
     return format_estimate(estimate, subdivisions)
-
-
-def candidate_subdivisions(batch_size: int, configured: int | None) -> list[int]:
-    """Powers of two below the batch size (at most 12 of them), the batch size, and the configured value."""
-    candidates = {2**i for i in range(12) if 2**i < batch_size} | {batch_size}
-    return sorted(candidates | ({configured} if configured else set()))
 
 
 def format_estimate(estimate: MemoryEstimate, configured: int | None) -> list[str]:

@@ -26,6 +26,8 @@ RUN_FILES = (
     "metrics.jsonl",
     "model.keras",
     "model.best.keras",
+    "adapters.weights.h5",
+    "adapters.best.weights.h5",
     "checkpoints",
     "tensorboard",
     "export",

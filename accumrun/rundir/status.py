@@ -35,11 +35,47 @@ class BatchNormNote:
 
 
 @dataclass(frozen=True)
+class ProbeNote:
+    """One candidate ``memory_budget`` probed: its subdivisions, peak bytes and seconds per sample (None: it ran out
+    of memory), and its ``training.remat``."""
+
+    subdivisions: int
+    peak: int | None
+    seconds_per_sample: float | None
+    remat: str = "none"
+
+
+@dataclass(frozen=True)
 class AutoNote:
-    """What ``subdivisions: auto`` chose, and every count it tried, in order."""
+    """What ``subdivisions: auto`` chose, and every count it tried, in order; under a ``memory_budget`` (bytes),
+    every candidate's probe."""
 
     chosen: int
     tried: tuple[int, ...]
+    memory_budget: int | None = None
+    candidates: tuple[ProbeNote, ...] = ()
+    remat: str | None = None
+    """The ``training.remat`` chosen with the subdivisions, under a budget."""
+
+    def document(self) -> dict[str, Any]:
+        """The note as ``run.json`` holds it (the budget's keys only under a budget)."""
+        document: dict[str, Any] = {"chosen": self.chosen, "tried": list(self.tried)}
+        if self.memory_budget is not None:
+            document["memory_budget"] = self.memory_budget
+            document["remat"] = self.remat
+            document["candidates"] = [dataclasses.asdict(probe) for probe in self.candidates]
+        return document
+
+    @classmethod
+    def parse(cls, document: dict[str, Any]) -> AutoNote:
+        """The note from its ``run.json`` form."""
+        return cls(
+            int(document["chosen"]),
+            tuple(document["tried"]),
+            document.get("memory_budget"),
+            tuple(ProbeNote(**probe) for probe in document.get("candidates", ())),
+            document.get("remat"),
+        )
 
 
 @dataclass(frozen=True)
@@ -71,8 +107,7 @@ class RunRecord:
         if self.batch_norm is not None:
             document["batch_norm"] = {"layers": self.batch_norm.layers, "mode": self.batch_norm.mode.value}
         if self.subdivisions_auto is not None:
-            auto = self.subdivisions_auto
-            document["subdivisions_auto"] = {"chosen": auto.chosen, "tried": list(auto.tried)}
+            document["subdivisions_auto"] = self.subdivisions_auto.document()
         write_text_atomically(run_dir / RUN_FILE, json.dumps(document, indent=2) + "\n")
 
     @classmethod
@@ -92,9 +127,7 @@ class RunRecord:
                 batch_norm=_note(
                     document, "batch_norm", lambda n: BatchNormNote(int(n["layers"]), BatchNormMode(n["mode"]))
                 ),
-                subdivisions_auto=_note(
-                    document, "subdivisions_auto", lambda n: AutoNote(int(n["chosen"]), tuple(n["tried"]))
-                ),
+                subdivisions_auto=_note(document, "subdivisions_auto", AutoNote.parse),
             )
         except (OSError, ValueError, AttributeError, KeyError, TypeError):
             return None

@@ -13,11 +13,14 @@ from dataclasses import dataclass, field, replace
 
 import tensorflow as tf
 
+from accumrun.config.remat import settle_remat
 from accumrun.core.step import TrainStep
 from accumrun.errors import ConfigError
+from accumrun.kinds import Remat
 from accumrun.rundir.status import AutoNote
-from accumrun.training.probe import fits_in_fresh_process
-from accumrun.training.setup import TrainingSetup
+from accumrun.training.budget import check_budget, choose_under_budget
+from accumrun.training.probe import fits_in_fresh_process, measure_in_fresh_process
+from accumrun.training.setup import TrainingSetup, build_training
 
 
 @dataclass
@@ -110,12 +113,17 @@ class Settled:
 
 
 def settle_subdivisions(setup: TrainingSetup, echo: Callable[[str], None]) -> Settled:
-    """Compile the train step; for ``subdivisions: auto``, choose the subdivisions first, into a new setup."""
-    stepped = setup.stepped
+    """Compile the train step; for ``subdivisions: auto``, choose the subdivisions first, into a new setup (under a
+    ``memory_budget``, by measuring each candidate in a fresh process: :mod:`accumrun.training.budget`)."""
+    stepped, config = setup.stepped, setup.config
+    budget = config.training.budget_bytes
+    if budget is not None:
+        check_budget(setup)
+    if budget is not None and (stepped.subdivisions is None or config.training.remat == "auto"):
+        return _settled_under_budget(setup, budget, echo)
     if stepped.subdivisions is not None:
         return Settled(setup, stepped.subdivisions, setup.make_step(stepped.subdivisions), None)
     x, y = setup.fed.first_batch()
-    config = setup.config
     choice = choose_subdivisions(
         setup.make_step,
         [*setup.trained.model.variables, *setup.trained.optimizer.variables, *stepped.train_metrics.variables],
@@ -126,10 +134,32 @@ def settle_subdivisions(setup: TrainingSetup, echo: Callable[[str], None]) -> Se
         echo,
     )
     echo(f"subdivisions: auto chose {choice.subdivisions} (tried {', '.join(map(str, choice.tried))})")
-    # The settled count is what config.yaml records and what a resumed run keeps.
+    return _settled(setup, AutoNote(choice.subdivisions, tuple(choice.tried)), choice.step)
+
+
+def _settled_under_budget(setup: TrainingSetup, budget: int, echo: Callable[[str], None]) -> Settled:
+    """Choose the subdivisions, and the remat where it is ``auto``, by measuring candidates in fresh processes; a
+    remat mode other than the one the setup was built with (``auto`` builds as ``none``) builds it again."""
+    config = setup.config
+    note = choose_under_budget(config, budget, setup.fed.batch_size, measure_in_fresh_process, echo)
+    echo(
+        f"subdivisions: auto chose {note.chosen}, remat {note.remat}, under memory_budget "
+        f"{config.training.memory_budget} (tried {', '.join(map(str, note.tried))})"
+    )
+    training = config.training.model_copy(update={"remat": Remat(note.remat)})
+    if training.remat is not settle_remat(config.training.remat):
+        setup = build_training(config.model_copy(update={"training": training}), setup.stepped.strategy)
+    else:
+        setup = replace(setup, config=config.model_copy(update={"training": training}))
+    return _settled(setup, note, setup.make_step(note.chosen))
+
+
+def _settled(setup: TrainingSetup, note: AutoNote, step: TrainStep) -> Settled:
+    """``setup`` with the subdivisions ``auto`` chose: the settled count is what config.yaml records and what a
+    resumed run keeps."""
     settled = replace(
         setup,
-        config=config.with_subdivisions(choice.subdivisions),
-        stepped=replace(stepped, subdivisions=choice.subdivisions),
+        config=setup.config.with_subdivisions(note.chosen),
+        stepped=replace(setup.stepped, subdivisions=note.chosen),
     )
-    return Settled(settled, choice.subdivisions, choice.step, AutoNote(choice.subdivisions, tuple(choice.tried)))
+    return Settled(settled, note.chosen, step, note)

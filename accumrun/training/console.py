@@ -15,6 +15,7 @@ from accumrun.data.dataset import per_class
 from accumrun.data.section import DataSection
 from accumrun.data.vocabulary import learned_line
 from accumrun.kinds import CacheMode
+from accumrun.models.lora import describe_adaptation
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.hooks import BatchEnd, Hook
 from accumrun.training.measurements import measurement_lines
@@ -44,6 +45,7 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         *_vocabulary_lines(setup),
         *_weights_lines(setup),
         f"model {config.model.name}: {parameters:,} parameters{frozen}",
+        *describe_adaptation(config.model, model),
         *setup.trained.objective.describe(),
         _plan(setup),
         # The fewest samples a replica's sub-batch of a full batch holds.

@@ -20,6 +20,7 @@ from accumrun._version import __version__
 from accumrun.config.schema import Config
 from accumrun.core.sub_batches import epoch_batches
 from accumrun.errors import WorkerLost
+from accumrun.models.lora import checkpointed_variables
 from accumrun.models.saving import CompileSpec, save_trained_model
 from accumrun.rundir.status import BatchNormNote
 from accumrun.training.autosub import Settled, settle_subdivisions
@@ -105,7 +106,7 @@ def _train(
         batches_per_epoch=batches_per_epoch,
         # What a checkpoint holds.
         state={
-            "model": trained.model.variables,
+            "model": checkpointed_variables(trained.model, adapted=config.model.lora is not None),
             "optimizer": trained.optimizer.variables,
             "metrics": setup.stepped.train_metrics.variables,
         },

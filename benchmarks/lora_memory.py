@@ -1,0 +1,169 @@
+"""Benchmark the memory of fine-tuning a causal language model: full fine-tuning with Adam, LoRA (rank 8 on the
+attention's query and value) and LoRA on an int8 base (``model.quantize: int8``).
+
+The model is a KerasHub GPT-2 backbone of about 50M parameters built locally (presets cannot be downloaded: 10
+layers, width 640, 10 heads, feed-forward 2560, byte tokens), at sequence length 256, a batch of 32 in sub-batches
+of 4 (``subdivisions: 8``), for ``--updates`` updates. Each variant trains in a fresh child process (this script
+again, with ``--child``), one after another. A child measures its resident memory once TensorFlow, Keras, KerasHub
+and accumrun are imported (``VmRSS``), trains through ``accumrun.train``, and reports its peak (``ru_maxrss``)
+above that import, with the loss of each update.
+
+The fixed bytes are arithmetic, from the built model (:func:`accumrun.models.lora.weight_counts`): the weights as
+held (int8 where quantized), and for each trainable parameter 4 bytes of gradient, 4 of accumulator and 8 of Adam's
+two slots. What the peak holds beyond them is the activations of a sub-batch and the runtime's own (the traced
+step, TensorFlow's allocator): ``activations = peak above import - fixed``. An int8 base is built in float32 and
+quantized, so its float weights count in its peak too.
+
+Targets (issue 48): LoRA's peak above import at most 0.5x full fine-tuning's, LoRA on int8 at most 0.4x. Run from
+anywhere:
+
+    python benchmarks/lora_memory.py [--updates N] [--output PATH]
+
+The Markdown report goes to stdout, progress to stderr, every figure to the JSON ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+GPT2 = {"num_layers": 10, "num_heads": 10, "hidden_dim": 640, "intermediate_dim": 2560, "dropout": 0.1}
+SEQUENCE, BATCH, SUBDIVISIONS = 256, 32, 8
+VARIANTS: dict[str, dict[str, Any]] = {
+    "full": {},
+    "lora": {"lora": {"rank": 8, "targets": ["query", "value"]}},
+    "lora_int8": {"lora": {"rank": 8, "targets": ["query", "value"]}, "quantize": "int8"},
+}
+TARGETS = {"lora": 0.5, "lora_int8": 0.4}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--child", choices=tuple(VARIANTS), help=argparse.SUPPRESS)
+    parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.folder, args.updates)
+        return
+    started = time.time()
+    load = os.getloadavg()[0]
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name in VARIANTS:
+            print(f"{name} ...", file=sys.stderr, flush=True)
+            subprocess.run(
+                [sys.executable, __file__, "--child", name, "--folder", folder, "--updates", str(args.updates)],
+                check=True,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)},
+            )
+            results[name] = json.loads((Path(folder) / f"{name}.json").read_text())
+    report = {
+        "variants": results,
+        "updates": args.updates,
+        "load_average": [load, os.getloadavg()[0]],
+        "seconds": time.time() - started,
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+    print(markdown(report))
+    if args.output is not None:
+        args.output.write_text(json.dumps(report, indent=1) + "\n")
+
+
+def child(name: str, folder: Path, updates: int) -> None:
+    """Train variant ``name`` for ``updates`` updates and write its figures to ``folder/<name>.json``."""
+    import resource
+
+    import keras_hub  # noqa: F401  (imported before the baseline, as training imports it)
+
+    import accumrun
+    from accumrun.config.loading import load_config
+    from accumrun.data.examples import write_corpus
+    from accumrun.models.lora import weight_counts
+
+    imported = _rss_bytes()
+    corpus = folder / "corpus"
+    if not corpus.exists():
+        # One file of exactly one batch of windows (256 + 1 byte tokens, 256 apart): an epoch is one update.
+        write_corpus(folder / "sentences", 200, seed=0)
+        text = "".join(path.read_text() for path in sorted((folder / "sentences").glob("*.txt")))
+        size = BATCH * SEQUENCE + 1
+        corpus.mkdir()
+        (corpus / "corpus.txt").write_text((text * (size // len(text) + 1))[:size])
+    config = load_config(
+        {
+            "seed": 0,
+            "data": {"name": "text_corpus", "path": str(corpus), "sequence_length": SEQUENCE, "validation_split": 0.0},
+            "model": {"name": "keras_hub.models.GPT2Backbone", **GPT2, **VARIANTS[name]},
+            "training": {"epochs": updates, "batch_size": BATCH, "subdivisions": SUBDIVISIONS, "drop_remainder": True},
+            "optimizer": {"name": "adam", "learning_rate": 1e-3 if name == "full" else 1e-2},
+            "output": {"tensorboard": False, "checkpoint_every": None},
+        }
+    )
+    started = time.monotonic()
+    result = accumrun.train(config, folder / name, quiet=True)
+    seconds = time.monotonic() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    counts = weight_counts(result.model)
+    fixed = counts.bytes + 16 * counts.trainable
+    figures = {
+        "parameters": counts.total,
+        "trainable": counts.trainable,
+        "weight_bytes": counts.bytes,
+        "unquantized_weight_bytes": counts.unquantized_bytes,
+        "fixed_bytes": fixed,
+        "import_rss_bytes": imported,
+        "peak_above_import_bytes": peak - imported,
+        "activation_bytes": peak - imported - fixed,
+        "losses": [row["loss"] for row in result.metrics],
+        "peak_rss_mib_logged": result.metrics[-1].get("peak_rss_mib"),
+        "updates": result.metrics[-1]["optimizer_steps"],
+        "seconds": seconds,
+    }
+    (folder / f"{name}.json").write_text(json.dumps(figures))
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory now."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def markdown(report: dict[str, Any]) -> str:
+    variants = report["variants"]
+    full = variants["full"]["peak_above_import_bytes"]
+    rows = [
+        "| variant | parameters (trainable) | weights | fixed | activations + runtime | peak above import | vs full | "
+        "target | loss per update |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, v in variants.items():
+        ratio = v["peak_above_import_bytes"] / full
+        target = TARGETS.get(name)
+        verdict = "" if target is None else f"<= {target}x: {'met' if ratio <= target else 'not met'}"
+        losses = ", ".join(f"{loss:.3f}" for loss in v["losses"])
+        rows.append(
+            f"| {name} | {v['parameters']:,} ({v['trainable']:,}) | {_mib(v['weight_bytes'])} | "
+            f"{_mib(v['fixed_bytes'])} | {_mib(v['activation_bytes'])} | {_mib(v['peak_above_import_bytes'])} | "
+            f"{ratio:.2f}x | {verdict} | {losses} |"
+        )
+    return "\n".join(rows)
+
+
+def _mib(count: int) -> str:
+    return f"{count / 2**20:,.0f} MiB"
+
+
+if __name__ == "__main__":
+    main()

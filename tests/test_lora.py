@@ -1,0 +1,222 @@
+"""LoRA (``model.lora``) and its int8 base (``model.quantize``) on every kind of model: only the adapters train,
+accumulation stays exact, a killed run resumes exactly, and a LoRA run's files serve every command.
+
+Tolerance of subdivided against plain training (2e-5): both runs take the same SGD steps (learning rate 0.5, at
+most 2 updates) from the same weights with the same per-sample dropout masks; they differ only in the order of
+float32 sums. A gradient entry here sums at most n = 71 * 16 products of magnitude at most ~1 (Higham's bound for a
+sum of n terms is n * 2^-24 relative to the sum of magnitudes, 7e-5 worst case, but rounding errors add as a random
+walk: sqrt(n) * 2^-24 = 2e-6), and two updates at a learning rate of 0.5 carry 2 * 0.5 * 2e-6 = 2e-6 into a weight,
+ten times under the 2e-5 that the issue asks for.
+"""
+
+from __future__ import annotations
+
+import signal
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+
+from accumrun import train
+from accumrun.config.loading import load_config, load_resume_config
+from accumrun.data.examples import write_corpus
+from accumrun.errors import ConfigError
+from accumrun.models.lora import weight_counts
+from accumrun.training.setup import build_training
+from tests.helpers import invoke, run_cli, write_config
+from tests.lora_models import dense_norm
+
+GPT2 = {"num_layers": 1, "num_heads": 2, "hidden_dim": 16, "intermediate_dim": 32, "dropout": 0.1}
+LORA = {"rank": 2, "alpha": 4.0}
+
+
+def vectors(model: dict[str, Any], **training: Any) -> dict[str, Any]:
+    """40 synthetic samples of 8 features, 2 batches of 20, SGD."""
+    return {
+        "seed": 3,
+        "data": {"name": "synthetic", "samples": 40, "shape": [8], "classes": 3, "validation_split": 0.0},
+        "model": model,
+        "training": {"epochs": 1, "batch_size": 20, "subdivisions": 1, **training},
+        "optimizer": {"name": "sgd", "learning_rate": 0.5},
+        "output": {"tensorboard": False},
+    }
+
+
+def text(folder: Path, model: dict[str, Any], **training: Any) -> dict[str, Any]:
+    """A language model on 36 windows of 16 characters, 2 full-batch updates, SGD."""
+    corpus = folder / "corpus"
+    if not corpus.exists():
+        write_corpus(corpus, 2, seed=4)
+    sections = vectors(model, **{"epochs": 2, "batch_size": "full", **training})
+    sections["data"] = {"name": "text_corpus", "path": str(corpus), "sequence_length": 16, "validation_split": 0.0}
+    return sections
+
+
+def saved_model(folder: Path) -> str:
+    path = folder / "base.keras"
+    keras.utils.set_random_seed(5)
+    dense_norm((8,), 3).save(path)
+    return str(path)
+
+
+# Each kind, with what LoRA adapts by default: the attention's query and value where the model has attention, else
+# every Dense.
+KINDS: dict[str, Any] = {
+    "transformer": (
+        lambda folder: text(folder, {"name": "transformer", "layers": 1, "heads": 2, "width": 16, "dropout": 0.2}),
+        ["attention_0/query", "attention_0/value"],
+    ),
+    "keras_hub": (
+        lambda folder: text(folder, {"name": "keras_hub.models.GPT2Backbone", **GPT2}),
+        ["transformer_layer_0/self_attention/query", "transformer_layer_0/self_attention/value"],
+    ),
+    # Keras numbers unnamed layers in the order a process makes them: the mlp's two are dense_<n>.
+    "mlp": (lambda folder: vectors({"name": "mlp", "hidden": [16], "dropout": 0.3}), ["dense*", "dense_*"]),
+    "saved": (lambda folder: vectors({"name": "saved", "path": saved_model(folder)}), ["hidden", "head"]),
+    "custom": (lambda folder: vectors({"name": "tests.lora_models:dense_norm"}), ["hidden", "head"]),
+}
+
+
+def adapter_values(model: keras.Model) -> list[np.ndarray]:
+    return [np.asarray(variable.numpy()) for variable in model.trainable_variables]
+
+
+def frozen_values(model: keras.Model) -> list[np.ndarray]:
+    trainable = {id(variable) for variable in model.trainable_variables}
+    return [np.asarray(v.numpy()) for v in model.weights if id(v) not in trainable]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "quantize"),
+    [(kind, None) for kind in KINDS] + [("custom", "int8")],
+)
+def test_only_the_adapters_train_and_subdivided_equals_plain(tmp_path: Path, kind: str, quantize: str | None) -> None:
+    sections, adapted = KINDS[kind]
+    config = sections(tmp_path)
+    config["model"] = {**config["model"], "lora": LORA, "quantize": quantize}
+    path = write_config(tmp_path / "lora.yaml", **config)
+    start = build_training(load_config(path)).trained.model
+    runs = [
+        train(load_config(path, [f"training.subdivisions={s}"]), tmp_path / f"s{s}", quiet=True).model for s in (1, 4)
+    ]
+    # Only the adapters train: two matrices per adapted layer, each moved, the rest exactly where it started.
+    for model in runs:
+        paths = [variable.path for variable in model.trainable_variables]
+        expected = [f"{layer}/lora_kernel_{ab}" for layer in adapted for ab in "ab"]
+        assert len(paths) == len(expected) and all(map(fnmatchcase, paths, expected)), paths
+        for before, after in zip(frozen_values(start), frozen_values(model), strict=True):
+            np.testing.assert_array_equal(before, after)
+        assert all(not np.array_equal(a, b) for a, b in zip(adapter_values(start), adapter_values(model), strict=True))
+    # Exact accumulation, with dropout on (and, for the custom and saved models, BatchNorm frozen): see the top.
+    for plain, subdivided in zip(adapter_values(runs[0]), adapter_values(runs[1]), strict=True):
+        np.testing.assert_allclose(subdivided, plain, rtol=0, atol=2e-5)
+    counts = weight_counts(runs[0])
+    assert counts.trainable == sum(a.size for a in adapter_values(runs[0]))
+    assert (counts.bytes < counts.unquantized_bytes) == (quantize is not None)
+
+
+@pytest.mark.parametrize(
+    ("lora", "quantize", "expected"),
+    [
+        ({"rank": 0}, None, "model.lora.rank: input should be greater than or equal to 1"),
+        (None, "int8", "model.quantize: an int8 layer does not train itself: set model.lora to train adapters"),
+        (
+            {"rank": 2, "targets": ["hidden", "output*"]},
+            None,
+            "model.lora.targets: 'output*' matches no layer; the Dense and EinsumDense layers are hidden, head",
+        ),
+        ({"rank": 4}, None, "model.lora.rank: is above the dimensions of head (kernel 16x3: a rank of at most 3)"),
+    ],
+)
+def test_bad_lora_settings_are_refused_in_one_line(
+    tmp_path: Path, lora: dict[str, Any] | None, quantize: str | None, expected: str
+) -> None:
+    model = {"name": "tests.lora_models:dense_norm", "lora": lora, "quantize": quantize}
+    result = invoke("train", str(write_config(tmp_path / "bad.yaml", **vectors(model))))
+    assert result.returncode == 1
+    assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.slow
+def test_a_lora_runs_files_serve_keras_and_every_command_and_its_adapters_start_a_run(tmp_path: Path) -> None:
+    # The hidden layer alone adapted (its kernel of 16x32 takes a rank up to 16); the head stays frozen.
+    lora = {**LORA, "targets": ["hidden"]}
+    config = vectors({"name": "tests.lora_models:dense_norm", "hidden": 32, "lora": lora}, epochs=2, subdivisions=2)
+    config["data"].update(shape=[16], validation_split=0.2)
+    path = write_config(tmp_path / "lora.yaml", **config)
+    result = train(load_config(path), tmp_path / "run", quiet=True)
+    run = result.run_dir
+
+    # model.keras is plain Keras with the adapters merged: it computes what the trained model computes (float32
+    # rounding of x @ (W + s A B) against x @ W + s (x @ A) @ B, relative 1e-6 at these sizes).
+    x = np.random.default_rng(0).normal(size=(6, 16)).astype("float32")
+    merged = keras.models.load_model(run / "model.keras", compile=False)
+    np.testing.assert_allclose(merged(x), result.model(x), rtol=1e-5, atol=1e-5)
+    # Keras rebuilds the layers with adapters, at zero: the kernels hold them.
+    assert not any(np.any(variable.numpy()) for variable in merged.weights if "lora" in variable.path)
+
+    np.savez(tmp_path / "x.npz", x=x)
+    for command in (["evaluate", str(run)], ["predict", str(run), str(tmp_path / "x.npz")], ["export", str(run)]):
+        done = invoke(*command)
+        assert done.returncode == 0, done.stderr
+
+    # The adapters alone start a run on the same base; on another base (another seed draws other weights), they are
+    # refused.
+    started = dict(config["model"], adapters=str(run / "adapters.weights.h5"))
+    again = write_config(tmp_path / "again.yaml", **{**config, "model": started})
+    model = build_training(load_config(again)).trained.model
+    for mine, theirs in zip(adapter_values(model), adapter_values(result.model), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    with pytest.raises(ConfigError, match="model.adapters: was saved from another base"):
+        build_training(load_config(again, ["seed=4"]))
+
+    varied = invoke("compare", str(path), "--vary", "model.lora.rank=4,16", "--run-dir", str(tmp_path / "compare"))
+    assert varied.returncode == 0, varied.stderr
+    assert "model.lora.rank=16" in varied.stdout
+
+    # A language model with LoRA on an int8 base generates.
+    lm = write_config(
+        tmp_path / "lm.yaml",
+        **text(
+            tmp_path, {"name": "transformer", "layers": 1, "heads": 2, "width": 16, "lora": LORA, "quantize": "int8"}
+        ),
+    )
+    trained = invoke("train", str(lm), "--run-dir", str(tmp_path / "lm"))
+    assert trained.returncode == 0, trained.stderr
+    assert "lora rank 2, alpha 4 on 2 layers (attention_0/value, attention_0/query): 160 trainable parameters" in (
+        trained.stdout
+    )
+    assert "quantize int8: weights " in trained.stdout
+    generated = invoke("generate", str(tmp_path / "lm"), "--prompt", "The ", "--max-tokens", "5")
+    assert generated.returncode == 0 and generated.stdout.startswith("The "), generated.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_lora_run_killed_mid_update_resumes_to_the_uninterrupted_adapters_exactly(tmp_path: Path) -> None:
+    # As tests/test_resume.py's SIGKILL test: full batch in 2 sub-batches, a checkpoint every 5 updates; the
+    # checkpoints hold the adapters and their optimizer state alone, and the base is rebuilt from the config.
+    path = write_config(
+        tmp_path / "kill.yaml",
+        seed=4,
+        data={"name": "synthetic", "samples": 30, "shape": [4], "classes": 3, "validation_split": 0.0},
+        model={"name": "tests.hook_models:mlp", "hidden": [8], "lora": {"rank": 2}, "quantize": "int8"},
+        training={"epochs": 12, "batch_size": "full", "subdivisions": 2},
+        optimizer={"name": "adam", "learning_rate": 0.01},
+        output={"tensorboard": False, "checkpoint_every_updates": 5},
+    )
+    reference = train(load_config(path), tmp_path / "reference", quiet=True)
+    run_dir = tmp_path / "run"
+    repository = Path(__file__).parent.parent
+    # Killed in update 8 (after the checkpoint of update 5).
+    killed = run_cli(
+        "train", str(path), "--run-dir", str(run_dir), cwd=repository, env={"ACCUMRUN_TEST_KILL_AT_FORWARD": "15"}
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = train(load_resume_config(run_dir, None), run_dir, quiet=True, resume=True)
+    for mine, theirs in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
