@@ -2,8 +2,8 @@
 
 The replicas are the two logical CPUs that tests/conftest.py splits the host CPU into, under the session's one
 MirroredStrategy (``mirrored_strategy``), in this process: the replicated train step against the one-device step
-without subdivisions, batch by batch, and the runs whose property is the whole run's (a language model's bucketed
-windows, L-BFGS's full batch) through ``train``. Only the command line's run needs a fresh process: there it is the
+without subdivisions, batch by batch, and L-BFGS's full batch through ``train``; a language model's bucketed
+windows on replicas are tests/test_lm.py's. Only the command line's run needs a fresh process: there it is the
 command that splits the CPU.
 """
 
@@ -30,7 +30,6 @@ from accumrun.core.step import WholeBatchStep, make_train_step
 from accumrun.core.sub_batches import sub_batch_sizes
 from accumrun.core.targets import as_targets
 from accumrun.core.updates import UpdateLoop
-from accumrun.data.examples import write_corpus
 from accumrun.errors import ConfigError
 from accumrun.kinds import BatchNormMode, RandomDraws
 from accumrun.models.mlp import mlp
@@ -286,39 +285,6 @@ def run_config(**sections: Any) -> Config:
 
 
 MIRRORED = {"strategy": "mirrored", "logical_cpus": REPLICAS}
-
-
-@pytest.mark.slow
-def test_a_language_model_on_two_replicas_divides_by_the_global_batch_real_tokens(
-    mirrored_strategy: Strategy, tmp_path: Path
-) -> None:
-    """A causal transformer on a corpus whose windows have very different real lengths: two replicas with 3
-    sub-batches each and bucketed padding (each batch grouped by length, then dealt out to the replicas, each cutting
-    its sub-batches to multiples of 4 tokens) against one device without either. Each replica's slice holds its own
-    count of real tokens; both divide by the global batch's.
-
-    The short last batch is dropped (15 batches of 9 windows): each batch size traces the transformer's step once
-    more, on each replica; the short windows (each file's last) still fall in the batches kept."""
-    corpus = write_corpus(tmp_path / "corpus", 4, seed=4)
-    runs = []
-    for subdivisions, strategy, bucket in ((1, None, None), (3, mirrored_strategy, 4)):
-        settings = run_config(
-            seed=1,
-            data={
-                "name": "text_corpus",
-                "path": str(corpus),
-                "sequence_length": 16,
-                "validation_split": 0.0,
-                "bucket": bucket,
-            },
-            model={"name": "transformer", "layers": 1, "heads": 2, "width": 16},
-            training={"epochs": 1, "batch_size": 9, "subdivisions": subdivisions, "drop_remainder": True},
-            optimizer={"name": "sgd", "learning_rate": 0.5},
-            distribute=MIRRORED if strategy is not None else {},
-        )
-        result = train(settings, tmp_path / f"run-{subdivisions}", quiet=True, strategy=strategy)
-        runs.append(result.model.get_weights())
-    assert max_difference(runs[0], runs[1]) < 2e-5
 
 
 @pytest.mark.slow
