@@ -22,17 +22,18 @@ REPLICAS = 2
 """The logical CPUs of every test process: the replicas of the session's mirrored strategy."""
 
 
-def _split_cpu() -> None:
-    """Split the host CPU into :data:`REPLICAS` logical devices, as ``distribute.logical_cpus`` does, now: only before
-    TensorFlow creates its devices can it be done (any test may be the process's first to touch TensorFlow). Every
-    op still runs on CPU:0 unless a strategy places it; both devices share the process's thread pools."""
+def pytest_configure(config: pytest.Config) -> None:
+    """Split the host CPU into :data:`REPLICAS` logical devices, as ``distribute.logical_cpus`` does, in every process
+    that runs tests, before the test files are imported: only before TensorFlow creates its devices can it be done
+    (any test may be the process's first to touch TensorFlow). Every op still runs on CPU:0 unless a strategy places
+    it; both devices share the process's thread pools. xdist's controller runs no test: it does not import
+    TensorFlow at all."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * REPLICAS)
-
-
-_split_cpu()
 
 
 @pytest.fixture

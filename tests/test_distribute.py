@@ -38,6 +38,9 @@ from tests.conftest import REPLICAS
 from tests.helpers import contiguous, max_difference, reference_estimates, run_cli, softmax_gradients
 
 REPO = Path(__file__).resolve().parent.parent
+# A guard against a hung command, not a speed limit: its ~15 s of CPU took over 300 s on 2 cores shared with a load
+# of 17 (other TensorFlow processes).
+CLI_TIMEOUT = 900
 
 Strategy = tf.distribute.Strategy
 
@@ -314,7 +317,7 @@ def command_line(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     run = tmp_path_factory.mktemp("digits") / "run"
     arguments = ["train", str(REPO / "configs" / "digits.yaml"), "--set", "distribute.strategy=mirrored"]
     arguments += ["--set", f"distribute.logical_cpus={REPLICAS}", "--epochs", "1", "--run-dir", str(run)]
-    result = run_cli(*arguments, cwd=REPO)
+    result = run_cli(*arguments, cwd=REPO, timeout=CLI_TIMEOUT)
     metrics = run / "metrics.jsonl"
     return {
         "exit_code": result.returncode,
