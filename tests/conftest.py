@@ -1,5 +1,5 @@
-"""pytest configuration: TensorFlow's C++ logging quieted for every test and subprocess, shared fixtures, and
-the files in the order that keeps two processes busy to the end.
+"""pytest configuration: TensorFlow's C++ logging quieted for every test and subprocess, the host CPU split into
+two logical devices, shared fixtures, and the files in the order that keeps two processes busy to the end.
 
 Helpers that tests import (configs, data files, the CLI in a subprocess) are in tests/helpers.py.
 """
@@ -17,6 +17,23 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPLICAS = 2
+"""The logical CPUs of every test process: the replicas of the session's mirrored strategy."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Split the host CPU into :data:`REPLICAS` logical devices, as ``distribute.logical_cpus`` does, in every process
+    that runs tests, before the test files are imported: only before TensorFlow creates its devices can it be done
+    (any test may be the process's first to touch TensorFlow). Every op still runs on CPU:0 unless a strategy places
+    it; both devices share the process's thread pools. xdist's controller runs no test: it does not import
+    TensorFlow at all."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * REPLICAS)
 
 
 @pytest.fixture
@@ -38,6 +55,17 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, dict[str
         return results[name]
 
     return run
+
+
+@pytest.fixture(scope="session")
+def mirrored_strategy() -> Any:
+    """The process's one MirroredStrategy, over its two logical CPUs (made by accumrun, as a run with
+    ``distribute.logical_cpus: 2`` makes it): a second one in the same process would reuse the first's collective
+    keys, so every test of training on replicas shares this one."""
+    from accumrun.config.schema import DistributeConfig
+    from accumrun.training.distribute import create_strategy
+
+    return create_strategy(DistributeConfig(strategy="mirrored", logical_cpus=REPLICAS))
 
 
 FILE_SECONDS = Path(__file__).with_name("file_seconds.json")

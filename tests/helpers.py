@@ -190,7 +190,7 @@ Trained = Callable[[str, dict[str, Any]], RunResult]
 module under ``name``."""
 
 
-# --- the noise scale's references (tests/test_measure.py, and the mirrored child) ---------------------------
+# --- the noise scale's references (tests/test_measure.py and tests/test_distribute.py) --------------------------------
 
 
 def reference_estimates(gradients: np.ndarray, sub_batches: list[np.ndarray]) -> tuple[float, float]:

@@ -35,6 +35,7 @@ def test_a_new_transformer_has_no_attention_bias_and_its_run_records_that() -> N
     assert yaml.safe_load(config.to_yaml())["model"]["attention_bias"] is False
 
 
+@pytest.mark.slow
 def test_a_run_from_before_the_key_keeps_its_attention_bias_on_resume(tmp_path: Path) -> None:
     # The run as accumrun made it before the key: attention with biases, and a config.yaml without the key.
     config = lm_config(tmp_path)

@@ -36,6 +36,7 @@ def tokens(model: keras.Model, count: int, *, cache: bool, temperature: float = 
     return list(itertools.islice(made, count))
 
 
+@pytest.mark.slow
 def test_the_cache_gives_the_uncached_tokens_within_the_window_and_past_it() -> None:
     keras.utils.set_random_seed(3)
     model = transformer((WINDOW,), 257, 257, layers=2, heads=2, width=16, dropout=0.0, causal=True)
@@ -51,6 +52,7 @@ def test_the_cache_gives_the_uncached_tokens_within_the_window_and_past_it() -> 
     assert drawn == tokens(model, 80, cache=False, temperature=1.0) != greedy
 
 
+@pytest.mark.slow
 def test_a_saved_transformer_loaded_by_keras_decodes_through_its_own_layers_as_the_whole_model_computes(
     tmp_path: Path,
 ) -> None:
@@ -76,6 +78,7 @@ def test_a_saved_transformer_loaded_by_keras_decodes_through_its_own_layers_as_t
     assert Transformer.of(transformer((WINDOW,), 2, 257, layers=1, heads=2, width=16, dropout=0.0)) is None
 
 
+@pytest.mark.slow
 def test_a_keras_hub_backbone_generates_with_keras_hubs_cache_the_uncached_tokens() -> None:
     pytest.importorskip("keras_hub")
     from accumrun.models.hub import keras_hub_model

@@ -288,6 +288,7 @@ def test_least_squares_meets_the_closed_form_and_stops_converged(tmp_path: Path)
     assert scored["loss"] == pytest.approx(last["loss"], rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("most", [1, 2, 6])
 def test_max_evaluations_ends_the_run_with_the_reason(tmp_path: Path, most: int) -> None:
     x, y = standardized_breast_cancer()

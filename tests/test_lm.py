@@ -4,6 +4,7 @@ own token mean gets a different update; accumrun's equals the one-pass, hand-wri
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -145,6 +146,22 @@ def test_subdivided_streamed_and_bucketed_language_models_equal_plain(
         (mine,) = rows(run.run_dir)
         for key in ("loss", "accuracy", "perplexity", "val_loss", "val_accuracy"):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-5), (name, key)
+
+
+@pytest.mark.slow
+def test_a_language_model_on_two_replicas_divides_by_the_global_batch_real_tokens(
+    plain: Plain, mirrored_strategy: tf.distribute.Strategy, tmp_path: Path
+) -> None:
+    """The plain run's config on two replicas (tests/conftest.py's logical CPUs), each batch grouped by length, then
+    dealt out to the replicas (5 + 5 windows, and the short last batch's), each cutting its 3 sub-batches to multiples
+    of 8 tokens. Each replica's slice holds its own count of real tokens; both divide by the global batch's."""
+    config = copy.deepcopy(plain.config)
+    config["data"]["bucket"] = 8
+    config["training"]["subdivisions"] = 3
+    config["distribute"] = {"strategy": "mirrored", "logical_cpus": 2}
+    result = train(config, tmp_path / "run", quiet=True, strategy=mirrored_strategy)
+    assert result.metrics[-1]["replicas"] == 2
+    assert max_difference([v.numpy() for v in result.model.trainable_variables], plain.trainable) < 2e-5
 
 
 def test_trim_padding_cuts_to_the_longest_real_sequence_rounded_up_to_the_bucket() -> None:

@@ -122,6 +122,7 @@ def squared_error_gradients(weights: list[np.ndarray], x: np.ndarray, y: np.ndar
     return np.concatenate([2 * residual * x, 2 * residual], axis=1)
 
 
+@pytest.mark.slow
 def test_the_logged_estimates_equal_the_formulas_and_measuring_moves_nothing(tmp_path: Path) -> None:
     # One update per epoch: the whole batch of 10 in sub-batches of 3, 3 and 4.
     path = linear_regression_config(tmp_path, 10, shuffle=False, epochs=2, batch_size="full", subdivisions=3)
@@ -240,6 +241,7 @@ def tanh_mlp_config(folder: Path, **training: Any) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_the_sharpness_is_the_same_for_any_sub_batches_and_measuring_moves_nothing(tmp_path: Path) -> None:
     # The noise scale, and the sharpness after every second epoch.
     measured = tanh_mlp_config(tmp_path / "measured", measure=["noise_scale", "sharpness"], measure_every=2)

@@ -364,6 +364,7 @@ def test_a_pretrained_application_gets_its_own_preprocess_input(tmp_path: Path, 
     assert application.config.data.rescale == 1.0
 
 
+@pytest.mark.slow
 def test_the_mlp_l2_key_adds_l2_times_the_squared_kernels_to_the_objective(tmp_path: Path) -> None:
     # One full-batch update of SGD (its momentum has nothing to carry yet): the epoch's loss is at the initial
     # weights, and the update moves each kernel by lr * 2 * l2 * kernel more than without the key.

@@ -109,6 +109,7 @@ def test_subdivisions_on_and_off_give_the_same_run_for_a_model_without_batchnorm
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_epoch_loss_is_the_mean_over_samples_not_over_batches(tmp_path: Path) -> None:
     # With a negligible learning rate the weights stay put, so the logged loss must equal the initial model's
     # mean loss over the 23 training samples. A mean of the three batch means (10, 10, 3) would differ.

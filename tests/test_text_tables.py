@@ -184,6 +184,7 @@ def test_text_classification_from_csv_streamed_and_subdivided_equals_in_memory_a
     assert from_lines.labels == ["0", "1"]
 
 
+@pytest.mark.slow
 def test_predict_and_evaluate_read_files_laid_out_as_the_runs_own_table(tmp_path: Path, table: Table) -> None:
     # Only the columns the run reads: the text, and the id that names each row (the label is not needed to predict).
     texts = ["a warm, generous film", "dull and far too long", "ça alors, quelle fin !"]
