@@ -116,26 +116,46 @@ def test_no_curves_is_an_error(tmp_path: Path) -> None:
     assert not (tmp_path / "loss.png").exists()
 
 
-@pytest.mark.parametrize(("low", "high"), [(0.9, 1.6), (1.2, 4.0), (0.6, 3.0)])
-def test_a_log_axis_within_a_decade_has_labels_above_its_base(low: float, high: float) -> None:
+def labelled_ticks(low: float, high: float) -> list[float]:
+    """The values labelled on the log axis of a panel whose curve falls from ``high`` to ``low``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     from accumrun.reports.plot import _draw_panel
 
-    rows = [{"epoch": epoch, "val_loss": low + (high - low) * epoch / 4} for epoch in range(5)]
+    rows = [{"epoch": epoch, "val_loss": high - (high - low) * epoch / 4} for epoch in range(5)]
     figure = Figure()
     ax = figure.subplots()
     _draw_panel(ax, {"run": rows}, "val_loss", "validation loss", markers=True)
     FigureCanvasAgg(figure).draw()
+    assert ax.get_yscale() == "log"
     bottom, top = ax.get_ylim()
-    shown = [
+    return [
         float(label.get_text())
         for label in ax.yaxis.get_majorticklabels() + ax.yaxis.get_minorticklabels()
         if label.get_text() and bottom <= label.get_position()[1] <= top
     ]
-    assert ax.get_yscale() == "log"
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.9, 1.6), (1.2, 4.0), (0.6, 3.0)])
+def test_a_log_axis_within_a_decade_has_labels_above_its_base(low: float, high: float) -> None:
+    shown = labelled_ticks(low, high)
     assert len([value for value in shown if value > 1.0]) >= 2, shown
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.02, 20.0), (0.04, 100.0), (0.07, 1.2), (0.07, 0.6), (0.028, 0.177)])
+def test_a_log_axis_labels_a_tick_at_or_below_the_lowest_value(low: float, high: float) -> None:
+    shown = labelled_ticks(low, high)
+    assert min(shown) <= low and len(shown) >= 2, shown
+
+
+def test_the_sharpness_panel_names_its_dashed_limit_or_says_there_is_none() -> None:
+    from accumrun.reports.plot import _panels
+
+    adam = [dict(row, sharpness=3.0) for row in fake_rows(4, 1.0)]
+    sgd = [dict(row, sharpness=3.0, sharpness_limit=4.0) for row in fake_rows(4, 1.0)]
+    assert ("sharpness", "sharpness (no limit)") in _panels({"adam": adam})
+    assert ("sharpness", "sharpness (dashed: its stability limit)") in _panels({"adam": adam, "sgd": sgd})
 
 
 def test_plot_on_a_comparison_folder_draws_its_variants(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,13 +39,7 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
         if not rows:
             raise DataError(f"curves[{label!r}]", "has no rows")
 
-    panels = [("loss", "training loss")]
-    if any("val_loss" in row for rows in curves.values() for row in rows):
-        panels.append(("val_loss", "validation loss"))
-    if any("sharpness" in row for rows in curves.values() for row in rows):
-        panels.append(("sharpness", "sharpness (dashed: its stability limit)"))
-    if any("gradient_noise_scale" in row for rows in curves.values() for row in rows):
-        panels.append(("gradient_noise_scale", "gradient noise scale (dashed: the batch size)"))
+    panels = _panels(curves)
     markers = max(len(rows) for rows in curves.values()) <= _MARKER_EPOCHS
 
     # The Figure API draws with Agg on savefig without touching pyplot's global backend or figure registry.
@@ -66,11 +61,26 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
     return write_atomically(out, lambda temporary: figure.savefig(temporary, dpi=120, format="png"))
 
 
+def _panels(curves: dict[str, list[dict[str, Any]]]) -> list[tuple[str, str]]:
+    """Each panel's key and title: the training loss, and the validation loss, the sharpness and the noise scale
+    where some curve has them."""
+    panels = [("loss", "training loss")]
+    if any("val_loss" in row for rows in curves.values() for row in rows):
+        panels.append(("val_loss", "validation loss"))
+    if any("sharpness" in row for rows in curves.values() for row in rows):
+        # An adaptive optimizer (Adam and its kin) has no stability limit to draw.
+        limited = any("sharpness_limit" in row for rows in curves.values() for row in rows)
+        panels.append(("sharpness", f"sharpness ({'dashed: its stability limit' if limited else 'no limit'})"))
+    if any("gradient_noise_scale" in row for rows in curves.values() for row in rows):
+        panels.append(("gradient_noise_scale", "gradient noise scale (dashed: the batch size)"))
+    return panels
+
+
 def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, name: str, *, markers: bool) -> None:
     """One panel: ``key`` (``loss``, ``val_loss``, ``sharpness`` or ``gradient_noise_scale``) against epoch for every
     curve that has it; the sharpness with its curve's ``sharpness_limit``, the noise scale with its ``batch_size``,
     dashed."""
-    from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator, NullLocator
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogFormatter, MaxNLocator, NullLocator
 
     class PlainLogFormatter(LogFormatter):
         # LogFormatter picks which ticks to label; print those as 0.3 rather than 3e-01 or 3x10^-1.
@@ -92,17 +102,28 @@ def _draw_panel(ax: Axes, curves: dict[str, list[dict[str, Any]]], key: str, nam
                 ax.plot(*zip(*limits, strict=True), color=f"C{index}", linestyle="--", linewidth=1)
                 values += [limit for _, limit in limits]
     if values and min(values) > 0:
+        span = (min(values), max(values))
         ax.set_yscale("log")  # losses span decades; a linear axis flattens everything after epoch 1
-        if max(values) < 10 * min(values):
+        if span[1] < 10 * span[0]:
             # Within a decade a log axis may have no tick but its base (0.9 to 1.6 has only 1): tick it as a
             # linear axis would, at round values.
-            ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+            # Round ticks from one at or below the lowest value, so that a label sits there; where six put that one
+            # at zero (0.07 to 0.6), twelve finer ones find one above it.
+            for bins in (6, 12):
+                ticks = [t for t in MaxNLocator(nbins=bins, steps=[1, 2, 2.5, 5, 10]).tick_values(*span) if t > 0]
+                if ticks[0] <= span[0]:
+                    break
+            ax.set_ylim(min(ticks[0], span[0]), max(ticks[-1], span[1]))
+            ax.yaxis.set_major_locator(FixedLocator(ticks))
             ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
             ax.yaxis.set_minor_locator(NullLocator())
         else:
             # Label some minor ticks too when the curves span under two decades, or there may be one label only.
             for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
                 set_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+            # Down to a whole decade, so that a labelled tick sits at or below the lowest value: 0.02 to 20 would
+            # otherwise show no label below 0.1.
+            ax.set_ylim(bottom=10 ** math.floor(math.log10(span[0])))
     ax.set(title=name, xlabel="epoch", ylabel=_Y_LABELS.get(key, "loss"))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, which="major", alpha=0.4)
