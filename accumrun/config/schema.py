@@ -4,9 +4,8 @@ rules; the rules that span keys are declared by the section or feature that owns
 ``data``, ``model`` and ``optimizer`` are unions chosen by ``name``, so a key the chosen section does not read is
 refused; their sections live beside their loaders and builds, registered in :data:`accumrun.data.registry.SOURCES`,
 :data:`accumrun.models.registry.MODELS` and :data:`accumrun.optim.optimizers.OPTIMIZERS`. The other sections have
-modules of their own in this package. Closed sets parse into the enums of :mod:`accumrun.kinds` and are written back
-as their words. Loading and messages are in :mod:`accumrun.config.loading`. Nothing here imports TensorFlow, so
-``check`` and ``--help`` stay fast.
+modules of their own in this package. Closed sets parse into the enums of :mod:`accumrun.kinds`, written back as
+words. Loading and messages: :mod:`accumrun.config.loading`. Nothing here imports TensorFlow (``check`` stays fast).
 """
 
 from __future__ import annotations
@@ -136,8 +135,7 @@ class TrainingConfig(Section):
     noise_scale_every: int = Field(1, ge=1)
     """``noise_scale``: measured on one update in every N (those whose index, counted from 0, N divides)."""
     memory_budget: MemoryBudget = None
-    """The most memory the run may peak at (``6GiB``): the device's on a GPU, the process's above TensorFlow's import
-    on a CPU; ``subdivisions: auto`` then probes each candidate in a fresh process (:mod:`accumrun.training.budget`)."""
+    """The most the run may peak at (``6GiB``): on a GPU its memory, on a CPU the RSS above the import."""
     class_weight: dict[str, float] | Literal["balanced"] | None = None
     """Class labels only: each class's weight by its name in ``labels.json`` (unnamed classes 1.0), or ``balanced``
     (n_samples / (n_classes * count)). Training only, as Keras' ``class_weight``."""

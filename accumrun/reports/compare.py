@@ -29,6 +29,7 @@ import numpy as np
 
 from accumrun.errors import ConfigError, DataError, Interrupted
 from accumrun.kinds import BatchNormMode, RunState
+from accumrun.reports.compare_noise import noise_scale_lines
 from accumrun.reports.plot import plot_curves
 from accumrun.rundir.atomic import write_text_atomically
 from accumrun.rundir.layout import has_checkpoint
@@ -412,31 +413,6 @@ def format_table(variants: list[Variant]) -> str:
             "frozen makes them match)"
         )
     return "\n".join(lines)
-
-
-def noise_scale_lines(variants: list[Variant]) -> list[str]:
-    """Where a variant measured the gradient noise scale, each variant's last one beside its batch, or why it has
-    none (a variant whose batches are one sub-batch on one device cannot measure it); nothing where none did."""
-    done = [v for v in variants if v.metrics]
-    if not any("gradient_sq_norm" in row.figures for v in done for row in v.metrics):
-        return []
-    lines = ["", "gradient noise scale (the last measured):"]
-    for v in done:
-        measured = [row for row in v.metrics if "gradient_noise_scale" in row.figures]
-        last = v.metrics[-1]
-        if measured:
-            row = measured[-1]
-            scale = row.figures["gradient_noise_scale"]
-            where = "above" if row.batch_size > scale else "below"
-            said = f"~{scale:,.0f} at epoch {row.epoch}; batch {row.batch_size:,} is {where} it"
-        elif any("gradient_sq_norm" in row.figures for row in v.metrics):
-            said = "n/a: the |G|^2 estimate was never positive"
-        elif last.subdivisions * last.replicas == 1:
-            said = "not measured: each batch is one sub-batch on one device, so there is no smaller batch to compare"
-        else:
-            said = "not measured"
-        lines.append(f"  {v.name}: {said}")
-    return lines
 
 
 def _median_seconds(rows: list[EpochRow]) -> float:

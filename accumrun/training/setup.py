@@ -41,6 +41,7 @@ from accumrun.models.remat import apply_remat
 from accumrun.objective import FittedObjective, fit_objective
 from accumrun.optim import build_optimizer
 from accumrun.optim.rules import model_problem
+from accumrun.training.bucketing import check_bucket
 from accumrun.training.distribute import strategy_scope
 from accumrun.training.feed_choice import FeedChoice, choose_feed
 from accumrun.training.floats import check_float64, floats
@@ -269,7 +270,7 @@ def build_training(
     with strategy_scope(strategy), floats(training.precision):
         model = _build_model(config, dataset, augmentation, rescale, preprocess)
         check_float64(model, training.precision)
-        _check_bucket(config, dataset, model)
+        check_bucket(config, dataset, model)
         if config.data.task == "auto":
             dataset = dataset.settled_by_output(model.output_shape[-1])
         # Two samples as the model takes them, to check that the loss gives one value per sample.
@@ -405,36 +406,6 @@ def _build_model(
         return with_input_preprocessing(model, input_shape, dataset.dtype, rescale, config.data.normalize, preprocess)
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)
-
-
-def _check_bucket(config: Config, dataset: Dataset, model: keras.Model) -> None:
-    """Refuse bucketed padding without every training sample's length before an epoch (to order each batch by
-    length), a model that takes token ids of any length, and shapes that XLA need not know."""
-    bucket = config.data.token_bucket
-    if bucket is None:
-        return
-    if dataset.train.lengths is None:
-        streams = dataset.train.streaming
-        raise ConfigError(
-            "data.bucket",
-            f"orders each batch's texts by length, which needs their token ids in memory, and {streams}: set "
-            "data.cache: memory",
-            bucket,
-        )
-    if config.training.jit_compile:
-        raise ConfigError(
-            "data.bucket",
-            "cuts sub-batches to lengths known only on the device; XLA (training.jit_compile) needs them at "
-            "tracing: set one or the other",
-            bucket,
-        )
-    if model.input_shape[1] is not None:
-        raise ConfigError(
-            "data.bucket",
-            f"the model takes exactly {model.input_shape[1]} tokens; bucketed padding needs one that takes any "
-            "length (the built-in transformer does)",
-            bucket,
-        )
 
 
 def _rescaling(config: Config, dataset: Dataset) -> tuple[float, Preprocess | None]:
