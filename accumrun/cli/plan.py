@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
 
 from accumrun.cli.group import Command, start_tensorflow
 from accumrun.cli.options import OVERRIDE_OPTIONS, apply_options, overrides
+from accumrun.kinds import Precision, Remat
+from accumrun.rundir.atomic import write_text_atomically
 
 
 @click.command(cls=Command)
@@ -19,17 +22,23 @@ from accumrun.cli.options import OVERRIDE_OPTIONS, apply_options, overrides
     "--precision",
     "precisions",
     multiple=True,
-    metavar="NAME",
+    type=click.Choice([precision.value for precision in Precision]),
     help="A precision to plan for (repeatable): a row per candidate under each; the configured one by default.",
 )
 @click.option(
     "--remat",
     "remats",
     multiple=True,
-    metavar="MODE",
+    type=click.Choice([mode.value for mode in Remat]),
     help="A training.remat mode to plan for (repeatable); the configured one, or for auto every mode the model takes.",
 )
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the table to this JSON file.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    callback=lambda context, parameter, value: _writable(value),
+    help="Also write the table to this JSON file.",
+)
 def plan(
     config_path: str,
     memory_budget: str | None,
@@ -68,6 +77,11 @@ def plan(
     )
     click.echo("\n".join(plan_lines(made)))
     if json_path is not None:
-        with open(json_path, "w") as file:
-            json.dump(plan_document(made), file, indent=2)
-            file.write("\n")
+        write_text_atomically(Path(json_path), json.dumps(plan_document(made), indent=2) + "\n")
+
+
+def _writable(path: str | None) -> str | None:
+    """``--json``'s file, refused before any probe runs when its folder is not there."""
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise click.BadParameter(f"its folder {Path(path).parent} does not exist")
+    return path

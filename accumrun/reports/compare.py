@@ -403,7 +403,7 @@ def format_table(variants: list[Variant]) -> str:
             ]
         detail = v.error or v.stop
         lines.append(" | ".join(f"{cell:>14}" for cell in cells) + f" | {v.status}" + (f": {detail}" if detail else ""))
-    lines += noise_scale_lines(variants)
+    lines += noise_scale_lines([(v.name, v.metrics) for v in variants])
     batch_norm = next((v.batch_norm for v in variants if v.batch_norm), None)
     subdivided = bool(variants) and variants[0].key == SUBDIVISIONS  # other keys' variants differ by design
     if subdivided and batch_norm is not None and batch_norm.mode is not BatchNormMode.FROZEN:
