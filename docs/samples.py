@@ -77,7 +77,7 @@ WORD_PIECE = "'data.tokenizer={name: word_piece, vocabulary_size: 300}'"
 SAMPLES: dict[str, Sample] = {
     "digits": Sample(("train configs/digits.yaml",), {"digits": lambda out: shortened(out[0], 9, 2, "epochs")}),
     "compare": Sample(("compare configs/digits.yaml --epochs 3",), {"compare": lambda out: out[0]}),
-    "noise-scale": Sample((NOISE_SCALE,), {"noise-scale": lambda out: epoch_rows(out[0], 2, 2)}),
+    "noise-scale": Sample((NOISE_SCALE,), {"noise-scale": lambda out: epoch_rows(out[0], 2, 3)}),
     "lbfgs": Sample(
         (
             "train configs/digits_mlp_fullbatch.yaml --run-dir runs/mlp-adam",
@@ -128,7 +128,7 @@ SAMPLES: dict[str, Sample] = {
 def scratch_folder(parent: Path) -> Path:
     """A folder to run in, as a fresh clone is: the configs, and the bundled data files (not the folders that
     examples are made into)."""
-    (parent / "datasets").mkdir()
+    (parent / "datasets").mkdir(parents=True)
     for item in (ROOT / "datasets").iterdir():
         if item.is_file() and not item.name.startswith("."):
             (parent / "datasets" / item.name).symlink_to(item)

@@ -15,6 +15,8 @@ from types import ModuleType
 
 import pytest
 
+from accumrun.reports.compare import SUBDIVISIONS, Variant, format_table
+from accumrun.rundir.metrics import read_rows
 from tests.helpers import invoke
 
 
@@ -41,15 +43,54 @@ def whole(lines: list[str]) -> list[str]:
     return lines
 
 
-# Each checked block: the command that reprints it (the README's own, or the same with fewer epochs where only the
-# first rows are checked), and the part of the block and of the fresh output that must be equal.
-CHECKED: dict[str, tuple[str, Callable[[list[str]], list[str]], Callable[[list[str]], list[str]]]] = {
-    "digits": ("train configs/digits.yaml", lambda out: samples.shortened(out, 9, 2, "epochs"), whole),
-    "noise-scale": (samples.NOISE_SCALE, lambda out: samples.epoch_rows(out, 2, 2), whole),
-    "compare": ("compare configs/digits.yaml --epochs 3", samples.first_table, samples.first_table),
-    "compare-lbfgs": (
-        "compare configs/digits_mlp_fullbatch.yaml --vary optimizer.name=adam,lbfgs --epochs 3",
+def fresh_output(command: str) -> list[str]:
+    """What ``accumrun COMMAND`` prints, run in this process."""
+    result = invoke(*shlex.split(command))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.rstrip("\n").splitlines()
+
+
+def as_sample(name: str) -> list[str]:
+    """Sample ``name``'s one block, from its one command run in this process."""
+    sample = samples.SAMPLES[name]
+    (command,) = sample.commands
+    return sample.blocks[name]([fresh_output(command)])
+
+
+def compared(key: str, variants: list[tuple[int | str, str]], folder: Path) -> list[str]:
+    """A comparison's epoch table, from its variants' ``accumrun train`` commands run in this process (as
+    ``compare`` runs each in a process of its own: the same commands, the same rows; tests/test_compare.py holds
+    that)."""
+    trained = []
+    for value, command in variants:
+        run_dir = folder / f"{key}-{value}"
+        fresh_output(f"{command} --quiet --run-dir {run_dir}")
+        trained.append(Variant(value, run_dir, key, exit_code=0, metrics=read_rows(run_dir)))
+    return samples.first_table(format_table(trained).splitlines())
+
+
+# Each checked block: what prints it again now (the README's own command, or the same with fewer epochs where only
+# the first rows are checked), and the part of the block that must equal it.
+CHECKED: dict[str, tuple[Callable[[Path], list[str]], Callable[[list[str]], list[str]]]] = {
+    "digits": (lambda _: as_sample("digits"), whole),
+    "noise-scale": (lambda _: as_sample("noise-scale"), whole),
+    "compare": (
+        lambda folder: compared(
+            SUBDIVISIONS,
+            [(value, f"train configs/digits.yaml --epochs 3 --subdivisions {value}") for value in (4, 1)],
+            folder,
+        ),
         samples.first_table,
+    ),
+    "compare-lbfgs": (
+        lambda folder: compared(
+            "optimizer.name",
+            [
+                (name, f"train configs/digits_mlp_fullbatch.yaml --epochs 3 --set optimizer.name={name}")
+                for name in ("adam", "lbfgs")
+            ],
+            folder,
+        ),
         lambda block: block[:4],
     ),
 }
@@ -58,12 +99,10 @@ CHECKED: dict[str, tuple[str, Callable[[list[str]], list[str]], Callable[[list[s
 @pytest.mark.slow
 @pytest.mark.parametrize("block", list(CHECKED))
 def test_the_readme_sample_is_what_the_code_prints(block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    command, fresh_part, block_part = CHECKED[block]
+    printed_now, block_part = CHECKED[block]
     shown = samples.readme_blocks(samples.README.read_text())[block]
-    monkeypatch.chdir(samples.scratch_folder(tmp_path))
-    result = invoke(*shlex.split(command))
-    assert result.returncode == 0, result.stderr
-    fresh = fresh_part(result.stdout.rstrip("\n").splitlines())
+    monkeypatch.chdir(samples.scratch_folder(tmp_path / "scratch"))
+    fresh = printed_now(tmp_path / "runs")
     assert steady(fresh) == steady(block_part(shown)), f"README block {block} is stale: python docs/samples.py"
 
 
