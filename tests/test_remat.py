@@ -172,20 +172,18 @@ CASES = [
         for remat, mode in [
             *((Remat.BLOCKS, mode) for mode in BatchNormMode if mode is not BatchNormMode.PER_BATCH),
             (Remat.LAYERS, BatchNormMode.SUB_BATCH),
-            (Remat.LAYERS, BatchNormMode.FROZEN),
         ]
     ),
     pytest.param("mlp", Remat.LAYERS, BatchNormMode.PER_BATCH, marks=slow),
     pytest.param("transformer", Remat.BLOCKS, BatchNormMode.PER_BATCH, marks=slow),
-    pytest.param("transformer", Remat.LAYERS, BatchNormMode.PER_BATCH, marks=slow),
     pytest.param("transformer", Remat.ACTIVATIONS, BatchNormMode.PER_BATCH, marks=slow),
     pytest.param("keras_hub", Remat.BLOCKS, BatchNormMode.PER_BATCH, marks=slow),
-    pytest.param("keras_hub", Remat.LAYERS, BatchNormMode.PER_BATCH, marks=slow),
 ]
-"""Each kind of model in the modes that apply to it (Keras' own ``activations`` once); the residual blocks (a
-BatchNorm inside) in every BatchNorm mode, whose moving statistics must move once however often their layer runs,
-and a recomputed BatchNorm layer itself in the modes that wrap its call differently (``layers``). A Keras
-application's residual blocks are these: MobileNetV2's are found below (training it took 5 minutes here)."""
+"""Each mode on the kinds whose wrapping differs: ``blocks`` on each kind that has blocks, ``layers`` on an MLP and on
+a recomputed BatchNorm layer (its call wrapped, in the sub-batch mode that runs it per sub-batch), Keras' own
+``activations`` once; the residual blocks (a BatchNorm inside) in every BatchNorm mode, whose moving statistics must
+move once however often their layer runs. A Keras application's residual blocks are these: MobileNetV2's are found
+below (training it took 5 minutes here)."""
 
 
 @pytest.mark.parametrize(("kind", "remat", "batch_norm"), [*CASES])
