@@ -3,34 +3,40 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from accumrun.cli.group import Command, start_tensorflow
 from accumrun.cli.options import OVERRIDE_OPTIONS, apply_options, overrides
-from accumrun.kinds import Precision, Remat
+from accumrun.kinds import Kind, Precision, Remat
 from accumrun.rundir.atomic import write_text_atomically
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _each_of(key: str, values: type[Kind], help_text: str) -> Callable[[F], F]:
+    """``--KEY``, repeatable, one of ``values``: each given value of ``training.KEY`` planned for (as ``KEYs``)."""
+    return click.option(
+        f"--{key}", f"{key}s", multiple=True, type=click.Choice([value.value for value in values]), help=help_text
+    )
 
 
 @click.command(cls=Command)
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @apply_options(OVERRIDE_OPTIONS)
 @click.option("--memory-budget", metavar="SIZE", help="The budget to fit (6GiB, 512MiB); training.memory_budget's.")
-@click.option(
-    "--precision",
-    "precisions",
-    multiple=True,
-    type=click.Choice([precision.value for precision in Precision]),
-    help="A precision to plan for (repeatable): a row per candidate under each; the configured one by default.",
+@_each_of(
+    "precision",
+    Precision,
+    "A precision to plan for (repeatable): a row per candidate under each; the configured one by default.",
 )
-@click.option(
-    "--remat",
-    "remats",
-    multiple=True,
-    type=click.Choice([mode.value for mode in Remat]),
-    help="A training.remat mode to plan for (repeatable); the configured one, or for auto every mode the model takes.",
+@_each_of(
+    "remat",
+    Remat,
+    "A training.remat mode to plan for (repeatable); the configured one, or for auto every mode the model takes.",
 )
 @click.option(
     "--json",

@@ -1,7 +1,7 @@
 """What ``training.precision`` refuses of the rest of the config (the precision itself is set in
 :mod:`accumrun.training.setup`, which scales the loss under ``mixed_float16``). The key is one value, so float64 and
 mixed precision meet only in a model with a precision of its own (a saved model built under mixed precision),
-which :mod:`accumrun.training.floats` refuses once the model is built."""
+which :mod:`accumrun.models.floats` refuses once the model is built."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from accumrun.data.feeder import Feeder
 from accumrun.data.source import Source
 from accumrun.errors import AccumrunError, ConfigError
 from accumrun.kinds import ModelFile, Split
+from accumrun.models.floats import floats
 from accumrun.objective import Scorer, fit_objective
 from accumrun.reports.finished import FinishedRun
 from accumrun.rundir.atomic import write_text_atomically
@@ -33,17 +34,19 @@ def evaluate_run(
     run = FinishedRun(run_dir)
     config = run.config
     model_path = run.model_path(which)
-    floats = sample_floats(config.training.precision)
-    dataset = load_dataset(config.data, config.seed, floats)  # the run's data: its task, classes and splits
-    samples, name = _split(config, dataset, split, data_path, floats)
-    model = run.load_model(which)
-    first_two = samples.subset(np.arange(min(2, samples.size)))
-    first = next(iter(Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False).epoch(0)))
-    objective = fit_objective(config, dataset, model, first).objective
-    scorer = Scorer(model, objective, objective.new_metrics())
-    feeder = Feeder(samples, batch_sizes(samples.size, run.sub_batch_size), seed=0, shuffle=False)
-    # The scorer gives ``loss`` first, then the metrics without ``val_``.
-    result = {**scorer(feeder), "samples": samples.size, "model": model_path.name, "split": name}
+    sample_dtype = sample_floats(config.training.precision)
+    dataset = load_dataset(config.data, config.seed, sample_dtype)  # the run's data: its task, classes and splits
+    samples, name = _split(config, dataset, split, data_path, sample_dtype)
+    # A float64 run's metrics sum in float64, as in its validation pass.
+    with floats(config.training.precision):
+        model = run.load_model(which)
+        first_two = samples.subset(np.arange(min(2, samples.size)))
+        first = next(iter(Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False).epoch(0)))
+        objective = fit_objective(config, dataset, model, first).objective
+        scorer = Scorer(model, objective, objective.new_metrics())
+        feeder = Feeder(samples, batch_sizes(samples.size, run.sub_batch_size), seed=0, shuffle=False)
+        # The scorer gives ``loss`` first, then the metrics without ``val_``.
+        result = {**scorer(feeder), "samples": samples.size, "model": model_path.name, "split": name}
     stem = f"eval-{name}" if which is ModelFile.FINAL else f"eval-best-{name}"
     write_text_atomically(run_dir / f"{stem}.json", json.dumps(result, indent=1) + "\n")
     return result
@@ -56,13 +59,13 @@ def describe(result: dict[str, Any]) -> str:
 
 
 def _split(
-    config: Config, dataset: Dataset, split: Split, data_path: str | None, floats: type[np.floating]
+    config: Config, dataset: Dataset, split: Split, data_path: str | None, sample_dtype: type[np.floating]
 ) -> tuple[Source, str]:
     """The samples to score and the name the result goes under (``data`` for another source)."""
     data = config.data
     if data_path is not None:
         try:
-            return load_dataset(data.reading(data_path), config.seed, floats).train, "data"
+            return load_dataset(data.reading(data_path), config.seed, sample_dtype).train, "data"
         except AccumrunError as error:
             # The file came from --data, not from the config's data.path: blame the option the user typed.
             raise (error.relabelled("--data") if error.path == "data.path" else error) from None
@@ -75,7 +78,8 @@ def _split(
     if data.validation_split == Split.TEST.value and dataset.val is not None:
         return dataset.val, split.value
     try:
-        held = load_dataset(data.model_copy(update={"validation_split": Split.TEST.value}), config.seed, floats).val
+        test_split = data.model_copy(update={"validation_split": Split.TEST.value})
+        held = load_dataset(test_split, config.seed, sample_dtype).val
     except ConfigError:
         held = None
     if held is None:

@@ -20,6 +20,7 @@ from accumrun._version import __version__
 from accumrun.config.schema import Config
 from accumrun.core.sub_batches import epoch_batches
 from accumrun.errors import WorkerLost
+from accumrun.models.floats import floats
 from accumrun.models.lora import checkpointed_variables
 from accumrun.models.saving import CompileSpec, save_trained_model
 from accumrun.rundir.status import BatchNormNote
@@ -28,7 +29,6 @@ from accumrun.training.checkpoints import Position
 from accumrun.training.console import describe_setup, device_name, run_summary
 from accumrun.training.controls import Controls
 from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chief, lost_worker
-from accumrun.training.floats import floats
 from accumrun.training.run_folder import Run
 from accumrun.training.setup import TrainingSetup, build_training
 from accumrun.training.trainer_assembly import build_trainer

@@ -31,6 +31,7 @@ from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Precision, Task
 from accumrun.models.builders import build_model
+from accumrun.models.floats import check_float64, floats
 from accumrun.models.preprocessing import (
     Preprocess,
     at_stored_size,
@@ -44,7 +45,6 @@ from accumrun.optim.rules import model_problem
 from accumrun.training.bucketing import check_bucket
 from accumrun.training.distribute import strategy_scope
 from accumrun.training.feed_choice import FeedChoice, choose_feed
-from accumrun.training.floats import check_float64, floats
 from accumrun.training.measurements import measurement_observers
 
 T = TypeVar("T")
@@ -266,22 +266,9 @@ def build_training(
     augment = config.data.augment
     augmentation = Augmentation(augment, dataset.sample_shape, dataset.dtype) if augment else None
     rescale, preprocess = _rescaling(config, dataset)
-    keras.utils.set_random_seed(config.seed)
-    with strategy_scope(strategy), floats(training.precision):
-        model = _build_model(config, dataset, augmentation, rescale, preprocess)
-        check_float64(model, training.precision)
-        check_bucket(config, dataset, model)
-        if config.data.task == "auto":
-            dataset = dataset.settled_by_output(model.output_shape[-1])
-        # Two samples as the model takes them, to check that the loss gives one value per sample.
-        first_two = dataset.train.subset(np.arange(min(2, dataset.train_size)))
-        probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
-        objective = fit_objective(config, dataset, model, _first(probe))
-        optimizer = _optimizer(config, model)
-        # Last of what changes the model's layers: it recomputes whichever layers the model trains with.
-        remat = apply_remat(model, settle_remat(training.remat), kind_of(config.model).blocks)
-        spec = _step_spec(config, model, objective.objective, optimizer, feed_choice.feed, strategy)
-        val_metrics = objective.objective.new_metrics()
+    trained, dataset, spec = _build_trained(
+        config, dataset, augmentation, rescale, preprocess, feed_choice.feed, strategy
+    )
     # config.yaml records what the config left to accumrun; rescale stays auto where an application's own
     # preprocess_input scales.
     resolved_data = config.data.model_copy(
@@ -292,16 +279,10 @@ def build_training(
         }
     )
     return TrainingSetup(
-        config=config.model_copy(update={"data": resolved_data, "loss": objective.loss, "metrics": objective.metrics}),
-        trained=Trained(
-            model=model,
-            optimizer=optimizer,
-            objective=objective,
-            val_metrics=val_metrics,
-            rescale=rescale,
-            preprocess=preprocess,
-            remat=remat,
+        config=config.model_copy(
+            update={"data": resolved_data, "loss": trained.objective.loss, "metrics": trained.objective.metrics}
         ),
+        trained=trained,
         fed=Fed(
             dataset=dataset,
             augmentation=augmentation,
@@ -316,6 +297,46 @@ def build_training(
             spec=spec, subdivisions=training.fixed_subdivisions, precise_bn_samples=training.precise_bn_samples
         ),
     )
+
+
+def _build_trained(
+    config: Config,
+    dataset: Dataset,
+    augmentation: Augmentation | None,
+    rescale: float,
+    preprocess: Preprocess | None,
+    feed: Feed,
+    strategy: tf.distribute.Strategy | None,
+) -> tuple[Trained, Dataset, StepSpec]:
+    """The model with its objective and optimizer, from the seed, in ``strategy``'s scope and the run's float type;
+    the dataset settled by the model's output where its task is ``auto``; and the step's spec."""
+    training = config.training
+    keras.utils.set_random_seed(config.seed)
+    with strategy_scope(strategy), floats(training.precision):
+        model = _build_model(config, dataset, augmentation, rescale, preprocess)
+        check_float64(model, training.precision)
+        check_bucket(config, dataset, model)
+        if config.data.task == "auto":
+            dataset = dataset.settled_by_output(model.output_shape[-1])
+        # Two samples as the model takes them, to check that the loss gives one value per sample.
+        first_two = dataset.train.subset(np.arange(min(2, dataset.train_size)))
+        probe = Feeder(first_two, [first_two.size], seed=config.seed, shuffle=False, augmentation=augmentation)
+        objective = fit_objective(config, dataset, model, _first(probe))
+        optimizer = _optimizer(config, model)
+        # Last of what changes the model's layers: it recomputes whichever layers the model trains with.
+        remat = apply_remat(model, settle_remat(training.remat), kind_of(config.model).blocks)
+        spec = _step_spec(config, model, objective.objective, optimizer, feed, strategy)
+        val_metrics = objective.objective.new_metrics()
+    trained = Trained(
+        model=model,
+        optimizer=optimizer,
+        objective=objective,
+        val_metrics=val_metrics,
+        rescale=rescale,
+        preprocess=preprocess,
+        remat=remat,
+    )
+    return trained, dataset, spec
 
 
 def _step_spec(
