@@ -21,7 +21,7 @@ from accumrun.core.resolution import FLOAT32_EPSILON, FLOAT64_EPSILON
 from accumrun.core.step import make_train_step
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Precision
-from accumrun.training.floats import floats
+from accumrun.models.floats import floats
 from tests.helpers import write_config
 from tests.test_lbfgs import (
     _Evaluation,
