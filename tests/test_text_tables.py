@@ -172,6 +172,7 @@ def test_text_classification_from_csv_streamed_and_subdivided_equals_in_memory_a
     assert [row["loss"] for row in subdivided.metrics] == pytest.approx([row["loss"] for row in plain.metrics], 1e-5)
     assert json.loads((plain.run_dir / "labels.json").read_text()) == ["negative", "positive"]
     assert not (plain.run_dir / "features.json").exists()
+    assert plain.model.input_shape == (None, 32)  # without data.bucket the transformer takes exactly its length
     # The same texts and classes, in the same order, from JSON Lines: the same samples, so the same training.
     # (The data as a run loads it, without building a model for it: byte tokens learn no vocabulary.)
     from_table, from_lines = (
