@@ -1,5 +1,14 @@
 """KerasHub backbones as models (the text extra, installed by ``.[dev]``): built from constructor keys or from a
-local preset folder, trained with token-exact accumulation; nothing is downloaded."""
+local preset folder, trained with token-exact accumulation; nothing is downloaded.
+
+Tolerance of subdivided against plain training (2e-5 in a weight, 1e-5 relative in a loss): both runs take the same
+SGD steps from the same weights with the same per-sample dropout masks and differ only in the order of float32 sums.
+A gradient entry sums at most 71 * 16 = 1,136 products (GPT-2) or 10 * 24 = 240 (BERT) of magnitude about 1; the
+rounding errors add as a random walk, sqrt(1136) * 2^-24 = 2e-6, and 2 updates at a learning rate of 0.5 carry at most
+2 * 0.5 * 2e-6 = 2e-6 into a weight, ten times under the 2e-5 the issue asks for. A loss is a mean of at most 1,136
+terms, each exact to 2^-24 relative: sqrt(1136) * 2^-24 = 2e-6 relative, under 1e-5. "It trained" (> 1e-2) and
+"other weights" (> 1e-2) are no rounding: an SGD step at 0.5 moves weights by 0.5 * |gradient|, and drawn weights
+differ by their initializer's scale (0.02), both far above 2e-5."""
 
 from __future__ import annotations
 
@@ -61,7 +70,7 @@ def test_a_gpt2_preset_folder_starts_from_its_saved_weights_and_with_dropout_tra
     subdivided = train(hub_config(tmp_path, model, subdivisions=4), tmp_path / "subdivided", quiet=True)
     assert max_difference(subdivided.model.get_weights(), plain.model.get_weights()) < 2e-5
     assert max_difference(plain.model.get_weights(), initial.get_weights()) > 1e-2
-    assert plain.metrics[-1]["loss"] < 6.0
+    assert subdivided.metrics[-1]["loss"] == pytest.approx(plain.metrics[-1]["loss"], rel=1e-5)
     assert keras.models.load_model(tmp_path / "plain" / "model.keras").count_params() == plain.model.count_params()
 
 
