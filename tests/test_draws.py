@@ -9,13 +9,14 @@ batches with and without subdivisions.
 
 Tolerance of subdivided against plain training (2e-5): both take the same SGD updates from the same weights with the
 same masks (the draws are exact: the tests of the draws compare them bit for bit); they differ only in the order of
-float32 sums. A gradient entry sums at most n = 13 per-sample terms (the batch), each below ~10 in size here
-(inputs of a few units, scaled by at most 1 / (1 - 0.5) = 2 by a mask, times a softmax residual below 1): Higham's
-bound n * 2^-24 on the sum of magnitudes gives 13 * 6e-8 * 10 = 8e-6 on the mean's n times smaller terms, 8e-7. An
-update moves a weight by the learning rate (at most 0.5) times that, 4e-7. Over at most 6 updates these add, and
-each update carries the earlier difference on through the gradient, times at most 1 + rate * (the gradient's
-Lipschitz constant, below 0.4 for these shallow models at their small weights), so (1.2)^6 < 3: 6 * 4e-7 * 3 = 7e-6,
-and 2e-5 leaves a factor 3.
+float32 sums. A gradient entry is the mean of at most n = 13 per-sample terms (the batch), each an input of a few
+units at most, scaled by at most 1 / (1 - 0.5) = 2 by a mask, times a backpropagated softmax residual below 1 through
+small weights: their magnitudes average below 1 here. Higham's bound on a sum of n terms, n * 2^-24 times the sum of
+their magnitudes, puts the mean within 13 * 6e-8 * 1 = 8e-7 of its exact value in either order. An update moves a
+weight by the learning rate (at most 0.5) times that, 4e-7. Over at most 6 updates these add, and each update carries
+the earlier difference on through the gradient, times at most 1 + rate * L, with L the gradient's Lipschitz constant
+(softmax cross-entropy's curvature, at most 1/2 per logit, times the squared sizes of the small weights and inputs it
+passes through: below 0.4 on these shallow models), so (1.2)^6 < 3: 6 * 4e-7 * 3 = 7e-6, and 2e-5 leaves a factor 3.
 """
 
 from __future__ import annotations
