@@ -142,6 +142,7 @@ def test_subdivided_training_with_dropout_equals_plain_training(trained: Trained
     assert max_difference(plain.model.get_weights(), stepped(dropout_config(), 1, [])) > 1e-2  # it trained
 
 
+@pytest.mark.slow
 def test_streamed_sub_batches_with_dropout_equal_plain_steps() -> None:
     # Another cut (3/3/2/2), each sub-batch fed by itself: three updates of the run's model, to the plain step's.
     batches = random_batches(3, 10, (6,))
@@ -154,6 +155,7 @@ def test_streamed_sub_batches_with_dropout_equal_plain_steps() -> None:
     assert max_difference(stepped(old, 3, batches), stepped(old, 1, batches)) > 1e-2
 
 
+@pytest.mark.slow
 def test_every_known_random_layer_draws_per_sample_attention_dropout_included() -> None:
     config = {
         "seed": 2,
@@ -223,6 +225,7 @@ def test_a_run_from_before_per_sample_draws_resumes_with_the_draws_it_began_with
     assert max_difference(resumed.model.get_weights(), whole.model.get_weights()) == 0.0
 
 
+@pytest.mark.slow
 def test_dropout_inside_a_saved_model_nested_in_another_draws_per_sample(tmp_path: Path) -> None:
     keras.utils.set_random_seed(3)
     inner = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16), keras.layers.Dropout(0.5)], name="inner")
