@@ -64,11 +64,9 @@ def config(tmp_path: Path) -> Path:
 
 def start(tmp_path: Path, *args: str, scratch: str = "tmp") -> subprocess.Popen[str]:
     """``accumrun launch --workers 2 ARGS`` in the background, its output in ``tmp_path/launch-N.log``, the system
-    temp folder (where the other worker keeps its scratch folder) at ``tmp_path/scratch``, each worker on one
-    intra-op thread."""
+    temp folder (where the other worker keeps its scratch folder) at ``tmp_path/scratch``."""
     log = tmp_path / f"launch-{len(list(tmp_path.glob('launch-*.log')))}.log"
-    # One intra-op thread per worker: the ops of this tiny model gain nothing from more, and idle pool threads spin.
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(tmp_path / scratch), "TF_NUM_INTRAOP_THREADS": "1"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(tmp_path / scratch)}
     (tmp_path / scratch).mkdir(exist_ok=True)
     with log.open("w") as output:  # the child holds its own copy of the descriptor
         return subprocess.Popen(
