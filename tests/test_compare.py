@@ -16,15 +16,18 @@ from accumrun.reports import compare
 from tests.helpers import invoke, tiny_config
 
 
-def variants_in_this_process(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+def variants_in_this_process(monkeypatch: pytest.MonkeyPatch, processes: int = 0) -> list[list[str]]:
     """Run each variant's ``accumrun train`` command in this process instead of a fresh interpreter (one
-    TensorFlow start, not one per variant): the comparison sees its exit code and stderr as from a process. That
-    the variants really run as processes is the ``compared`` fixture's. Returns the commands run."""
+    TensorFlow start, not one per variant), but the first ``processes`` of them as the comparison runs them, each in
+    a process of its own: the comparison sees its exit code and stderr as from a process. Returns the commands run.
+    """
     commands: list[list[str]] = []
 
     def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         assert command[:3] == [sys.executable, "-m", "accumrun"] and kwargs == {"stderr": subprocess.PIPE, "text": True}
         commands.append(command)
+        if len(commands) <= processes:
+            return subprocess.run(command, **kwargs)
         result = invoke(*command[3:])
         return subprocess.CompletedProcess(command, result.returncode, None, result.stderr)
 
@@ -36,11 +39,15 @@ def variants_in_this_process(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     """One comparison of the config's subdivisions (auto, which settles on 3) vs 1 on a BatchNorm-free model,
-    shared by the tests below."""
+    shared by the tests below: the auto variant in a process of its own, as the comparison runs every variant (one
+    shows that they run as processes), the other in this process (one TensorFlow start fewer)."""
     folder = tmp_path_factory.mktemp("compare")
     # 22 samples: 20 to train on, two whole batches, so each variant's process traces its step for one batch size.
     config = tiny_config(folder, data={"samples": 22}, training={"subdivisions": "auto", "max_sub_batch": 4})
-    result = invoke("compare", str(config), "--run-dir", str(folder / "out"))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        commands = variants_in_this_process(monkeypatch, processes=1)
+        result = invoke("compare", str(config), "--run-dir", str(folder / "out"))
+    assert len(commands) == 2
     return folder / "out", result
 
 
