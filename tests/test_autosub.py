@@ -32,7 +32,8 @@ def hooks() -> Iterator[None]:
 @pytest.mark.slow
 def test_auto_settles_on_the_fewest_subdivisions_that_fit_from_where_max_sub_batch_starts(tmp_path: Path) -> None:
     # Batches of 10: sub-batches of at most 5 start the search at 2 subdivisions; 2 -> 5 samples per sub-batch run
-    # out of memory, 4 -> at most 3 fit. The search from 1 (no max_sub_batch) is the two tests' below.
+    # out of memory, 4 -> at most 3 fit. The search from 1 (no max_sub_batch) is asserted by the broken runtime's
+    # test below (tried 1, 2).
     path = tiny_config(tmp_path, training={"max_sub_batch": 5}, **HOOKED)
     fixed = train(load_config(path, ["training.subdivisions=4"]), tmp_path / "fixed", quiet=True)
     hook_models.reset(largest_sub_batch=3)
