@@ -1,4 +1,5 @@
-"""`accumrun compare` and `accumrun plot` on the command line (compare trains each variant in a process of its own)."""
+"""`accumrun compare` and `accumrun plot` on the command line (compare trains each variant in a process of its own;
+here they run in this process, see :func:`variants_in_this_process`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from tests.helpers import invoke, tiny_config
 def variants_in_this_process(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """Run each variant's ``accumrun train`` command in this process instead of a fresh interpreter (one
     TensorFlow start, not one per variant): the comparison sees its exit code and stderr as from a process. That
-    the variants really run as processes is the ``compared`` fixture's. Returns the commands run."""
+    the variants really run as processes, the comparison in a process too, is the real comparison's of
+    tests/test_compare_resume.py (Ctrl-C at a terminal). Returns the commands run."""
     commands: list[list[str]] = []
 
     def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -36,16 +38,18 @@ def variants_in_this_process(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     """One comparison of the config's subdivisions (auto, which settles on 3) vs 1 on a BatchNorm-free model,
-    shared by the tests below."""
+    shared by the tests below, its variants run in this process."""
     folder = tmp_path_factory.mktemp("compare")
-    # 22 samples: 20 to train on, two whole batches, so each variant's process traces its step for one batch size.
+    # 22 samples: 20 to train on, two whole batches, so each variant traces its step for one batch size.
     config = tiny_config(folder, data={"samples": 22}, training={"subdivisions": "auto", "max_sub_batch": 4})
-    result = invoke("compare", str(config), "--run-dir", str(folder / "out"))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        commands = variants_in_this_process(monkeypatch)
+        result = invoke("compare", str(config), "--run-dir", str(folder / "out"))
+    assert len(commands) == 2
     return folder / "out", result
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 def test_compare_without_batchnorm_gives_identical_variants(compared: tuple[Path, object]) -> None:
     out, result = compared
     assert result.returncode == 0, result.stderr
@@ -63,7 +67,6 @@ def test_compare_without_batchnorm_gives_identical_variants(compared: tuple[Path
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 def test_each_variant_writes_its_tensorboard_scalars(compared: tuple[Path, object]) -> None:
     # So that `tensorboard --logdir COMPARE_DIR` overlays the variants' curves.
     out, _ = compared
@@ -72,7 +75,6 @@ def test_each_variant_writes_its_tensorboard_scalars(compared: tuple[Path, objec
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 def test_compare_writes_a_plot_that_decodes(compared: tuple[Path, object]) -> None:
     out, _ = compared
     image = matplotlib.image.imread(out / "compare.png")
@@ -80,7 +82,6 @@ def test_compare_writes_a_plot_that_decodes(compared: tuple[Path, object]) -> No
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 def test_plot_command_on_two_run_directories(compared: tuple[Path, object], tmp_path: Path) -> None:
     out, _ = compared
     result = invoke(

@@ -45,28 +45,47 @@ def train_weights(
     return [v.numpy() for v in model.trainable_variables], opt, step
 
 
-@functools.cache
-def plain_weights(batch_size: int, optimizer: str = "adam", epochs: int = 2, regularized: bool = False) -> tuple:
-    """The weights of plain training (one sub-batch), trained once per module for every test that compares to
-    them (read only)."""
-    weights, _, _ = train_weights(1, batch_size, optimizer=optimizer, epochs=epochs, regularized=regularized)
+def shared_training(
+    subdivisions: int, batch_size: int, optimizer: str = "adam", epochs: int = 2, regularized: bool = False
+) -> tuple[tuple[np.ndarray, ...], int]:
+    """The final weights (read only) and the optimizer's update count of :func:`train_weights` on 23 samples,
+    trained once per module for every test that reads them."""
+    return _shared_training(subdivisions, batch_size, optimizer, epochs, regularized)
+
+
+@functools.cache  # keyed on every argument given positionally, so that a default and its value are one run
+def _shared_training(
+    subdivisions: int, batch_size: int, optimizer: str, epochs: int, regularized: bool
+) -> tuple[tuple[np.ndarray, ...], int]:
+    weights, opt, _ = train_weights(
+        subdivisions, batch_size, optimizer=optimizer, epochs=epochs, regularized=regularized
+    )
     for array in weights:
         array.flags.writeable = False
-    return tuple(weights)
+    return tuple(weights), int(opt.iterations.numpy())
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-@pytest.mark.parametrize("subdivisions", [2, 3, 4, 10])
+def plain_weights(batch_size: int, optimizer: str = "adam", epochs: int = 2, regularized: bool = False) -> tuple:
+    """The weights of plain training (one sub-batch), trained once per module (read only)."""
+    return shared_training(1, batch_size, optimizer, epochs, regularized)[0]
+
+
+# The optimizer sees only the accumulated gradient, so the cut and the optimizer are independent: each cut once.
+# The full batches of 10 run the static loops (one sub-batch size at S=2 and S=10, two at S=4: 3-3-2-2), the last
+# batch of 3 the dynamic loop (S=2 cuts it 2-1; S=4 and S=10 exceed it, so it runs as S=3 would). S=3 (4-3-3, then
+# 1-1-1) is test_regularization_losses_count_once_per_batch's.
+@pytest.mark.parametrize(("subdivisions", "optimizer"), [(2, "sgd"), (4, "adam"), (10, "sgd")])
 def test_subdivided_training_equals_plain_training(optimizer: str, subdivisions: int) -> None:
     # 23 samples in batches of 10: the last batch has 3, so S=4 and S=10 also cut a batch smaller than S.
     reference = plain_weights(10, optimizer)
-    weights, _, _ = train_weights(subdivisions, batch_size=10, optimizer=optimizer)
+    weights, _ = shared_training(subdivisions, 10, optimizer)
     assert max_difference(reference, weights) < 1e-5
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("subdivisions", [3, 7, 23])
+@pytest.mark.parametrize("subdivisions", [7, 23])
 def test_full_batch_with_subdivisions_equals_full_batch(subdivisions: int) -> None:
+    # 23 in 7 sub-batches of 3 and 4 (two static loops), and in 23 of one sample each.
     reference = plain_weights(23, epochs=5)
     weights, _, _ = train_weights(subdivisions, batch_size=23, epochs=5)
     assert max_difference(reference, weights) < 1e-5
@@ -75,7 +94,7 @@ def test_full_batch_with_subdivisions_equals_full_batch(subdivisions: int) -> No
 def test_training_actually_moves_the_weights() -> None:
     # Guards the exactness tests against passing trivially on weights that never change.
     initial = [v.numpy() for v in dense_model().trainable_variables]
-    trained, _, _ = train_weights(3, batch_size=10)
+    trained, _ = shared_training(4, 10)  # the run that test_subdivided_training_equals_plain_training compares
     assert max_difference(initial, trained) > 1e-2
 
 
@@ -117,8 +136,8 @@ def test_regularization_losses_count_once_per_batch() -> None:
 
 def test_optimizer_steps_once_per_batch() -> None:
     # 23 samples, batch 10, 2 epochs: 3 batches per epoch (10, 10, 3) = 6 updates, not 6 x 4 sub-batches.
-    _, optimizer, _ = train_weights(4, batch_size=10, epochs=2)
-    assert int(optimizer.iterations.numpy()) == 6
+    _, updates = shared_training(4, 10)
+    assert updates == 6
 
 
 @pytest.mark.slow
@@ -127,8 +146,9 @@ def test_gradient_clipping_applies_to_the_batch_gradient() -> None:
     def clipped() -> keras.optimizers.Optimizer:
         return keras.optimizers.SGD(0.5, global_clipnorm=0.05)
 
-    reference, _, _ = train_weights(1, batch_size=10, make_optimizer=clipped)
-    weights, _, _ = train_weights(4, batch_size=10, make_optimizer=clipped)
+    # 20 samples: whole batches alone, one trace per run (the short batch's cut is the tests' above).
+    reference, _, _ = train_weights(1, batch_size=10, samples=20, make_optimizer=clipped)
+    weights, _, _ = train_weights(4, batch_size=10, samples=20, make_optimizer=clipped)
     assert max_difference(reference, weights) < 1e-5
 
 
@@ -137,8 +157,9 @@ def test_learning_rate_schedule_counts_batches() -> None:
         schedule = keras.optimizers.schedules.PiecewiseConstantDecay([5, 7], [0.1, 0.01, 0.001])
         return keras.optimizers.SGD(schedule)
 
-    _, optimizer, _ = train_weights(5, batch_size=10, epochs=2, make_optimizer=scheduled)
-    # 6 batches put the schedule in its middle piece; counting the 14 sub-batches would reach the last one.
+    # 3 epochs of two whole batches of 10 (one trace): 6 batches put the schedule in its middle piece; counting
+    # the 30 sub-batches would reach the last one.
+    _, optimizer, _ = train_weights(5, batch_size=10, samples=20, epochs=3, make_optimizer=scheduled)
     assert int(optimizer.iterations.numpy()) == 6
     assert float(optimizer.learning_rate) == pytest.approx(0.01)
 
@@ -225,10 +246,11 @@ def train_streamed(subdivisions: int, batch_size: int, samples: int = 23, epochs
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("subdivisions", [1, 3, 4])
-@pytest.mark.parametrize("regularized", [False, True])
+@pytest.mark.parametrize(("subdivisions", "regularized"), [(1, False), (3, True), (4, True)])
 def test_streamed_sub_batches_equal_the_whole_batch(subdivisions: int, regularized: bool) -> None:
-    # Batches of 10, 10 and 3 cut 3 or 4 ways: uneven sub-batches, and a last batch smaller than S.
+    # Batches of 10, 10 and 3 cut 3 or 4 ways: uneven sub-batches, and a last batch smaller than S. The
+    # regularization is added by each sub-batch, weighted by its samples, so it is checked where the sub-batches
+    # are several and uneven; S=1 streams each batch as one chunk.
     reference = plain_weights(10, regularized=regularized)
     weights, optimizer, losses = train_streamed(subdivisions, batch_size=10, regularized=regularized)
     assert max_difference(reference, weights) < 1e-5
