@@ -147,8 +147,8 @@ def test_a_finished_run_extends_to_a_longer_one_and_its_checkpoints_count_epochs
     train(extended, tmp_path / "run", quiet=True, resume=True)
     # The longer run is the module's uninterrupted one (checkpoints change no row).
     assert training_rows(tmp_path / "run") == training_rows(three_epochs.run_dir)
-    # Checkpoints every 2 updates, the newest 2 kept: updates 4, 6 and 8 fell inside epochs and pushed out the two
-    # named the old way; the newest two are update 8 (epoch 3, batch 2) and the end.
+    # Checkpoints every 2 updates and at epochs' ends, the newest 2 kept: those of updates 4 and 6 pushed out the
+    # two named the old way; the newest two are update 8 (epoch 3, batch 2) and the end.
     names = [c.name for c in CheckpointStore(folder, keep=2).checkpoints()]
     assert names == ["ckpt-epoch00003-batch0000002.npz", "ckpt-epoch00003-batch0000003.npz"]
 
