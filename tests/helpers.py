@@ -87,6 +87,29 @@ def run_cli(
     )
 
 
+REPO = Path(__file__).resolve().parent.parent
+"""The checkout under test: the working directory and import path of the processes that tests start."""
+
+
+def start_paused(arguments: list[str], cwd: Path, **popen: Any) -> subprocess.Popen[str]:
+    """``python ARGUMENTS`` in ``cwd``, its output piped, importing this checkout (and its tests.hook_models, whose
+    forward passes pause 0.1 s each there, so that a run is still training when a test signals it)."""
+    return subprocess.Popen(
+        [sys.executable, *arguments],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "ACCUMRUN_TEST_PAUSE_AT_FORWARD": "0.1",
+        },
+        **popen,
+    )
+
+
 def idx_bytes(array: np.ndarray) -> bytes:
     """An IDX file of unsigned bytes: magic 00 00 08 <rank>, big-endian uint32 dims, then the data."""
     array = np.asarray(array, dtype=np.uint8)

@@ -16,9 +16,8 @@ import pytest
 
 from accumrun.reports.compare import Variant, compared_curves, unplotted_variants
 from accumrun.stops import resume_command
-from tests.helpers import invoke, signal_after_batch, tiny_config
+from tests.helpers import invoke, signal_after_batch, start_paused, tiny_config
 from tests.test_compare import variants_in_this_process
-from tests.test_interrupt import start_paused
 from tests.test_resume import training_rows
 
 VALUES = ["subdivisions-2", "subdivisions-5", "subdivisions-1"]

@@ -5,38 +5,14 @@ checked in this process."""
 from __future__ import annotations
 
 import configparser
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import click
 import pytest
 
-from tests.helpers import invoke, tiny_config
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def start_paused(arguments: list[str], cwd: Path, **popen: Any) -> subprocess.Popen[str]:
-    """``python ARGUMENTS`` in ``cwd``, its output piped, importing this checkout (and its tests.hook_models, whose
-    forward passes pause 0.1 s each there, so that a run is still training when a test signals it)."""
-    return subprocess.Popen(
-        [sys.executable, *arguments],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(REPO),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "ACCUMRUN_TEST_PAUSE_AT_FORWARD": "0.1",
-        },
-        **popen,
-    )
+from tests.helpers import REPO, invoke, start_paused, tiny_config
 
 
 def _read_until(stream: IO[str], marker: str) -> list[str]:

@@ -43,19 +43,10 @@ def three_epochs(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     return train(load_config(path), folder / "run", quiet=True)
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder of a finished run of the tiny config, which tests copy before they change it."""
-    folder = tmp_path_factory.mktemp("finished")
-    train(load_config(tiny_config(folder)), folder / "run", quiet=True)
-    return folder / "run"
-
-
-def copy_run(finished: Path, tmp_path: Path) -> Path:
-    """A copy of the ``finished`` run at ``tmp_path/run``, and the tiny config beside it; return the config's
-    path."""
-    shutil.copytree(finished, tmp_path / "run")
-    return tiny_config(tmp_path)
+def copy_run(three_epochs: RunResult, tmp_path: Path) -> Path:
+    """A copy of the ``three_epochs`` run at ``tmp_path/run``, and its config beside it; return the config's path."""
+    shutil.copytree(three_epochs.run_dir, tmp_path / "run")
+    return tiny_config(tmp_path, training=THREE_EPOCHS, output={"tensorboard": False})
 
 
 @pytest.mark.parametrize(("signal_number", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -115,7 +106,7 @@ def test_a_second_ctrl_c_stops_at_once_and_leaves_the_last_checkpoint_valid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Checkpoints at the ends of epochs: the one of epoch 1 is the last before the stop.
-    path = tiny_config(tmp_path, training={"epochs": 3}, output={"checkpoint_every": None})
+    path = tiny_config(tmp_path, output={"checkpoint_every": None})
     signal_after_batch(monkeypatch, 5, [signal.SIGINT, signal.SIGINT])
     with pytest.raises(KeyboardInterrupt):
         train(load_config(path), tmp_path / "run", quiet=True)
@@ -126,14 +117,18 @@ def test_a_second_ctrl_c_stops_at_once_and_leaves_the_last_checkpoint_valid(
     assert [c.name for c in checkpoints] == ["ckpt-epoch00001-batch0000003.npz"]
     assert not list((tmp_path / "run" / "checkpoints").glob(".*"))
     resumed = train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
-    assert [row["epoch"] for row in resumed.metrics] == [1, 2, 3]
+    assert [row["epoch"] for row in resumed.metrics] == [1, 2]
 
 
 @pytest.mark.slow
 def test_a_finished_run_extends_to_a_longer_one_and_its_checkpoints_count_epochs_as_the_console_does(
-    tmp_path: Path, finished: Path
+    tmp_path: Path, three_epochs: RunResult
 ) -> None:
-    path = tiny_config(tmp_path, output={"tensorboard": False, "checkpoint_every_updates": 2})
+    path = tiny_config(
+        tmp_path,
+        training=THREE_EPOCHS,
+        output={"tensorboard": False, "checkpoint_every_updates": 2, "keep_checkpoints": 2},
+    )
     train(load_config(path, ["training.epochs=1"]), tmp_path / "run", quiet=True)
     with pytest.raises(ConfigError, match="has finished its 1 epoch; pass --epochs N"):
         train(load_resume_config(tmp_path / "run", None), tmp_path / "run", quiet=True, resume=True)
@@ -148,25 +143,19 @@ def test_a_finished_run_extends_to_a_longer_one_and_its_checkpoints_count_epochs
     (folder / "ckpt-epoch00001-batch0000003.npz").rename(folder / "ckpt-epoch00001-batch0000000.npz")
     (folder / "ckpt-epoch00001-batch0000002.npz").rename(folder / "ckpt-epoch00000-batch0000002.npz")
     assert CheckpointStore(folder, keep=3).latest() == folder / "ckpt-epoch00001-batch0000000.npz"
-    extended = load_resume_config(tmp_path / "run", None, ["training.epochs=2"])
+    extended = load_resume_config(tmp_path / "run", None, ["training.epochs=3"])
     train(extended, tmp_path / "run", quiet=True, resume=True)
-    # The longer run: the tiny config's 2 epochs, trained once for the module (checkpoints and TensorBoard change
-    # no row).
-    assert training_rows(tmp_path / "run") == training_rows(finished)
-
-
-@pytest.mark.slow
-def test_checkpoints_every_n_updates_keep_the_newest(tmp_path: Path) -> None:
-    path = tiny_config(tmp_path, training={"epochs": 3}, output={"checkpoint_every_updates": 2, "keep_checkpoints": 2})
-    train(load_config(path), tmp_path / "run", quiet=True)
-    names = [c.name for c in CheckpointStore(tmp_path / "run" / "checkpoints", keep=2).checkpoints()]
-    # Updates 2, 4, 6, 8 fall inside epochs; the newest two are update 8 (epoch 3, batch 2) and the end.
+    # The longer run is the module's uninterrupted one (checkpoints change no row).
+    assert training_rows(tmp_path / "run") == training_rows(three_epochs.run_dir)
+    # Checkpoints every 2 updates and at epochs' ends, the newest 2 kept: those of updates 4 and 6 pushed out the
+    # two named the old way; the newest two are update 8 (epoch 3, batch 2) and the end.
+    names = [c.name for c in CheckpointStore(folder, keep=2).checkpoints()]
     assert names == ["ckpt-epoch00003-batch0000002.npz", "ckpt-epoch00003-batch0000003.npz"]
 
 
 @pytest.mark.slow
-def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path: Path, finished: Path) -> None:
-    path = copy_run(finished, tmp_path)
+def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path: Path, three_epochs: RunResult) -> None:
+    path = copy_run(three_epochs, tmp_path)
     with pytest.raises(ConfigError, match=r"differs from the run's in training\.batch_size \(10 -> 5\)"):
         load_resume_config(tmp_path / "run", path, ["training.batch_size=5"])
     for checkpoint in (tmp_path / "run" / "checkpoints").iterdir():
@@ -176,17 +165,17 @@ def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path:
 
 
 @pytest.mark.slow
-def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path, finished: Path) -> None:
-    copy_run(finished, tmp_path)
+def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path, three_epochs: RunResult) -> None:
+    copy_run(three_epochs, tmp_path)
     (tmp_path / "run" / "config.yaml").write_text((tmp_path / "run" / "config.yaml").read_text().replace("- 8", "- 9"))
-    config = load_resume_config(tmp_path / "run", None, ["training.epochs=3"])
+    config = load_resume_config(tmp_path / "run", None, ["training.epochs=4"])
     with pytest.raises(ConfigError, match="does not match the configured model"):
         train(config, tmp_path / "run", quiet=True, resume=True)
 
 
 @pytest.mark.slow
-def test_a_completed_run_is_replaced_only_with_overwrite(tmp_path: Path, finished: Path) -> None:
-    path = copy_run(finished, tmp_path)
+def test_a_completed_run_is_replaced_only_with_overwrite(tmp_path: Path, three_epochs: RunResult) -> None:
+    path = copy_run(three_epochs, tmp_path)
     before = (tmp_path / "run" / "metrics.jsonl").read_text()
     with pytest.raises(ConfigError, match="holds a completed run; pass --overwrite"):
         train(load_config(path), tmp_path / "run", quiet=True)
@@ -277,7 +266,7 @@ def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_pa
         data={"name": "synthetic", "samples": 30, "shape": [4], "classes": 3, "validation_split": 0.0},
         model={"name": "tests.hook_models:mlp", "hidden": [8]},
         training={
-            "epochs": 30,
+            "epochs": 20,
             "batch_size": "full",
             "subdivisions": 2,
             "measure": ["noise_scale", "sharpness"],
@@ -299,7 +288,7 @@ def test_a_run_killed_at_any_instant_resumes_to_the_uninterrupted_weights(tmp_pa
     # Every epoch is logged once, and the rows (the noise measured and averaged across epochs, and the sharpness
     # every 5 epochs, included) and weights are those of the run that was never killed.
     assert training_rows(run_dir) == training_rows(tmp_path / "reference")
-    assert sum("sharpness" in row for row in training_rows(run_dir)) == 6
+    assert sum("sharpness" in row for row in training_rows(run_dir)) == 4
     for mine, theirs in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-6)
 
@@ -314,7 +303,7 @@ def test_lbfgs_killed_in_a_line_search_resumes_to_the_uninterrupted_weights(tmp_
         seed=4,
         data={"name": "synthetic", "samples": 30, "shape": [4], "classes": 3, "validation_split": 0.0},
         model={"name": "tests.hook_models:mlp", "hidden": [8], "every_pass": True},
-        training={"epochs": 12, "batch_size": "full", "subdivisions": 2},
+        training={"epochs": 6, "batch_size": "full", "subdivisions": 2},
         optimizer={"name": "lbfgs", "tolerance_grad": 0.0, "tolerance_change": 0.0},
         output={"tensorboard": False, "checkpoint_every_updates": 3},
     )
