@@ -5,7 +5,6 @@ Ctrl-C with the printed resume command."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 import keras
 import pytest
 
-from tests.helpers import invoke, tiny_config
+from tests.helpers import REPO, invoke, start_paused, tiny_config
 
 
 @pytest.mark.subprocess
@@ -100,7 +99,6 @@ def test_unexpected_failure_is_one_line_not_a_traceback(tmp_path: Path, monkeypa
 
 
 EPOCHS = 6
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
@@ -114,22 +112,10 @@ def test_a_quiet_run_in_the_default_folder_outlives_a_closed_stdout_stops_on_ctr
     resume; the resumed run completes unseen, with nothing at all on stderr, and logs each epoch once."""
     # Each forward pass pauses 0.1 s in the first process alone (6 per epoch), so it is still training when the
     # signal comes, however fast or loaded the machine; the resumed run does not pause, so its epochs are quick.
-    # PYTHONPATH: both processes run in tmp_path, and import this checkout (and its tests.hook_models) from there.
+    # Both processes run in tmp_path, and import this checkout (and its tests.hook_models) from there.
     # 22 samples: 20 to train on, two whole batches, so each process traces the step for one batch size.
     config = tiny_config(tmp_path, data={"samples": 22}, model={"name": "tests.hook_models:mlp", "hidden": [8]})
-    process = subprocess.Popen(
-        [sys.executable, "-m", "accumrun", "train", str(config), "--epochs", str(EPOCHS)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(REPO),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "ACCUMRUN_TEST_PAUSE_AT_FORWARD": "0.1",
-        },
-    )
+    process = start_paused(["-m", "accumrun", "train", str(config), "--epochs", str(EPOCHS)], tmp_path)
     try:
         assert process.stdout is not None
         assert process.stdout.readline().startswith("accumrun ")
