@@ -105,50 +105,46 @@ def trained(config: dict[str, Any], run_dir: Path) -> tuple[list[np.ndarray], li
 
 @pytest.fixture(scope="module")
 def uncached(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
-    return trained(run_config(folder), tmp_path_factory.mktemp("uncached") / "run")
+    """The run that decodes the files as it trains (fed through ``tf.data``), to compare the cached ones to."""
+    return trained(gathered_config(folder), tmp_path_factory.mktemp("uncached") / "run")
+
+
+def gathered_config(folder: Path, **data: Any) -> dict[str, Any]:
+    """:func:`run_config` without augmentation, for three epochs of 4 updates a call: the disk cache's batches are
+    gathered a call at a time (one gather per batch, the next call's read ahead), and the arrays held in memory
+    are trained several batches a call. Batches of 8, 8 and 2: a call's batches have one size, and the calls cross
+    the ends of epochs."""
+    training = {"epochs": 3, "batch_size": 8, "subdivisions": 3, "updates_per_call": 4}
+    return run_config(folder, augment=[], **data) | {"training": training}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cache", ["memory", "disk"])
 def test_a_cached_run_trains_exactly_as_one_that_decodes_the_files(
-    folder: Path, uncached: tuple[list[np.ndarray], list[dict[str, Any]]], tmp_path: Path, cache: str
+    folder: Path,
+    uncached: tuple[list[np.ndarray], list[dict[str, Any]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cache: str,
 ) -> None:
-    cache_dir = tmp_path / "cache"
-    weights, rows = trained(run_config(folder, cache=cache, cache_dir=str(cache_dir)), tmp_path / "run")
-    assert_same(weights, uncached[0])
-    assert rows == uncached[1]
-    if cache == "disk":
-        # One folder for the training files, one for the held-out ones.
-        assert len(folders(cache_dir)) == 2
-        # A finished run evaluates on its cached validation split, as its last epoch did.
-        assert evaluate(tmp_path / "run")["loss"] == pytest.approx(rows[-1]["val_loss"], abs=1e-6)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("updates_per_call", [4, "auto"])
-def test_the_disk_cache_runs_several_updates_per_call_as_memory_does(
-    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, updates_per_call: int | str
-) -> None:
-    """Without augmentation, the disk cache's batches are read for each call (one gather per batch, the next call's
-    read ahead) and trained several per call, as the arrays held in memory are: the same numbers, bit for bit.
-    Batches of 8, 8 and 2: a call's batches have one size, and the calls cross the ends of epochs."""
+    # Resident arrays (memory), the disk cache's gather, and tf.data (the files decoded): the same numbers, bit for
+    # bit. That the caches serve augmented streams as decoding does is the test below's, at the feeder.
     reads: list[int] = []
     read = Feeder.read
     monkeypatch.setattr(
         Feeder, "read", lambda self, chunks, then: reads.append(len(chunks)) or read(self, chunks, then)
     )
-    training = {"epochs": 3, "batch_size": 8, "subdivisions": 3, "updates_per_call": updates_per_call}
-    runs = {
-        cache: trained(
-            run_config(folder, cache=cache, cache_dir=str(tmp_path / "cache"), augment=[]) | {"training": training},
-            tmp_path / cache,
-        )
-        for cache in ("memory", "disk")
-    }
-    assert_same(runs["disk"][0], runs["memory"][0])
-    assert runs["disk"][1] == runs["memory"][1]
-    # The validation split reads a batch at a time; training read the calls' batches.
-    assert max(reads) == 2
+    cache_dir = tmp_path / "cache"
+    weights, rows = trained(gathered_config(folder, cache=cache, cache_dir=str(cache_dir)), tmp_path / "run")
+    assert_same(weights, uncached[0])
+    assert rows == uncached[1]
+    if cache == "disk":
+        # The validation split reads a batch at a time; training read the calls' batches.
+        assert max(reads) == 2
+        # One folder for the training files, one for the held-out ones.
+        assert len(folders(cache_dir)) == 2
+        # A finished run evaluates on its cached validation split, as its last epoch did.
+        assert evaluate(tmp_path / "run")["loss"] == pytest.approx(rows[-1]["val_loss"], abs=1e-6)
 
 
 @pytest.mark.slow
