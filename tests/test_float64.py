@@ -15,17 +15,14 @@ from sklearn.linear_model import LogisticRegression
 
 from accumrun import train
 from accumrun.config.loading import load_config
-from accumrun.core.lbfgs import Lbfgs
-from accumrun.core.losses import Objective
 from accumrun.core.resolution import FLOAT32_EPSILON, FLOAT64_EPSILON
-from accumrun.core.step import make_train_step
 from accumrun.errors import ConfigError
 from accumrun.kinds import Feed, Precision
 from accumrun.models.floats import floats
 from tests.helpers import write_config
 from tests.test_lbfgs import (
-    _Evaluation,
     amplified_rounding,
+    logistic_lbfgs,
     logistic_terms,
     standardized_breast_cancer,
     table_config,
@@ -44,32 +41,6 @@ def weights_of(model: keras.Model) -> np.ndarray:
     return np.concatenate([w.ravel() for w in model.get_weights()])
 
 
-def logistic_lbfgs64(subdivisions: int, feed: Feed) -> tuple[keras.Model, Lbfgs, Any]:
-    """test_lbfgs' logistic regression on the breast-cancer data, built, stepped and fed in float64."""
-    x, y = standardized_breast_cancer()
-    with floats(Precision.FLOAT64):
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential(
-            [keras.Input((30,)), keras.layers.Dense(1, kernel_regularizer=keras.regularizers.L2(1 / (2 * len(x))))]
-        )
-        model.layers[0].kernel_regularizer.l2 = np.float64(1 / (2 * len(x)))
-        loss = keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)
-        optimizer = Lbfgs(tolerance_grad=0.0, tolerance_change=0.0)
-        objective = Objective(lambda t, p: loss(t[:, None], p), dtype=tf.float64)
-        step = make_train_step(model, objective, optimizer, subdivisions, feed=feed)
-    xs, ys = tf.constant(x, tf.float64), tf.constant(y, tf.float64)
-    if feed is Feed.SUB_BATCH:
-        cuts = np.linspace(0, len(x), subdivisions + 1).astype(int)
-        chunks = [(xs[a:b], ys[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
-    else:
-        chunks = [(xs, ys)]
-
-    def evaluate_full_batch() -> _Evaluation:
-        return _Evaluation(*step.train_batch(chunks, len(x))[:3])
-
-    return model, optimizer, evaluate_full_batch
-
-
 def test_floatx_and_the_policy_are_float64_inside_the_scope_and_as_they_were_outside() -> None:
     keras.mixed_precision.set_dtype_policy("float32")  # as a test before may leave it: set, not derived from floatx
     before = keras.config.floatx()
@@ -83,7 +54,9 @@ def test_floatx_and_the_policy_are_float64_inside_the_scope_and_as_they_were_out
 
 @pytest.mark.slow
 def test_subdivided_and_streamed_iterates_equal_plain_ones_to_1e_9_at_every_iteration() -> None:
-    runs = [logistic_lbfgs64(s, feed) for s, feed in ((1, Feed.BATCH), (5, Feed.BATCH), (5, Feed.SUB_BATCH))]
+    runs = [
+        logistic_lbfgs(s, feed, dtype=tf.float64) for s, feed in ((1, Feed.BATCH), (5, Feed.BATCH), (5, Feed.SUB_BATCH))
+    ]
     assert all(v.dtype == "float64" for v in runs[0][0].weights) and runs[0][1]._gradient.dtype == "float64"
     start = weights_of(runs[0][0])
     iterates = []
@@ -101,8 +74,9 @@ def test_subdivided_and_streamed_iterates_equal_plain_ones_to_1e_9_at_every_iter
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("subdivisions", [1, 5])
-def test_logistic_regression_meets_scikit_learn_to_1e_9(tmp_path: Path, subdivisions: int) -> None:
+def test_a_subdivided_logistic_regression_meets_scikit_learn_to_1e_9(tmp_path: Path) -> None:
+    # Subdivided, the run's one end-to-end logistic regression: its iterates equal plain ones (the test above), and
+    # a plain float64 run is the least-squares one below.
     x, y = standardized_breast_cancer()
     # scikit-learn's own lbfgs stops on its ftol 1.1e-6 from the minimum whatever tol says (its gradient there is
     # 1.1e-8); its Newton solver at tol=1e-12 lands 1.6e-11 from it (one Newton step), so it is the reference.
@@ -117,7 +91,7 @@ def test_logistic_regression_meets_scikit_learn_to_1e_9(tmp_path: Path, subdivis
         task="binary",
         epochs=80,
         l2=1 / (2 * len(x)),
-        training={"subdivisions": subdivisions, **FLOAT64},
+        training={"subdivisions": 5, **FLOAT64},
         optimizer={"tolerance_grad": 0.0, "tolerance_change": 0.0},
     )
     result = train(config, quiet=True)

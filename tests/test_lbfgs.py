@@ -21,7 +21,8 @@ from accumrun.core.lbfgs import Lbfgs
 from accumrun.core.line_search import CURVATURE, SUFFICIENT_DECREASE, Point, strong_wolfe
 from accumrun.core.losses import Objective
 from accumrun.core.step import make_train_step
-from accumrun.kinds import Feed
+from accumrun.kinds import Feed, Precision
+from accumrun.training.floats import floats
 
 
 def standardized_breast_cancer() -> tuple[np.ndarray, np.ndarray]:
@@ -113,18 +114,26 @@ class _Evaluation:
         self.finite = bool(applied)
 
 
-def logistic_lbfgs(subdivisions: int, feed: Feed, history: int = 10) -> tuple[keras.Model, Lbfgs, Any]:
+def logistic_lbfgs(
+    subdivisions: int, feed: Feed, history: int = 10, dtype: tf.DType = tf.float32
+) -> tuple[keras.Model, Lbfgs, Any]:
     """A logistic regression on the breast-cancer data, its L-BFGS, and what evaluates the full batch through the
-    step of ``subdivisions`` fed by ``feed`` (whole, or as five streamed sub-batches)."""
+    step of ``subdivisions`` fed by ``feed`` (whole, or as five streamed sub-batches); built, stepped and fed in
+    ``dtype`` (float64: under ``training.precision: float64``'s floatx and policy, as tests/test_float64.py needs)."""
     x, y = standardized_breast_cancer()
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [keras.Input((30,)), keras.layers.Dense(1, kernel_regularizer=keras.regularizers.L2(1 / (2 * len(x))))]
-    )
-    loss = keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)
-    optimizer = Lbfgs(history=history, tolerance_grad=0.0, tolerance_change=0.0)
-    step = make_train_step(model, Objective(lambda t, p: loss(t[:, None], p)), optimizer, subdivisions, feed=feed)
-    xs, ys = tf.constant(x, tf.float32), tf.constant(y, tf.float32)
+    float64 = dtype == tf.float64
+    with floats(Precision.FLOAT64 if float64 else Precision.FLOAT32):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [keras.Input((30,)), keras.layers.Dense(1, kernel_regularizer=keras.regularizers.L2(1 / (2 * len(x))))]
+        )
+        if float64:  # the penalty's rate as a float64 number too, so that nothing on its way rounds it to float32
+            model.layers[0].kernel_regularizer.l2 = np.float64(1 / (2 * len(x)))
+        loss = keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)
+        optimizer = Lbfgs(history=history, tolerance_grad=0.0, tolerance_change=0.0)
+        objective = Objective(lambda t, p: loss(t[:, None], p), dtype=dtype)
+        step = make_train_step(model, objective, optimizer, subdivisions, feed=feed)
+    xs, ys = tf.constant(x, dtype), tf.constant(y, dtype)
     if feed is Feed.SUB_BATCH:
         cuts = np.linspace(0, len(x), subdivisions + 1).astype(int)
         chunks = [(xs[a:b], ys[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
@@ -230,8 +239,10 @@ def test_weights_that_are_not_finite_stop_before_any_step() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("subdivisions", "class_weight"),
-    [(1, None), (5, None), (5, {0: 2.5})],
-    ids=["plain", "subdivided", "class-weighted"],
+    # Subdivided and class-weighted in one run: the subdivided iterates equal plain ones (the test above), and the
+    # class weights reach the subdivided step as they reach a plain one (tests/test_weights.py).
+    [(1, None), (5, {0: 2.5})],
+    ids=["plain", "subdivided-class-weighted"],
 )
 def test_logistic_regression_meets_scikit_learn(
     tmp_path: Path, subdivisions: int, class_weight: dict[int, float] | None

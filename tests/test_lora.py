@@ -1,5 +1,5 @@
 """LoRA (``model.lora``) and its int8 base (``model.quantize``) on every kind of model: only the adapters train,
-accumulation stays exact, a killed run resumes exactly, and a LoRA run's files serve every command.
+accumulation stays exact, a run stopped hard resumes exactly, and a LoRA run's files serve every command.
 
 Tolerance of subdivided against plain training (2e-5): both runs take the same SGD steps (learning rate 0.5, at most
 2 updates) from the same weights with the same per-sample dropout masks; they differ only in the order of float32
@@ -11,6 +11,7 @@ rounding errors add as a random walk: sqrt(n) * 2^-24 = 2e-6), and two updates a
 
 from __future__ import annotations
 
+import json
 import signal
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -26,7 +27,7 @@ from accumrun.data.examples import write_corpus
 from accumrun.errors import ConfigError
 from accumrun.models.lora import weight_counts
 from accumrun.training.setup import build_training
-from tests.helpers import invoke, run_cli, write_config
+from tests.helpers import invoke, signal_after_batch, write_config
 from tests.lora_models import dense_norm
 from tests.test_compare import variants_in_this_process
 
@@ -89,6 +90,22 @@ def frozen_values(model: keras.Model) -> list[np.ndarray]:
     return [np.asarray(v.numpy()) for v in model.weights if id(v) not in trainable]
 
 
+def stepped(path: Path, subdivisions: int) -> tuple[tuple[list[np.ndarray], list[np.ndarray]], keras.Model]:
+    """The config's model as built (its frozen values and its adapters) and after its epochs of batches through the
+    run's train step for ``subdivisions``, in the run's order: what a run trains, without the files a run writes
+    (the test of a run's files below runs one whole)."""
+    setup = build_training(load_config(path, [f"training.subdivisions={subdivisions}"]))
+    start = frozen_values(setup.trained.model), adapter_values(setup.trained.model)
+    step = setup.make_step(subdivisions)
+    batches = setup.fed.chunk_sizes(subdivisions)
+    feeder = setup.fed.train_feeder([size for sizes in batches for size in sizes])
+    for epoch in range(setup.config.training.epochs):
+        chunks = iter(feeder.epoch(epoch))
+        for sizes in batches:
+            step.train_batch([next(chunks) for _ in sizes], sum(sizes))
+    return start, setup.trained.model
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "quantize"),
@@ -99,18 +116,16 @@ def test_only_the_adapters_train_and_subdivided_equals_plain(tmp_path: Path, kin
     config = sections(tmp_path)
     config["model"] = {**config["model"], "lora": LORA, "quantize": quantize}
     path = write_config(tmp_path / "lora.yaml", **config)
-    start = build_training(load_config(path)).trained.model
-    runs = [
-        train(load_config(path, [f"training.subdivisions={s}"]), tmp_path / f"s{s}", quiet=True).model for s in (1, 4)
-    ]
+    (frozen, adapters), plain = stepped(path, 1)
+    runs = [plain, stepped(path, 4)[1]]
     # Only the adapters train: two matrices per adapted layer, each moved, the rest exactly where it started.
     for model in runs:
         paths = [variable.path for variable in model.trainable_variables]
         expected = [f"{layer}/lora_kernel_{ab}" for layer in adapted for ab in "ab"]
         assert len(paths) == len(expected) and all(map(fnmatchcase, paths, expected)), paths
-        for before, after in zip(frozen_values(start), frozen_values(model), strict=True):
+        for before, after in zip(frozen, frozen_values(model), strict=True):
             np.testing.assert_array_equal(before, after)
-        assert all(not np.array_equal(a, b) for a, b in zip(adapter_values(start), adapter_values(model), strict=True))
+        assert all(not np.array_equal(a, b) for a, b in zip(adapters, adapter_values(model), strict=True))
     # Exact accumulation, with dropout on (and, for the custom and saved models, BatchNorm frozen): see the top.
     for plain, subdivided in zip(adapter_values(runs[0]), adapter_values(runs[1]), strict=True):
         np.testing.assert_allclose(subdivided, plain, rtol=0, atol=2e-5)
@@ -204,10 +219,13 @@ def test_a_lora_runs_files_serve_keras_and_every_command_and_its_adapters_start_
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_lora_run_killed_mid_update_resumes_to_the_uninterrupted_adapters_exactly(tmp_path: Path) -> None:
-    # As tests/test_resume.py's SIGKILL test: full batch in 2 sub-batches, a checkpoint every 5 updates; the
-    # checkpoints hold the adapters and their optimizer state alone, and the base is rebuilt from the config.
+def test_a_lora_run_stopped_hard_mid_run_resumes_to_the_uninterrupted_adapters_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Full batch in 2 sub-batches, a checkpoint every 5 updates; the checkpoints hold the adapters and their
+    # optimizer state alone, and the base is rebuilt from the config. A second Ctrl-C after update 8 ends the run
+    # with no checkpoint of its own, as a SIGKILL would (tests/test_resume.py kills a process anywhere): it resumes
+    # from update 5's, in this process.
     path = write_config(
         tmp_path / "kill.yaml",
         seed=4,
@@ -219,12 +237,11 @@ def test_a_lora_run_killed_mid_update_resumes_to_the_uninterrupted_adapters_exac
     )
     reference = train(load_config(path), tmp_path / "reference", quiet=True)
     run_dir = tmp_path / "run"
-    repository = Path(__file__).parent.parent
-    # Killed in update 8 (after the checkpoint of update 5).
-    killed = run_cli(
-        "train", str(path), "--run-dir", str(run_dir), cwd=repository, env={"ACCUMRUN_TEST_KILL_AT_FORWARD": "15"}
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    signal_after_batch(monkeypatch, 8, [signal.SIGINT, signal.SIGINT])
+    with pytest.raises(KeyboardInterrupt):
+        train(load_config(path), run_dir, quiet=True)
+    monkeypatch.undo()
+    assert "second Ctrl-C" in json.loads((run_dir / "run.json").read_text())["reason"]
     resumed = train(load_resume_config(run_dir, None), run_dir, quiet=True, resume=True)
     for mine, theirs in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
         np.testing.assert_array_equal(mine, theirs)

@@ -123,15 +123,11 @@ def squared_error_gradients(weights: list[np.ndarray], x: np.ndarray, y: np.ndar
 
 
 @pytest.mark.slow
-def test_the_logged_estimates_equal_the_formulas_and_measuring_moves_nothing(tmp_path: Path) -> None:
-    # One update per epoch: the whole batch of 10 in sub-batches of 3, 3 and 4.
+def test_the_logged_estimates_equal_the_formulas(tmp_path: Path) -> None:
+    # One update per epoch: the whole batch of 10 in sub-batches of 3, 3 and 4. That measuring the noise scale moves
+    # no weight, and that an unmeasured run logs none of it, is the sharpness test's below (it measures both).
     path = linear_regression_config(tmp_path, 10, shuffle=False, epochs=2, batch_size="full", subdivisions=3)
     measured = train(load_config(path), tmp_path / "measured", quiet=True)
-    unmeasured = train(load_config(path, ["training.measure=[]"]), tmp_path / "unmeasured", quiet=True)
-
-    for mine, theirs in zip(measured.model.get_weights(), unmeasured.model.get_weights(), strict=True):
-        np.testing.assert_array_equal(mine, theirs)
-    assert not any(key.startswith("gradient_") for key in unmeasured.metrics[0])
     with np.load(tmp_path / "linear.npz") as arrays:
         x, y = arrays["x"].astype(np.float64), arrays["y"].astype(np.float64)
     weights = [w.numpy().astype(np.float64) for w in build_training(load_config(path)).trained.model.trainable_weights]

@@ -1,24 +1,27 @@
 """Losses, metrics and outputs: exactness for every loss, softmax models trained as logits models, the task's
-defaults, and the errors that refuse what cannot train correctly."""
+defaults, and the errors that refuse what cannot train correctly.
+
+Each property is checked through the run's own train step and validation pass on tiny data (no run folder): the
+losses and outputs change nothing a whole run adds, whose rows and files the run tests check once.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
 import pytest
-import yaml
 
-from accumrun import train
 from accumrun.config.loading import load_config
+from accumrun.core.sub_batches import sub_batch_sizes
 from accumrun.errors import ConfigError
+from accumrun.objective import Scorer
 from accumrun.training.setup import TrainingSetup, build_training
 from tests.helpers import max_difference, write_config
-
-# Rows whose values measure the machine, not the training.
-TIMING_KEYS = {"seconds", "samples_per_second", "peak_rss_mib", "peak_device_mib", "subdivisions", "sub_batch_size"}
 
 
 def task_config(tmp_path: Path, task: str, **sections: Any) -> Path:
@@ -53,22 +56,17 @@ def task_config(tmp_path: Path, task: str, **sections: Any) -> Path:
     return write_config(tmp_path / f"{task}.yaml", **config)
 
 
-def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
-
-
-# Every loss, each once in a whole run (its rows too) or through the run's train step alone (one per task runs
-# whole: the rows' metrics and their accumulation over sub-batches are the task's, not the loss's).
+# Every loss, through the run's train step on tiny tensors: the contract that subdivisions change nothing (an
+# end-to-end run of the resident-array path is tests/test_run.py's; the rows' metrics are the task's, so each task's
+# metrics are checked here as the step and the validation pass accumulate them).
 LOSSES = [
     pytest.param("classification", {"name": "sparse_categorical_crossentropy"}, id="sparse_categorical_crossentropy"),
-    pytest.param("binary", {"name": "binary_crossentropy", "label_smoothing": 0.1}, id="binary-task"),
-    pytest.param("multi_label", {"name": "binary_crossentropy"}, id="binary_crossentropy"),
-    pytest.param("regression", {"name": "mean_squared_error"}, id="mean_squared_error"),
-]
-STEPPED_LOSSES = [
     pytest.param(
         "classification", {"name": "categorical_crossentropy", "label_smoothing": 0.1}, id="categorical_crossentropy"
     ),
+    pytest.param("binary", {"name": "binary_crossentropy", "label_smoothing": 0.1}, id="binary-task"),
+    pytest.param("multi_label", {"name": "binary_crossentropy"}, id="binary_crossentropy"),
+    pytest.param("regression", {"name": "mean_squared_error"}, id="mean_squared_error"),
     pytest.param("regression", {"name": "mae"}, id="mean_absolute_error"),
     pytest.param("regression", {"name": "huber", "delta": 0.5}, id="huber"),
     pytest.param("regression", {"name": "tests.user_code:squared_error", "scale": 0.5}, id="custom-per-sample"),
@@ -81,55 +79,70 @@ METRICS = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("task", "loss"), LOSSES)
-def test_subdivided_training_equals_plain_training_for_every_loss(
-    tmp_path: Path, task: str, loss: dict[str, Any]
-) -> None:
-    path = task_config(tmp_path, task, loss=loss, metrics=METRICS[task])
-    plain = train(load_config(path), tmp_path / "plain", quiet=True)
-    subdivided = train(load_config(path, ["training.subdivisions=3"]), tmp_path / "subdivided", quiet=True)
+@dataclass(frozen=True)
+class Trajectory:
+    """What the run's train step did to a config's model over its epochs, in the run's order (no run folder)."""
 
-    assert max_difference(plain.model.get_weights(), subdivided.model.get_weights()) < 1e-5
-    assert max_difference(plain.model.get_weights(), load_model_weights(path)) > 1e-3  # it trained
-    assert [row["optimizer_steps"] for row in subdivided.metrics] == [2, 4]  # two whole batches an epoch
-    for row_plain, row_sub in zip(comparable(plain.metrics), comparable(subdivided.metrics), strict=True):
-        assert row_plain.keys() == row_sub.keys()
-        for key, value in row_plain.items():
-            assert row_sub[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-    names = [m if isinstance(m, str) else m["name"] for m in METRICS[task]]
-    assert {*names, *(f"val_{name}" for name in names), "loss", "val_loss"} <= set(plain.metrics[0])
+    setup: TrainingSetup
+    start: list[np.ndarray]
+    """The model's initial weights, from the seed."""
+    losses: list[float]
+    """Each batch's loss sum."""
+    rows: list[dict[str, float]]
+    """Each epoch's loss (per sample) and training metrics, as its row logs them."""
+    validation: dict[str, float]
+    """The loss and metrics over the held-out samples after the last epoch, scored as the run's validation scores
+    them: in batches of the largest sub-batch."""
+
+    @property
+    def weights(self) -> list[np.ndarray]:
+        return self.setup.trained.model.get_weights()
+
+    @property
+    def updates(self) -> int:
+        return int(self.setup.trained.optimizer.iterations.numpy())
 
 
-def stepped(path: Path, subdivisions: int) -> tuple[list[np.ndarray], list[float], int]:
-    """The config's model after its epochs of batches through the run's train step for ``subdivisions``, in the
-    run's order (no run folder, no validation): its weights, each batch's loss sum, and the optimizer's updates."""
-    setup = build_training(load_config(path, [f"training.subdivisions={subdivisions}"]))
+def stepped(path: Path, subdivisions: int, overrides: Sequence[str] = ()) -> Trajectory:
+    """The config's epochs of batches through the run's train step for ``subdivisions``, then its validation pass."""
+    setup = build_training(load_config(path, [f"training.subdivisions={subdivisions}", *overrides]))
+    start = setup.trained.model.get_weights()
     step = setup.make_step(subdivisions)
     feeder = setup.fed.train_feeder([size for sizes in setup.fed.chunk_sizes(subdivisions) for size in sizes])
-    losses = [
-        float(step(x, y).loss_sum) for epoch in range(setup.config.training.epochs) for x, y in feeder.epoch(epoch)
-    ]
-    return setup.trained.model.get_weights(), losses, int(setup.trained.optimizer.iterations.numpy())
+    metrics = setup.stepped.train_metrics
+    losses: list[float] = []
+    rows = []
+    for epoch in range(setup.config.training.epochs):
+        metrics.reset()
+        results = [step(x, y) for x, y in feeder.epoch(epoch)]
+        losses += [float(result.loss_sum) for result in results]
+        loss = sum(float(result.loss_sum) for result in results) / sum(float(result.units) for result in results)
+        rows.append({"loss": loss, **metrics.results()})
+    validation = Scorer(setup.trained.model, setup.trained.objective.objective, setup.trained.val_metrics)(
+        setup.fed.val_feeder(max(sub_batch_sizes(setup.fed.batch_size, subdivisions)))
+    )
+    return Trajectory(setup, start, losses, rows, validation)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("task", "loss"), STEPPED_LOSSES)
-def test_the_subdivided_step_equals_the_plain_step_for_every_other_loss(
+@pytest.mark.parametrize(("task", "loss"), LOSSES)
+def test_the_subdivided_step_equals_the_plain_step_for_every_loss(
     tmp_path: Path, task: str, loss: dict[str, Any]
 ) -> None:
     path = task_config(tmp_path, task, loss=loss, metrics=METRICS[task])
-    plain, plain_losses, plain_updates = stepped(path, 1)
-    subdivided, subdivided_losses, subdivided_updates = stepped(path, 3)
-    assert max_difference(plain, subdivided) < 1e-5
-    assert max_difference(plain, load_model_weights(path)) > 1e-3  # it trained
-    assert plain_updates == subdivided_updates == 4  # two whole batches an epoch
-    assert subdivided_losses == pytest.approx(plain_losses, rel=1e-5, abs=1e-6)
-
-
-def load_model_weights(path: Path) -> list[np.ndarray]:
-    """The initial weights of the config's model, from its seed."""
-    return build_training(load_config(path)).trained.model.get_weights()
+    plain, subdivided = stepped(path, 1), stepped(path, 3)
+    assert max_difference(plain.weights, subdivided.weights) < 1e-5
+    assert max_difference(plain.weights, plain.start) > 1e-3  # it trained
+    assert subdivided.losses == pytest.approx(plain.losses, rel=1e-5, abs=1e-6)
+    assert plain.updates == subdivided.updates == 4  # two whole batches an epoch
+    # The rows: the training metrics accumulated over the sub-batches, and validation in batches of 4 and 1
+    # against one of 5.
+    for row_plain, row_sub in zip(plain.rows, subdivided.rows, strict=True):
+        assert row_plain.keys() == row_sub.keys()
+        assert row_sub == pytest.approx(row_plain, rel=1e-5, abs=1e-6)
+    assert subdivided.validation == pytest.approx(plain.validation, rel=1e-5, abs=1e-6)
+    names = [m if isinstance(m, str) else m["name"] for m in METRICS[task]]
+    assert list(plain.rows[0]) == list(plain.validation) == ["loss", *names]
 
 
 @pytest.mark.slow
@@ -139,17 +152,16 @@ def load_model_weights(path: Path) -> list[np.ndarray]:
 )
 def test_a_probability_model_trains_like_the_same_model_on_logits(tmp_path: Path, task: str, head: str) -> None:
     user_model = {"name": "tests.user_code:mlp", "hidden": [8]}
-    path = task_config(tmp_path, task, model=user_model, training={"subdivisions": 3})
-    logits = train(load_config(path), tmp_path / "logits", quiet=True)
-    probabilities = train(load_config(path, [f"model.head={head}"]), tmp_path / "probabilities", quiet=True)
+    path = task_config(tmp_path, task, model=user_model)
+    logits, probabilities = stepped(path, 3), stepped(path, 3, [f"model.head={head}"])
 
-    for row_logits, row_probabilities in zip(logits.metrics, probabilities.metrics, strict=True):
+    for row_logits, row_probabilities in zip(logits.rows, probabilities.rows, strict=True):
         assert row_probabilities["loss"] == pytest.approx(row_logits["loss"], rel=1e-4)
-        assert row_probabilities["val_loss"] == pytest.approx(row_logits["val_loss"], rel=1e-4)
-    assert max_difference(logits.model.get_weights(), probabilities.model.get_weights()) < 1e-4
-    saved = yaml.safe_load((tmp_path / "probabilities" / "config.yaml").read_text())
-    assert saved["loss"]["from_logits"] is False
-    assert yaml.safe_load((tmp_path / "logits" / "config.yaml").read_text())["loss"]["from_logits"] is True
+    assert probabilities.validation["loss"] == pytest.approx(logits.validation["loss"], rel=1e-4)
+    assert max_difference(logits.weights, probabilities.weights) < 1e-4
+    # What config.yaml records.
+    assert probabilities.setup.config.loss.from_logits is False
+    assert logits.setup.config.loss.from_logits is True
 
 
 def test_from_logits_set_by_the_user_overrides_the_detection(tmp_path: Path) -> None:
@@ -230,11 +242,10 @@ def save_model(path: Path, inputs: int, outputs: int, head: str | None = "softma
 def test_a_saved_softmax_model_trains_on_probabilities(tmp_path: Path, suffix: str) -> None:
     saved = save_model(tmp_path / f"user{suffix}", inputs=5, outputs=4)
     path = task_config(tmp_path, "classification", model={"name": "saved", "path": str(saved)})
-    result = train(load_config(path), tmp_path / "run", quiet=True)
-    assert result.model.output_shape == (None, 4)
-    saved_config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
-    assert saved_config["loss"]["from_logits"] is False
-    assert max_difference(result.model.get_weights(), keras.models.load_model(saved).get_weights()) > 1e-3
+    result = stepped(path, 1)
+    assert result.setup.trained.model.output_shape == (None, 4)
+    assert result.setup.config.loss.from_logits is False  # what config.yaml records
+    assert max_difference(result.weights, keras.models.load_model(saved).get_weights()) > 1e-3
 
 
 @pytest.mark.parametrize(
@@ -295,24 +306,28 @@ def test_an_application_with_its_own_top_is_trained_on_probabilities(tmp_path: P
     assert "model outputs probabilities (softmax): loss uses from_logits=False" in setup.trained.objective.describe()
 
 
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory: pytest.TempPathFactory) -> TrainingSetup:
+    """The application config's setup with its base's weights from a file this fixture saves (never imagenet) and
+    the base frozen: built once for the tests of both."""
+    folder = tmp_path_factory.mktemp("pretrained")
+    base = keras.applications.MobileNetV2(
+        input_shape=(32, 32, 3), alpha=0.35, include_top=False, pooling="avg", weights=None
+    )
+    base.save_weights(folder / "base.weights.h5")
+    return build_training(
+        load_config(application_config(folder, weights=str(folder / "base.weights.h5"), freeze_base=True))
+    )
+
+
 @pytest.mark.slow
-def test_freeze_base_trains_the_head_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from accumrun.training import runner
-
-    # The initial weights of the very model the run builds, read as it is built (no second MobileNetV2).
-    initial: dict[str, np.ndarray] = {}
-    build = runner.build_training
-
-    def recorded(*args: Any, **kwargs: Any) -> TrainingSetup:
-        setup = build(*args, **kwargs)
-        initial.update((v.path, v.numpy()) for v in setup.trained.model.variables)
-        return setup
-
-    monkeypatch.setattr(runner, "build_training", recorded)
-    path = application_config(tmp_path, freeze_base=True)
-    result = train(load_config(path), tmp_path / "run", quiet=True)
-    assert initial
-    final = {v.path: v.numpy() for v in result.model.variables}
+def test_freeze_base_trains_the_head_alone(pretrained: TrainingSetup) -> None:
+    # One batch of 8 in 2 sub-batches through the run's train step.
+    model = pretrained.trained.model
+    initial = {v.path: v.numpy() for v in model.variables}
+    step = pretrained.make_step(2)
+    assert bool(step(*pretrained.fed.first_batch()).applied)
+    final = {v.path: v.numpy() for v in model.variables}
     head = {path for path in final if path.startswith("head/")}
     assert head and all(not np.array_equal(initial[p], final[p]) for p in head)
     # Weights and BatchNorm statistics of the base: exactly as built.
@@ -346,20 +361,15 @@ def test_imagenet_weights_without_a_network_is_one_line_with_what_to_do(
 
 
 @pytest.mark.slow
-def test_a_pretrained_application_gets_its_own_preprocess_input(tmp_path: Path, application: TrainingSetup) -> None:
-    # Weights from a file this test saves (never imagenet): MobileNetV2 expects 0..255 mapped to [-1, 1].
-    import keras
-
-    base = keras.applications.MobileNetV2(
-        input_shape=(32, 32, 3), alpha=0.35, include_top=False, pooling="avg", weights=None
-    )
-    base.save_weights(tmp_path / "base.weights.h5")
-    setup = build_training(load_config(application_config(tmp_path, weights=str(tmp_path / "base.weights.h5"))))
-    assert setup.config.data.rescale == "auto"
+def test_a_pretrained_application_gets_its_own_preprocess_input(
+    pretrained: TrainingSetup, application: TrainingSetup
+) -> None:
+    # MobileNetV2 expects 0..255 mapped to [-1, 1] (whatever its weights: the two sides use the same).
+    assert pretrained.config.data.rescale == "auto"
     x = np.random.default_rng(0).uniform(0, 255, size=(2, 32, 32, 3)).astype(np.float32)
-    inner = setup.trained.model.layers[-1]
+    inner = pretrained.trained.model.layers[-1]
     expected = inner(x / 127.5 - 1, training=False).numpy()
-    np.testing.assert_allclose(setup.trained.model(x, training=False).numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(pretrained.trained.model(x, training=False).numpy(), expected, atol=1e-5)
     # Without pretrained weights, rescale: auto leaves float samples as they are.
     assert application.config.data.rescale == 1.0
 
@@ -371,13 +381,10 @@ def test_the_mlp_l2_key_adds_l2_times_the_squared_kernels_to_the_objective(tmp_p
     model = {"name": "mlp", "hidden": [], "l2": 0.1}
     training = {"epochs": 1, "batch_size": "full"}
     path = task_config(tmp_path, "regression", model=model, loss={"name": "mean_squared_error"}, training=training)
-    regularized = train(load_config(path), tmp_path / "l2", quiet=True)
-    plain = train(load_config(path, ["model.l2=0"]), tmp_path / "plain", quiet=True)
-    kernel, bias = (w.numpy() for w in build_training(load_config(path)).trained.model.trainable_weights)
-    added = regularized.metrics[0]["loss"] - plain.metrics[0]["loss"]
+    regularized, plain = stepped(path, 1), stepped(path, 1, ["model.l2=0"])
+    kernel, _ = regularized.start
+    added = regularized.rows[0]["loss"] - plain.rows[0]["loss"]
     assert added == pytest.approx(0.1 * float(np.sum(kernel.astype(np.float64) ** 2)), rel=1e-4)
-    (kernel_l2, bias_l2), (kernel_plain, bias_plain) = (
-        [w.numpy() for w in run.model.trainable_weights] for run in (regularized, plain)
-    )
+    (kernel_l2, bias_l2), (kernel_plain, bias_plain) = regularized.weights, plain.weights
     np.testing.assert_allclose(kernel_l2 - kernel_plain, -0.1 * 2 * 0.1 * kernel, atol=1e-6)
     np.testing.assert_allclose(bias_l2, bias_plain, atol=1e-6)

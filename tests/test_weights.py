@@ -199,9 +199,8 @@ def test_weighted_subdivided_training_equals_plain_for_every_source_and_feed(
     assert max_difference(final_weights(plain), final_weights(subdivided)) < 2e-5
     for row_plain, row_sub in zip(plain.metrics, subdivided.metrics, strict=True):
         assert row_sub["loss"] == pytest.approx(row_plain["loss"], rel=1e-5)
-    if source == "npz":  # the control: the same run unweighted ends elsewhere
-        unweighted = train(with_data(config, weight=None), tmp_path / "unweighted", quiet=True)
-        assert max_difference(final_weights(unweighted), final_weights(plain)) > 1e-3
+    # The control (the same run unweighted ends elsewhere) is the npz run's comparison to Keras fit with its
+    # sample_weight above, which an unweighted run misses by far more than its tolerance, and the step's own control.
     if source == "image_folder-class_weight":  # the cached images' batches carry their classes' weights
         _, targets = build_training(load_config(write_config(tmp_path / "c.yaml", **config))).fed.first_batch()
         names = [["bars", "columns", "disc"][i] for i in targets.targets.numpy()]
