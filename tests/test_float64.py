@@ -17,8 +17,9 @@ from accumrun import train
 from accumrun.config.loading import load_config
 from accumrun.core.resolution import FLOAT32_EPSILON, FLOAT64_EPSILON
 from accumrun.errors import ConfigError
-from accumrun.kinds import Feed, Precision
+from accumrun.kinds import Feed, Precision, Split
 from accumrun.models.floats import floats
+from accumrun.reports.evaluate import evaluate_run
 from tests.helpers import write_config
 from tests.test_lbfgs import (
     amplified_rounding,
@@ -167,6 +168,10 @@ def test_the_loss_and_the_metrics_are_float64_sums(tmp_path: Path) -> None:
     (row,) = result.metrics
     assert row["loss"] == pytest.approx(np.mean(residual**2), rel=1e-13)
     assert row["mean_absolute_error"] == pytest.approx(np.mean(np.abs(residual)), rel=1e-13)
+    # evaluate scores the saved model with float64 sums too.
+    scored = evaluate_run(tmp_path / "run", Split.TRAIN)
+    assert scored["loss"] == pytest.approx(np.mean(residual**2), rel=1e-13)
+    assert scored["mean_absolute_error"] == pytest.approx(np.mean(np.abs(residual)), rel=1e-13)
 
 
 def test_float64_refuses_a_model_with_a_mixed_precision_of_its_own(tmp_path: Path) -> None:

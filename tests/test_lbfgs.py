@@ -22,7 +22,7 @@ from accumrun.core.line_search import CURVATURE, SUFFICIENT_DECREASE, Point, str
 from accumrun.core.losses import Objective
 from accumrun.core.step import make_train_step
 from accumrun.kinds import Feed, Precision
-from accumrun.training.floats import floats
+from accumrun.models.floats import floats
 
 
 def standardized_breast_cancer() -> tuple[np.ndarray, np.ndarray]:
