@@ -39,7 +39,7 @@ def test_a_new_transformer_has_no_attention_bias_and_its_run_records_that() -> N
 def test_a_run_from_before_the_key_keeps_its_attention_bias_on_resume(tmp_path: Path) -> None:
     # The run as accumrun made it before the key: attention with biases, and a config.yaml without the key.
     config = lm_config(tmp_path)
-    config["model"]["attention_bias"] = True
+    config["model"] = {"name": "transformer", "layers": 1, "heads": 2, "width": 16, "attention_bias": True}
     train(config, tmp_path / "run", quiet=True)
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     del saved["model"]["attention_bias"]
