@@ -9,7 +9,7 @@ import importlib.util
 import re
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -31,6 +31,19 @@ def load_samples() -> ModuleType:
 
 
 samples = load_samples()
+
+
+@pytest.fixture(autouse=True)
+def as_a_user_runs_it() -> Iterator[None]:
+    """Grappler on, as in ``accumrun`` and ``docs/samples.py`` (tests/conftest.py turns it off): its rewrites round
+    otherwise, and 20 epochs of training carry a last-place difference into the printed digits."""
+    import tensorflow as tf
+
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
+    yield
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+
 RERUN_CHANGES = re.compile(r"\d[\d,]*(?:\.\d+)? s\b|[\d,]+ samples/s|\d{8}-\d{6}")
 """Seconds, rates and a run folder's timestamp: all a rerun changes in these samples."""
 
