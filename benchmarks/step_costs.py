@@ -56,7 +56,7 @@ class Setting:
 
         from accumrun.config.loading import load_config
         from accumrun.core.step import make_train_step
-        from accumrun.training.floats import floats
+        from accumrun.models.floats import floats
         from accumrun.training.setup import build_training
 
         config = load_config(
