@@ -1,5 +1,6 @@
 """pytest configuration: TensorFlow's C++ logging quieted for every test and subprocess, the host CPU split into
-two logical devices, shared fixtures, and the files in the order that keeps two processes busy to the end.
+two logical devices and Grappler's graph rewrites off in every test process, shared fixtures, and the files in the
+order that keeps two processes busy to the end.
 
 Helpers that tests import (configs, data files, the CLI in a subprocess) are in tests/helpers.py.
 """
