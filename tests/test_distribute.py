@@ -2,9 +2,9 @@
 
 The replicas are the two logical CPUs that tests/conftest.py splits the host CPU into, under the session's one
 MirroredStrategy (``mirrored_strategy``), in this process: the replicated train step against the one-device step
-without subdivisions, batch by batch, and L-BFGS's full batch through ``train``; a language model's bucketed
-windows on replicas are tests/test_lm.py's. Only the command line's run needs a fresh process: there it is the
-command that splits the CPU.
+without subdivisions, batch by batch, and L-BFGS's full batch through ``train`` to scikit-learn's solution; a
+language model's bucketed windows on replicas are tests/test_lm.py's. Only the command line's run needs a fresh
+process: there it is the command that splits the CPU.
 
 The tolerances bound float32 sums taken in another order (each replica sums its own samples, the all-reduce adds
 the two; Higham: a sum of n terms is within n * 2^-24 = n * 6e-8 of the sum of their magnitudes):
@@ -36,9 +36,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from sklearn.linear_model import LogisticRegression
 
 from accumrun import train
-from accumrun.config.schema import Config, DistributeConfig
+from accumrun.config.schema import DistributeConfig
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import Objective, sparse_categorical_crossentropy
 from accumrun.core.noise import GradientNoise
@@ -53,6 +54,7 @@ from accumrun.models.mlp import mlp
 from accumrun.training.distribute import create_strategy
 from tests.conftest import REPLICAS
 from tests.helpers import contiguous, max_difference, reference_estimates, run_cli, softmax_gradients
+from tests.test_lbfgs import amplified_rounding, logistic_terms, standardized_breast_cancer, table_config, write_csv
 
 REPO = Path(__file__).resolve().parent.parent
 # A guard against a hung command, not a speed limit: its ~15 s of CPU took over 300 s on 2 cores shared with a load
@@ -299,31 +301,34 @@ def test_one_gradient_all_reduce_per_batch_whatever_the_subdivisions(mirrored_st
     assert one["in_branches"] >= REPLICAS
 
 
-def run_config(**sections: Any) -> Config:
-    """A config without TensorBoard, ``sections`` as given."""
-    return Config.model_validate({"seed": 5, **sections, "output": {"tensorboard": False}})
-
-
 MIRRORED = {"strategy": "mirrored", "logical_cpus": REPLICAS}
 
 
 @pytest.mark.slow
-def test_lbfgs_on_two_replicas_equals_one_device(mirrored_strategy: Strategy, tmp_path: Path) -> None:
-    # Full-batch L-BFGS, three iterations, on one device without subdivisions and on two replicas with 3 sub-batches
-    # each; each evaluation's gradient is summed over the replicas as Keras sums any optimizer's.
-    results = []
-    for strategy, subdivisions in ((None, 1), (mirrored_strategy, 3)):
-        settings = run_config(
-            data={"name": "synthetic", "samples": 19, "shape": [6], "classes": 3, "validation_split": 0.0},
-            model={"name": "mlp", "hidden": [16]},
-            training={"epochs": 3, "batch_size": "full", "subdivisions": subdivisions},
-            optimizer={"name": "lbfgs", "tolerance_grad": 0.0, "tolerance_change": 0.0},
-            distribute=MIRRORED if strategy is not None else {},
-        )
-        results.append(train(settings, tmp_path / f"run-{subdivisions}", quiet=True, strategy=strategy))
-    last_row = results[1].metrics[-1]
-    assert last_row["replicas"] == REPLICAS and last_row["optimizer_steps"] == 3
-    assert max_difference(results[0].model.get_weights(), results[1].model.get_weights()) < 1e-5
+def test_lbfgs_on_two_replicas_meets_scikit_learn(mirrored_strategy: Strategy, tmp_path: Path) -> None:
+    # Full-batch L-BFGS on two replicas with 3 sub-batches each, each evaluation's gradient summed over the replicas
+    # as Keras sums any optimizer's: the logistic regression of tests/test_lbfgs.py, to scikit-learn's solution
+    # within the bound of float32's rounding amplified by the inverse Hessian there (the replicas' sums round in
+    # another order, within the same bound).
+    x, y = standardized_breast_cancer()
+    reference = LogisticRegression(C=1.0, tol=1e-10, max_iter=10_000).fit(x, y)
+    solution = np.concatenate([reference.coef_[0], reference.intercept_])
+    tolerance = amplified_rounding(*logistic_terms(solution))
+    config = table_config(
+        write_csv(tmp_path / "cancer.csv", x, y),
+        tmp_path / "run",
+        task="binary",
+        epochs=2 * int(reference.n_iter_[0]),
+        l2=1 / (2 * len(x)),
+        training={"subdivisions": 3},
+        optimizer={"tolerance_grad": 0.0, "tolerance_change": 0.0},
+        distribute=MIRRORED,
+    )
+    result = train(config, quiet=True, strategy=mirrored_strategy)
+    kernel, bias = result.model.get_weights()
+    np.testing.assert_allclose(np.concatenate([kernel[:, 0], bias]), solution, rtol=0, atol=tolerance)
+    assert [row["replicas"] for row in result.metrics] == [REPLICAS] * len(result.metrics)
+    assert [row["optimizer_steps"] for row in result.metrics] == list(range(1, len(result.metrics) + 1))
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
+from numpy.testing import assert_array_equal
 
 from accumrun import load_config, train
 from accumrun.config.loading import load_resume_config
@@ -276,9 +277,9 @@ def test_uint8_stays_uint8_on_the_host_and_is_scaled_inside_the_model(
     assert x.dtype == tf.uint8
     model = result.model
     assert model.inputs[0].dtype == "uint8"
-    # The model on raw bytes equals its inner network on the bytes scaled by 1/255.
-    inner = model.layers[-1]
-    np.testing.assert_allclose(model(images[:3]).numpy(), inner(images[:3].astype(np.float32) / 255).numpy(), atol=1e-6)
+    # The inner network is given the bytes scaled by 1/255 in float32 (Rescaling's x * float32(1 / 255) + 0: each
+    # operation rounds once, as NumPy's does): to the bit, on any CPU.
+    assert_array_equal(scaled_input(model, images[:3]), images[:3].astype(np.float32) * np.float32(1 / 255))
     reloaded = keras.models.load_model(result.run_dir / "model.keras")
     # The same layers and weights on the same bytes: the same float32 operations, so the same logits to the bit.
     np.testing.assert_array_equal(reloaded(images[:3]).numpy(), model(images[:3]).numpy())
@@ -300,9 +301,18 @@ def test_normalize_applies_per_channel_after_rescale(tmp_path: Path) -> None:
     }
     # The model a run trains, as built (the input layers are the model's, trained or not): no training needed.
     model = build_training(load_config(config)).trained.model
-    inner = model.layers[-1]
-    expected = (images.astype(np.float32) / 255 - [0.5, 0.4, 0.3]) / [0.2, 0.25, 0.5]
-    np.testing.assert_allclose(model(images).numpy(), inner(expected.astype(np.float32)).numpy(), atol=1e-5)
+    # Normalization's (x - mean) / sqrt(variance) with its float32 weights, each operation rounded once as NumPy's
+    # float32 operations are: the inner network's input to the bit, on any CPU.
+    mean = np.float32([0.5, 0.4, 0.3])
+    std = np.sqrt(np.float32([0.2, 0.25, 0.5]) ** 2, dtype=np.float32)
+    rescaled = images.astype(np.float32) * np.float32(1 / 255)
+    assert_array_equal(scaled_input(model, images), (rescaled - mean) / std)
+
+
+def scaled_input(model: keras.Model, images: np.ndarray) -> np.ndarray:
+    """What ``model``, a raw input and its scaling layers before its inner network, gives that network for
+    ``images``: the last scaling layer's output."""
+    return keras.Model(model.inputs[0], model.layers[-2].output)(images).numpy()  # type: ignore[no-any-return]
 
 
 # --- TFRecord --------------------------------------------------------------------------------------------------
