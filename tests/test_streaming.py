@@ -301,10 +301,11 @@ def test_normalize_applies_per_channel_after_rescale(tmp_path: Path) -> None:
     }
     # The model a run trains, as built (the input layers are the model's, trained or not): no training needed.
     model = build_training(load_config(config)).trained.model
-    # Normalization's (x - mean) / sqrt(variance) with its float32 weights, each operation rounded once as NumPy's
-    # float32 operations are: the inner network's input to the bit, on any CPU.
+    # Normalization's (x - mean) / sqrt(variance) with its float32 weights (the variance std**2 squared in float64,
+    # then stored), each operation rounded once as NumPy's float32 operations are: the inner network's input to the
+    # bit, on any CPU.
     mean = np.float32([0.5, 0.4, 0.3])
-    std = np.sqrt(np.float32([0.2, 0.25, 0.5]) ** 2, dtype=np.float32)
+    std = np.sqrt(np.float32(np.array([0.2, 0.25, 0.5]) ** 2))
     rescaled = images.astype(np.float32) * np.float32(1 / 255)
     assert_array_equal(scaled_input(model, images), (rescaled - mean) / std)
 
