@@ -155,6 +155,24 @@ def amplified_rounding(per_sample: np.ndarray, hessian: np.ndarray) -> float:
     return eps * math.sqrt(per_sample.shape[1]) * scale * float(np.linalg.norm(np.linalg.inv(hessian), 2))
 
 
+def gamma(n: int) -> float:
+    """Higham's ``gamma_n``: the relative error that ``n`` float32 roundings in a row can reach."""
+    unit = float(np.finfo(np.float32).eps) / 2
+    return n * unit / (1 - n * unit)
+
+
+def mean_square_rounding(rows: np.ndarray, weights: np.ndarray, y: np.ndarray) -> float:
+    """How far a float32 computation of the mean squared error of ``rows @ weights`` against ``y`` can be from the
+    exact one, whatever the order of its sums: each residual rounded in its dot product and its subtraction
+    (``gamma`` of the row's length plus one, times its terms' magnitudes), squared (one rounding), the squares summed
+    (``gamma`` of the sample count) and divided (one rounding)."""
+    residuals = rows @ weights - y
+    errors = gamma(rows.shape[1] + 1) * (np.abs(rows * weights).sum(1) + np.abs(y))
+    squares = residuals**2 + 2 * np.abs(residuals) * errors + errors**2
+    total = (squares - residuals**2).sum() + gamma(1) * squares.sum() + gamma(len(y)) * squares.sum()
+    return float(total / len(y) + gamma(1) * squares.mean())
+
+
 def logistic_terms(weights: np.ndarray, sample_weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The per-sample gradients and the Hessian, in float64, of the breast-cancer logistic regression with
     ``l2 = 1 / (2 N)`` at ``weights`` (the kernel, then the bias)."""
@@ -294,9 +312,13 @@ def test_least_squares_meets_the_closed_form_and_stops_converged(tmp_path: Path)
     assert last["epoch"] < 100 and last["stopped"].startswith("L-BFGS converged")
     assert run_json(result.run_dir)["status"] == "completed"
     assert run_json(result.run_dir)["reason"] == last["stopped"]
-    # The row is the accepted point's: its loss is what the final model scores on the training data.
+    # The row is the accepted point's: its loss is what the final model scores on the training data, two float32
+    # computations of one mean apart.
     scored = evaluate(result.run_dir, "train")
-    assert scored["loss"] == pytest.approx(last["loss"], rel=1e-6)
+    weights = np.concatenate([kernel[:, 0], bias]).astype(np.float64)
+    rounding = mean_square_rounding(rows, weights, y)
+    assert 1e-6 < rounding / last["loss"] < 1e-4  # some hundred float32 roundings of the loss: a bound that can fail
+    assert abs(scored["loss"] - last["loss"]) <= 2 * rounding
 
 
 @pytest.mark.slow
