@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 from accumrun.core.losses import LossFn, MetricSet, Objective, regularization
-from accumrun.core.targets import Targets
+from accumrun.core.targets import Targets, any_rows
 
 
 def make_eval_step(
@@ -19,7 +19,8 @@ def make_eval_step(
     (sample or real token) as training counts it; it adds the samples to ``metrics``, unweighted."""
     objective = loss if isinstance(loss, Objective) else Objective(loss)
 
-    @tf.function(reduce_retracing=True)
+    # Its control flow is Python's, on Python values: autograph would only add tracing time.
+    @tf.function(reduce_retracing=True, autograph=False)
     def eval_step(x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, tf.Tensor]:
         predictions = model(x, training=False)
         if metrics is not None:
@@ -31,4 +32,11 @@ def make_eval_step(
             loss_sum += regularization(model, objective.dtype) * units
         return loss_sum, units
 
-    return eval_step
+    def evaluate(x: tf.Tensor, y: Targets) -> tuple[tf.Tensor, tf.Tensor]:
+        if not eval_step.experimental_get_tracing_count():
+            # Traced first for any count of rows, so that the short last batch reuses the trace (a call dispatches to
+            # a traced function whose shapes hold its own) instead of tracing again; inference runs as fast either way.
+            eval_step.get_concrete_function(*any_rows((x, y)))
+        return eval_step(x, y)
+
+    return evaluate

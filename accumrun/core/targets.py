@@ -48,6 +48,12 @@ def each(fn: Callable[[tf.Tensor], tf.Tensor], targets: Targets) -> Targets:
     return tf.nest.map_structure(fn, targets)
 
 
+def any_rows(batch: Any) -> Any:
+    """The ``tf.TensorSpec`` of every tensor in ``batch`` (a structure: inputs, targets and their weights) with any
+    count of rows: a function traced for it serves every batch size."""
+    return tf.nest.map_structure(lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), batch)
+
+
 def as_targets(y: np.ndarray | tf.Tensor, w: np.ndarray | tf.Tensor | None) -> Targets:
     """``y`` as tensor targets, :class:`Weighted` by ``w`` (as float32) when there are weights."""
     if w is None:

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from accumrun.core.losses import MetricSet
 from accumrun.core.step import WholeBatchStep
-from accumrun.core.targets import Targets, each
+from accumrun.core.targets import Targets, any_rows, each
 
 
 class Updates(NamedTuple):
@@ -90,7 +90,7 @@ class UpdateLoop:
         batch_size = int(rows.shape[1])
         if batch_size not in self._calls:
             # The data's spec, with any count of rows: one trace serves calls of any length.
-            specs = tf.nest.map_structure(lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), tuple(given))
+            specs = any_rows(tuple(given))
             self._calls[batch_size] = tf.function(
                 self._run,
                 # Written with tf.while_loop and tf.cond: nothing for autograph to convert, which saves tracing time.
