@@ -1,4 +1,5 @@
-"""Time accumrun at two commits on ``benchmarks/run.py``'s workloads, alternating, so both see the same machine.
+"""Time accumrun at two commits on ``benchmarks/run.py``'s workloads (and ``full_batch.py``'s case, as ``full_batch``),
+alternating, so both see the same machine.
 
 A code change's few percent drown in what a loaded machine does to one run after another (the peers of one
 ``run.py`` moved by 2x between two of its runs), so the two codes run in turns: A B B A A B ... , each run a
@@ -31,6 +32,13 @@ from run import REPO, Workload, machine, measure, publish_report, workloads  # b
 SLOWER_LIMIT = 0.05
 """The issue's bound: no workload more than 5% slower on the new code."""
 
+FULL_BATCH = Workload("full_batch", {"name": "mlp", "hidden": [64, 64]}, 2000, 2000, 4, shape=(32,))
+"""``full_batch.py``'s case beside ``run.py``'s workloads: 2,000 samples of 32 features, an MLP [64, 64], the whole
+set as one batch in 4 sub-batches. An epoch is one update of a few milliseconds, so its runs train
+:data:`FULL_BATCH_EPOCHS` times ``--epochs``."""
+
+FULL_BATCH_EPOCHS = 100
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -38,7 +46,9 @@ def main() -> None:
     parser.add_argument("new", nargs="?", help="the commit to compare (default: this checkout as it is)")
     parser.add_argument("--runs", type=int, default=5, help="runs of each code per workload (default 5)")
     parser.add_argument("--epochs", type=int, default=4, help="epochs per run, at least 2 (default 4)")
-    parser.add_argument("--workloads", default="dispatch,compute,applications", help="run.py's workloads, by name")
+    parser.add_argument(
+        "--workloads", default="dispatch,compute,applications", help="run.py's workloads or full_batch, by name"
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds before a run is killed (default 600)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks-alternate.md", help="markdown to write")
     parser.add_argument(
@@ -47,9 +57,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first epoch is left out of the throughput")
-    chosen = [w for w in workloads(smoke=False) if w.name in args.workloads.split(",")]
+    chosen = [w for w in [*workloads(smoke=False), FULL_BATCH] if w.name in args.workloads.split(",")]
     if not chosen:
-        parser.error(f"--workloads: none of {args.workloads!r} is a workload of run.py")
+        parser.error(f"--workloads: none of {args.workloads!r} is a workload of run.py or full_batch")
     info, started = machine(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="accumrun-alternate-") as scratch:
         work = Path(scratch)
@@ -105,7 +115,8 @@ def _alternate(
             folder = work / f"{workload.name}-{len(figures[name])}-{names.index(name)}"
             folder.mkdir()
             overrides = tuple(args.new_set) if name == names[-1] else ()
-            result = measure(workload, "accumrun", args.epochs, folder, args.timeout, codes[name], overrides)
+            epochs = args.epochs * (FULL_BATCH_EPOCHS if workload is FULL_BATCH else 1)
+            result = measure(workload, "accumrun", epochs, folder, args.timeout, codes[name], overrides)
             figures[name].append(result.samples_per_second)
             shown = f"{result.samples_per_second:,.0f} samples/s" if result.samples_per_second else result.error
             print(f"{workload.name} {name} run {turn + 1}: {shown}", file=sys.stderr, flush=True)
@@ -121,8 +132,8 @@ def _table(
 ) -> list[str]:
     old, new = names
     lines = [
-        f"{args.runs} runs of each code per workload, {args.epochs} epochs each, {minutes:.0f} min in all. Samples/s,",
-        "the median of each run's epochs after the first.",
+        f"{args.runs} runs of each code per workload, {args.epochs} epochs each ({args.epochs * FULL_BATCH_EPOCHS} for "
+        f"full_batch), {minutes:.0f} min in all. Samples/s, the median of each run's epochs after the first.",
         "",
         f"| workload | {old} (each run) | {new} (each run) | {old} median | {new} median | change | ≤5% slower |",
         "|---|---|---|---:|---:|---:|---|",
