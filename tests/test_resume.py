@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -162,6 +163,53 @@ def test_resume_refuses_a_changed_config_and_a_run_without_checkpoints(tmp_path:
         checkpoint.unlink()
     with pytest.raises(ConfigError, match="holds no checkpoint"):
         train(load_resume_config(tmp_path / "run", path), tmp_path / "run", quiet=True, resume=True)
+
+
+def test_a_checkpoint_is_an_npz_as_numpy_writes_it_and_an_earlier_one_still_loads(tmp_path: Path) -> None:
+    from accumrun.training.checkpoints import Position
+
+    def state(seed: int) -> dict[str, list[Any]]:
+        rng = np.random.default_rng(seed)
+        shapes = {"model": [(3, 4), (4,)], "optimizer": [(), (3, 4)], "metrics": [(2,)]}
+        return {
+            group: [keras.Variable(rng.normal(size=s).astype(np.float32)) for s in each]
+            for group, each in shapes.items()
+        }
+
+    saved, position = state(0), Position(epoch=2, batch=3, loss_sum=1.5, samples=7, units=7.0)
+    path = CheckpointStore(tmp_path / "new", keep=2, batches_per_epoch=4, state=saved).save(position)
+    arrays = {f"{group}/{i}": v.numpy() for group, variables in saved.items() for i, v in enumerate(variables)}
+    with np.load(path) as stored:
+        assert sorted(stored.files) == sorted([*arrays, "position"])
+        for key, value in arrays.items():
+            np.testing.assert_array_equal(stored[key], value)
+    # A checkpoint that the earlier writer (np.savez of every array at once) left loads as before.
+    (tmp_path / "old").mkdir()
+    old = tmp_path / "old" / path.name
+    np.savez(old, **arrays, position=np.array(json.dumps(dataclasses.asdict(position))))
+    for written in (path, old):
+        restored = state(1)
+        assert CheckpointStore(written.parent, keep=2, state=restored).load(written) == dataclasses.replace(
+            position, train_seconds=0.0, timed_samples=0
+        )
+        assert all(
+            np.array_equal(a.numpy(), b.numpy()) for g in saved for a, b in zip(saved[g], restored[g], strict=True)
+        )
+    # Every shape is checked before any variable changes.
+    other = state(1)
+    other["optimizer"][1] = keras.Variable(np.zeros((4, 3), np.float32))
+    before = [v.numpy() for variables in other.values() for v in variables]
+    with pytest.raises(ConfigError, match="does not match the configured optimizer"):
+        CheckpointStore(path.parent, keep=2, state=other).load(path)
+    assert all(
+        np.array_equal(a, v.numpy()) for a, v in zip(before, [v for vs in other.values() for v in vs], strict=True)
+    )
+    # A damaged file (cut short) is refused in one line, and never taken as the newest beside a whole one.
+    damaged = old.with_name("ckpt-epoch00009-batch0000000.npz")
+    damaged.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ConfigError, match=f"cannot read checkpoint {damaged.name}"):
+        CheckpointStore(damaged.parent, keep=2, state=state(1)).load(damaged)
+    assert CheckpointStore(damaged.parent, keep=2).latest() == old
 
 
 @pytest.mark.slow
