@@ -6,7 +6,8 @@ layers, width 640, 10 heads, feed-forward 2560, byte tokens), at sequence length
 of 4 (``subdivisions: 8``), for ``--updates`` updates. Each variant trains in a fresh child process (this script
 again, with ``--child``), one after another. A child measures its resident memory once TensorFlow, Keras, KerasHub
 and accumrun are imported (``VmRSS``), trains through ``accumrun.train``, and reports its peak (``ru_maxrss``)
-above that import, with the loss of each update.
+above that import, with the loss of each update and the accumrun function that was running at the peak (a thread
+polls the resident memory every 20 ms): whether the peak is the training's, or the saving's at the end.
 
 The fixed bytes are arithmetic, from the built model (:func:`accumrun.models.lora.weight_counts`): the weights as
 held (int8 where quantized), and for each trainable parameter 4 bytes of gradient, 4 of accumulator and 8 of Adam's
@@ -110,7 +111,8 @@ def child(name: str, folder: Path, updates: int) -> None:
         }
     )
     started = time.monotonic()
-    result = accumrun.train(config, folder / name, quiet=True)
+    with PeakWatcher() as watcher:
+        result = accumrun.train(config, folder / name, quiet=True)
     seconds = time.monotonic() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     counts = weight_counts(result.model)
@@ -126,10 +128,45 @@ def child(name: str, folder: Path, updates: int) -> None:
         "activation_bytes": peak - imported - fixed,
         "losses": [row["loss"] for row in result.metrics],
         "peak_rss_mib_logged": result.metrics[-1].get("peak_rss_mib"),
+        "peak_during": watcher.during,
         "updates": result.metrics[-1]["optimizer_steps"],
         "seconds": seconds,
     }
     (folder / f"{name}.json").write_text(json.dumps(figures))
+
+
+class PeakWatcher:
+    """Polls the resident memory every 20 ms while the run trains, and keeps the accumrun function that was running
+    when it was highest (``during``): whether the peak is the training's or the saving's."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._main = threading.main_thread().ident
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._highest = 0
+        self.during = ""
+
+    def __enter__(self) -> PeakWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        import traceback
+
+        while not self._stop.wait(0.02):
+            rss = _rss_bytes()
+            if rss > self._highest:
+                self._highest = rss
+                frame = sys._current_frames().get(self._main)
+                stack = traceback.extract_stack(frame) if frame is not None else []
+                ours = [f"{Path(f.filename).stem}.{f.name}" for f in stack if "/accumrun/" in f.filename]
+                self.during = ours[-1] if ours else ""
 
 
 def _rss_bytes() -> int:
@@ -145,8 +182,8 @@ def markdown(report: dict[str, Any]) -> str:
     full = variants["full"]["peak_above_import_bytes"]
     rows = [
         "| variant | parameters (trainable) | weights | fixed | activations + runtime | peak above import | vs full | "
-        "target | loss per update |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "target | peak during | loss per update |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, v in variants.items():
         ratio = v["peak_above_import_bytes"] / full
@@ -156,7 +193,7 @@ def markdown(report: dict[str, Any]) -> str:
         rows.append(
             f"| {name} | {v['parameters']:,} ({v['trainable']:,}) | {_mib(v['weight_bytes'])} | "
             f"{_mib(v['fixed_bytes'])} | {_mib(v['activation_bytes'])} | {_mib(v['peak_above_import_bytes'])} | "
-            f"{ratio:.2f}x | {verdict} | {losses} |"
+            f"{ratio:.2f}x | {verdict} | `{v.get('peak_during', '')}` | {losses} |"
         )
     return "\n".join(rows)
 
