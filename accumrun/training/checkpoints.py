@@ -122,17 +122,21 @@ class CheckpointStore:
 
     def load(self, path: Path) -> Position:
         """Restore the state from ``path`` (the optimizer built); return the position it was taken at. ConfigError:
-        the checkpoint is unreadable or was made for another model, optimizer or metrics."""
+        the checkpoint is unreadable or was made for another model, optimizer or metrics.
+
+        The position and every variable's shape are read before any variable changes. A file damaged inside a
+        variable's data is found as that variable is read, after the ones before it: the run stops there (nothing
+        goes on from a half-restored state)."""
         try:
             # Opened here, so that the file is closed even where numpy fails to read it as an archive.
             with path.open("rb") as file, np.load(file) as stored:
                 shapes = {key: _stored_shape(stored, key) for key in stored.files}
                 restored = [group for group in self._state if self._matches(group, shapes, path)]
-                # Every shape is checked before any variable changes; then one array at a time is read and assigned.
+                position = Position.stored(str(stored["position"]))
                 for group in restored:
                     for i, variable in enumerate(self._state[group]):
-                        variable.assign(stored[f"{group}/{i}"])
-                return Position.stored(str(stored["position"]))
+                        variable.assign(stored[f"{group}/{i}"])  # one array on the host at a time
+                return position
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
             raise ConfigError("resume", f"cannot read checkpoint {path.name}: {error}") from None
 
