@@ -131,9 +131,10 @@ def _table(
     minutes: float,
 ) -> list[str]:
     old, new = names
+    full_batch = f" ({args.epochs * FULL_BATCH_EPOCHS} for full_batch)" if FULL_BATCH in chosen else ""
     lines = [
-        f"{args.runs} runs of each code per workload, {args.epochs} epochs each ({args.epochs * FULL_BATCH_EPOCHS} for "
-        f"full_batch), {minutes:.0f} min in all. Samples/s, the median of each run's epochs after the first.",
+        f"{args.runs} runs of each code per workload, {args.epochs} epochs each{full_batch}, {minutes:.0f} min in all. "
+        "Samples/s, the median of each run's epochs after the first.",
         "",
         f"| workload | {old} (each run) | {new} (each run) | {old} median | {new} median | change | ≤5% slower |",
         "|---|---|---|---:|---:|---:|---|",
