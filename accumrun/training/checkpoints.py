@@ -164,7 +164,7 @@ def _stored_shape(stored: Any, key: str) -> tuple[int, ...]:
         version = np.lib.format.read_magic(member)
         if version == (1, 0):
             shape, _, _ = np.lib.format.read_array_header_1_0(member)
-        else:
+        else:  # 2.0, or 3.0 (the same header in UTF-8, which numpy writes only for non-Latin-1 field names)
             shape, _, _ = np.lib.format.read_array_header_2_0(member)
         return tuple(shape)
 
