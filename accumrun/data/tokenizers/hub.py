@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,11 +32,24 @@ class KerasHubTokenizer(Tokenizer):
         self._tokenizer = tokenizer
         self.vocabulary_size = int(tokenizer.vocabulary_size())
         self.line_local = line_local
+        self._encoders: dict[int, Callable[[tf.Tensor], tf.Tensor]] = {}
 
     def ids(self, text: str) -> np.ndarray:
         return np.asarray(self._tokenizer(text), np.int32).reshape(-1)
 
     def encode_tensor(self, texts: tf.Tensor, length: int) -> tf.Tensor:
+        import tensorflow as tf
+
+        if tf.executing_eagerly():
+            return self._encoded(texts, length)
+        # In a graph, one trace per length serves every caller: tf.data traces a map's function again for each
+        # pipeline it builds (each split, each epoch), and a KerasHub tokenizer's ops take about half a second to
+        # trace (its regular expressions, through autograph).
+        if length not in self._encoders:
+            self._encoders[length] = tf.function(functools.partial(self._encoded, length=length))
+        return self._encoders[length](texts)
+
+    def _encoded(self, texts: tf.Tensor, length: int) -> tf.Tensor:
         import tensorflow as tf
 
         ids = self._tokenizer(texts)
