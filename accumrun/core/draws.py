@@ -75,8 +75,11 @@ def _noise_shape(layer: keras.layers.Layer, inputs: tf.Tensor) -> tf.Tensor:
 def _dropout(layer: keras.layers.Layer, inputs: tf.Tensor, draw: Draw) -> tf.Tensor:
     if layer.rate >= 1.0:
         return tf.zeros_like(inputs)
-    kept = tf.cast(to_uniform(draw(_noise_shape(layer, inputs))) >= layer.rate, inputs.dtype)
-    return inputs * kept * tf.cast(1.0 / (1.0 - layer.rate), inputs.dtype)
+    kept = to_uniform(draw(_noise_shape(layer, inputs))) >= layer.rate
+    # A choice, not a product with a 0/1 mask, as Keras' own dropout: the backward pass then keeps a byte per element
+    # (the mask) rather than the mask in the inputs' dtype. The values are the same (a dropped one is +0).
+    scaled = inputs * tf.cast(1.0 / (1.0 - layer.rate), inputs.dtype)
+    return tf.where(kept, scaled, tf.zeros((), inputs.dtype))
 
 
 def _gaussian_noise(layer: keras.layers.Layer, inputs: tf.Tensor, draw: Draw) -> tf.Tensor:
