@@ -213,8 +213,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"{_times(ratio)} | {verdict} | `{v.get('peak_during', '')}` | {losses} |"
         )
         if tensors:
-            tensor_ratio = _ratio(v, full, "tensor_peak_bytes")
-            row += f" {_mib(v['tensor_peak_bytes'])}{'' if tensor_ratio is None else f' ({tensor_ratio:.2f}x)'} |"
+            tensor_ratio = _times(_ratio(v, full, "tensor_peak_bytes"))
+            row += f" {_mib(v['tensor_peak_bytes'])}{f' ({tensor_ratio})' if tensor_ratio else ''} |"
         rows.append(row)
     return "\n".join(rows)
 
