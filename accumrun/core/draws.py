@@ -92,10 +92,10 @@ def _gaussian_dropout(layer: keras.layers.Layer, inputs: tf.Tensor, draw: Draw) 
 
 
 def _alpha_dropout(layer: keras.layers.Layer, inputs: tf.Tensor, draw: Draw) -> tf.Tensor:
-    kept = tf.cast(to_uniform(draw(_noise_shape(layer, inputs))) >= layer.rate, inputs.dtype)
+    kept = to_uniform(draw(_noise_shape(layer, inputs))) >= layer.rate
     a = ((1 - layer.rate) * (1 + layer.rate * _ALPHA_P**2)) ** -0.5
     b = -a * _ALPHA_P * layer.rate
-    return a * (inputs * kept + _ALPHA_P * (1 - kept)) + b
+    return a * tf.where(kept, inputs, tf.constant(_ALPHA_P, inputs.dtype)) + b  # a 1-byte mask, as _dropout keeps
 
 
 PerSampleCall = Callable[[keras.layers.Layer, tf.Tensor, Draw], tf.Tensor]
