@@ -131,7 +131,7 @@ class CheckpointStore:
             # Opened here, so that the file is closed even where numpy fails to read it as an archive.
             with path.open("rb") as file, np.load(file) as stored:
                 shapes = {key: _stored_shape(stored, key) for key in stored.files}
-                restored = [group for group in self._state if self._matches(group, shapes, path)]
+                restored = [group for group in self._state if self._holds(group, shapes, path)]
                 position = Position.stored(str(stored["position"]))
                 for group in restored:
                     for i, variable in enumerate(self._state[group]):
@@ -140,7 +140,7 @@ class CheckpointStore:
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
             raise ConfigError("resume", f"cannot read checkpoint {path.name}: {error}") from None
 
-    def _matches(self, group: str, shapes: dict[str, tuple[int, ...]], path: Path) -> bool:
+    def _holds(self, group: str, shapes: dict[str, tuple[int, ...]], path: Path) -> bool:
         """Whether the checkpoint holds ``group`` (an optional group may be missing): ConfigError where it holds
         other variables than the configured ones."""
         variables = self._state[group]
