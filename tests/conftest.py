@@ -1,6 +1,6 @@
 """pytest configuration: TensorFlow's C++ logging quieted for every test and subprocess, the host CPU split into
-two logical devices and Grappler's graph rewrites off in every test process, shared fixtures, and the files in the
-order that keeps two processes busy to the end.
+two logical devices and Grappler's graph rewrites off in every test process, the processes that tests start without
+the test-only scikit-learn, shared fixtures, and the files in the order that keeps two processes busy to the end.
 
 Helpers that tests import (configs, data files, the CLI in a subprocess) are in tests/helpers.py.
 """
@@ -19,6 +19,10 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+AS_INSTALLED = Path(__file__).with_name("as_installed")
+"""On the import path of every process that a test starts: there, Python runs its ``sitecustomize`` first, which
+leaves out the test-only scikit-learn as a user's install does."""
+
 REPLICAS = 2
 """The logical CPUs of every test process: the replicas of the session's mirrored strategy."""
 
@@ -27,10 +31,12 @@ def pytest_configure(config: pytest.Config) -> None:
     """Split the host CPU into :data:`REPLICAS` logical devices, as ``distribute.logical_cpus`` does, in every process
     that runs tests, before the test files are imported: only before TensorFlow creates its devices can it be done
     (any test may be the process's first to touch TensorFlow). Every op still runs on CPU:0 unless a strategy places
-    it; both devices share the process's thread pools. xdist's controller runs no test: it does not import
-    TensorFlow at all."""
+    it; both devices share the process's thread pools. Put :data:`AS_INSTALLED` on the import path of the processes
+    that tests start. xdist's controller runs no test: it does neither."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return
+    # Not in the controller: the workers that it starts run the tests that compare with scikit-learn.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(AS_INSTALLED), os.environ.get("PYTHONPATH")]))
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]

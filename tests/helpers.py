@@ -91,6 +91,12 @@ REPO = Path(__file__).resolve().parent.parent
 """The checkout under test: the working directory and import path of the processes that tests start."""
 
 
+def child_import_path() -> str:
+    """``PYTHONPATH`` for a process that imports this checkout (:data:`REPO`), with what tests/conftest.py put on it
+    for every process a test starts."""
+    return os.pathsep.join([str(REPO), os.environ["PYTHONPATH"]])
+
+
 def start_paused(arguments: list[str], cwd: Path, **popen: Any) -> subprocess.Popen[str]:
     """``python ARGUMENTS`` in ``cwd``, its output piped, importing this checkout (and its tests.hook_models, whose
     forward passes pause 0.1 s each there, so that a run is still training when a test signals it)."""
@@ -102,7 +108,7 @@ def start_paused(arguments: list[str], cwd: Path, **popen: Any) -> subprocess.Po
         text=True,
         env={
             **os.environ,
-            "PYTHONPATH": str(REPO),
+            "PYTHONPATH": child_import_path(),
             "TF_CPP_MIN_LOG_LEVEL": "2",
             "ACCUMRUN_TEST_PAUSE_AT_FORWARD": "0.1",
         },

@@ -15,7 +15,7 @@ from pathlib import Path
 import keras
 import pytest
 
-from tests.helpers import REPO, invoke, start_paused, tiny_config
+from tests.helpers import child_import_path, invoke, start_paused, tiny_config
 
 
 @pytest.mark.subprocess
@@ -148,7 +148,7 @@ def test_a_quiet_run_in_the_default_folder_outlives_a_closed_stdout_stops_on_ctr
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": child_import_path(), "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert resumed.stdout is not None and resumed.stderr is not None
     assert resumed.stdout.readline().startswith("accumrun ")
