@@ -134,6 +134,44 @@ def test_only_the_adapters_train_and_subdivided_equals_plain(tmp_path: Path, kin
     assert (counts.bytes < counts.unquantized_bytes) == (quantize is not None)
 
 
+@pytest.mark.parametrize("layer", ["dense", "einsum_dense"])
+def test_an_int8_layers_backward_waits_for_its_gradient_and_gives_the_same_numbers(layer: str) -> None:
+    import tensorflow as tf
+
+    from accumrun.core.deferred import deferred_backward
+
+    keras.utils.set_random_seed(0)
+    base = keras.layers.Dense(8) if layer == "dense" else keras.layers.EinsumDense("ab,bc->ac", output_shape=8)
+    base.build((None, 6))
+    base.quantize("int8")
+    base.enable_lora(2)
+    x = tf.constant(np.random.default_rng(0).normal(size=(4, 6)), tf.float32)
+
+    def gradients(deferred: bool) -> tuple[list[tf.Tensor], list[tf.Operation]]:
+        def call(inputs: tf.Tensor) -> tf.Tensor:
+            return deferred_backward(base.quantized_call, [inputs], {}) if deferred else base.quantized_call(inputs)
+
+        @tf.function
+        def step(inputs: tf.Tensor) -> list[tf.Tensor]:
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                loss = tf.reduce_sum(tf.sin(call(inputs)))
+            return tape.gradient(loss, [inputs, *base.trainable_variables])
+
+        graph = step.get_concrete_function(x).graph
+        # Keras' int8 gradient dequantizes the kernel (a cast from int8) from the kernel alone.
+        dequantized = [op for op in graph.get_operations() if op.type == "Cast" and op.inputs[0].dtype == tf.int8]
+        return step(x), dequantized
+
+    plain, plain_casts = gradients(deferred=False)
+    deferred, deferred_casts = gradients(deferred=True)
+    for a, b in zip(plain, deferred, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # Without the wait the dequantization may start before the forward pass ends; with it, only after its gradient.
+    assert len(plain_casts) == len(deferred_casts) == 1
+    assert not plain_casts[0].control_inputs and deferred_casts[0].control_inputs
+
+
 @pytest.mark.parametrize(
     ("lora", "quantize", "expected"),
     [

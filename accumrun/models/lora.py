@@ -60,9 +60,31 @@ def adapt(model: keras.Model, section: ModelSection, *, attention: bool | None) 
             warnings.simplefilter("ignore")
             model.quantize(section.quantize)
         _record_quantized_sublayers(model)
+        _defer_dequantization(model)
     for layer in targets:
         layer.enable_lora(lora.rank, lora_alpha=lora.alpha)
     return model
+
+
+def _defer_dequantization(model: keras.Model) -> None:
+    """Make each quantized layer's backward pass wait for its gradient (:mod:`accumrun.core.deferred`): Keras' int8
+    layers dequantize their kernel for it from the kernel alone, so without the wait every layer's float32 kernel is
+    made during the forward pass and held until the backward pass reaches it. Training only: a forward pass alone
+    has no backward pass to wait. Wrapped on the layer object, as remat's calls are, so ``model.keras`` is untouched."""
+    from accumrun.core.deferred import deferred_backward
+    from accumrun.core.recompute import training_now
+
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if layer.quantization_mode is None:
+            continue
+        original = layer.quantized_call
+
+        def call(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if not training_now():
+                return _original(*args, **kwargs)
+            return deferred_backward(_original, args, kwargs)
+
+        layer.quantized_call = call
 
 
 def _record_quantized_sublayers(model: keras.Model) -> None:
