@@ -194,6 +194,14 @@ def test_bad_lora_settings_are_refused_in_one_line(
     assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def test_an_int8_base_under_mixed_float16_is_refused_in_one_line(tmp_path: Path) -> None:
+    model = {"name": "tests.lora_models:dense_norm", "lora": {"rank": 2}, "quantize": "int8"}
+    result = invoke("train", str(write_config(tmp_path / "bad.yaml", **vectors(model, precision="mixed_float16"))))
+    assert result.returncode == 1
+    expected = "training.precision: Keras' int8 layers do not compute in float16; use mixed_bfloat16 with"
+    assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 @pytest.mark.slow
 def test_a_lora_runs_files_serve_keras_and_every_command_and_its_adapters_start_a_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -12,9 +12,15 @@ from accumrun.kinds import Precision, Strategy
 from accumrun.sections import Problem
 
 
-def precision_problems(precision: Precision, strategy: Literal["auto"] | Strategy) -> Iterator[Problem]:
-    """``mixed_float16`` on any strategy but ``none``."""
+def precision_problems(
+    precision: Precision, strategy: Literal["auto"] | Strategy, quantize: str | None
+) -> Iterator[Problem]:
+    """``mixed_float16`` on any strategy but ``none``, or over an int8 base (``model.quantize``)."""
     if precision == Precision.MIXED_FLOAT16 and strategy != Strategy.NONE:
         # The replicated step does not scale the loss; float16 gradients would underflow unnoticed.
         message = "mixed_float16 (loss scaling) runs on one device only; use mixed_bfloat16 with distribute"
+        yield "training.precision", message, "mixed_float16"
+    if precision == Precision.MIXED_FLOAT16 and quantize is not None:
+        # Keras' quantize() raises for a float16 compute dtype; said here, before any model is built.
+        message = f"Keras' {quantize} layers do not compute in float16; use mixed_bfloat16 with model.quantize"
         yield "training.precision", message, "mixed_float16"

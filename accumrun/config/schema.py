@@ -246,5 +246,5 @@ def _broken_rules(config: Config) -> Iterator[Problem]:
     changed = {key: value for key, value in training if value != TrainingConfig.model_fields[key].default}
     replicated = distribute.strategy not in ("auto", Strategy.NONE)
     yield from measurement_rules(training.measure, changed, strategy if replicated else None)
-    yield from precision_problems(training.precision, distribute.strategy)
+    yield from precision_problems(training.precision, distribute.strategy, config.model.quantize)
     yield from remat_rules(training.remat, config.model)
