@@ -22,9 +22,10 @@ import tensorflow as tf
 
 def deferred_backward(call: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """``call(*args, **kwargs)``, whose backward ops start only once the gradient of its outputs exists. The
-    gradient flows to the floating-point tensors among ``args`` and to the trainable variables the call reads;
-    ``kwargs`` (``training``, masks) are bound outside."""
-    flat = tf.nest.flatten(list(args))
+    gradient flows to the floating-point tensors among ``args`` and ``kwargs`` (an input passed by keyword too) and
+    to the trainable variables the call reads; everything else (``training``, masks, ids) is bound as it is. Under
+    XLA (``training.jit_compile``) control dependencies are not kept, so the backward runs when XLA schedules it."""
+    flat = tf.nest.flatten((list(args), kwargs))
     floating = [i for i, value in enumerate(flat) if isinstance(value, tf.Tensor) and value.dtype.is_floating]
     structure: list[Any] = []
 
@@ -33,9 +34,10 @@ def deferred_backward(call: Callable[..., Any], args: Sequence[Any], kwargs: dic
         values = list(flat)
         for i, tensor in zip(floating, tensors, strict=True):
             values[i] = tensor
+        call_args, call_kwargs = tf.nest.pack_sequence_as((list(args), kwargs), values)
         with tf.GradientTape() as tape:
             tape.watch(tensors)
-            outputs = call(*tf.nest.pack_sequence_as(list(args), values), **kwargs)
+            outputs = call(*call_args, **call_kwargs)
         structure[:] = [outputs]
         flat_outputs = tf.nest.flatten(outputs)
 
