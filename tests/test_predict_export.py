@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from accumrun.data.dataset import load_dataset
 from accumrun.data.examples import SHAPES, write_image_folder
 from accumrun.errors import ArgumentError, ConfigError, DataError
 from accumrun.kinds import ModelFile
+from accumrun.models.saving import write_keras_archive
 from accumrun.rundir.layout import prepare_run_dir
 from tests.helpers import invoke, write_config
 
@@ -28,6 +30,22 @@ from tests.helpers import invoke, write_config
 def images_of(paths: list[str]) -> np.ndarray:
     """The files decoded independently of accumrun (PIL through Keras): raw uint8 pixels."""
     return np.stack([np.array(keras.utils.load_img(path)) for path in paths])
+
+
+def test_the_archive_written_through_the_disk_is_the_one_keras_writes(tmp_path: Path) -> None:
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(np.ones((8, 4)), np.zeros((8, 2)), verbose=0)
+    model.save(tmp_path / "keras.keras")
+    write_keras_archive(model, tmp_path / "ours.keras")
+    members = [sorted(zipfile.ZipFile(tmp_path / name).namelist()) for name in ("keras.keras", "ours.keras")]
+    assert members[0] == members[1]
+    assert not (tmp_path / "ours.keras.folder").exists()
+    loaded = keras.models.load_model(tmp_path / "ours.keras")
+    for saved, held in ((loaded.weights, model.weights), (loaded.optimizer.variables, model.optimizer.variables)):
+        assert len(saved) == len(held) > 0
+        for a, b in zip(saved, held, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 @pytest.fixture(scope="module")

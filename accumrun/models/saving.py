@@ -15,12 +15,19 @@ padding id, which gives that mean. Its metrics are left out (Keras would count t
 
 A metric that cannot be computed from what Keras sees is left out, and named, so that nobody mistakes a
 different number for the run's; ``accumrun evaluate`` always gives every metric.
+
+The archive is written from disk, not memory (:func:`write_keras_archive`): Keras' ``model.save`` builds the
+weights file in memory when the machine has room, and then copies it, which at the end of a run that barely fits
+costs twice the weights and the optimizer's slots.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import shutil
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,10 +117,27 @@ def save_trained_model(
     if spec.loss is not None:
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             model.compile(optimizer=optimizer, loss=spec.loss, metrics=spec.metrics)
-    write_atomically(path, model.save)
+    write_atomically(path, functools.partial(write_keras_archive, model))
     # A LoRA run's adapters alone, beside it: a small file that a config starts from (model.adapters).
     save_adapters(model, adapters_path(path))
     return spec
+
+
+def write_keras_archive(model: keras.Model, path: Path) -> None:
+    """Write ``model`` to the ``.keras`` file ``path`` as ``model.save(path)`` does, through the disk.
+
+    Keras saves a folder one variable at a time (``zipped=False``); the archive is that folder's files, stored as
+    Keras stores them, which ``keras.models.load_model`` reads as its own. The folder is removed either way.
+    """
+    folder = path.with_name(f"{path.name}.folder")
+    try:
+        model.save(folder, zipped=False)
+        with zipfile.ZipFile(path, "w") as archive:
+            for file in sorted(folder.rglob("*")):
+                if file.is_file():
+                    archive.write(file, file.relative_to(folder).as_posix())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _on_outputs(metric: keras.metrics.Metric, objective: Objective) -> keras.metrics.Metric | None:
