@@ -19,39 +19,32 @@ from typing import Any
 
 import tensorflow as tf
 
+from accumrun.core.flat_call import FlatCall
+
 
 def deferred_backward(call: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """``call(*args, **kwargs)``, whose backward ops start only once the gradient of its outputs exists. The
-    gradient flows to the floating-point tensors among ``args`` and ``kwargs`` (an input passed by keyword too) and
-    to the trainable variables the call reads; everything else (``training``, masks, ids) is bound as it is. Under
-    XLA (``training.jit_compile``) control dependencies are not kept, so the backward runs when XLA schedules it."""
-    flat = tf.nest.flatten((list(args), kwargs))
-    floating = [i for i, value in enumerate(flat) if isinstance(value, tf.Tensor) and value.dtype.is_floating]
-    structure: list[Any] = []
+    gradient flows to the floating-point tensors among ``args`` and ``kwargs`` (:class:`FlatCall`) and to the
+    trainable variables the call reads. Under XLA (``training.jit_compile``) control dependencies are not kept, so
+    the backward runs when XLA schedules it."""
+    flat_call = FlatCall(call, args, kwargs)
 
     @tf.custom_gradient
     def run(*tensors: tf.Tensor) -> Any:
-        values = list(flat)
-        for i, tensor in zip(floating, tensors, strict=True):
-            values[i] = tensor
-        call_args, call_kwargs = tf.nest.pack_sequence_as((list(args), kwargs), values)
         with tf.GradientTape() as tape:
             tape.watch(tensors)
-            outputs = call(*call_args, **call_kwargs)
-        structure[:] = [outputs]
-        flat_outputs = tf.nest.flatten(outputs)
+            outputs = flat_call(*tensors)
 
         def gradient(*upstream: tf.Tensor, variables: Sequence[tf.Variable] = ()) -> Any:
             with tf.control_dependencies(upstream):
                 grads = tape.gradient(
-                    flat_outputs,
+                    outputs,
                     [*tensors, *variables],
                     output_gradients=list(upstream),
                     unconnected_gradients=tf.UnconnectedGradients.ZERO,
                 )
             return grads[: len(tensors)], grads[len(tensors) :]
 
-        return flat_outputs, gradient
+        return outputs, gradient
 
-    outputs = run(*[flat[i] for i in floating])
-    return tf.nest.pack_sequence_as(structure[0], outputs)
+    return flat_call.structured(run(*flat_call.inputs))

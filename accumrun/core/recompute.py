@@ -3,8 +3,9 @@
 :func:`recomputed` runs a call through ``tf.recompute_grad``, which works inside a ``tf.function`` where Keras'
 ``RematScope(mode="full")`` does not (keras#21207: its custom gradient takes keyword arguments only eagerly). The
 call's floating-point tensors are its positional arguments; everything else (``training``, masks, ids) is bound
-outside, so the recomputed function is positional-only. The variables it reads are the ones ``tf.recompute_grad``
-finds by watching the first run, and get their gradients from the recomputation.
+outside, so the recomputed function is positional-only (:class:`accumrun.core.flat_call.FlatCall`). The variables
+it reads are the ones ``tf.recompute_grad`` finds by watching the first run, and get their gradients from the
+recomputation.
 
 The recomputation must be the first run again, number for number, or remat would change the update:
 
@@ -29,6 +30,8 @@ import keras
 import tensorflow as tf
 from keras.src.backend.common import global_state
 from keras.src.backend.common.variables import AutocastScope
+
+from accumrun.core.flat_call import FlatCall
 
 ReplayPoint = Callable[[], Callable[[], contextlib.AbstractContextManager[None]]]
 """Taken when a first run starts: it returns the context that makes a recomputation see what that run saw."""
@@ -62,27 +65,14 @@ def recomputed(
 ) -> Any:
     """``call(*args, **kwargs)``, its activations recomputed in the backward pass; ``layers`` are the layers it runs
     (with the layers inside them), whose state and calls the recomputation replays."""
-    flat = tf.nest.flatten((list(args), kwargs))
-    floating = [i for i, value in enumerate(flat) if _differentiable(value)]
+    flat_call = FlatCall(call, args, kwargs)
     replay = _replay_point(_inside(layers))
-    structure: list[Any] = []
 
     def run(*tensors: tf.Tensor) -> list[tf.Tensor]:
-        values = list(flat)
-        for i, tensor in zip(floating, tensors, strict=True):
-            values[i] = tensor
-        call_args, call_kwargs = tf.nest.pack_sequence_as((list(args), kwargs), values)
-        with replay() if structure else contextlib.nullcontext():
-            outputs = call(*call_args, **call_kwargs)
-        structure[:] = [outputs]
-        return tf.nest.flatten(outputs)
+        with replay() if flat_call.ran else contextlib.nullcontext():
+            return flat_call(*tensors)
 
-    outputs = tf.recompute_grad(run)(*[flat[i] for i in floating])
-    return tf.nest.pack_sequence_as(structure[0], outputs)
-
-
-def _differentiable(value: Any) -> bool:
-    return isinstance(value, tf.Tensor) and value.dtype.is_floating
+    return flat_call.structured(tf.recompute_grad(run)(*flat_call.inputs))
 
 
 def _points() -> list[ReplayPoint]:
