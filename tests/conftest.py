@@ -79,6 +79,27 @@ def mirrored_strategy() -> Any:
     return create_strategy(DistributeConfig(strategy="mirrored", logical_cpus=REPLICAS))
 
 
+@pytest.fixture
+def recomputations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times a recomputed call runs while traced: once forward, once again in the backward pass."""
+    import tensorflow as tf
+
+    from accumrun.core import recompute
+
+    runs: list[int] = []
+    recompute_grad = tf.recompute_grad
+
+    def counting(f: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any) -> Any:
+            runs.append(1)
+            return f(*args)
+
+        return recompute_grad(counted)
+
+    monkeypatch.setattr(recompute.tf, "recompute_grad", counting)
+    return runs
+
+
 FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
 """Each test file's seconds in a whole run (setup, call and teardown of its tests), as ``--record-file-seconds``
 last measured them."""

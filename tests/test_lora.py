@@ -1,5 +1,6 @@
 """LoRA (``model.lora``) and its int8 base (``model.quantize``) on every kind of model: only the adapters train,
-accumulation stays exact, a run stopped hard resumes exactly, and a LoRA run's files serve every command.
+accumulation stays exact (with remat too), a run stopped hard resumes exactly, and a LoRA run's files serve every
+command.
 
 Tolerance of subdivided against plain training (2e-5): both runs take the same SGD steps (learning rate 0.5, at most
 2 updates) from the same weights with the same per-sample dropout masks; they differ only in the order of float32
@@ -90,11 +91,13 @@ def frozen_values(model: keras.Model) -> list[np.ndarray]:
     return [np.asarray(v.numpy()) for v in model.weights if id(v) not in trainable]
 
 
-def stepped(path: Path, subdivisions: int) -> tuple[tuple[list[np.ndarray], list[np.ndarray]], keras.Model]:
+def stepped(
+    path: Path, subdivisions: int, *overrides: str
+) -> tuple[tuple[list[np.ndarray], list[np.ndarray]], keras.Model]:
     """The config's model as built (its frozen values and its adapters) and after its epochs of batches through the
-    run's train step for ``subdivisions``, in the run's order: what a run trains, without the files a run writes
-    (the test of a run's files below runs one whole)."""
-    setup = build_training(load_config(path, [f"training.subdivisions={subdivisions}"]))
+    run's train step for ``subdivisions`` (and any ``--set`` overrides), in the run's order: what a run trains,
+    without the files a run writes (the test of a run's files below runs one whole)."""
+    setup = build_training(load_config(path, [f"training.subdivisions={subdivisions}", *overrides]))
     start = frozen_values(setup.trained.model), adapter_values(setup.trained.model)
     step = setup.make_step(subdivisions)
     batches = setup.fed.chunk_sizes(subdivisions)
@@ -108,16 +111,28 @@ def stepped(path: Path, subdivisions: int) -> tuple[tuple[list[np.ndarray], list
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("kind", "quantize"),
-    [(kind, None) for kind in KINDS if kind != "custom"] + [("custom", "int8")],
+    ("kind", "quantize", "remat"),
+    [
+        ("transformer", None, "none"),
+        ("keras_hub", None, "blocks"),
+        ("saved", None, "none"),
+        ("custom", "int8", "layers"),
+    ],
 )
-def test_only_the_adapters_train_and_subdivided_equals_plain(tmp_path: Path, kind: str, quantize: str | None) -> None:
+def test_only_the_adapters_train_and_subdivided_equals_plain(
+    tmp_path: Path, kind: str, quantize: str | None, remat: str, recomputations: list[int]
+) -> None:
+    """Subdivided against plain; on two kinds the subdivided run also recomputes (``training.remat``): remat
+    composes with LoRA, and on the int8 base with each int8 layer's deferred backward pass inside the recomputation.
+    A recomputation adds a few units in the last place (tests/test_remat.py), inside the bound above."""
     sections, adapted = KINDS[kind]
     config = sections(tmp_path)
     config["model"] = {**config["model"], "lora": LORA, "quantize": quantize}
     path = write_config(tmp_path / "lora.yaml", **config)
     (frozen, adapters), plain = stepped(path, 1)
-    runs = [plain, stepped(path, 4)[1]]
+    recomputations.clear()
+    runs = [plain, stepped(path, 4, f"training.remat={remat}")[1]]
+    assert (len(recomputations) > 0) == (remat != "none") and len(recomputations) % 2 == 0
     # Only the adapters train: two matrices per adapted layer, each moved, the rest exactly where it started.
     for model in runs:
         paths = [variable.path for variable in model.trainable_variables]

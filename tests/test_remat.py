@@ -30,7 +30,6 @@ import tensorflow as tf
 
 from accumrun.config.loading import load_config
 from accumrun.config.remat import settle_remat
-from accumrun.core import recompute
 from accumrun.core.batch_norm import BatchNormStatistics
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.seeds import LayerDraws
@@ -152,23 +151,6 @@ def weights_without(kind: str, batch_norm: BatchNormMode = BatchNormMode.PER_BAT
 
 def largest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
-
-
-@pytest.fixture
-def recomputations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times a recomputed call runs while traced: once forward, once again in the backward pass."""
-    runs: list[int] = []
-    recompute_grad = tf.recompute_grad
-
-    def counting(f: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(*args: Any) -> Any:
-            runs.append(1)
-            return f(*args)
-
-        return recompute_grad(counted)
-
-    monkeypatch.setattr(recompute.tf, "recompute_grad", counting)
-    return runs
 
 
 def assert_remat_trains_the_same_weights(
