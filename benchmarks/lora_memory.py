@@ -6,8 +6,9 @@ layers, width 640, 10 heads, feed-forward 2560, byte tokens), at sequence length
 of 4 (``subdivisions: 8``), for ``--updates`` updates. Each variant trains in a fresh child process (this script
 again, with ``--child``), one after another. A child measures its resident memory once TensorFlow, Keras, KerasHub
 and accumrun are imported (``VmRSS``), trains through ``accumrun.train``, and reports its peak (``ru_maxrss``)
-above that import, with the loss of each update and the accumrun function that was running at the peak (a thread
-polls the resident memory every 20 ms): whether the peak is the training's, or the saving's at the end.
+above that import, with the loss of each update, the training's own peak (the ``peak_rss_mib`` its last epoch
+logged, before ``model.keras`` is written) and the accumrun function that was running at the peak (a thread polls
+the resident memory every 20 ms).
 
 The fixed bytes are arithmetic, from the built model (:func:`accumrun.models.lora.weight_counts`): the weights as
 held (int8 where quantized), and for each trainable parameter 4 bytes of gradient, 4 of accumulator and 8 of Adam's
@@ -200,17 +201,19 @@ def markdown(report: dict[str, Any]) -> str:
     tensors = all("tensor_peak_bytes" in v for v in variants.values())
     rows = [
         "| variant | parameters (trainable) | weights | fixed | activations + runtime | peak above import | vs full | "
-        "target | peak during | loss per update |" + (" tensor peak (vs full) |" if tensors else ""),
-        "| --- " * (11 if tensors else 10) + "|",
+        "target | training's peak | peak during | loss per update |" + (" tensor peak (vs full) |" if tensors else ""),
+        "| --- " * (12 if tensors else 11) + "|",
     ]
     for name, v in variants.items():
         ratio, target = _ratio(v, full, "peak_above_import_bytes"), TARGETS.get(name)
         verdict = "" if target is None or ratio is None else f"<= {target}x: {'met' if ratio <= target else 'not met'}"
         losses = ", ".join(f"{loss:.3f}" for loss in v["losses"])
+        # The run's own peak at the end of its last epoch, before model.keras is written.
+        training_peak = round(v["peak_rss_mib_logged"] * 2**20) - v["import_rss_bytes"]
         row = (
             f"| {name} | {v['parameters']:,} ({v['trainable']:,}) | {_mib(v['weight_bytes'])} | "
             f"{_mib(v['fixed_bytes'])} | {_mib(v['activation_bytes'])} | {_mib(v['peak_above_import_bytes'])} | "
-            f"{_times(ratio)} | {verdict} | `{v.get('peak_during', '')}` | {losses} |"
+            f"{_times(ratio)} | {verdict} | {_mib(training_peak)} | `{v.get('peak_during', '')}` | {losses} |"
         )
         if tensors:
             tensor_ratio = _times(_ratio(v, full, "tensor_peak_bytes"))

@@ -106,3 +106,12 @@ def test_the_memory_targets_compare_each_s_with_fit_at_the_sub_batch_and_ask_tha
     falling = [measured(method, s, 700 - 50 * s) for s in (1, 2) for method in ("accumrun", "fit_sub")]
     last = run.evaluate_targets(falling)[-1]
     assert (last.measured, last.met) == ("S=1: 650, S=2: 600 MiB", True)
+
+
+def test_the_lora_memory_table_in_the_docs_is_the_scripts_rendering_of_its_json() -> None:
+    """``docs/benchmarks-lora.md``'s latest table is what ``benchmarks/lora_memory.py`` prints for the figures it
+    wrote (``docs/benchmarks-lora-5.json``): the training's peak among them, with each verdict against its target."""
+    report = json.loads((REPO / "docs" / "benchmarks-lora-5.json").read_text())
+    table = script("lora_memory").markdown(report)
+    assert table in (REPO / "docs" / "benchmarks-lora.md").read_text()
+    assert "| lora | " in table and "<= 0.5x: not met | 1,570 MiB |" in table
