@@ -32,16 +32,25 @@ def images_of(paths: list[str]) -> np.ndarray:
     return np.stack([np.array(keras.utils.load_img(path)) for path in paths])
 
 
-def test_the_archive_written_through_the_disk_is_the_one_keras_writes(tmp_path: Path) -> None:
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)])
+def test_the_archive_written_through_the_disk_is_the_one_keras_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same members (a learned vocabulary among the assets), and the same weights and optimizer state loaded,
+    written to a path relative to the working folder."""
+    lookup = keras.layers.StringLookup()
+    lookup.adapt(np.array(["a", "b", "c", "a"]))
+    inputs = keras.Input((1,), dtype="string")
+    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Embedding(5, 3)(lookup(inputs))))
     model.compile(optimizer="adam", loss="mse")
-    model.fit(np.ones((8, 4)), np.zeros((8, 2)), verbose=0)
-    model.save(tmp_path / "keras.keras")
-    write_keras_archive(model, tmp_path / "ours.keras")
-    members = [sorted(zipfile.ZipFile(tmp_path / name).namelist()) for name in ("keras.keras", "ours.keras")]
-    assert members[0] == members[1]
-    assert not (tmp_path / "ours.keras.folder").exists()
-    loaded = keras.models.load_model(tmp_path / "ours.keras")
+    model.fit(tf.constant([["a"], ["c"]]), np.ones((2, 1, 2)), verbose=0)
+    monkeypatch.chdir(tmp_path)
+    model.save("keras.keras")
+    write_keras_archive(model, Path("ours.keras"))
+    members = [sorted(zipfile.ZipFile(name).namelist()) for name in ("keras.keras", "ours.keras")]
+    assert members[0] == members[1] and any(name.startswith("assets/") for name in members[1])
+    assert not Path("ours.keras.folder").exists()
+    loaded = keras.models.load_model("ours.keras")
+    assert loaded.layers[1].get_vocabulary() == lookup.get_vocabulary()
     for saved, held in ((loaded.weights, model.weights), (loaded.optimizer.variables, model.optimizer.variables)):
         assert len(saved) == len(held) > 0
         for a, b in zip(saved, held, strict=True):

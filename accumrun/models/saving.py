@@ -129,7 +129,8 @@ def write_keras_archive(model: keras.Model, path: Path) -> None:
     Keras saves a folder one variable at a time (``zipped=False``); the archive is that folder's files, stored as
     Keras stores them, which ``keras.models.load_model`` reads as its own. The folder is removed either way.
     """
-    folder = path.with_name(f"{path.name}.folder")
+    # Absolute: Keras writes the assets of a folder given by a relative path into a temporary folder, and drops them.
+    folder = path.absolute().with_name(f"{path.name}.folder")
     try:
         model.save(folder, zipped=False)
         with zipfile.ZipFile(path, "w") as archive:
