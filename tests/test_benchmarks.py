@@ -110,8 +110,16 @@ def test_the_memory_targets_compare_each_s_with_fit_at_the_sub_batch_and_ask_tha
 
 def test_the_lora_memory_table_in_the_docs_is_the_scripts_rendering_of_its_json() -> None:
     """``docs/benchmarks-lora.md``'s latest table is what ``benchmarks/lora_memory.py`` prints for the figures it
-    wrote (``docs/benchmarks-lora-5.json``): the training's peak among them, with each verdict against its target."""
+    wrote (``docs/benchmarks-lora-5.json``): the training's peak among them, with each verdict against its target;
+    and from a GPU's figures, the verdicts on the device's peak."""
     report = json.loads((REPO / "docs" / "benchmarks-lora-5.json").read_text())
     table = script("lora_memory").markdown(report)
     assert table in (REPO / "docs" / "benchmarks-lora.md").read_text()
     assert "| lora | " in table and "<= 0.5x: not met | 1,570 MiB |" in table
+    # From a GPU, the ratios and the activations are read on the device's peak.
+    for name, peak in (("full", 1000), ("lora", 400), ("lora_int8", 450)):
+        report["variants"][name]["device_peak_bytes"] = peak * 2**20
+    rows = script("lora_memory").markdown(report).splitlines()
+    assert rows[0].endswith("| device peak |") and rows[3].endswith("| 400 MiB |")
+    assert "| 191 MiB | 1,571 MiB | 0.40x | <= 0.5x: met |" in rows[3]
+    assert "| 0.45x | <= 0.4x: not met |" in rows[4]
