@@ -19,7 +19,8 @@ quantized, so its float weights count in its peak too.
 ``--tensor-peak`` runs the children on TensorFlow's BFC allocator for the CPU (``TF_CPU_ALLOCATOR_USE_BFC``) and adds
 the peak of TensorFlow's own tensors (``tf.config.experimental.get_memory_info``): the weights, the optimizer's
 state and the activations, without Python, the traced graphs or the allocator's slack, and steadier from run to run
-than the resident memory. ``--variants`` measures some of the variants (each ratio needs ``full``).
+than the resident memory. ``--variants`` measures some of the variants (each ratio needs ``full``), and ``--remat``
+trains every variant with that ``training.remat`` (``none`` by default).
 
 On a machine with a GPU the same command trains there, adds the device's peak (``get_memory_info("GPU:0")``), and
 reads the activations, the ratios and the targets on it: there the weights, the optimizer's state and the
@@ -29,6 +30,7 @@ Targets (issue 48): LoRA's peak above import at most 0.5x full fine-tuning's, Lo
 anywhere:
 
     python benchmarks/lora_memory.py [--updates N] [--output PATH] [--tensor-peak] [--variants full,lora]
+        [--remat none|activations|blocks|layers]
 
 The Markdown report goes to stdout, progress to stderr, every figure to the JSON ``--output``.
 """
@@ -59,6 +61,7 @@ TARGETS = {"lora": 0.5, "lora_int8": 0.4}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=2)
+    parser.add_argument("--remat", choices=("none", "activations", "blocks", "layers"), default="none")
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--tensor-peak", action="store_true")
     parser.add_argument("--variants", default=",".join(VARIANTS))
@@ -69,7 +72,7 @@ def main() -> None:
     if unknown := sorted(set(names) - set(VARIANTS)):
         parser.error(f"--variants: unknown {', '.join(unknown)} (the variants: {', '.join(VARIANTS)})")
     if args.child:
-        child(args.child, args.folder, args.updates)
+        child(args.child, args.folder, args.updates, args.remat)
         return
     started = time.time()
     load = os.getloadavg()[0]
@@ -81,7 +84,8 @@ def main() -> None:
         for name in names:
             print(f"{name} ...", file=sys.stderr, flush=True)
             subprocess.run(
-                [sys.executable, __file__, "--child", name, "--folder", folder, "--updates", str(args.updates)],
+                [sys.executable, __file__, "--child", name, "--folder", folder, "--updates", str(args.updates)]
+                + ["--remat", args.remat],
                 check=True,
                 env=env,
             )
@@ -89,6 +93,7 @@ def main() -> None:
     report = {
         "variants": results,
         "updates": args.updates,
+        "remat": args.remat,
         "load_average": [load, os.getloadavg()[0]],
         "seconds": time.time() - started,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -98,7 +103,7 @@ def main() -> None:
         args.output.write_text(json.dumps(report, indent=1) + "\n")
 
 
-def child(name: str, folder: Path, updates: int) -> None:
+def child(name: str, folder: Path, updates: int, remat: str) -> None:
     """Train variant ``name`` for ``updates`` updates and write its figures to ``folder/<name>.json``."""
     import resource
 
@@ -123,7 +128,13 @@ def child(name: str, folder: Path, updates: int) -> None:
             "seed": 0,
             "data": {"name": "text_corpus", "path": str(corpus), "sequence_length": SEQUENCE, "validation_split": 0.0},
             "model": {"name": "keras_hub.models.GPT2Backbone", **GPT2, **VARIANTS[name]},
-            "training": {"epochs": updates, "batch_size": BATCH, "subdivisions": SUBDIVISIONS, "drop_remainder": True},
+            "training": {
+                "epochs": updates,
+                "batch_size": BATCH,
+                "subdivisions": SUBDIVISIONS,
+                "drop_remainder": True,
+                "remat": remat,
+            },
             "optimizer": {"name": "adam", "learning_rate": 1e-3 if name == "full" else 1e-2},
             "output": {"tensorboard": False, "checkpoint_every": None},
         }
