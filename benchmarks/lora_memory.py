@@ -157,6 +157,7 @@ def child(name: str, folder: Path, updates: int, remat: str) -> None:
         "activation_bytes": peak - imported - fixed,
         "losses": [row["loss"] for row in result.metrics],
         "peak_rss_mib_logged": result.metrics[-1].get("peak_rss_mib"),
+        "peak_device_mib_logged": result.metrics[-1].get("peak_device_mib"),
         "peak_during": watcher.during,
         "updates": result.metrics[-1]["optimizer_steps"],
         "seconds": seconds,
@@ -221,8 +222,8 @@ def markdown(report: dict[str, Any]) -> str:
     device = all("device_peak_bytes" in v for v in variants.values())
     measure = "device_peak_bytes" if device else "peak_above_import_bytes"
     rows = [
-        "| variant | parameters (trainable) | weights | fixed | activations + runtime | peak above import | vs full | "
-        "target | training's peak | peak during | loss per update |"
+        "| variant | parameters (trainable) | weights | fixed | activations + runtime | peak above import | "
+        f"vs full{' (device)' if device else ''} | target | training's peak | peak during | loss per update |"
         + (" tensor peak (vs full) |" if tensors else "")
         + (" device peak |" if device else ""),
         "| --- " * (11 + tensors + device) + "|",
@@ -231,13 +232,11 @@ def markdown(report: dict[str, Any]) -> str:
         ratio, target = _ratio(v, full, measure), TARGETS.get(name)
         verdict = "" if target is None or ratio is None else f"<= {target}x: {'met' if ratio <= target else 'not met'}"
         losses = ", ".join(f"{loss:.3f}" for loss in v["losses"])
-        # The run's own peak at the end of its last epoch, before model.keras is written.
-        training_peak = round(v["peak_rss_mib_logged"] * 2**20) - v["import_rss_bytes"]
         activations = v[measure] - v["fixed_bytes"]
         row = (
             f"| {name} | {v['parameters']:,} ({v['trainable']:,}) | {_mib(v['weight_bytes'])} | "
             f"{_mib(v['fixed_bytes'])} | {_mib(activations)} | {_mib(v['peak_above_import_bytes'])} | "
-            f"{_times(ratio)} | {verdict} | {_mib(training_peak)} | `{v.get('peak_during', '')}` | {losses} |"
+            f"{_times(ratio)} | {verdict} | {_training_peak(v, device)} | `{v.get('peak_during', '')}` | {losses} |"
         )
         if tensors:
             tensor_ratio = _times(_ratio(v, full, "tensor_peak_bytes"))
@@ -246,6 +245,15 @@ def markdown(report: dict[str, Any]) -> str:
             row += f" {_mib(v['device_peak_bytes'])} |"
         rows.append(row)
     return "\n".join(rows)
+
+
+def _training_peak(variant: dict[str, Any], device: bool) -> str:
+    """The run's own peak, logged at the end of its last epoch before ``model.keras`` is written: the device's, or the
+    resident memory's above import."""
+    logged = variant.get("peak_device_mib_logged" if device else "peak_rss_mib_logged")
+    if logged is None:
+        return ""
+    return _mib(round(logged * 2**20) - (0 if device else variant["import_rss_bytes"]))
 
 
 def _ratio(variant: dict[str, Any], full: dict[str, Any], key: str) -> float | None:

@@ -81,7 +81,8 @@ def mirrored_strategy() -> Any:
 
 @pytest.fixture
 def recomputations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times a recomputed call runs while traced: once forward, once again in the backward pass."""
+    """How many times each recomputed call ran while traced, one entry per call in the order they were made: 2 each,
+    once forward and once again in the backward pass."""
     import tensorflow as tf
 
     from accumrun.core import recompute
@@ -90,8 +91,11 @@ def recomputations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     recompute_grad = tf.recompute_grad
 
     def counting(f: Callable[..., Any]) -> Callable[..., Any]:
+        index = len(runs)
+        runs.append(0)
+
         def counted(*args: Any) -> Any:
-            runs.append(1)
+            runs[index] += 1
             return f(*args)
 
         return recompute_grad(counted)

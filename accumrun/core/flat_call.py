@@ -34,7 +34,7 @@ class FlatCall:
 
     @property
     def ran(self) -> bool:
-        """Whether it has run once (a second run is a recomputation)."""
+        """Whether it has run at least once (a later run is a recomputation)."""
         return bool(self._outputs)
 
     def __call__(self, *tensors: tf.Tensor) -> list[tf.Tensor]:
@@ -47,5 +47,5 @@ class FlatCall:
         return tf.nest.flatten(outputs)
 
     def structured(self, outputs: Sequence[tf.Tensor]) -> Any:
-        """Flat ``outputs`` in the structure the call returned."""
+        """Flat ``outputs`` in the structure the call returned (once it has run)."""
         return tf.nest.pack_sequence_as(self._outputs[0], list(outputs))

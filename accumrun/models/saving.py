@@ -124,10 +124,12 @@ def save_trained_model(
 
 
 def write_keras_archive(model: keras.Model, path: Path) -> None:
-    """Write ``model`` to the ``.keras`` file ``path`` as ``model.save(path)`` does, through the disk.
+    """Write ``model`` to the local ``.keras`` file ``path`` as ``model.save(path)`` does, through the disk.
 
     Keras saves a folder one variable at a time (``zipped=False``); the archive is that folder's files, stored as
-    Keras stores them, which ``keras.models.load_model`` reads as its own. The folder is removed either way.
+    Keras stores them, which ``keras.models.load_model`` reads as its own. The folder, beside ``path``, is removed
+    once the archive is written or the saving fails; a process killed outright leaves it behind, as it leaves
+    :func:`accumrun.rundir.atomic.write_atomically`'s temporary file. Until then the model is on disk twice.
     """
     # Absolute: Keras writes the assets of a folder given by a relative path into a temporary folder, and drops them.
     folder = path.absolute().with_name(f"{path.name}.folder")
