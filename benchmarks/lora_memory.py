@@ -20,7 +20,9 @@ quantized, so its float weights count in its peak too.
 the peak of TensorFlow's own tensors (``tf.config.experimental.get_memory_info``): the weights, the optimizer's
 state and the activations, without Python, the traced graphs or the allocator's slack, and steadier from run to run
 than the resident memory. ``--variants`` measures some of the variants (each ratio needs ``full``), and ``--remat``
-trains every variant with that ``training.remat`` (``none`` by default).
+trains every variant with that ``training.remat`` (``none`` by default). ``--malloc-arenas N`` caps glibc's malloc
+at N arenas in the children (``MALLOC_ARENA_MAX``): by default it keeps up to 8 per core, and memory that one thread
+freed in its arena is not reused by another's allocations.
 
 On a machine with a GPU the same command trains there, adds the device's peak (``get_memory_info("GPU:0")``), and
 reads the activations, the ratios and the targets on it: there the weights, the optimizer's state and the
@@ -30,7 +32,7 @@ Targets (issue 48): LoRA's peak above import at most 0.5x full fine-tuning's, Lo
 anywhere:
 
     python benchmarks/lora_memory.py [--updates N] [--output PATH] [--tensor-peak] [--variants full,lora]
-        [--remat none|activations|blocks|layers]
+        [--remat none|activations|blocks|layers] [--malloc-arenas N]
 
 The Markdown report goes to stdout, progress to stderr, every figure to the JSON ``--output``.
 """
@@ -65,6 +67,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--tensor-peak", action="store_true")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--malloc-arenas", type=int, default=None)
     parser.add_argument("--child", choices=tuple(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -81,6 +84,8 @@ def main() -> None:
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
         if args.tensor_peak:
             env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
+        if args.malloc_arenas is not None:
+            env["MALLOC_ARENA_MAX"] = str(args.malloc_arenas)
         for name in names:
             print(f"{name} ...", file=sys.stderr, flush=True)
             subprocess.run(
@@ -94,6 +99,7 @@ def main() -> None:
         "variants": results,
         "updates": args.updates,
         "remat": args.remat,
+        "malloc_arena_max": args.malloc_arenas,
         "load_average": [load, os.getloadavg()[0]],
         "seconds": time.time() - started,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
