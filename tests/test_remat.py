@@ -5,7 +5,7 @@ One contract over the modes: the weights after a few SGD updates with remat equa
 moving statistics move (they must move once, however often their layer runs); the recomputation really happens;
 ``blocks`` finds each kind's blocks (the built-in transformer's, residual ones, a Keras application's, a KerasHub
 backbone's) or is refused in one line; ``auto`` without a memory budget is ``none``; remat composes with mixed
-precision and with replicas; and a run configured with it trains as one without.
+precision, with replicas, and with LoRA over an int8 base on replicas; and a run configured with it trains as one without.
 
 The tolerance: a recomputed block runs the same operations on the same inputs, so its forward pass is the same
 to the bit; its gradient comes from a second tape over it, whose sums may run in another order, which moves a
@@ -37,11 +37,14 @@ from accumrun.core.step import make_train_step
 from accumrun.errors import ConfigError, ConfigProblems
 from accumrun.kinds import BatchNormMode, Remat
 from accumrun.models.blocks import hub_blocks, residual_blocks, transformer_blocks
+from accumrun.models.lora import adapt
 from accumrun.models.remat import apply_remat
 from accumrun.models.transformer import transformer
+from accumrun.models.transformer_kind import TransformerConfig
 from tests.helpers import write_config
 
 UPDATES, RATE, TOLERANCE = 2, 0.1, 1e-5
+LORA_INT8 = {"name": "transformer", "lora": {"rank": 2, "alpha": 4.0}, "quantize": "int8"}
 SAMPLES, SUB_BATCHES = 4, 2
 FEATURES, CLASSES, LENGTH, VOCABULARY = 6, 3, 4, 8
 
@@ -119,13 +122,20 @@ def weights_after(
     remat: Remat,
     batch_norm: BatchNormMode = BatchNormMode.PER_BATCH,
     strategy: tf.distribute.Strategy | None = None,
+    *,
+    lora_int8: bool = False,
+    updates: int = UPDATES,
 ) -> list[np.ndarray]:
-    """Every weight (moving statistics too) after ``UPDATES`` SGD updates in ``SUB_BATCHES`` sub-batches with
-    per-sample draws, each batch dealt out to the replicas of ``strategy`` where one is given."""
+    """Every weight (moving statistics too) after ``updates`` SGD updates in ``SUB_BATCHES`` sub-batches with
+    per-sample draws, each batch dealt out to the replicas of ``strategy`` where one is given; with ``lora_int8``,
+    the model's base held in int8 and LoRA's adapters trained over it, as ``model.lora`` and ``model.quantize``
+    make a run's model."""
     make, find_blocks, tokens = KINDS[kind]
     keras.utils.set_random_seed(0)
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = make()
+        if lora_int8:
+            adapt(model, TransformerConfig.model_validate(LORA_INT8), attention=True)
         apply_remat(model, remat, find_blocks)
         optimizer = keras.optimizers.SGD(RATE)
         optimizer.build(model.trainable_variables)
@@ -138,7 +148,7 @@ def weights_after(
         draws=LayerDraws(model, optimizer.iterations),
         strategy=strategy,
     )
-    for x, y in batches(tokens):
+    for x, y in batches(tokens)[:updates]:
         step(x, y)
     return [np.array(w) for w in model.weights]
 
@@ -217,6 +227,17 @@ def test_remat_composes_with_replicas(mirrored_strategy: tf.distribute.Strategy)
     the replicas' gradients reorders float32 sums as the second tape does (a few units in the last place)."""
     with_remat = weights_after("transformer", Remat.BLOCKS, strategy=mirrored_strategy)
     assert largest_difference(with_remat, weights_without("transformer")) <= TOLERANCE
+
+
+@pytest.mark.slow
+def test_remat_composes_with_an_int8_lora_base_on_replicas(mirrored_strategy: tf.distribute.Strategy) -> None:
+    """LoRA over the transformer's int8 base, every layer recomputed (each int8 layer's deferred backward pass
+    inside its recomputation) in each replica's sub-batches: the adapters as on one device without remat, within
+    the same bound, and moved by training (``B`` starts at zero)."""
+    with_remat = weights_after("transformer", Remat.LAYERS, mirrored_strategy, lora_int8=True)
+    without = weights_after("transformer", Remat.NONE, lora_int8=True)
+    assert largest_difference(with_remat, without) <= TOLERANCE
+    assert largest_difference(without, weights_after("transformer", Remat.NONE, lora_int8=True, updates=0)) > 1e-3
 
 
 def test_blocks_are_found_per_kind() -> None:
