@@ -5,7 +5,8 @@ One contract over the modes: the weights after a few SGD updates with remat equa
 moving statistics move (they must move once, however often their layer runs); the recomputation really happens;
 ``blocks`` finds each kind's blocks (the built-in transformer's, residual ones, a Keras application's, a KerasHub
 backbone's) or is refused in one line; ``auto`` without a memory budget is ``none``; remat composes with mixed
-precision, with replicas, and with LoRA over an int8 base on replicas; and a run configured with it trains as one without.
+precision, with replicas, and with LoRA over an int8 base on replicas; and a run configured with it trains as one
+without.
 
 The tolerance: a recomputed block runs the same operations on the same inputs, so its forward pass is the same
 to the bit; its gradient comes from a second tape over it, whose sums may run in another order, which moves a
