@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +87,23 @@ def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
     arrays["position"] = np.array(json.dumps({**position, "train_seconds": 1000.0}))
     np.savez(checkpoint, **arrays)
 
+    # What a process killed while saving leaves (write_atomically's temporaries, Keras' folder beside one) is swept
+    # on resume; a live process's is not.
+    killed = subprocess.Popen(["true"])
+    killed.wait()
+    left = [f".model.{killed.pid}-0123abcd.partial.keras", f".model.{killed.pid}-0123abcd.partial.keras.folder"]
+    left_in_checkpoints = f".ckpt-1.{killed.pid}-4567cdef.partial.npz"
+    writing = f".model.best.{os.getpid()}-89abcdef.partial.keras"
+    for name in [*left, writing]:
+        (tmp_path / "run" / name).write_bytes(b"half")
+    (tmp_path / "run" / "checkpoints" / left_in_checkpoints).write_bytes(b"half")
+    (tmp_path / "run" / left[1]).unlink()
+    (tmp_path / "run" / left[1] / "model.weights.h5").mkdir(parents=True)
+
     resumed = invoke("train", "--resume", str(tmp_path / "run"))
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.splitlines()[-1].startswith("done: epochs 2 to 3 in ")
+    assert [path.name for path in (tmp_path / "run").rglob("*.partial*")] == [writing]
     weights = keras.models.load_model(tmp_path / "run" / "model.keras", compile=False).get_weights()
     for mine, theirs in zip(weights, reference.model.get_weights(), strict=True):
         np.testing.assert_array_equal(mine, theirs)

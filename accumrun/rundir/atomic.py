@@ -1,6 +1,7 @@
 """The one way accumrun writes a whole file: under a temporary name beside it, then renamed into place.
 
-A reader, or a run killed at any instant, sees the old file or the new one, never half of one. The temporary
+A reader, or a run killed at any instant, sees the old file or the new one, never half of one; what a killed writer
+leaves under its temporary name, a resumed run sweeps away (:func:`sweep_leftovers`). The temporary
 name keeps the target's suffix, because some writers insist on it (Keras saves only to ``.keras`` names, numpy
 appends ``.npz`` to other names). It is a plain new file, so it gets the permissions of any file the user
 creates (the umask), unlike ``mkstemp``'s 0600.
@@ -9,6 +10,7 @@ creates (the umask), unlike ``mkstemp``'s 0600.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable
@@ -26,7 +28,7 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial{path.suffix}")
+    temporary = path.with_name(f".{path.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}{_PARTIAL}{path.suffix}")
     try:
         write(temporary)
         if temporary.is_file():
@@ -39,6 +41,35 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
         else:
             temporary.unlink(missing_ok=True)
     return path
+
+
+_PARTIAL = ".partial"
+_LEFTOVER = re.compile(rf"\..*\.(?P<pid>\d+)-[0-9a-f]{{8}}{re.escape(_PARTIAL)}")
+"""A temporary name of :func:`write_atomically` (and what its writer made beside it, as Keras' ``.folder``)."""
+
+
+def sweep_leftovers(folder: Path) -> None:
+    """Remove what writers killed outright left in ``folder`` (not in its subfolders): :func:`write_atomically`'s
+    temporary files and folders, and what a writer made beside them. A resumed run calls it, so that each kill does
+    not leave another copy of the model on disk. Those of a process still alive on this machine are kept."""
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+        match = _LEFTOVER.match(entry.name)
+        if match is None or _alive(int(match["pid"])):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def write_text_atomically(path: Path, text: str) -> Path:

@@ -13,7 +13,7 @@ from accumrun.config.schema import Config
 from accumrun.data.dataset import Dataset
 from accumrun.data.vocabulary import save_learned
 from accumrun.errors import ConfigError
-from accumrun.rundir.atomic import write_text_atomically
+from accumrun.rundir.atomic import sweep_leftovers, write_text_atomically
 from accumrun.rundir.layout import prepare_run_dir, write_features, write_labels
 from accumrun.rundir.metrics import EpochRow, keep_metrics, metrics_before
 from accumrun.rundir.status import AutoNote, BatchNormNote, RunStatus
@@ -47,7 +47,8 @@ class Run:
 
     def resume(self, epochs: int) -> tuple[Position, list[EpochRow]]:
         """Restore the run's latest checkpoint; return its position and the rows logged up to it (the later ones
-        are dropped: they will be logged again). ConfigError: no checkpoint, or nothing left to train."""
+        are dropped: they will be logged again), and sweep away the files that a killed process left half-written.
+        ConfigError: no checkpoint, or nothing left to train."""
         checkpoint = self.home_store.latest()
         if checkpoint is None:
             raise ConfigError(
@@ -67,6 +68,9 @@ class Run:
             )
         if self.home == self.folder:
             keep_metrics(self.folder, rows)
+            # What the stopped process was writing when it was killed: a model on disk twice, a checkpoint.
+            for folder in (self.folder, self.store.folder):
+                sweep_leftovers(folder)
         else:
             self.folder.mkdir(parents=True, exist_ok=True)
         return position, rows
