@@ -26,7 +26,9 @@ from accumrun import train
 from accumrun.config.loading import load_config, load_resume_config
 from accumrun.data.examples import write_corpus
 from accumrun.errors import ConfigError
-from accumrun.models.lora import weight_counts
+from accumrun.models.lora import adapt, weight_counts
+from accumrun.models.transformer import transformer
+from accumrun.models.transformer_kind import TransformerConfig
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, signal_after_batch, write_config
 from tests.lora_models import dense_norm
@@ -145,6 +147,17 @@ def test_only_the_adapters_train_and_subdivided_equals_plain(
     counts = weight_counts(runs[0])
     assert counts.trainable == sum(a.size for a in adapter_values(runs[0]))
     assert (counts.bytes < counts.unquantized_bytes) == (quantize is not None)
+
+
+def test_only_the_int8_layers_with_a_kernel_wait_for_their_gradient() -> None:
+    """The deferral on the layers whose backward pass dequantizes their kernel, not on the int8 embeddings."""
+    model = transformer((4,), 8, 8, layers=1, heads=2, width=8, dropout=0.0, causal=True)
+    section = TransformerConfig.model_validate({"name": "transformer", "lora": LORA, "quantize": "int8"})
+    adapt(model, section, attention=True)
+    quantized = [layer for layer in model._flatten_layers(include_self=False) if layer.quantization_mode is not None]
+    waiting = {type(layer).__name__ for layer in quantized if "quantized_call" in vars(layer)}
+    assert waiting == {"Dense", "EinsumDense"}
+    assert {type(layer).__name__ for layer in quantized} - waiting == {"Embedding"}
 
 
 @pytest.mark.parametrize("layer", ["dense", "einsum_dense"])

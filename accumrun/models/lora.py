@@ -70,12 +70,16 @@ def _defer_dequantization(model: keras.Model) -> None:
     """Make each quantized layer's backward pass wait for its gradient (:mod:`accumrun.core.deferred`): Keras' int8
     layers dequantize their kernel for it from the kernel alone, so without the wait every layer's float32 kernel is
     made during the forward pass and held until the backward pass reaches it. Training only: a forward pass alone
-    has no backward pass to wait. Wrapped on the layer object, as remat's calls are, so ``model.keras`` is untouched."""
+    has no backward pass to wait. Wrapped on the layer object, as remat's calls are, so ``model.keras`` is untouched.
+    Only layers with a kernel: an int8 ``Embedding`` takes ids, whose gradient nobody needs, so its backward pass
+    reads no kernel."""
+    import keras
+
     from accumrun.core.deferred import deferred_backward
     from accumrun.core.recompute import training_now
 
     for layer in model._flatten_layers(include_self=False, recursive=True):
-        if layer.quantization_mode is None:
+        if layer.quantization_mode is None or not isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
             continue
         original = layer.quantized_call
 
