@@ -29,9 +29,10 @@ BLOCK = re.compile(r"(<!-- sample (?P<name>[\w-]+) -->\n```\n)(?P<body>.*?)(```\
 
 SAMPLE_ENVIRONMENT = {"TF_ENABLE_ONEDNN_OPTS": "0", "COLUMNS": "200"}
 """What every sample's commands run with besides the caller's environment. TensorFlow turns oneDNN's custom
-operations on by itself only on CPUs with AVX-512 VNNI and newer, and their kernels round otherwise, so that 20 epochs
-of training print other last digits there: with them off, the samples print the same digits on every x86 CPU. Wide
-enough that no line wraps."""
+operations on by itself only on CPUs with AVX-512 VNNI and newer, and their kernels round otherwise, so that even the
+first epoch prints other digits there: with them off, the first epoch prints the same digits on every CPU measured
+(later epochs still differ between CPUs; see tests/test_readme_samples.py). Wide enough that no line wraps."""
+
 
 Outputs = list[list[str]]
 """Each command's standard output, as lines, in the order the commands ran."""

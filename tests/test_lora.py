@@ -31,11 +31,10 @@ from accumrun.models.transformer import transformer
 from accumrun.models.transformer_kind import TransformerConfig
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, signal_after_batch, write_config
-from tests.lora_models import dense_norm
+from tests.lora_models import LORA, dense_norm
 from tests.test_compare import variants_in_this_process
 
 GPT2 = {"num_layers": 1, "num_heads": 2, "hidden_dim": 16, "intermediate_dim": 32, "dropout": 0.1}
-LORA = {"rank": 2, "alpha": 4.0}
 
 
 def vectors(model: dict[str, Any], **training: Any) -> dict[str, Any]:
@@ -149,7 +148,7 @@ def test_only_the_adapters_train_and_subdivided_equals_plain(
     assert (counts.bytes < counts.unquantized_bytes) == (quantize is not None)
 
 
-def test_only_the_int8_layers_with_a_kernel_wait_for_their_gradient() -> None:
+def test_only_the_int8_dense_layers_wait_for_their_gradient() -> None:
     """The deferral on the layers whose backward pass dequantizes their kernel, not on the int8 embeddings."""
     model = transformer((4,), 8, 8, layers=1, heads=2, width=8, dropout=0.0, causal=True)
     section = TransformerConfig.model_validate({"name": "transformer", "lora": LORA, "quantize": "int8"})

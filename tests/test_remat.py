@@ -43,9 +43,10 @@ from accumrun.models.remat import apply_remat
 from accumrun.models.transformer import transformer
 from accumrun.models.transformer_kind import TransformerConfig
 from tests.helpers import write_config
+from tests.lora_models import LORA
 
 UPDATES, RATE, TOLERANCE = 2, 0.1, 1e-5
-LORA_INT8 = {"name": "transformer", "lora": {"rank": 2, "alpha": 4.0}, "quantize": "int8"}
+LORA_INT8 = {"name": "transformer", "lora": LORA, "quantize": "int8"}
 SAMPLES, SUB_BATCHES = 4, 2
 FEATURES, CLASSES, LENGTH, VOCABULARY = 6, 3, 4, 8
 
@@ -160,7 +161,9 @@ def weights_without(kind: str, batch_norm: BatchNormMode = BatchNormMode.PER_BAT
 
 
 def named_weights(model: keras.Model) -> dict[str, np.ndarray]:
-    return {variable.path: np.array(variable) for variable in model.weights}
+    named = {variable.path: np.array(variable) for variable in model.weights}
+    assert len(named) == len(model.weights), "two weights share a path"
+    return named
 
 
 def largest_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:

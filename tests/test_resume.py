@@ -18,6 +18,7 @@ import pytest
 from accumrun import train
 from accumrun.config.loading import load_config, load_resume_config
 from accumrun.errors import ConfigError, Interrupted, TrainingDiverged
+from accumrun.rundir.atomic import sweep_leftovers
 from accumrun.training.checkpoints import CheckpointStore
 from accumrun.training.runner import RunResult
 from accumrun.training.signals import StopRequests, resume_command
@@ -94,11 +95,10 @@ def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
     left = [f".model.{killed.pid}-0123abcd.partial.keras", f".model.{killed.pid}-0123abcd.partial.keras.folder"]
     left_in_checkpoints = f".ckpt-1.{killed.pid}-4567cdef.partial.npz"
     writing = f".model.best.{os.getpid()}-89abcdef.partial.keras"
-    for name in [*left, writing]:
+    for name in [left[0], writing]:
         (tmp_path / "run" / name).write_bytes(b"half")
-    (tmp_path / "run" / "checkpoints" / left_in_checkpoints).write_bytes(b"half")
-    (tmp_path / "run" / left[1]).unlink()
     (tmp_path / "run" / left[1] / "model.weights.h5").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / left_in_checkpoints).write_bytes(b"half")
 
     resumed = invoke("train", "--resume", str(tmp_path / "run"))
     assert resumed.returncode == 0, resumed.stderr
@@ -246,6 +246,23 @@ def test_a_completed_run_is_replaced_only_with_overwrite(tmp_path: Path, three_e
     result = train(load_config(path, ["training.epochs=1"]), tmp_path / "run", quiet=True, overwrite=True)
     assert [row["epoch"] for row in result.metrics] == [1]
     assert len(CheckpointStore(tmp_path / "run" / "checkpoints", keep=3).checkpoints()) == 1
+
+
+def test_a_sweep_removes_only_a_dead_writers_temporaries(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    kept = ["model.keras", "ckpt-1.npz", ".notes", f".model.{os.getpid()}-0123abcd.partial.keras", "target"]
+    swept = [f".model.{dead.pid}-0123abcd.partial.keras", f".ckpt-2.{dead.pid}-4567cdef.partial.npz"]
+    for name in kept[:-1] + swept:
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "inside").write_bytes(b"x")
+    # Keras' folder beside a temporary; a link to a folder, under a pid no process can have.
+    (tmp_path / f".model.{dead.pid}-0123abcd.partial.keras.folder").mkdir()
+    (tmp_path / f".model.{2**80}-89abcdef.partial.keras.folder").symlink_to(tmp_path / "target")
+    sweep_leftovers(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(kept)
+    assert (tmp_path / "target" / "inside").is_file()
 
 
 def test_overwrite_leaves_folders_with_foreign_files_alone(tmp_path: Path) -> None:

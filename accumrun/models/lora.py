@@ -71,8 +71,8 @@ def _defer_dequantization(model: keras.Model) -> None:
     layers dequantize their kernel for it from the kernel alone, so without the wait every layer's float32 kernel is
     made during the forward pass and held until the backward pass reaches it. Training only: a forward pass alone
     has no backward pass to wait. Wrapped on the layer object, as remat's calls are, so ``model.keras`` is untouched.
-    Only layers with a kernel: an int8 ``Embedding`` takes ids, whose gradient nobody needs, so its backward pass
-    reads no kernel."""
+    Only ``Dense`` and ``EinsumDense``, whose int8 call dequantizes its kernel for the backward pass: an int8
+    ``Embedding`` looks its rows up and needs no gradient of its frozen table."""
     import keras
 
     from accumrun.core.deferred import deferred_backward

@@ -16,6 +16,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+_PARTIAL = ".partial"
+_LEFTOVER = re.compile(rf"\..*\.(?P<pid>\d+)-[0-9a-f]{{8}}{re.escape(_PARTIAL)}")
+"""A temporary name of :func:`write_atomically` (and what its writer made beside it, as Keras' ``.folder``)."""
+
 
 def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(temporary)`` to write the file, force it to disk, then move it to ``path`` in one step.
@@ -43,11 +47,6 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
     return path
 
 
-_PARTIAL = ".partial"
-_LEFTOVER = re.compile(rf"\..*\.(?P<pid>\d+)-[0-9a-f]{{8}}{re.escape(_PARTIAL)}")
-"""A temporary name of :func:`write_atomically` (and what its writer made beside it, as Keras' ``.folder``)."""
-
-
 def sweep_leftovers(folder: Path) -> None:
     """Remove what writers killed outright left in ``folder`` (not in its subfolders): :func:`write_atomically`'s
     temporary files and folders, and what a writer made beside them. A resumed run calls it, so that each kill does
@@ -65,7 +64,7 @@ def sweep_leftovers(folder: Path) -> None:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such process; no pid that large
         return False
     except PermissionError:  # another user's process
         return True

@@ -49,6 +49,11 @@ class Run:
         """Restore the run's latest checkpoint; return its position and the rows logged up to it (the later ones
         are dropped: they will be logged again), and sweep away the files that a killed process left half-written.
         ConfigError: no checkpoint, or nothing left to train."""
+        if self.home == self.folder:
+            # What the stopped process was writing when it was killed: a model on disk twice, a checkpoint. Before
+            # any refusal, so that a finished run's folder is swept too.
+            for folder in (self.folder, self.store.folder):
+                sweep_leftovers(folder)
         checkpoint = self.home_store.latest()
         if checkpoint is None:
             raise ConfigError(
@@ -68,9 +73,6 @@ class Run:
             )
         if self.home == self.folder:
             keep_metrics(self.folder, rows)
-            # What the stopped process was writing when it was killed: a model on disk twice, a checkpoint.
-            for folder in (self.folder, self.store.folder):
-                sweep_leftovers(folder)
         else:
             self.folder.mkdir(parents=True, exist_ok=True)
         return position, rows
