@@ -43,8 +43,8 @@ def steady(lines: list[str]) -> list[str]:
 def printed_now(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     """Every checked block as the code prints it now, from one process of its own: this one runs with Grappler off
     (tests/conftest.py), and TensorFlow may have turned oneDNN's custom operations on in it, where the samples are
-    made with them off (``samples.SAMPLE_ENVIRONMENT``). Either rounds otherwise, and 20 epochs of training carry a
-    last-place difference into the printed digits."""
+    made with them off (``samples.SAMPLE_ENVIRONMENT``). Either rounds otherwise, and within an epoch training carries
+    that into the printed digits."""
     folder = tmp_path_factory.mktemp("readme")
     done = subprocess.run(
         [sys.executable, "-m", "tests.readme_blocks", str(folder / "runs")],
@@ -56,7 +56,6 @@ def printed_now(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]
             **os.environ,
             **samples.SAMPLE_ENVIRONMENT,
             "PYTHONPATH": child_import_path(),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
         },
     )
     assert done.returncode == 0, done.stderr

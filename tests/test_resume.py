@@ -34,6 +34,13 @@ def training_rows(run_dir: Path) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
 
 
+def a_dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    return ended.pid
+
+
 THREE_EPOCHS = {"epochs": 3, "measure": ["noise_scale"]}
 
 
@@ -90,10 +97,9 @@ def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(
 
     # What a process killed while saving leaves (write_atomically's temporaries, Keras' folder beside one) is swept
     # on resume; a live process's is not.
-    killed = subprocess.Popen(["true"])
-    killed.wait()
-    left = [f".model.{killed.pid}-0123abcd.partial.keras", f".model.{killed.pid}-0123abcd.partial.keras.folder"]
-    left_in_checkpoints = f".ckpt-1.{killed.pid}-4567cdef.partial.npz"
+    killed = a_dead_pid()
+    left = [f".model.{killed}-0123abcd.partial.keras", f".model.{killed}-0123abcd.partial.keras.folder"]
+    left_in_checkpoints = f".ckpt-1.{killed}-4567cdef.partial.npz"
     writing = f".model.best.{os.getpid()}-89abcdef.partial.keras"
     for name in [left[0], writing]:
         (tmp_path / "run" / name).write_bytes(b"half")
@@ -249,16 +255,15 @@ def test_a_completed_run_is_replaced_only_with_overwrite(tmp_path: Path, three_e
 
 
 def test_a_sweep_removes_only_a_dead_writers_temporaries(tmp_path: Path) -> None:
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+    dead = a_dead_pid()
     kept = ["model.keras", "ckpt-1.npz", ".notes", f".model.{os.getpid()}-0123abcd.partial.keras", "target"]
-    swept = [f".model.{dead.pid}-0123abcd.partial.keras", f".ckpt-2.{dead.pid}-4567cdef.partial.npz"]
+    swept = [f".model.{dead}-0123abcd.partial.keras", f".ckpt-2.{dead}-4567cdef.partial.npz"]
     for name in kept[:-1] + swept:
         (tmp_path / name).write_bytes(b"x")
     (tmp_path / "target").mkdir()
     (tmp_path / "target" / "inside").write_bytes(b"x")
     # Keras' folder beside a temporary; a link to a folder, under a pid no process can have.
-    (tmp_path / f".model.{dead.pid}-0123abcd.partial.keras.folder").mkdir()
+    (tmp_path / f".model.{dead}-0123abcd.partial.keras.folder").mkdir()
     (tmp_path / f".model.{2**80}-89abcdef.partial.keras.folder").symlink_to(tmp_path / "target")
     sweep_leftovers(tmp_path)
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(kept)
