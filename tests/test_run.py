@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.framework.func_graph import FuncGraph
 
 from accumrun import train
 from accumrun.config.loading import load_config
@@ -274,3 +276,18 @@ def test_the_logged_loss_includes_regularization_as_keras_logs_it(tmp_path: Path
     assert row["val_loss"] == pytest.approx(
         result.model.evaluate(val_x, val_y, verbose=0, return_dict=True)["loss"], abs=1e-5
     )
+
+
+@pytest.mark.parametrize("remat", ["none", "layers"])
+def test_a_finished_run_lets_go_of_the_graphs_it_traced(tmp_path: Path, remat: str) -> None:
+    """TensorFlow's gradient registry keeps the graph of every custom gradient traced in one (tensorflow#97697):
+    the step's all-reduce, and each recomputed layer under remat. A process that trains again must not still hold
+    the first run's step."""
+
+    def graphs() -> int:
+        gc.collect()
+        return sum(isinstance(held, FuncGraph) for held in gc.get_objects())
+
+    before = graphs()
+    train(tiny_config(tmp_path, training={"remat": remat}), tmp_path / "run", quiet=True)
+    assert graphs() <= before

@@ -29,6 +29,7 @@ from accumrun.training.checkpoints import Position
 from accumrun.training.console import describe_setup, device_name, run_summary
 from accumrun.training.controls import Controls
 from accumrun.training.distribute import PEER_ERRORS, describe_strategy, is_chief, lost_worker
+from accumrun.training.graph_release import releasing_traced_graphs
 from accumrun.training.run_folder import Run
 from accumrun.training.setup import TrainingSetup, build_training
 from accumrun.training.trainer_assembly import build_trainer
@@ -66,7 +67,7 @@ def train_run(
     echo: Callable[[str], None] = (lambda line: None) if quiet else functools.partial(print, flush=True)
     # float64 for the whole run: Keras turns a Python number into a tensor of its floatx as it traces (an L2
     # regularizer's factor would be rounded to float32).
-    with floats(config.training.precision):
+    with floats(config.training.precision), releasing_traced_graphs():
         settled = settle_subdivisions(build_training(config, strategy, resumed=run_dir if resume else None), echo)
         if is_chief(strategy):
             return _train(
