@@ -12,6 +12,7 @@ rounding errors add as a random walk: sqrt(n) * 2^-24 = 2e-6), and two updates a
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 from fnmatch import fnmatchcase
@@ -157,6 +158,21 @@ def test_only_the_int8_dense_layers_wait_for_their_gradient() -> None:
     waiting = {type(layer).__name__ for layer in quantized if "quantized_call" in vars(layer)}
     assert waiting == {"Dense", "EinsumDense"}
     assert {type(layer).__name__ for layer in quantized} - waiting == {"Embedding"}
+
+
+@pytest.mark.parametrize("frozen_before", [False, True])
+def test_quantizing_leaves_the_garbage_collector_as_it_found_it(frozen_before: bool) -> None:
+    """Quantizing freezes the objects made before it (Keras collects once per layer it quantizes) and unfreezes them
+    after; objects that the process froze itself stay frozen."""
+    model = transformer((4,), 8, 8, layers=1, heads=2, width=8, dropout=0.0, causal=True)
+    section = TransformerConfig.model_validate({"name": "transformer", "lora": LORA, "quantize": "int8"})
+    if frozen_before:
+        gc.freeze()
+    try:
+        adapt(model, section, attention=True)
+        assert (gc.get_freeze_count() > 0) == frozen_before
+    finally:
+        gc.unfreeze()
 
 
 @pytest.mark.parametrize("layer", ["dense", "einsum_dense"])
