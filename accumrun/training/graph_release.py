@@ -27,11 +27,13 @@ def releasing_traced_graphs() -> Iterator[None]:
     as it is traced, inside. A gradient that another thread registers meanwhile goes too, which is why this wraps a
     whole run and nothing finer."""
     registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
-    before = set(registry) if isinstance(registry, dict) else set()
+    if not isinstance(registry, dict):  # a TensorFlow that keeps it otherwise: nothing to remove here
+        yield
+        return
+    before = set(registry)
     try:
         yield
     finally:
-        if isinstance(registry, dict):
-            for name in set(registry) - before:
-                if name.startswith("CustomGradient-"):
-                    del registry[name]
+        for name in set(registry) - before:
+            if name.startswith("CustomGradient-"):
+                del registry[name]
