@@ -20,7 +20,9 @@ quantized, so its float weights count in its peak too.
 the peak of TensorFlow's own tensors (``tf.config.experimental.get_memory_info``): the weights, the optimizer's
 state and the activations, without Python, the traced graphs or the allocator's slack, and steadier from run to run
 than the resident memory. ``--variants`` measures some of the variants (each ratio needs ``full``), and ``--remat``
-trains every variant with that ``training.remat`` (``none`` by default). ``--malloc-arenas N`` caps glibc's malloc
+trains every variant with that ``training.remat`` (``none`` by default). ``--size 200m`` measures a backbone of
+about 200M parameters instead (16 layers, width 1024, 16 heads, feed-forward 4096), where the fixed bytes weigh
+more against the activations and the runtime. ``--malloc-arenas N`` caps glibc's malloc
 at N arenas in the children (``MALLOC_ARENA_MAX``): by default it keeps up to 8 per core, and memory that one thread
 freed in its arena is not reused by another's allocations.
 
@@ -32,7 +34,7 @@ Targets (issue 48): LoRA's peak above import at most 0.5x full fine-tuning's, Lo
 anywhere:
 
     python benchmarks/lora_memory.py [--updates N] [--output PATH] [--tensor-peak] [--variants full,lora]
-        [--remat none|activations|blocks|layers] [--malloc-arenas N]
+        [--remat none|activations|blocks|layers] [--size 50m|200m] [--malloc-arenas N]
 
 The Markdown report goes to stdout, progress to stderr, every figure to the JSON ``--output``.
 """
@@ -50,7 +52,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-GPT2 = {"num_layers": 10, "num_heads": 10, "hidden_dim": 640, "intermediate_dim": 2560, "dropout": 0.1}
+SIZES = {
+    "50m": {"num_layers": 10, "num_heads": 10, "hidden_dim": 640, "intermediate_dim": 2560, "dropout": 0.1},
+    "200m": {"num_layers": 16, "num_heads": 16, "hidden_dim": 1024, "intermediate_dim": 4096, "dropout": 0.1},
+}
 SEQUENCE, BATCH, SUBDIVISIONS = 256, 32, 8
 VARIANTS: dict[str, dict[str, Any]] = {
     "full": {},
@@ -63,6 +68,7 @@ TARGETS = {"lora": 0.5, "lora_int8": 0.4}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=2)
+    parser.add_argument("--size", choices=tuple(SIZES), default="50m")
     parser.add_argument("--remat", choices=("none", "activations", "blocks", "layers"), default="none")
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--tensor-peak", action="store_true")
@@ -75,7 +81,7 @@ def main() -> None:
     if unknown := sorted(set(names) - set(VARIANTS)):
         parser.error(f"--variants: unknown {', '.join(unknown)} (the variants: {', '.join(VARIANTS)})")
     if args.child:
-        child(args.child, args.folder, args.updates, args.remat)
+        child(args.child, args.folder, args.updates, args.remat, SIZES[args.size])
         return
     started = time.time()
     load = os.getloadavg()[0]
@@ -90,7 +96,7 @@ def main() -> None:
             print(f"{name} ...", file=sys.stderr, flush=True)
             subprocess.run(
                 [sys.executable, __file__, "--child", name, "--folder", folder, "--updates", str(args.updates)]
-                + ["--remat", args.remat],
+                + ["--remat", args.remat, "--size", args.size],
                 check=True,
                 env=env,
             )
@@ -99,6 +105,7 @@ def main() -> None:
         "variants": results,
         "updates": args.updates,
         "remat": args.remat,
+        "size": args.size,
         "malloc_arena_max": args.malloc_arenas,
         "load_average": [load, os.getloadavg()[0]],
         "seconds": time.time() - started,
@@ -109,8 +116,9 @@ def main() -> None:
         args.output.write_text(json.dumps(report, indent=1) + "\n")
 
 
-def child(name: str, folder: Path, updates: int, remat: str) -> None:
-    """Train variant ``name`` for ``updates`` updates and write its figures to ``folder/<name>.json``."""
+def child(name: str, folder: Path, updates: int, remat: str, gpt2: dict[str, Any]) -> None:
+    """Train variant ``name`` of the backbone ``gpt2`` for ``updates`` updates and write its figures to
+    ``folder/<name>.json``."""
     import resource
 
     import keras_hub  # noqa: F401  (imported before the baseline, as training imports it)
@@ -133,7 +141,7 @@ def child(name: str, folder: Path, updates: int, remat: str) -> None:
         {
             "seed": 0,
             "data": {"name": "text_corpus", "path": str(corpus), "sequence_length": SEQUENCE, "validation_split": 0.0},
-            "model": {"name": "keras_hub.models.GPT2Backbone", **GPT2, **VARIANTS[name]},
+            "model": {"name": "keras_hub.models.GPT2Backbone", **gpt2, **VARIANTS[name]},
             "training": {
                 "epochs": updates,
                 "batch_size": BATCH,
