@@ -12,6 +12,7 @@ rounding errors add as a random walk: sqrt(n) * 2^-24 = 2e-6), and two updates a
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import signal
@@ -212,6 +213,47 @@ def test_an_int8_layers_backward_waits_for_its_gradient_and_gives_the_same_numbe
     # Without the wait the dequantization may start before the forward pass ends; with it, only after its gradient.
     assert len(plain_casts) == len(deferred_casts) == 1
     assert not plain_casts[0].control_inputs and deferred_casts[0].control_inputs
+
+
+@pytest.mark.parametrize("layer", ["dense", "einsum_dense"])
+def test_an_int8_product_in_float32_gives_keras_numbers_to_the_bit(layer: str) -> None:
+    """Inside ``int8_products_in_float32`` an int8 layer multiplies in float32 (no integer product in its graph), each
+    operand cast only once both exist; over an inner dimension below 1,041 its outputs and gradients are those of
+    Keras' int32 product to the bit. Outside, the product is Keras' own again."""
+    import tensorflow as tf
+
+    from accumrun.models.int8_matmul import int8_products_in_float32
+
+    keras.utils.set_random_seed(0)
+    base = keras.layers.Dense(8) if layer == "dense" else keras.layers.EinsumDense("ab,bc->ac", output_shape=8)
+    base.build((None, 48))
+    base.quantize("int8")
+    base.enable_lora(2)
+    x = tf.constant(np.random.default_rng(0).normal(size=(4, 48)) * 10, tf.float32)
+
+    def run(in_float32: bool) -> tuple[list[np.ndarray], list[tf.Operation], list[tf.Operation]]:
+        @tf.function
+        def step(inputs: tf.Tensor) -> list[tf.Tensor]:
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                with int8_products_in_float32() if in_float32 else contextlib.nullcontext():
+                    outputs = base(inputs)
+                loss = tf.reduce_sum(tf.sin(outputs))
+            return [outputs, *tape.gradient(loss, [inputs, *base.trainable_variables])]
+
+        products = [op for op in step.get_concrete_function(x).graph.get_operations() if "MatMul" in op.type]
+        integer = [op for op in products if op.inputs[0].dtype == tf.int8]
+        casts = [t.op for op in products for t in op.inputs if t.op.type == "Cast" and t.op.inputs[0].dtype == tf.int8]
+        return [t.numpy() for t in step(x)], integer, casts
+
+    keras_numbers, keras_products, _ = run(in_float32=False)
+    float_numbers, float_products, casts = run(in_float32=True)
+    for a, b in zip(keras_numbers, float_numbers, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert keras_products and not float_products
+    # The kernel's cast waits for the quantized inputs, so no layer's float32 kernel is made ahead of its turn.
+    assert len(casts) == 2 and all(cast.control_inputs for cast in casts)
+    assert run(in_float32=False)[1]
 
 
 @pytest.mark.parametrize(
