@@ -4,7 +4,7 @@ Keras' int8 ``Dense`` and ``EinsumDense`` quantize their inputs to int8 and mult
 ``tf.matmul(..., output_type=tf.int32)``. TensorFlow's CPU kernel for that product is not accelerated: a [1024, 640]
 by [640, 2560] product took 61.5 ms, against 23.8 ms in float32 and 21.7 ms for the same int8 operands cast to float32
 first (on a 2-core AMD EPYC with AVX-512 VNNI). On ``benchmarks/lora_memory.py``'s 50M-parameter transformer, LoRA on
-the int8 base took 100 s where float LoRA took 64; with its products in float32, 63 s.
+the int8 base took 100 s where float LoRA took 64; with its products in float32, 65 s where float LoRA took 59.
 
 Cast to float32, the operands are the same integers, and every product of two of them is exact. The sum is exact too
 while each partial sum stays below 2**24, which holds for any inner dimension up to 1,040 (1,040 * 127 * 127 < 2**24):
@@ -12,7 +12,7 @@ there the result is the integer Keras' int32 product gives, and the layer's outp
 longer inner dimension a partial sum may round, by at most one float32 rounding per addition, where Keras rounds
 once when it casts the int32 sum to float32.
 
-On a GPU, Keras' int8 product is left as it is: there TensorFlow has integer matrix kernels, and no GPU measured the
+On a GPU, Keras' int8 product is left as it is: Keras chose it for integer hardware, and no GPU has measured the
 difference here.
 """
 
