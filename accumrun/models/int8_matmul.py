@@ -1,19 +1,19 @@
-"""Keras' int8 products computed in float32 where no GPU is visible: :func:`int8_products_in_float32`.
+"""Keras' int8 products computed in float32: :func:`int8_products_in_float32`.
 
 Keras' int8 ``Dense`` and ``EinsumDense`` quantize their inputs to int8 and multiply them by the int8 kernel through
-``tf.matmul(..., output_type=tf.int32)``. TensorFlow's CPU kernel for that product is not accelerated: a [1024, 640]
-by [640, 2560] product took 61.5 ms, against 23.8 ms in float32 and 21.7 ms for the same int8 operands cast to float32
-first (on a 2-core AMD EPYC with AVX-512 VNNI). On ``benchmarks/lora_memory.py``'s 50M-parameter transformer, LoRA on
-the int8 base took 100 s where float LoRA took 64; with its products in float32, 65 s where float LoRA took 59.
+``tf.matmul(..., output_type=tf.int32)``, TensorFlow's ``BatchMatMulV3``. TensorFlow 2.21 registers that op for int8
+operands on the CPU alone (its kernel registry, ``get_registered_kernels_for_op``), so on a GPU the product would be
+placed on the host. On the CPU it is not accelerated: a [1024, 640] by [640, 2560] product took 61.5 ms, against
+23.8 ms in float32 and 21.7 ms for the same int8 operands cast to float32 first (on a 2-core AMD EPYC with AVX-512
+VNNI). On ``benchmarks/lora_memory.py``'s 50M-parameter transformer, LoRA on the int8 base took 100 s where float LoRA
+took 64; with its products in float32, 65 s where float LoRA took 59.
 
 Cast to float32, the operands are the same integers, and every product of two of them is exact. The sum is exact too
 while each partial sum stays below 2**24, which holds for any inner dimension up to 1,040 (1,040 * 127 * 127 < 2**24):
 there the result is the integer Keras' int32 product gives, and the layer's output is the same to the bit. Over a
 longer inner dimension a partial sum may round, by at most one float32 rounding per addition, where Keras rounds
-once when it casts the int32 sum to float32.
-
-On a GPU, Keras' int8 product is left as it is: Keras chose it for integer hardware, and no GPU has measured the
-difference here.
+once when it casts the int32 sum to float32. A GPU that multiplies float32 in TensorFloat-32 keeps these integers
+exact too: they need 7 bits of its 10.
 """
 
 from __future__ import annotations
@@ -30,14 +30,9 @@ _installed = False
 
 @contextlib.contextmanager
 def int8_products_in_float32() -> Iterator[None]:
-    """Inside, in this thread and where TensorFlow sees no GPU, Keras' ``matmul`` and ``einsum`` of int8 operands
-    multiply them in float32 and return float32, which Keras' int8 layers cast to their compute dtype as they cast
-    the int32 product. Every other product is Keras' own."""
-    import tensorflow as tf
-
-    if tf.config.list_logical_devices("GPU"):
-        yield
-        return
+    """Inside, in this thread, Keras' ``matmul`` and ``einsum`` of int8 operands multiply them in float32 and return
+    float32, which Keras' int8 layers cast to their compute dtype as they cast the int32 product. Every other product
+    is Keras' own."""
     _install()
     depth = getattr(_active, "depth", 0)
     _active.depth = depth + 1

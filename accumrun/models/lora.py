@@ -93,8 +93,8 @@ def _wrap_int8_calls(model: keras.Model) -> None:
     """Wrap each quantized ``Dense`` and ``EinsumDense`` call twice over, on the layer object as remat's calls are, so
     ``model.keras`` is untouched:
 
-    - its int8 product runs in float32 where no GPU is visible (:mod:`accumrun.models.int8_matmul`), as fast as a
-      float32 layer where TensorFlow's CPU integer product took 2.6 times as long;
+    - its int8 product runs in float32 (:mod:`accumrun.models.int8_matmul`): TensorFlow has that integer product for
+      the CPU alone, where it took 2.6 times as long as in float32;
     - in training, its backward pass waits for its gradient (:mod:`accumrun.core.deferred`): Keras' int8 layers
       dequantize their kernel for it from the kernel alone, so without the wait every layer's float32 kernel is made
       during the forward pass and held until the backward pass reaches it. A forward pass alone has no backward pass
