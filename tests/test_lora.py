@@ -28,9 +28,11 @@ from accumrun import train
 from accumrun.config.loading import load_config, load_resume_config
 from accumrun.data.examples import write_corpus
 from accumrun.errors import ConfigError
+from accumrun.kinds import ModelFile
 from accumrun.models.lora import adapt, weight_counts
 from accumrun.models.transformer import transformer
 from accumrun.models.transformer_kind import TransformerConfig
+from accumrun.reports.finished import FinishedRun
 from accumrun.training.setup import build_training
 from tests.helpers import invoke, signal_after_batch, write_config
 from tests.lora_models import LORA, dense_norm
@@ -346,6 +348,11 @@ def test_a_lora_runs_files_serve_keras_and_every_command_and_its_adapters_start_
     assert "quantize int8: weights " in trained.stdout
     generated = invoke("generate", str(tmp_path / "lm"), "--prompt", "The ", "--max-tokens", "5")
     assert generated.returncode == 0 and generated.stdout.startswith("The "), generated.stderr
+    # Served, its int8 layers multiply in float32 as in training.
+    served = FinishedRun(tmp_path / "lm").load_model(ModelFile.FINAL)
+    quantized = [layer for layer in served._flatten_layers(include_self=False) if layer.quantization_mode is not None]
+    products = [layer for layer in quantized if isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense))]
+    assert products and all("quantized_call" in vars(layer) for layer in products)
 
 
 @pytest.mark.slow

@@ -62,7 +62,7 @@ def adapt(model: keras.Model, section: ModelSection, *, attention: bool | None) 
             warnings.simplefilter("ignore")
             model.quantize(section.quantize)
         _record_quantized_sublayers(model)
-        _wrap_int8_calls(model)
+        wrap_int8_calls(model)
     for layer in targets:
         layer.enable_lora(lora.rank, lora_alpha=lora.alpha)
     return model
@@ -89,9 +89,9 @@ def _collecting_once() -> Iterator[None]:
         gc.collect()
 
 
-def _wrap_int8_calls(model: keras.Model) -> None:
+def wrap_int8_calls(model: keras.Model) -> None:
     """Wrap each quantized ``Dense`` and ``EinsumDense`` call twice over, on the layer object as remat's calls are, so
-    ``model.keras`` is untouched:
+    ``model.keras`` is untouched: when a run adapts its base, and when a finished run's int8 model is loaded to serve.
 
     - its int8 product runs in float32 (:mod:`accumrun.models.int8_matmul`): TensorFlow has that integer product for
       the CPU alone, where it took 2.6 times as long as in float32;

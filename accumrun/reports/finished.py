@@ -15,6 +15,7 @@ from accumrun.data.tokenizers import Tokenizer, text_input
 from accumrun.data.vocabulary import settle_vocabulary
 from accumrun.errors import ConfigError
 from accumrun.kinds import ModelFile, RunState, Task
+from accumrun.models.lora import wrap_int8_calls
 from accumrun.models.outputs import output_activation
 from accumrun.objective import probability_function
 from accumrun.rundir.layout import require_run_folder
@@ -56,8 +57,11 @@ class FinishedRun:
         return path
 
     def load_model(self, which: ModelFile) -> keras.Model:
-        """The saved model, uncompiled: accumrun scores it with the run's own objective."""
-        return keras.models.load_model(self.model_path(which), compile=False)
+        """The saved model, uncompiled: accumrun scores it with the run's own objective. Its int8 layers, if any,
+        multiply in float32, as in training (:func:`accumrun.models.lora.wrap_int8_calls`)."""
+        model = keras.models.load_model(self.model_path(which), compile=False)
+        wrap_int8_calls(model)
+        return model
 
     @property
     def labels(self) -> list[str] | None:
