@@ -16,6 +16,7 @@ import contextlib
 import gc
 import json
 import signal
+import warnings
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from accumrun.config.loading import load_config, load_resume_config
 from accumrun.data.examples import write_corpus
 from accumrun.errors import ConfigError
 from accumrun.kinds import ModelFile
-from accumrun.models.lora import adapt, weight_counts
+from accumrun.models.lora import adapt, weight_counts, wrap_int8_calls
 from accumrun.models.transformer import transformer
 from accumrun.models.transformer_kind import TransformerConfig
 from accumrun.reports.finished import FinishedRun
@@ -161,6 +162,22 @@ def test_only_the_int8_dense_layers_wait_for_their_gradient() -> None:
     waiting = {type(layer).__name__ for layer in quantized if "quantized_call" in vars(layer)}
     assert waiting == {"Dense", "EinsumDense"}
     assert {type(layer).__name__ for layer in quantized} - waiting == {"Embedding"}
+
+
+def test_a_base_that_is_int8_already_is_wrapped_once() -> None:
+    """A base that comes int8 (a saved int8 model) gets the float32 products and the deferral without ``quantize``;
+    wrapping again leaves each layer's call as it is."""
+    model = transformer((4,), 8, 8, layers=1, heads=2, width=8, dropout=0.0, causal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras names every layer that has no int8 form
+        model.quantize("int8")
+    adapt(model, TransformerConfig.model_validate({"name": "transformer", "lora": LORA}), attention=True)
+    products = [layer for layer in model._flatten_layers(include_self=False) if layer.quantization_mode is not None]
+    products = [layer for layer in products if isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense))]
+    calls = [vars(layer).get("quantized_call") for layer in products]
+    assert products and all(calls)
+    wrap_int8_calls(model)
+    assert [vars(layer)["quantized_call"] for layer in products] == calls
 
 
 @pytest.mark.parametrize("frozen_before", [False, True])

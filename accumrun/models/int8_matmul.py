@@ -1,12 +1,11 @@
 """Keras' int8 products computed in float32: :func:`int8_products_in_float32`.
 
 Keras' int8 ``Dense`` and ``EinsumDense`` quantize their inputs to int8 and multiply them by the int8 kernel through
-``tf.matmul(..., output_type=tf.int32)``, TensorFlow's ``BatchMatMulV3``. TensorFlow 2.21 registers that op for int8
-operands on the CPU alone (its kernel registry, ``get_registered_kernels_for_op``), so on a GPU the product would be
-placed on the host. On the CPU it is not accelerated: a [1024, 640] by [640, 2560] product took 61.5 ms, against
-23.8 ms in float32 and 21.7 ms for the same int8 operands cast to float32 first (on a 2-core AMD EPYC with AVX-512
-VNNI). On ``benchmarks/lora_memory.py``'s 50M-parameter transformer, LoRA on the int8 base took 100 s where float LoRA
-took 64; with its products in float32, 65 s where float LoRA took 59.
+``tf.matmul(..., output_type=tf.int32)``, TensorFlow's ``BatchMatMulV3``. TensorFlow 2.21's int8 kernel for that op
+exists only for the CPU (its kernel registry, ``get_registered_kernels_for_op``), so outside XLA a GPU would run the
+product on the host; and on the CPU it is slower than float32's: 2.6 times on a 2-core AMD EPYC with AVX-512 VNNI,
+where LoRA on an int8 base trained at two thirds of float LoRA's speed (``docs/benchmarks-lora.md``, Runs 12 and
+14).
 
 Cast to float32, the operands are the same integers, and every product of two of them is exact. The sum is exact too
 while each partial sum stays below 2**24, which holds for any inner dimension up to 1,040 (1,040 * 127 * 127 < 2**24):
@@ -69,17 +68,21 @@ def _install() -> None:
 
 
 def _in_float32(*operands: Any) -> bool:
+    if not getattr(_active, "depth", 0):
+        return False
     import tensorflow as tf
 
-    return bool(getattr(_active, "depth", 0)) and all(getattr(x, "dtype", None) == tf.int8 for x in operands)
+    return all(getattr(x, "dtype", None) == tf.int8 for x in operands)
 
 
 def _float32(*operands: Any) -> list[Any]:
     """``operands`` cast to float32, each cast once all of them exist. A kernel's cast reads the kernel alone, and
     TensorFlow's executor runs an op as soon as its inputs exist: without the wait, every layer's float32 kernel
     would be made at the start of the step and held until its product (the base in float32: the peak of LoRA on the
-    int8 base of ``benchmarks/lora_memory.py`` rose from 898 to 1,164 MiB)."""
+    int8 base of ``benchmarks/lora_memory.py`` rose from 898 to 1,164 MiB). XLA (``training.jit_compile``) drops
+    control dependencies and schedules the casts itself."""
     import tensorflow as tf
 
-    with tf.control_dependencies(operands):
-        return [tf.cast(x, tf.float32) for x in operands]
+    tensors = [tf.convert_to_tensor(x) for x in operands]
+    with tf.control_dependencies(tensors):
+        return [tf.cast(x, tf.float32) for x in tensors]

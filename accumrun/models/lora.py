@@ -62,7 +62,7 @@ def adapt(model: keras.Model, section: ModelSection, *, attention: bool | None) 
             warnings.simplefilter("ignore")
             model.quantize(section.quantize)
         _record_quantized_sublayers(model)
-        wrap_int8_calls(model)
+    wrap_int8_calls(model)  # also a base that was int8 already, such as a saved int8 model
     for layer in targets:
         layer.enable_lora(lora.rank, lora_alpha=lora.alpha)
     return model
@@ -93,14 +93,15 @@ def wrap_int8_calls(model: keras.Model) -> None:
     """Wrap each quantized ``Dense`` and ``EinsumDense`` call twice over, on the layer object as remat's calls are, so
     ``model.keras`` is untouched: when a run adapts its base, and when a finished run's int8 model is loaded to serve.
 
-    - its int8 product runs in float32 (:mod:`accumrun.models.int8_matmul`): TensorFlow has that integer product for
-      the CPU alone, where it took 2.6 times as long as in float32;
+    - its int8 product runs in float32 (:mod:`accumrun.models.int8_matmul`): TensorFlow's int8 matmul kernel exists
+      only for the CPU, where it is slower than float32's;
     - in training, its backward pass waits for its gradient (:mod:`accumrun.core.deferred`): Keras' int8 layers
       dequantize their kernel for it from the kernel alone, so without the wait every layer's float32 kernel is made
       during the forward pass and held until the backward pass reaches it. A forward pass alone has no backward pass
       to wait.
 
-    An int8 ``Embedding`` looks its rows up: it has no product, and needs no gradient of its frozen table."""
+    An int8 ``Embedding`` looks its rows up: it has no product, and needs no gradient of its frozen table. A layer
+    wrapped already is left as it is."""
     import keras
 
     from accumrun.core.deferred import deferred_backward
@@ -109,6 +110,8 @@ def wrap_int8_calls(model: keras.Model) -> None:
 
     for layer in model._flatten_layers(include_self=False, recursive=True):
         if layer.quantization_mode is None or not isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
+            continue
+        if "quantized_call" in vars(layer):  # Keras' own is the class's method
             continue
         original = layer.quantized_call
 

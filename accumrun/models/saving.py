@@ -16,6 +16,10 @@ padding id, which gives that mean. Its metrics are left out (Keras would count t
 A metric that cannot be computed from what Keras sees is left out, and named, so that nobody mistakes a
 different number for the run's; ``accumrun evaluate`` always gives every metric.
 
+An int8 model multiplies in Keras' int32 there, where accumrun multiplies the same integers in float32
+(:mod:`accumrun.models.int8_matmul`): the outputs are the same to the bit up to an inner dimension of 1,040, and
+within float32's rounding of the sums beyond it.
+
 The archive is written from disk, not memory (:func:`write_keras_archive`): Keras' ``model.save`` builds the
 weights file in memory when the machine has room, and then copies it, which at the end of a run that barely fits
 costs twice the weights and the optimizer's slots.
