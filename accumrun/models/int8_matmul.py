@@ -22,6 +22,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import tensorflow as tf
+
 _active = threading.local()
 _installing = threading.Lock()
 _installed = False
@@ -70,8 +72,6 @@ def _install() -> None:
 def _in_float32(*operands: Any) -> bool:
     if not getattr(_active, "depth", 0):
         return False
-    import tensorflow as tf
-
     return all(getattr(x, "dtype", None) == tf.int8 for x in operands)
 
 
@@ -81,8 +81,6 @@ def _float32(*operands: Any) -> list[Any]:
     would be made at the start of the step and held until its product (the base in float32: the peak of LoRA on the
     int8 base of ``benchmarks/lora_memory.py`` rose from 898 to 1,164 MiB). XLA (``training.jit_compile``) drops
     control dependencies and schedules the casts itself."""
-    import tensorflow as tf
-
     tensors = [tf.convert_to_tensor(x) for x in operands]
     with tf.control_dependencies(tensors):
         return [tf.cast(x, tf.float32) for x in tensors]

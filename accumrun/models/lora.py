@@ -92,6 +92,7 @@ def _collecting_once() -> Iterator[None]:
 def wrap_int8_calls(model: keras.Model) -> None:
     """Wrap each quantized ``Dense`` and ``EinsumDense`` call twice over, on the layer object as remat's calls are, so
     ``model.keras`` is untouched: when a run adapts its base, and when a finished run's int8 model is loaded to serve.
+    In each call:
 
     - its int8 product runs in float32 (:mod:`accumrun.models.int8_matmul`): TensorFlow's int8 matmul kernel exists
       only for the CPU, where it is slower than float32's;
