@@ -10,7 +10,7 @@ normalization, as darknet does); what accumrun chooses is everything around it:
   sub-batch's moments are read as the layer computes them, and combined exactly (Chan et al.'s pairwise rule,
   the law of total variance weighted by sample count), so uneven sub-batches are exact too; under
   ``tf.distribute`` the replicas' moments are combined the same way, by two all-reduces.
-- ``precise``: ``per_batch``, and at the end of each epoch :func:`population_statistics` replaces every moving
+- ``precise``: ``per_batch``, and at the end of each epoch :class:`PopulationStatistics` replaces every moving
   mean and variance by the training set's, under the final weights (PreciseBN, Wu and Johnson 2021).
 - ``frozen``: every BatchNorm runs in inference mode with its moving statistics, which do not change; its
   gamma and beta still train. Training is then the same with any subdivisions.
@@ -230,7 +230,6 @@ class PopulationStatistics:
         strategy: tf.distribute.Strategy | None = None,
     ) -> None:
         self._statistics = statistics
-        self._strategy = strategy
 
         def add(x: tf.Tensor) -> None:
             indices, take = piece_loop(x, piece)

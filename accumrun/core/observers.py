@@ -12,7 +12,7 @@ knowing what it measures:
 - its **result per update**, :meth:`Observer.result`, ``width`` float64 numbers, from what :meth:`Observer.batch`
   returned and the batch's :class:`BatchScale`.
 
-The step concatenates the results of its observers, in order, into :attr:`~accumrun.core.step.BatchResult.measures`;
+The step concatenates the results of its observers, in order, into :attr:`~accumrun.core.spec.BatchResult.measures`;
 :meth:`Observers.columns` says which columns are whose. An observer never changes the update.
 """
 
@@ -70,7 +70,7 @@ class Observers:
         self.state_width = sum(o.state_width for o in self._observers)
         """The width of the state of them all."""
         self.width = sum(o.width for o in self._observers)
-        """The width of :attr:`~accumrun.core.step.BatchResult.measures`."""
+        """The width of :attr:`~accumrun.core.spec.BatchResult.measures`."""
 
     def __bool__(self) -> bool:
         return bool(self._observers)

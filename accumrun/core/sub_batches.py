@@ -45,11 +45,9 @@ def sub_batch_sizes(batch: int, subdivisions: int) -> list[int]:
 def describe_batch(batch: int, subdivisions: int) -> str:
     """A one-line description such as ``batch 10 = 3 sub-batches x 3-4 samples``."""
     sizes = sub_batch_sizes(batch, subdivisions)
-    low, high = min(sizes), max(sizes)
-    each = f"{low:,}" if low == high else f"{low:,}-{high:,}"
     noun = "sub-batch" if len(sizes) == 1 else "sub-batches"
-    unit = "sample" if high == 1 else "samples"
-    return f"batch {batch:,} = {len(sizes)} {noun} x {each} {unit}"
+    unit = "sample" if max(sizes) == 1 else "samples"
+    return f"batch {batch:,} = {len(sizes)} {noun} x {_span(sizes)} {unit}"
 
 
 def replica_sizes(batch: int, replicas: int) -> list[int]:

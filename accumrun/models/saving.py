@@ -54,11 +54,10 @@ _ORDER_ONLY = (
 @dataclass(frozen=True)
 class CompileSpec:
     """What ``model.compile`` gets: the loss and the metrics (None when the loss is the user's own function,
-    which Keras could not load without their code), the form of the targets, and the metrics left out."""
+    which Keras could not load without their code), and the metrics left out."""
 
     loss: keras.losses.Loss | None
     metrics: list[keras.metrics.Metric] = field(default_factory=list)
-    one_hot_targets: bool = False
     left_out: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str | None:
@@ -99,7 +98,7 @@ def compile_spec(objective: Objective) -> CompileSpec:
             left_out[spec.name] = "it needs probabilities and the model outputs logits"
             continue
         metrics.append(on_outputs)
-    return CompileSpec(loss, metrics, one_hot, left_out)
+    return CompileSpec(loss, metrics, left_out)
 
 
 def save_trained_model(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
+from accumrun.config.memory_budget import mib
 from accumrun.core.footprint import Footprint, candidate_subdivisions, footprint
 from accumrun.core.sub_batches import sub_batch_sizes
 from accumrun.kinds import Feed
@@ -85,9 +86,6 @@ def memory_report(
 
 def format_estimate(estimate: MemoryEstimate, configured: int | None) -> list[str]:
     """The estimate as lines: the fixed costs, then one row per candidate subdivisions."""
-
-    def mib(value: float) -> str:
-        return f"{value / 2**20:,.3f} MiB"
 
     per_sample = f"{estimate.input_per_sample:,} bytes per sample as stored"
     if estimate.feed is Feed.BATCH:

@@ -2,7 +2,7 @@
 that measures the sharpness, that a control decides at, that ``batch_norm: precise`` recomputes statistics after,
 that ends the run, or that checkpoints; at an update count that ``checkpoint_every_updates`` divides; and, with
 ``updates_per_call: auto``, after about :data:`CALL_SECONDS` of work, so that a signal or a timed checkpoint waits
-about a second at most.
+about that long at most (or one update, where an update takes longer).
 """
 
 from __future__ import annotations

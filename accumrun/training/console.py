@@ -17,6 +17,7 @@ from accumrun.data.vocabulary import learned_line
 from accumrun.kinds import CacheMode
 from accumrun.models.lora import describe_adaptation
 from accumrun.rundir.metrics import EpochRow
+from accumrun.training.cadence import CALL_SECONDS
 from accumrun.training.hooks import BatchEnd, Hook
 from accumrun.training.measurements import measurement_lines
 from accumrun.training.setup import TrainingSetup
@@ -105,7 +106,8 @@ def _input_line(setup: TrainingSetup) -> str:
     parts.append(f"feed {fed.feed.value} ({fed.feed_choice.reason})")
     if fed.several_updates_per_call:
         per_call = setup.config.training.updates_per_call
-        parts.append("about 0.5 s of updates per call" if per_call == "auto" else f"up to {per_call} updates per call")
+        auto = f"about {CALL_SECONDS:g} s of updates per call"
+        parts.append(auto if per_call == "auto" else f"up to {per_call} updates per call")
     return "; ".join(parts)
 
 

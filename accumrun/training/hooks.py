@@ -46,8 +46,6 @@ class EpochEnd:
     """An epoch's end: its row (which :meth:`stop` marks as the run's last), and notes to print after its line."""
 
     row: EpochRow
-    ends_call: bool
-    """Whether the epoch ended its call: only then may the host work (validate, decide) on its weights."""
     notes: list[str] = field(default_factory=list)
 
     def stop(self, reason: str) -> None:
@@ -95,7 +93,8 @@ class Hook:
     training's."""
 
     def epoch_figures(self, position: Position, ends_call: bool) -> dict[str, float]:
-        """Columns to add to the row of the epoch that ``position`` has just finished."""
+        """Columns to add to the row of the epoch that ``position`` has just finished; ``ends_call`` says whether
+        that epoch ended its call: only then may the host work (validate, decide) on its weights."""
         return {}
 
     def on_epoch_end(self, end: EpochEnd) -> None:

@@ -20,9 +20,6 @@ from accumrun.training.batches import Batches
 from accumrun.training.checkpoints import Position
 from accumrun.training.hooks import EpochEnd, Hook
 
-FIGURES = ("evaluations", "step_length", "gradient_norm")
-"""The columns each iteration's row adds."""
-
 
 @dataclass(frozen=True)
 class _Evaluation:

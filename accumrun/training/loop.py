@@ -140,7 +140,7 @@ class Trainer:
             loss_scaled=self._loss_scaled,
             learning_rate=float(updates.learning_rates[k]),
         )
-        end = EpochEnd(row=row, ends_call=ends_call)
+        end = EpochEnd(row=row)
         self.hooks.on_epoch_end(end)
         self.rows.append(end.row)
         return end.row.stopped

@@ -3,8 +3,8 @@ how it learns from the training texts (:class:`~accumrun.data.tokenizers.base.To
 module of this package; the config's ``data.tokenizer`` union is built from :data:`TOKENIZERS`.
 
 ``word_piece``, ``sentence_piece`` and ``preset`` need the ``text`` extra (KerasHub, tensorflow-text,
-sentencepiece). TensorFlow is imported only inside :meth:`Tokenizer.encode_tensor`, so the sources that tokenize
-stay free of it.
+sentencepiece). TensorFlow is imported only inside the methods that run its ops, never when a module is imported, so
+the sources that tokenize stay free of it.
 """
 
 from __future__ import annotations
