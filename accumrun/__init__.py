@@ -225,14 +225,16 @@ def compare(
     match) and the report's paths; ``table()`` is what the command prints.
 
     Raises:
-        ConfigError: the config is invalid, or ``run_dir`` holds files.
+        ConfigError: the config, or a variant's config or optimizer (checked before any trains), is invalid, or
+            ``run_dir`` holds files.
         ArgumentError: ``subdivisions`` left to the config when it trains with 1, or both ``subdivisions`` and
             ``vary``.
         Interrupted: SIGINT or SIGTERM stopped it; ``run_dir/compare.json`` says where each variant stands, and
             :func:`resume_compare` goes on.
     """
     from accumrun.errors import ArgumentError
-    from accumrun.reports.compare import compare_runs
+    from accumrun.optim.optimizers import build_optimizer
+    from accumrun.reports.compare import SUBDIVISIONS, compare_runs
     from accumrun.rundir.layout import resolve_run_dir
 
     path = Path(config)
@@ -241,18 +243,18 @@ def compare(
     target = Path(run_dir) if run_dir is not None else resolve_run_dir(template, path.stem)
     # Flushed, so that each line comes before the output of the variant's process that follows it.
     echo = (lambda _: None) if quiet else functools.partial(print, flush=True)
-    if vary is not None:
-        if subdivisions is not None:
-            raise ArgumentError("vary", "compares one key; vary subdivisions or another key, not both")
-        key, values = vary
-        return compare_runs(path, list(values), target, list(overrides), echo=echo, key=key)
-    if subdivisions is None:
+    if vary is not None and subdivisions is not None:
+        raise ArgumentError("vary", "compares one key; vary subdivisions or another key, not both")
+    key, values = vary if vary is not None else (SUBDIVISIONS, subdivisions)
+    if values is None:
         if loaded.training.subdivisions == 1:
             raise ArgumentError(
                 "subdivisions", "the config trains with subdivisions 1; name the counts to compare, e.g. 8,1"
             )
-        subdivisions = [loaded.training.subdivisions, 1]
-    return compare_runs(path, list(subdivisions), target, list(overrides), echo=echo)
+        values = [loaded.training.subdivisions, 1]
+    for value in values:  # every variant's config and optimizer are checked before the first one trains
+        build_optimizer(load_config(path, [*overrides, f"{key}={value}"]).optimizer)
+    return compare_runs(path, list(values), target, list(overrides), echo=echo, key=key)
 
 
 def resume_compare(run_dir: str | Path, *, quiet: bool = False) -> Comparison:

@@ -106,27 +106,43 @@ def test_plot_command_names_a_directory_that_is_not_a_run(tmp_path: Path) -> Non
 def test_another_key_varies_and_a_failing_variant_is_reported_while_the_others_finish(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # An optimizer that Keras does not have is refused by that variant alone. 22 samples: two whole batches, as
-    # above; no TensorBoard, which the test above checks.
+    # A learning rate of 1e38 makes the weights overflow after the first update: that variant fails as it trains,
+    # the other finishes. 22 samples: two whole batches, as above; no TensorBoard, which the test above checks.
     config = tiny_config(tmp_path, data={"samples": 22}, output={"tensorboard": False})
-    vary = "optimizer.name=sgd,no_such_optimizer"
+    vary = "optimizer.learning_rate=0.01,1e38"
     commands = variants_in_this_process(monkeypatch)
     result = invoke("compare", str(config), "--vary", vary, "--run-dir", str(tmp_path / "out"))
     assert [command[-3:] for command in commands] == [
-        ["optimizer.name=sgd", "--run-dir", str(tmp_path / "out" / "optimizer.name-sgd")],
-        ["optimizer.name=no_such_optimizer", "--run-dir", str(tmp_path / "out" / "optimizer.name-no_such_optimizer")],
+        ["optimizer.learning_rate=0.01", "--run-dir", str(tmp_path / "out" / "optimizer.learning_rate-0.01")],
+        ["optimizer.learning_rate=1e38", "--run-dir", str(tmp_path / "out" / "optimizer.learning_rate-1e38")],
     ]
     assert result.returncode == 1
     assert "1 of 2 variants failed" in result.stderr
     report = json.loads((tmp_path / "out" / "compare.json").read_text())
     ok, failed = report["variants"]
-    assert (ok["key"], ok["value"], failed["value"]) == ("optimizer.name", "sgd", "no_such_optimizer")
-    assert "subdivisions" not in ok and ok["run_dir"].endswith("optimizer.name-sgd")
+    assert (ok["key"], ok["value"], failed["value"]) == ("optimizer.learning_rate", "0.01", "1e38")
+    assert "subdivisions" not in ok and ok["run_dir"].endswith("optimizer.learning_rate-0.01")
     assert ok["status"] == "completed" and len(ok["metrics"]) == 2
     assert failed["status"] == "failed (exit 1)"
-    assert "optimizer.name" in failed["error"]
-    assert "loss sgd" in result.stdout and "optimizer.name" in result.stdout.splitlines()[-5]
-    assert "failed (exit 1): optimizer.name" in result.stdout
+    assert failed["error"].startswith("training diverged: the loss is nan at epoch 1, batch 2"), failed["error"]
+    assert "learning_rate" in result.stdout.splitlines()[-5]
+    assert "failed (exit 1): " in result.stdout
+
+
+def test_every_variants_config_is_checked_before_the_first_trains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tiny_config(tmp_path)
+    commands = variants_in_this_process(monkeypatch)
+    for vary, expected in (
+        ("optimizer.name=sgd,no_such_optimizer", "optimizer.name: unknown optimizer"),
+        ("optimizer.nam=adam,sgd", "optimizer.nam"),
+        ("training.subdivisions=2,11", "training.subdivisions"),
+    ):
+        result = invoke("compare", str(config), "--vary", vary, "--run-dir", str(tmp_path / "out"))
+        assert result.returncode == 1 and expected in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert commands == [] and not (tmp_path / "out").exists()
 
 
 def test_vary_and_subdivisions_together_are_a_usage_error(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ import keras
 import numpy as np
 import pytest
 
-from accumrun.reports.compare import Variant, compared_curves, unplotted_variants
+from accumrun.reports.compare import Variant, compared_curves, format_table, unplotted_variants
+from accumrun.rundir.metrics import EpochRow
 from accumrun.stops import resume_command
 from tests.helpers import invoke, signal_after_batch, start_paused, tiny_config
 from tests.test_compare import variants_in_this_process
@@ -77,6 +78,8 @@ def test_a_stopped_comparison_resumes_to_the_uninterrupted_one(tmp_path: Path, m
     assert [v["max_weight_difference"] for v in ours["variants"]] == [
         v["max_weight_difference"] for v in theirs["variants"]
     ]
+    # The resumed process traced its step again at epoch 2: the speed figures leave that epoch out too.
+    assert [v["started_epochs"] for v in ours["variants"]] == [[1], [1, 2], [1]]
     for name in VALUES:
         assert training_rows(out / name) == training_rows(tmp_path / "reference" / name)
         mine = keras.models.load_model(out / name / "model.keras", compile=False).get_weights()
@@ -86,6 +89,21 @@ def test_a_stopped_comparison_resumes_to_the_uninterrupted_one(tmp_path: Path, m
 
     again = invoke("compare", "--resume", str(out))
     assert again.returncode == 1 and "every variant of this comparison has run" in again.stderr
+
+
+def test_the_speed_figures_leave_out_each_processs_first_epoch(tmp_path: Path) -> None:
+    # Epochs 1 and 3 each started a process (the second resumed the run), so each traced the step: the median
+    # seconds and samples/s are those of epochs 2 and 4 alone.
+    rows = [
+        EpochRow(epoch=epoch, loss=0.5, seconds=seconds, samples_per_second=speed, peak_rss_mib=100.0)
+        for epoch, seconds, speed in ((1, 5.0, 10.0), (2, 1.0, 50.0), (3, 4.0, 12.0), (4, 1.2, 40.0))
+    ]
+    variant = Variant(4, tmp_path, exit_code=0, metrics=rows, started_epochs=[1, 3])
+    assert variant.timed_rows == [rows[1], rows[3]]
+    summary = format_table([variant]).splitlines()[-1].split("|")
+    assert [cell.strip() for cell in summary[:3]] == ["4", "1.10", "45"]
+    assert variant.label == "subdivisions 4: 1.10 s/epoch, peak 100 MiB RSS"
+    assert Variant.from_json(variant.to_json(), tmp_path).started_epochs == [1, 3]
 
 
 def test_resume_takes_a_comparison_folder_alone(tmp_path: Path) -> None:

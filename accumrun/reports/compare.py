@@ -60,6 +60,8 @@ class Variant:
     """Where a stopped variant stopped, as its process said it (``SIGINT at epoch 2, batch 1; saved ...``)."""
     running: bool = False
     metrics: list[EpochRow] = field(default_factory=list)
+    started_epochs: list[int] = field(default_factory=lambda: [1])
+    """The epoch each of the variant's train processes started at (a resumed one's too): each traces its step."""
     max_weight_difference: float | None = None
     batch_norm: BatchNormNote | None = None
     """The model's BatchNorm layers and mode, when it has some (from the variant's ``run.json``)."""
@@ -67,6 +69,11 @@ class Variant:
     @property
     def completed(self) -> bool:
         return self.exit_code == 0
+
+    @property
+    def timed_rows(self) -> list[EpochRow]:
+        """The rows whose time is training's: each process's first, tracing epoch left out, where others remain."""
+        return [row for row in self.metrics if row.epoch not in self.started_epochs] or self.metrics
 
     @property
     def stopped(self) -> bool:
@@ -104,7 +111,8 @@ class Variant:
             name += f" ({self.metrics[-1].subdivisions})"
         if not self.metrics or not self.completed:
             return f"{name}: {self.status}"
-        seconds, rss = _median_seconds(self.metrics), max(row.peak_rss_mib for row in self.metrics)
+        seconds = statistics.median(row.seconds for row in self.timed_rows)
+        rss = max(row.peak_rss_mib for row in self.metrics)
         return f"{name}: {seconds:.2f} s/epoch, peak {rss:,.0f} MiB RSS"
 
     def command(self, config_path: Path, overrides: list[str]) -> list[str]:
@@ -135,6 +143,7 @@ class Variant:
             "error": self.error,
             "stopped": self.stop,
             "metrics": [row.to_json() for row in self.metrics],
+            "started_epochs": self.started_epochs,
             "max_weight_difference": self.max_weight_difference,
             "batch_norm": {"layers": batch_norm.layers, "mode": batch_norm.mode.value} if batch_norm else None,
             "label": self.label,
@@ -156,6 +165,7 @@ class Variant:
             exit_code = 0 if read_status(run_dir) is RunState.COMPLETED else None
         variant = cls(entry["value"], run_dir, entry["key"], exit_code, entry.get("error"))
         variant.stop = entry.get("stopped")
+        variant.started_epochs = list(entry.get("started_epochs", [1]))
         return variant
 
 
@@ -270,7 +280,9 @@ def _run_variants(report: _Report, echo: Callable[[str], None]) -> Comparison:
             if requests.signal_number is not None:
                 break
             command = variant.command(report.config_path, report.overrides)
-            how = "resuming" if "--resume" in command else "training with"
+            resuming = "--resume" in command
+            variant.started_epochs = [*variant.started_epochs, _next_epoch(variant.run_dir)] if resuming else [1]
+            how = "resuming" if resuming else "training with"
             echo(f"== {how} {variant.name} -> {variant.run_dir}")
             variant.running = True
             report.write()
@@ -395,8 +407,8 @@ def format_table(variants: list[Variant]) -> str:
         if v.metrics:
             gpu, weights = v.metrics[-1].peak_device_mib is not None, v.max_weight_difference
             cells[1:] = [
-                f"{_median_seconds(v.metrics):.2f}",
-                f"{statistics.median(r.samples_per_second for r in v.metrics):,.0f}",
+                f"{statistics.median(r.seconds for r in v.timed_rows):.2f}",
+                f"{statistics.median(r.samples_per_second for r in v.timed_rows):,.0f}",
                 f"{max(r.peak_rss_mib for r in v.metrics):,.0f}",
                 f"{max(r.peak_device_mib or 0.0 for r in v.metrics):,.0f}" if gpu else "-",
                 f"{weights:.2e}" if weights is not None else "-",
@@ -415,9 +427,11 @@ def format_table(variants: list[Variant]) -> str:
     return "\n".join(lines)
 
 
-def _median_seconds(rows: list[EpochRow]) -> float:
-    """The median epoch time, leaving out the first (which includes tracing) when there are others."""
-    return statistics.median(r.seconds for r in rows[1:] or rows)
+def _next_epoch(run_dir: Path) -> int:
+    """The epoch a resumed run starts at: the one after its last logged row."""
+    with contextlib.suppress(DataError):  # stopped before its first epoch's row
+        return read_rows(run_dir)[-1].epoch + 1
+    return 1
 
 
 def _number(value: float | None) -> str:
