@@ -190,6 +190,13 @@ def run_without_checkpoint(tmp: Path) -> None:
     (tmp / "run" / "run.json").write_text('{"status": "failed", "started": "2026-11-24T00:00:00"}\n')
 
 
+def interrupted_run(tmp: Path) -> None:
+    """A run folder that a signal stopped after a checkpoint (its file's contents are not read by the refusal)."""
+    run_without_checkpoint(tmp)
+    (tmp / "run" / "run.json").write_text('{"status": "interrupted", "started": "2026-11-24T00:00:00"}\n')
+    (tmp / "run" / "checkpoints" / "ckpt-epoch00001-batch0000001.npz").write_bytes(b"")
+
+
 def row(
     name: str,
     build: Callable[[Path], object],
@@ -214,6 +221,8 @@ CASES = [
         "no checkpoint to resume from; train it again with --overwrite", RESUME_ARGS),
     row("rerun-failed-without-checkpoint", run_without_checkpoint, 1,
         "holds a failed run with no checkpoint to resume; pass --overwrite to start it again"),
+    row("rerun-interrupted", interrupted_run, 1,
+        "output.run_dir: holds an interrupted run; continue it with --resume "),
     # --- a folder that is not a run: one rule and one wording for every command that takes one ---
     *(row(f"{command}-not-a-run", nothing, 2, "/run: not a run folder (no run.json)", (command, RUN_DIR, *extra))
       for command, extra in (("evaluate", ()), ("predict", ("x.png",)), ("export", ()), ("plot", ()))),

@@ -89,13 +89,14 @@ def test_bad_usage_exits_2() -> None:
 def test_unexpected_failure_is_one_line_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "broken_model.py").write_text(
         "def build(input_shape, classes, **kwargs):\n    raise RuntimeError('boom')\n"
+        "def locked(input_shape, classes, **kwargs):\n    raise PermissionError(13, 'Permission denied', '/data/x')\n"
     )
-    path = tiny_config(tmp_path, model={"name": "broken_model:build"})
     monkeypatch.chdir(tmp_path)
-    result = invoke("train", str(path), "--run-dir", str(tmp_path / "run"))
-    assert result.returncode == 1
-    assert "Error: unexpected RuntimeError: boom" in result.stderr
-    assert "Traceback" not in result.stderr
+    # An error the file system raised for a path says the path and why, as the operating system words it.
+    for builder, expected in (("build", "unexpected RuntimeError: boom"), ("locked", "/data/x: Permission denied")):
+        path = tiny_config(tmp_path, model={"name": f"broken_model:{builder}"})
+        result = invoke("train", str(path), "--run-dir", str(tmp_path / "run"))
+        assert result.returncode == 1 and f"Error: {expected}" in result.stderr and "Traceback" not in result.stderr
 
 
 EPOCHS = 6

@@ -9,7 +9,7 @@ import click
 
 import accumrun
 from accumrun.cli.group import Command, start_tensorflow
-from accumrun.cli.options import SHARED_OVERRIDE_OPTIONS, apply_options, overrides
+from accumrun.cli.options import SHARED_OVERRIDE_OPTIONS, PathToWrite, apply_options, overrides
 
 
 def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int | str] | None:
@@ -58,7 +58,7 @@ class _ComparisonFolder(click.ParamType):
     help="Compare values of another config key instead, e.g. optimizer.name=adam,sgd.",
 )
 @apply_options(SHARED_OVERRIDE_OPTIONS)
-@click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the variants and the report.")
+@click.option("--run-dir", type=PathToWrite(file_okay=False), help="Folder for the variants and the report.")
 @click.option(
     "--resume",
     "resume_dir",

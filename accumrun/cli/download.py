@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from accumrun.cli.group import Command
+from accumrun.cli.options import PathToWrite
 from accumrun.data.registry import DOWNLOADABLE
 
 
@@ -20,7 +21,9 @@ def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
 
 @click.command(cls=Command)
 @click.argument("dataset", type=click.Choice(DOWNLOADABLE))
-@click.option("--to", "folder", type=click.Path(file_okay=False), help="Folder for the files [default: datasets/NAME].")
+@click.option(
+    "--to", "folder", type=PathToWrite(file_okay=False), help="Folder for the files [default: datasets/NAME]."
+)
 @click.option(
     "--base-url",
     callback=_url,

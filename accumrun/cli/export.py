@@ -8,13 +8,15 @@ import click
 
 import accumrun
 from accumrun.cli.group import Command, start_tensorflow
-from accumrun.cli.options import MODEL_OPTION, RUN_FOLDER
+from accumrun.cli.options import MODEL_OPTION, RUN_FOLDER, PathToWrite
 
 
 @click.command(cls=Command)
 @click.argument("run_dir", type=RUN_FOLDER)
 @click.option("--format", "format_", type=click.Choice(["savedmodel"]), default="savedmodel", show_default=True)
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="[default: RUN_DIR/export/savedmodel]")
+@click.option(
+    "--output", type=PathToWrite(file_okay=False, path_type=Path), help="[default: RUN_DIR/export/savedmodel]"
+)
 @click.option("--overwrite", is_flag=True, help="Replace what is at the output.")
 @MODEL_OPTION
 def export(run_dir: Path, format_: str, output: Path | None, overwrite: bool, model: str) -> None:

@@ -108,8 +108,12 @@ _KERAS_CALL_HEADER = re.compile(r"^Exception encountered when calling (.+)\.$")
 
 
 def _explain_unexpected(error: Exception) -> str:
-    """One line for an error accumrun did not foresee: its class, where it was raised if known, and its cause."""
+    """One line for an error accumrun did not foresee: the path and the reason where the file system refused a path,
+    else its class, where it was raised if known, and its cause."""
     name = type(error).__name__
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        # The file system refused a path (permission, a full disk, a read-only folder): the path and why say it all.
+        return f"{error.filename}: {error.strerror}"
     if name == "ResourceExhaustedError":
         return "out of memory: raise training.subdivisions to shrink the sub-batch"
     lines = [line.strip() for line in _ANSI_ESCAPE.sub("", str(error)).splitlines() if line.strip()] or [""]

@@ -7,12 +7,13 @@ from pathlib import Path
 import click
 
 from accumrun.cli.group import Command, start_tensorflow
+from accumrun.cli.options import PathToWrite
 from accumrun.data import examples
 
 
 @click.command("make-example", cls=Command)
 @click.argument("kind", type=click.Choice(examples.EXAMPLE_KINDS))
-@click.argument("target", type=click.Path(path_type=Path))
+@click.argument("target", type=PathToWrite(path_type=Path))
 @click.option(
     "--count", type=click.IntRange(min=6), default=600, show_default=True, help="Images, rows, texts or files to make."
 )

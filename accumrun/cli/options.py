@@ -4,6 +4,7 @@ make."""
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,19 @@ if TYPE_CHECKING:
     from accumrun.config.schema import Config
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class PathToWrite(click.Path):
+    """A file or folder that the command creates: a file in its way (at a folder's path, or above the path) is a
+    usage error, found before anything runs."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        converted = super().convert(value, param, ctx)
+        path = Path(os.fsdecode(converted))
+        above = next((parent for parent in path.parents if parent.exists()), None)
+        if above is not None and not above.is_dir():
+            self.fail(f"{path}: {above} is a file, not a folder", param, ctx)
+        return converted
 
 
 class _PositiveOr(click.ParamType):
@@ -94,7 +108,7 @@ OVERRIDE_OPTIONS = [
 TRAIN_OPTIONS = [
     click.argument("config_path", metavar="CONFIG", required=False, type=click.Path(dir_okay=False)),
     *OVERRIDE_OPTIONS,
-    click.option("--run-dir", type=click.Path(file_okay=False), help="Write the run here instead of output.run_dir."),
+    click.option("--run-dir", type=PathToWrite(file_okay=False), help="Write the run here instead of output.run_dir."),
     click.option(
         "--resume",
         "resume_dir",

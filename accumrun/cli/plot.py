@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from accumrun.cli.group import Command
+from accumrun.cli.options import PathToWrite
 
 
 class _PlottedFolder(click.ParamType):
@@ -26,7 +27,7 @@ class _PlottedFolder(click.ParamType):
 
 @click.command(cls=Command)
 @click.argument("run_dirs", nargs=-1, required=True, type=_PlottedFolder())
-@click.option("--out", type=click.Path(dir_okay=False), default="plot.png", show_default=True, help="PNG to write.")
+@click.option("--out", type=PathToWrite(dir_okay=False), default="plot.png", show_default=True, help="PNG to write.")
 def plot(run_dirs: tuple[Path, ...], out: str) -> None:
     """Plot the training and validation loss of one or more run directories together; a comparison's folder
     (accumrun compare) draws each of its variants, an unfinished one named with its status, and names those with

@@ -86,10 +86,11 @@ def _why_taken(run_dir: Path) -> str:
     status = read_status(run_dir)
     if status is RunState.COMPLETED:
         return "holds a completed run; pass --overwrite to replace it, or choose another --run-dir"
+    held = f"holds {'an' if status is RunState.INTERRUPTED else 'a'} {status} run" if status is not None else ""
     if status is not None and has_checkpoint(run_dir):
-        return f"holds a {status.value} run; continue it with --resume {run_dir}, or pass --overwrite to replace it"
+        return f"{held}; continue it with --resume {run_dir}, or pass --overwrite to replace it"
     if status is not None:
-        return f"holds a {status.value} run with no checkpoint to resume; pass --overwrite to start it again"
+        return f"{held} with no checkpoint to resume; pass --overwrite to start it again"
     return "exists and is not empty; choose another --run-dir"
 
 
