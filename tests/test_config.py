@@ -591,6 +591,30 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
     assert message == f"{path}: invalid YAML at line 3: mapping values are not allowed here"
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "training:\n  epochs: 3\nseed: 1\ntraining:\n  batch_size: 32\n",
+            "line 4: duplicate key 'training' (first at line 1)",
+        ),
+        ("training:\n  epochs: 3\n  epochs: 5\n", "line 3: duplicate key 'epochs' (first at line 2)"),
+    ],
+)
+def test_a_key_written_twice_is_refused_not_dropped(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    assert message_of(path) == f"{path}: invalid YAML at {expected}"
+    # A merge may repeat what it merges: the key written after it wins, as YAML says.
+    merged = write(tmp_path, "base: &base {epochs: 3, batch_size: 8}\ntraining:\n  <<: *base\n  epochs: 5\n")
+    assert message_of(merged).startswith("base: unknown key")  # the merge itself passed
+
+
+def test_a_set_value_meant_as_a_list_that_is_not_yaml_says_so(tmp_path: Path) -> None:
+    assert message_of(write(tmp_path, ""), ["model.filters=[8,16"]) == (
+        "model.filters: invalid YAML: expected ',' or ']', but got '<stream end>' (got '[8,16')"
+    )
+
+
 def test_top_level_list_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "- 1\n- 2\n")
     assert message_of(path) == f"{path}: the top level must be a mapping of sections (got 'list')"

@@ -31,17 +31,31 @@ if TYPE_CHECKING:
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 as PyYAML reads it, with YAML 1.2's floats and booleans:
+    """YAML 1.1 as PyYAML reads it, with YAML 1.2's floats and booleans, and its unique keys:
 
     - ``1e-3`` and ``5e4`` are floats, not strings: a learning rate written that way would be refused as "not a
       number";
     - only ``true`` and ``false`` are booleans: ``yes``, ``no``, ``on`` and ``off`` stay text, so they can name a
-      class, and a boolean key reads them as its booleans (:data:`accumrun.sections.Flag`)."""
+      class, and a boolean key reads them as its booleans (:data:`accumrun.sections.Flag`);
+    - a key written twice in one mapping is refused: PyYAML keeps the last silently, and a second ``training:``
+      section would drop the first."""
 
     yaml_implicit_resolvers = {
         first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:bool"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_lines: dict[tuple[str, str], int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a merge (<<) may repeat keys by design; complex keys are refused by the schema
+            key = (key_node.tag, key_node.value)
+            if key in first_lines:
+                problem = f"duplicate key '{key_node.value}' (first at line {first_lines[key]})"
+                raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
+            first_lines[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -201,7 +215,9 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
         raise ConfigError("overrides", "expected KEY=VALUE with a dotted key such as training.subdivisions=4", override)
     try:
         value = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError:
+    except yaml.YAMLError as error:
+        if text.strip()[:1] in ("[", "{"):  # meant as a list or a mapping: say what is wrong with it
+            raise ConfigError(key.strip(), f"invalid YAML: {getattr(error, 'problem', None) or error}", text) from None
         value = text
     node = raw
     for depth, part in enumerate(parts[:-1]):
