@@ -615,6 +615,22 @@ def test_a_set_value_meant_as_a_list_that_is_not_yaml_says_so(tmp_path: Path) ->
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("model: darknet_cnn", "model: must be a mapping of keys such as {name: darknet_cnn} (got 'darknet_cnn')"),
+        ("loss: mse", "loss: must be a mapping of keys such as {name: mse} (got 'mse')"),
+        (
+            "data: {name: text_corpus, path: x, tokenizer: byte}",
+            "data.tokenizer: must be a mapping of keys such as {name: byte} (got 'byte')",
+        ),
+        ("training: 5", "training: must be a mapping of keys (got 5)"),
+    ],
+)
+def test_a_section_written_as_one_value_is_asked_for_as_a_mapping(tmp_path: Path, text: str, expected: str) -> None:
+    assert message_of(write(tmp_path, text + "\n")) == expected
+
+
 def test_top_level_list_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "- 1\n- 2\n")
     assert message_of(path) == f"{path}: the top level must be a mapping of sections (got 'list')"

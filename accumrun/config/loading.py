@@ -260,6 +260,12 @@ def _describe_pydantic_error(error: ErrorDetails) -> str:
             # The location's second part is the union's tag: the source's name.
             return describe(path, f"data.name: {error['loc'][1]} needs {section.needs[key]}")
         return describe(path, "required key is missing")
+    if error["type"] == "model_type":
+        # A section written as one value: the schema's class, which pydantic names, means nothing to the user.
+        field = section.model_fields.get(key)
+        named = key in UNION_SECTIONS or "name" in getattr(getattr(field, "annotation", None), "model_fields", {})
+        example = f" such as {{name: {error['input']}}}" if named and isinstance(error["input"], str) else ""
+        return describe(path, f"must be a mapping of keys{example}", error["input"])
     message = error["msg"].removeprefix("Value error, ")
     return describe(path, message[0].lower() + message[1:], error["input"])
 
