@@ -77,6 +77,6 @@ def test_a_bad_argument_of_the_api_is_a_usage_error_with_the_usage_line(tmp_path
     config = tiny_config(tmp_path, training={"subdivisions": 1})
     result = CliRunner().invoke(main, ["compare", str(config), "--run-dir", str(tmp_path / "out")])
     assert result.exit_code == 2
-    assert result.output.startswith("Usage: main compare [OPTIONS] CONFIG")
+    assert result.output.startswith("Usage: main compare [OPTIONS] [CONFIG]")
     assert "Error: subdivisions: the config trains with subdivisions 1; name the counts to compare" in result.output
     assert not (tmp_path / "out").exists()

@@ -44,7 +44,7 @@ class _ComparisonFolder(click.ParamType):
 
 
 @click.command(cls=Command)
-@click.argument("config_path", metavar="CONFIG", required=False, type=click.Path(dir_okay=False))
+@click.argument("config_path", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False))
 @click.option(
     "--subdivisions",
     callback=_subdivision_list,

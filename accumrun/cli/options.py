@@ -106,7 +106,7 @@ OVERRIDE_OPTIONS = [
 
 # train's argument and options, declared once: `launch` takes the same and passes them on to every worker.
 TRAIN_OPTIONS = [
-    click.argument("config_path", metavar="CONFIG", required=False, type=click.Path(dir_okay=False)),
+    click.argument("config_path", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False)),
     *OVERRIDE_OPTIONS,
     click.option("--run-dir", type=PathToWrite(file_okay=False), help="Write the run here instead of output.run_dir."),
     click.option(

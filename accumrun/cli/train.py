@@ -17,8 +17,9 @@ from accumrun.cli.options import TRAIN_OPTIONS, TrainOptions, apply_options
 def train(**options: Any) -> None:
     """Train the model that CONFIG describes, or continue a stopped run with --resume RUN_DIR.
 
-    Ctrl-C or SIGTERM stops at the end of the current batch, saves a checkpoint and prints the command that
-    resumes the run; a second Ctrl-C stops at once.
+    Ctrl-C or SIGTERM stops after the updates under way (a batch, or the call's: about half a second of them with
+    updates_per_call: auto), saves a checkpoint and prints the command that resumes the run; a second Ctrl-C stops
+    at once.
     """
     request = TrainOptions(**options)
     config, target = request.resolve()
