@@ -21,6 +21,7 @@ from accumrun.training import autosub, probe
 from accumrun.training.budget import choose_under_budget
 from accumrun.training.peak import PeakMeter
 from accumrun.training.plan import make_plan, variants
+from accumrun.training.plan_table import plan_lines
 from accumrun.training.probe import Measured
 from tests.helpers import invoke, tiny_config
 
@@ -100,6 +101,14 @@ def test_the_probes_line_predicts_every_candidate_and_the_budget_picks_the_faste
     assert [s for s, row in rows.items() if row.fits] == [4, 8, 16, 32, 64]
     assert rows[1].fits is False and rows[1].seconds_per_sample is None
     assert plan.recommended == ("training.subdivisions=4",)
+
+
+def test_activations_that_the_peaks_do_not_show_are_said_so_not_given_a_negative_size(tmp_path: Path) -> None:
+    # A small model: the peaks fall by 100 bytes a sample, within the allocator's noise.
+    config = load_config(tiny_config(tmp_path, training={"batch_size": 64, "subdivisions": 1}))
+    fixed, measure = _linear(runtime=5 * MiB, per_sample=-100)
+    lines = plan_lines(make_plan(config, fixed, None, (), measure, lambda line: None))
+    assert lines[2].startswith("  as configured: activations too small to see in the peaks, runtime 5.000 MiB;")
 
 
 def test_auto_under_a_budget_stops_at_the_first_fit_and_refuses_when_none_does(tmp_path: Path) -> None:

@@ -36,9 +36,11 @@ def plan_lines(plan: Plan) -> list[str]:
         if math.isnan(fitted.activations_per_sample):
             lines.append(f"  {name}: out of memory at every size probed ({probed})")
             continue
+        # On a small model a process's peak moves more with the allocator than with the sub-batch.
+        per_sample = fitted.activations_per_sample
+        activations = f"{mib(per_sample)} per sample" if per_sample > 0 else "too small to see in the peaks"
         lines.append(
-            f"  {name}: activations {mib(fitted.activations_per_sample)} per sample, "
-            f"runtime {mib(fitted.runtime)}; probed subdivisions {probed}"
+            f"  {name}: activations {activations}, runtime {mib(fitted.runtime)}; probed subdivisions {probed}"
         )
     # LoRA's column only where a variant has it.
     lora = any(fitted.variant.lora for fitted in plan.fitted)
