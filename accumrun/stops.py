@@ -58,8 +58,9 @@ class StopRequests:
             raise KeyboardInterrupt
         self.signal_number = number
         name = signal.Signals(number).name
+        again = " again" if number == signal.SIGINT else ""  # after a SIGTERM, a first Ctrl-C stops at once
         print(
-            f"\n{name}: stopping after the updates under way (Ctrl-C again to stop at once)",
+            f"\n{name}: stopping after the updates under way (Ctrl-C{again} to stop at once)",
             file=sys.stderr,
             flush=True,
         )

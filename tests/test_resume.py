@@ -60,8 +60,19 @@ def copy_run(three_epochs: RunResult, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("signal_number", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_stop_exits_128_plus_its_signal(signal_number: int, exit_code: int) -> None:
+def test_a_stop_exits_128_plus_its_signal(
+    signal_number: int, exit_code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert Interrupted(signal_number, "stopped", "accumrun train --resume run").exit_code == exit_code
+    # What the signal prints: after a Ctrl-C, another stops at once; after a SIGTERM, the first does.
+    with StopRequests() as requests:
+        signal.raise_signal(signal_number)
+    assert requests.signal_number == signal_number
+    again = " again" if signal_number == signal.SIGINT else ""
+    name = signal.Signals(signal_number).name
+    assert (
+        capsys.readouterr().err == f"\n{name}: stopping after the updates under way (Ctrl-C{again} to stop at once)\n"
+    )
 
 
 @pytest.mark.slow
