@@ -13,7 +13,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -58,21 +58,29 @@ def _display_name(value: Any, key: str) -> str:
 
 
 def checked_keywords(
-    function: Callable[..., Any], keywords: dict[str, Any], path: str, owner: str, positive: Iterable[str] = ()
+    function: Callable[..., Any],
+    keywords: dict[str, Any],
+    path: str,
+    owner: str,
+    positive: Iterable[str] = (),
+    refused: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``keywords`` for ``function`` (a class: its ``__init__``), where a keyword whose default is a boolean reads
     yes/no/on/off as one (:func:`accumrun.sections.as_flag`). Refuse a keyword that ``function`` does not take, with
-    the closest one it does; a text where it expects a number or a boolean; and a value of 0 or less for a keyword
-    in ``positive``.
+    the closest one it does; a keyword in ``refused``, for its reason (and never offer it); a text where it expects
+    a number or a boolean; and a value of 0 or less for a keyword in ``positive``.
 
     Raises:
         ConfigError: at ``path.<keyword>``.
     """
     parameters = inspect.signature(function).parameters  # a class's is its __init__'s, less self
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    accepted = [name for name, p in parameters.items() if name != "self" and p.kind in named]
+    refused = refused or {}
+    accepted = [name for name, p in parameters.items() if name not in ("self", *refused) and p.kind in named]
     settled = {}
     for key, value in keywords.items():
+        if key in refused:
+            raise ConfigError(f"{path}.{key}", refused[key], value)
         if key not in accepted:
             close = difflib.get_close_matches(key, accepted, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"it takes: {', '.join(accepted)}"

@@ -291,6 +291,8 @@ def test_gradient_accumulation_steps_is_refused() -> None:
     assert (
         text == "optimizer.gradient_accumulation_steps: accumrun accumulates itself; use training.subdivisions (got 4)"
     )
+    # Nor is it offered among the arguments Adam takes.
+    assert "gradient_accumulation_steps" not in message(name="adam", nesterov=True)
 
 
 def test_a_value_the_optimizer_rejects() -> None:

@@ -74,12 +74,13 @@ def build_keras_optimizer(config: OptimizerConfig) -> keras.optimizers.Optimizer
     classes = classes_in(keras.optimizers, keras.optimizers.Optimizer, exclude=_NOT_BY_NAME)
     # lbfgs is among the names an unknown one is offered (the union sends its spellings to its own kind).
     optimizer_class = find({**classes, "lbfgs": "lbfgs"}, config.name, "optimizer.name", "optimizer")
-    keywords = config.keywords
-    for key, reason in _REFUSED_KEYWORDS.items():
-        if key in keywords:
-            raise ConfigError(f"optimizer.{key}", reason, keywords[key])
     keywords = checked_keywords(
-        optimizer_class, keywords, "optimizer", optimizer_class.__name__, positive=_POSITIVE_KEYWORDS
+        optimizer_class,
+        config.keywords,
+        "optimizer",
+        optimizer_class.__name__,
+        positive=_POSITIVE_KEYWORDS,
+        refused=_REFUSED_KEYWORDS,
     )
     schedule = config.schedule
     learning_rate = config.learning_rate if schedule is None else build_schedule(schedule)
