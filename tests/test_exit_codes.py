@@ -73,6 +73,7 @@ ROWS = [
     ("predict {run} {input} --lines", 1, "lines: reads lines of text files; this run's model does not take text"),
     ("predict {run} {input} --output {empty}", 2, "Invalid value for '--output'"),
     ("predict {run} {input} --output {file}/p.csv", 2, "file.txt is a file, not a folder"),
+    ("predict {run} {input} --output {missing}/p.txt", 2, "p.txt: name a .csv or .json file"),
     ("predict {run} {input} --model last", 2, "Invalid value for '--model'"),
     ("generate {run} --prompt=", 2, "prompt: give the model some text to continue"),
     ("generate {run} --prompt a --max-tokens -5", 2, "Invalid value for '--max-tokens'"),
@@ -88,6 +89,7 @@ ROWS = [
     ("plot {empty}", 2, "not a run folder (no run.json) nor a comparison's (no compare.json)"),
     ("plot {run} --out {empty}", 2, "Invalid value for '--out'"),
     ("plot {run} --out {file}/p.png", 2, "file.txt is a file, not a folder"),
+    ("plot {run} --out {missing}/p.jpg", 2, "p.jpg: name a .png, .pdf or .svg file"),
     # --- the commands that make data ---
     ("download cifar", 2, "Invalid value for '{mnist|fashion_mnist}'"),
     ("download mnist --to {file}", 2, "Invalid value for '--to'"),

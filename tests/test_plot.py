@@ -87,6 +87,11 @@ def test_plot_replaces_an_existing_file(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize(("name", "starts"), [("loss.pdf", b"%PDF"), ("loss.svg", b"<?xml"), ("loss.PNG", b"\x89PNG")])
+def test_the_file_suffix_chooses_the_format(tmp_path: Path, name: str, starts: bytes) -> None:
+    assert plot_curves({"run": fake_rows(3, 1.0)}, tmp_path / name).read_bytes().startswith(starts)
+
+
 def test_missing_run_dir_or_file(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no metrics.jsonl; is this a run directory") as missing_dir:
         load_metrics(tmp_path / "nope")

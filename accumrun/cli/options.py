@@ -23,8 +23,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class PathToWrite(click.Path):
-    """A file or folder that the command creates: a file in its way (at a folder's path, or above the path) is a
-    usage error, found before anything runs."""
+    """A file or folder that the command creates: a file in its way (at a folder's path, or above the path), or a
+    file name without one of ``suffixes`` (the formats it can write), is a usage error, found before anything runs."""
+
+    def __init__(self, *, suffixes: Sequence[str] = (), **options: Any) -> None:
+        super().__init__(**options)
+        self.suffixes = suffixes
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         converted = super().convert(value, param, ctx)
@@ -32,6 +36,9 @@ class PathToWrite(click.Path):
         above = next((parent for parent in path.parents if parent.exists()), None)
         if above is not None and not above.is_dir():
             self.fail(f"{path}: {above} is a file, not a folder", param, ctx)
+        if self.suffixes and path.suffix.lower() not in self.suffixes:
+            *others, last = self.suffixes
+            self.fail(f"{path}: name a {', '.join(others)}{' or ' if others else ''}{last} file", param, ctx)
         return converted
 
 

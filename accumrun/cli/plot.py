@@ -1,4 +1,4 @@
-"""``accumrun plot``: the loss curves of runs, and of comparisons' variants, in one PNG."""
+"""``accumrun plot``: the loss curves of runs, and of comparisons' variants, in one figure."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import click
 
 from accumrun.cli.group import Command
 from accumrun.cli.options import PathToWrite
+
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+"""What ``--out`` may be: the formats Matplotlib writes without another library."""
 
 
 class _PlottedFolder(click.ParamType):
@@ -27,7 +30,13 @@ class _PlottedFolder(click.ParamType):
 
 @click.command(cls=Command)
 @click.argument("run_dirs", nargs=-1, required=True, type=_PlottedFolder())
-@click.option("--out", type=PathToWrite(dir_okay=False), default="plot.png", show_default=True, help="PNG to write.")
+@click.option(
+    "--out",
+    type=PathToWrite(dir_okay=False, suffixes=PLOT_FORMATS),
+    default="plot.png",
+    show_default=True,
+    help="The figure to write: a .png, .pdf or .svg file.",
+)
 def plot(run_dirs: tuple[Path, ...], out: str) -> None:
     """Plot the training and validation loss of one or more run directories together; a comparison's folder
     (accumrun compare) draws each of its variants, an unfinished one named with its status, and names those with

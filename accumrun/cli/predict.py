@@ -15,7 +15,11 @@ from accumrun.cli.options import MODEL_OPTION, RUN_FOLDER, PathToWrite
 @click.command(cls=Command)
 @click.argument("run_dir", type=RUN_FOLDER)
 @click.argument("inputs", metavar="INPUT...", nargs=-1, required=True)
-@click.option("--output", type=PathToWrite(dir_okay=False, path_type=Path), help="Write a .csv or .json file.")
+@click.option(
+    "--output",
+    type=PathToWrite(dir_okay=False, path_type=Path, suffixes=(".csv", ".json")),
+    help="Write a .csv or .json file.",
+)
 @click.option("--top-k", type=click.IntRange(min=1), help="Classes per row [default: up to 5].")
 @click.option("--lines", is_flag=True, help="Text runs: each line of a .txt file is one input.")
 @MODEL_OPTION

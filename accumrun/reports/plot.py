@@ -21,8 +21,9 @@ _Y_LABELS = {"sharpness": "largest Hessian eigenvalue", "gradient_noise_scale": 
 
 
 def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str = "") -> Path:
-    """Draw training and validation loss against epoch, one line per curve, and save a PNG at ``out`` (its folder
-    created; written atomically, so it is either complete or absent); return ``out``.
+    """Draw training and validation loss against epoch, one line per curve, and save the figure at ``out`` in the
+    format its suffix names (PNG without one; its folder created; written atomically, so it is either complete or
+    absent); return ``out``.
 
     ``curves`` maps a legend label to metrics rows (as from :func:`accumrun.rundir.metrics.load_metrics`) with
     ``epoch`` and ``loss``; the validation panel is left out when no row has ``val_loss``, the sharpness panel (with
@@ -58,7 +59,8 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], out: Path, title: str =
     if title:
         figure.suptitle(title)
 
-    return write_atomically(out, lambda temporary: figure.savefig(temporary, dpi=120, format="png"))
+    kind = out.suffix.lower().removeprefix(".") or "png"  # the temporary's name does not say it
+    return write_atomically(out, lambda temporary: figure.savefig(temporary, dpi=120, format=kind))
 
 
 def _panels(curves: dict[str, list[dict[str, Any]]]) -> list[tuple[str, str]]:
