@@ -175,6 +175,11 @@ def test_a_regression_table_predicts_its_values_from_the_feature_columns(tmp_pat
         file.write("a,b\n1,2\n")
     with pytest.raises(DataError, match=r"short\.csv: lacks the feature columns \['c'\] that the run trained on"):
         predict(tmp_path / "run", [tmp_path / "short.csv"])
+    # A cell that is not a number names the file once, then the row and the column.
+    (tmp_path / "text.csv").write_text("a,b,c\n1,2,x\n")
+    with pytest.raises(DataError) as bad_cell:
+        predict(tmp_path / "run", [tmp_path / "text.csv"])
+    assert bad_cell.value.message == f"{tmp_path / 'text.csv'}, row 2, column 'c': not a number (got 'x')"
 
 
 def multi_label_run(folder: Path) -> Path:
