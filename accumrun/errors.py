@@ -11,8 +11,9 @@ _NO_VALUE = object()
 
 def describe(path: str, what: str, value: Any = _NO_VALUE) -> str:
     """Format one problem as ``path: what (got value)``; the value part is left out when not given, and the path
-    where ``what`` begins with it already (a file's problem that names the file and a row in it)."""
-    text = f"{path}: {what}" if path and not what.startswith(path) else what
+    where ``what`` begins with it already (a file's problem that names the file, then a row in it)."""
+    named = what.startswith(path) and what[len(path) : len(path) + 1] in (",", ":", " ")
+    text = f"{path}: {what}" if path and not named else what
     if value is not _NO_VALUE:
         text += f" (got {value!r})"
     return text
