@@ -47,6 +47,8 @@ ROWS = [
     ("plan {config} --json {missing}/plan.json", 2, "Invalid value for '--json': its folder"),
     ("compare {config} --subdivisions 0,1", 2, "Invalid value for '--subdivisions'"),
     ("compare {config} --vary optimizer.name", 2, "Invalid value for '--vary'"),
+    ("compare {config} --vary optimizer.name=sgd,sgd", 2, "with two values or more"),
+    ("compare {config} --subdivisions 4,4", 2, "'4,4' names one count; a comparison needs two or more"),
     ("compare {config} --epochs 0", 2, "Invalid value for '--epochs'"),
     ("compare {config} --batch-size 0", 2, "Invalid value for '--batch-size'"),
     ("compare {config} --set x", 2, "is not KEY=VALUE"),

@@ -18,17 +18,22 @@ def _subdivision_list(ctx: click.Context, param: click.Parameter, value: str | N
     parts = [part.strip() for part in value.split(",") if part.strip()]
     if not parts or not all(part == "auto" or (part.isdigit() and int(part) >= 1) for part in parts):
         raise click.BadParameter(f"{value!r} is not a comma-separated list of positive integers or 'auto', e.g. 8,1")
-    return list(dict.fromkeys(part if part == "auto" else int(part) for part in parts))
+    counts = list(dict.fromkeys(part if part == "auto" else int(part) for part in parts))
+    if len(counts) < 2:
+        raise click.BadParameter(f"{value!r} names one count; a comparison needs two or more, e.g. 8,1")
+    return counts
 
 
 def _varied_key(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, list[str]] | None:
     if value is None:
         return None
     key, _, listed = value.partition("=")
-    values = [part.strip() for part in listed.split(",") if part.strip()]
+    values = list(dict.fromkeys(part.strip() for part in listed.split(",") if part.strip()))
     if not key.strip() or len(values) < 2:
-        raise click.BadParameter(f"{value!r} is not KEY=VALUE,VALUE[,...], e.g. optimizer.name=adam,sgd")
-    return key.strip(), list(dict.fromkeys(values))
+        raise click.BadParameter(
+            f"{value!r} is not KEY=VALUE,VALUE[,...] with two values or more, e.g. optimizer.name=adam,sgd"
+        )
+    return key.strip(), values
 
 
 class _ComparisonFolder(click.ParamType):
