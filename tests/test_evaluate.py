@@ -4,13 +4,14 @@ run's last validation row; the best model equals the best row; the command line 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from accumrun import evaluate, load_config, train
+from accumrun import evaluate, load_config, predict, train
 from accumrun.data.examples import write_image_folder
-from accumrun.errors import ArgumentError, ConfigError
+from accumrun.errors import ArgumentError, ConfigError, DataError
 from tests.helpers import invoke, tiny_config
 
 
@@ -70,6 +71,16 @@ def test_a_model_trained_on_crops_scores_the_folder_as_validation_did(tmp_path: 
     assert scored["accuracy"] == result.metrics[-1]["val_accuracy"]
     other = write_image_folder(tmp_path / "more", count=12, size=10, seed=5)
     assert evaluate(tmp_path / "run", data=other)["samples"] == 12
+    # A folder without one of the run's classes numbers its own classes 0 and 1; they are scored as the run's
+    # classes, so the accuracy is the share of the images that predict labels with their folder's name.
+    shutil.rmtree(other / "bars")
+    rows = predict(tmp_path / "run", [other]).records()
+    right = sum(Path(str(row["input"])).parent.name == row["prediction"] for row in rows)
+    assert evaluate(tmp_path / "run", data=other)["accuracy"] == pytest.approx(right / len(rows), abs=1e-6)
+    (other / "stars").mkdir()
+    shutil.copy(next((other / "disc").iterdir()), other / "stars" / "0.png")
+    with pytest.raises(DataError, match=r"^--data: has labels the run was not trained on: \['stars'\]; the run's"):
+        evaluate(tmp_path / "run", data=other)
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from accumrun.core.sub_batches import batch_sizes
 from accumrun.data.dataset import Dataset, load_dataset, sample_floats
 from accumrun.data.feeder import Feeder
 from accumrun.data.source import Source
-from accumrun.errors import AccumrunError, ConfigError
+from accumrun.errors import AccumrunError, ConfigError, DataError
 from accumrun.kinds import ModelFile, Split
 from accumrun.models.floats import floats
 from accumrun.objective import Scorer, fit_objective
@@ -58,6 +58,23 @@ def describe(result: dict[str, Any]) -> str:
     return f"eval {result['split']} ({result['model']}): {' | '.join(figures)} | {result['samples']:,} samples"
 
 
+def _in_the_runs_classes(other: Dataset, names: list[str] | None) -> Source:
+    """All of ``other``'s samples, their class labels numbered as the run numbered its classes (``names``): a file
+    numbers the classes it holds by itself, so a file without some of the run's classes would shift the others.
+
+    Raises:
+        DataError: the file holds a class the run was not trained on, or other label columns.
+    """
+    own = other.class_names
+    if names is None or own is None or own == names:
+        return other.train
+    unknown = sorted(set(own) - set(names))
+    if unknown or other.train.labels.ndim > 1:  # a multi-label table's own columns, not its classes, differ
+        raise DataError("--data", f"has labels the run was not trained on: {unknown or own}; the run's are {names}")
+    number = np.array([names.index(name) for name in own])
+    return other.train.with_targets(lambda labels: number[labels])
+
+
 def _split(
     config: Config, dataset: Dataset, split: Split, data_path: str | None, sample_dtype: type[np.floating]
 ) -> tuple[Source, str]:
@@ -65,10 +82,11 @@ def _split(
     data = config.data
     if data_path is not None:
         try:
-            return load_dataset(data.reading(data_path), config.seed, sample_dtype).train, "data"
+            other = load_dataset(data.reading(data_path), config.seed, sample_dtype)
         except AccumrunError as error:
             # The file came from --data, not from the config's data.path: blame the option the user typed.
             raise (error.relabelled("--data") if error.path == "data.path" else error) from None
+        return _in_the_runs_classes(other, dataset.class_names), "data"
     if split is Split.TRAIN:
         return dataset.train, split.value
     if split is Split.VAL:
