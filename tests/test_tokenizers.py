@@ -158,6 +158,20 @@ def test_a_bad_tokenizer_is_refused_in_one_line(
     assert re.search(message, line), line
 
 
+def test_a_word_piece_file_without_its_unknown_token_is_refused_in_accumruns_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "v.txt").write_text("[PAD]\nhello\n")
+    data = {"name": "text_folder", "path": "texts", "tokenizer": {"name": "word_piece", "vocabulary": "v.txt"}}
+    monkeypatch.chdir(tmp_path)
+    result = invoke("check", str(write_config(tmp_path / "bad.yaml", data=data, model={"name": "transformer"})))
+    assert (result.returncode, result.stderr) == (
+        1,
+        "Error: data.tokenizer.vocabulary: v.txt has no [UNK] line, the token for a word WordPiece cannot cut; add it "
+        "after [PAD], the first line\n",
+    )
+
+
 VOCABULARY = ["[PAD]", "[UNK]", "the", "film", "was", "good", "bad", "a", "##s", "very", ".", ","]
 
 

@@ -80,6 +80,10 @@ def build_word_piece(config: WordPieceTokenizerConfig) -> Tokenizer:
     keras_hub = import_keras_hub(key)
     if not config.learned and not Path(source).is_file():
         raise ConfigError(key, "vocabulary file not found", source)
+    if not config.learned and "[UNK]" not in Path(source).read_text(encoding="utf-8", errors="replace").split("\n"):
+        # KerasHub's own words name an argument that accumrun's config does not have.
+        what = "has no [UNK] line, the token for a word WordPiece cannot cut; add it after [PAD], the first line"
+        raise ConfigError(key, f"{source} {what}")
     try:
         tokenizer = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocabulary, lowercase=config.lowercase)
     except (RuntimeError, ValueError) as error:  # tensorflow-text refuses a repeated token, say
