@@ -13,7 +13,23 @@ from accumrun import train
 from accumrun.config.loading import load_config
 from accumrun.core.losses import sparse_categorical_crossentropy
 from accumrun.core.step import make_gradient_fn, make_train_step
-from tests.helpers import dense_model, make_data, max_difference, tiny_config
+from tests.helpers import dense_model, invoke, make_data, max_difference, tiny_config
+
+
+@pytest.mark.parametrize(
+    ("precision", "line"),
+    [
+        ("float32", None),
+        ("mixed_bfloat16", "mixed_bfloat16: layers compute in bfloat16, variables stay float32"),
+        ("mixed_float16", "mixed_float16: layers compute in float16 under a loss scale, variables stay float32"),
+        ("float64", "float64: variables, sums, losses and metrics in float64"),
+    ],
+)
+def test_the_startup_summary_names_a_precision_other_than_float32(tmp_path, precision: str, line: str | None) -> None:
+    result = invoke("check", str(tiny_config(tmp_path, training={"precision": precision})))
+    assert result.returncode == 0, result.stderr
+    named = [printed for printed in result.stdout.splitlines() if printed.startswith("precision ")]
+    assert named == ([] if line is None else [f"precision {line}"])
 
 
 def mixed_model(policy: str) -> keras.Model:

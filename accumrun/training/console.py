@@ -14,7 +14,7 @@ from accumrun.core.sub_batches import describe_plan, replica_sub_batch_sizes
 from accumrun.data.dataset import per_class
 from accumrun.data.section import DataSection
 from accumrun.data.vocabulary import learned_line
-from accumrun.kinds import CacheMode
+from accumrun.kinds import CacheMode, Precision
 from accumrun.models.lora import describe_adaptation
 from accumrun.rundir.metrics import EpochRow
 from accumrun.training.cadence import CALL_SECONDS
@@ -27,6 +27,14 @@ def device_name() -> str:
     """``CPU``, or the number of GPUs TensorFlow sees."""
     gpus = tf.config.list_logical_devices("GPU")
     return f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''}" if gpus else "CPU"
+
+
+PRECISIONS = {
+    Precision.MIXED_BFLOAT16: "mixed_bfloat16: layers compute in bfloat16, variables stay float32",
+    Precision.MIXED_FLOAT16: "mixed_float16: layers compute in float16 under a loss scale, variables stay float32",
+    Precision.FLOAT64: "float64: variables, sums, losses and metrics in float64",
+}
+"""The startup line of each precision but the default, float32."""
 
 
 def describe_setup(setup: TrainingSetup) -> list[str]:
@@ -46,6 +54,7 @@ def describe_setup(setup: TrainingSetup) -> list[str]:
         *_vocabulary_lines(setup),
         *_weights_lines(setup),
         f"model {config.model.name}: {parameters:,} parameters{frozen}",
+        *([f"precision {PRECISIONS[precision]}"] if (precision := config.training.precision) in PRECISIONS else []),
         *describe_adaptation(config.model, model),
         *setup.trained.objective.describe(),
         _plan(setup),
