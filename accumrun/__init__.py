@@ -103,13 +103,13 @@ def evaluate(
 ) -> dict[str, Any]:
     """Score a finished run's model with its own loss and metrics on ``split`` (``val``, the run's validation data;
     ``test``, the source's test split; or ``train``), or on all of the source ``data`` (a file or folder of the
-    run's kind) as split ``data``. Return ``loss``, each metric under its name, ``samples``, ``model`` and
-    ``split``, as written to ``run_dir/eval-<split>.json``.
+    run's kind, its labels read as the run's classes) as split ``data``. Return ``loss``, each metric under its
+    name, ``samples``, ``model`` and ``split``, as written to ``run_dir/eval-<split>.json``.
 
     Raises:
         ArgumentError: ``split`` or ``model`` is none of its words.
         ConfigError: not a finished run, no such model or split.
-        DataError: the data cannot be read.
+        DataError: the data cannot be read, or ``data`` holds a label the run was not trained on.
     """
     from accumrun.reports.evaluate import evaluate_run
 
